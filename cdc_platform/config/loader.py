@@ -1,0 +1,213 @@
+"""Load `conf/`: the platform file and every destination directory.
+
+A bad destination never stops the others: the loader returns each destination that parses and,
+for each one that does not, one `ConfigFileError` naming the file, the key path and the problem.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from cdc_platform.config.models import DESTINATION_NAME, InstanceConfig, PlatformConfig
+from cdc_platform.errors import ConfigFileError
+
+__all__ = [
+    "DESTINATIONS_DIR",
+    "INSTANCE_FILE",
+    "PLATFORM_FILE",
+    "ConfigSet",
+    "Destination",
+    "load_config",
+    "load_destination",
+    "load_platform",
+]
+
+M = TypeVar("M", bound=BaseModel)
+
+PLATFORM_FILE = "platform.yaml"
+DESTINATIONS_DIR = "destinations"
+INSTANCE_FILE = "instance.yaml"
+
+
+@dataclass(frozen=True)
+class Destination:
+    """One valid destination: its name, file, parsed config and content hash."""
+
+    name: str
+    path: Path
+    config: InstanceConfig
+    content_hash: str
+    """sha256 of the instance file's bytes: a reload is a change of content, not of mtime."""
+
+
+@dataclass(frozen=True)
+class ConfigSet:
+    """Everything under one conf directory, valid and invalid destinations side by side."""
+
+    conf_dir: Path
+    platform: PlatformConfig
+    destinations: Mapping[str, Destination] = field(default_factory=dict)
+    errors: Mapping[str, ConfigFileError] = field(default_factory=dict)
+    """Destination name -> why it could not be loaded."""
+
+    @property
+    def lake_root(self) -> Path:
+        """The lake root, relative paths taken from the conf directory's parent."""
+        return resolve_lake_root(self.conf_dir, self.platform)
+
+    def table_uri(self, destination: str) -> str:
+        """Location of a destination's change-log table."""
+        return str(self.lake_root / destination / self.destinations[destination].config.sink.table)
+
+
+def resolve_lake_root(conf_dir: Path, platform: PlatformConfig) -> Path:
+    """Absolute lake root; relative paths are relative to the conf directory's parent."""
+    root = Path(platform.lake_root)
+    return root if root.is_absolute() else (conf_dir.resolve().parent / root)
+
+
+def _key_path(loc: tuple[int | str, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        elif parts:
+            parts.append(f".{item}")
+        else:
+            parts.append(str(item))
+    return "".join(parts)
+
+
+def _problem(error: Mapping[str, Any]) -> str:
+    kind = error.get("type", "")
+    if kind == "extra_forbidden":
+        if error.get("loc", ("",))[-1] == "password":
+            return (
+                "unknown key: secrets never go in files; "
+                "name an environment variable in password_env"
+            )
+        return "unknown key"
+    if kind == "missing":
+        return "required key is missing"
+    message = str(error.get("msg", "invalid"))
+    return message.removeprefix("Value error, ")
+
+
+def _translate(path: Path, exc: ValidationError) -> ConfigFileError:
+    # Unknown keys first: a misspelt key usually also makes the intended key "missing".
+    errors = sorted(exc.errors(), key=lambda e: e.get("type") != "extra_forbidden")
+    # A discriminated union reports the tag in the location (lease.database.url): drop it, the
+    # user wrote lease.url.
+    first = errors[0]
+    loc = tuple(first["loc"])
+    problem = _problem(first)
+    if len(errors) > 1:
+        others = "; ".join(f"{_key_path(tuple(e['loc']))}: {_problem(e)}" for e in errors[1:])
+        problem = f"{problem} (also: {others})"
+    return ConfigFileError(str(path), _key_path(_strip_tags(loc)), problem)
+
+
+def _strip_tags(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    tags = {"zookeeper", "database"}
+    return tuple(
+        item
+        for index, item in enumerate(loc)
+        if not (index > 0 and loc[0] == "lease" and item in tags)
+    )
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigFileError(str(path), "", f"cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigFileError(str(path), "", "not UTF-8 text") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        reason = getattr(exc, "problem", None) or str(exc)
+        raise ConfigFileError(str(path), "", f"not valid YAML{where}: {reason}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigFileError(
+            str(path), "", f"must be a mapping of keys, got {type(data).__name__}"
+        )
+    return data
+
+
+def _validate(model: type[M], path: Path, data: dict[str, Any]) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise _translate(path, exc) from None
+
+
+def load_platform(conf_dir: Path) -> PlatformConfig:
+    """`conf/platform.yaml`, or the defaults when the file does not exist."""
+    path = conf_dir / PLATFORM_FILE
+    if not path.exists():
+        return PlatformConfig()
+    return _validate(PlatformConfig, path, _read_yaml(path))
+
+
+def load_destination(directory: Path, environ: Mapping[str, str] | None = None) -> Destination:
+    """Load one destination directory; raises ConfigFileError naming file, key and problem."""
+    env = os.environ if environ is None else environ
+    path = directory / INSTANCE_FILE
+    name = directory.name
+    if not DESTINATION_NAME.match(name):
+        raise ConfigFileError(
+            str(directory),
+            "",
+            f"destination name {name!r} must be 1-63 letters, digits, '_' or '-', "
+            "starting with a letter or digit",
+        )
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigFileError(
+            str(path), "", "missing: every destination needs an instance.yaml"
+        ) from None
+    config = _validate(InstanceConfig, path, _read_yaml(path))
+    if config.source.password_env not in env:
+        raise ConfigFileError(
+            str(path),
+            "source.password_env",
+            f"environment variable {config.source.password_env} is not set",
+        )
+    return Destination(name, path, config, hashlib.sha256(raw).hexdigest())
+
+
+def load_config(conf_dir: Path, environ: Mapping[str, str] | None = None) -> ConfigSet:
+    """The platform file and every destination under `conf/destinations/`.
+
+    A bad platform file raises (nothing can run without it); bad destinations are returned in
+    `errors` next to the good ones.
+    """
+    if not conf_dir.is_dir():
+        raise ConfigFileError(str(conf_dir), "", "configuration directory does not exist")
+    platform = load_platform(conf_dir)
+    destinations: dict[str, Destination] = {}
+    errors: dict[str, ConfigFileError] = {}
+    root = conf_dir / DESTINATIONS_DIR
+    if root.is_dir():
+        for directory in sorted(
+            p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
+        ):
+            try:
+                destinations[directory.name] = load_destination(directory, environ)
+            except ConfigFileError as exc:
+                errors[directory.name] = exc
+    return ConfigSet(conf_dir, platform, destinations, errors)

@@ -1,0 +1,202 @@
+"""Typed configuration: `conf/platform.yaml` and `conf/destinations/<name>/instance.yaml`.
+
+Every model forbids unknown keys, so a typo is an error naming the key instead of a silently
+ignored setting. Secrets are never stored in files: a config names the environment variable
+that holds them, and the value is read only when a connection is made.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+from cdc_platform.errors import ConfigError
+
+__all__ = [
+    "BatchMode",
+    "DagsterSettings",
+    "DatabaseLeaseConfig",
+    "InstanceConfig",
+    "LeaseConfig",
+    "PlatformConfig",
+    "SinkConfig",
+    "SourceConfig",
+    "SparkConfig",
+    "StoreConfig",
+    "ZooKeeperLeaseConfig",
+]
+
+DESTINATION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
+"""Destination names become paths, Delta app ids and ZooKeeper nodes: keep them plain."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def read_secret(env_var: str) -> SecretStr:
+    """Read a secret from the environment, or fail naming the variable (never the value)."""
+    value = os.environ.get(env_var)
+    if value is None:
+        raise ConfigError(f"environment variable {env_var} is not set")
+    return SecretStr(value)
+
+
+class SourceConfig(_Model):
+    """Where the binlog comes from and which tables count."""
+
+    host: str = "127.0.0.1"
+    """MySQL/MariaDB host."""
+    port: int = Field(default=3306, ge=1, le=65535)
+    """MySQL/MariaDB port."""
+    user: str
+    """User with SELECT, REPLICATION SLAVE and REPLICATION CLIENT."""
+    password_env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    """Name of the environment variable holding the password (never the password itself)."""
+    server_id: int = Field(ge=1, le=2**32 - 1)
+    """Replica server id for the binlog connection; unique among the source's replicas."""
+    include_tables: list[str] = Field(default_factory=lambda: [r".*\..*"])
+    """Regexes matched against `db.table` (full match); a table must match one."""
+    exclude_tables: list[str] = Field(default_factory=list)
+    """Regexes matched against `db.table`; a match excludes the table."""
+    resume_by: Literal["file", "gtid"] = "file"
+    """Resume by binlog file/position, or by GTID (survives a switch to another source server)."""
+    connect_timeout_seconds: float = Field(default=10.0, gt=0)
+    """Timeout of each connection attempt."""
+    heartbeat_seconds: float = Field(default=5.0, gt=0)
+    """Server heartbeat period, so an idle stream still notices a dead server."""
+    reconnect_initial_seconds: float = Field(default=0.5, gt=0)
+    """First back-off delay after the server went away."""
+    reconnect_max_seconds: float = Field(default=30.0, gt=0)
+    """Longest back-off delay between reconnect attempts."""
+
+    @field_validator("include_tables", "exclude_tables")
+    @classmethod
+    def _regexes_compile(cls, patterns: list[str]) -> list[str]:
+        for index, pattern in enumerate(patterns):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"item {index}: {pattern!r} is not a valid regex: {exc}") from exc
+        return patterns
+
+    def password(self) -> SecretStr:
+        """The password from the environment; ConfigError naming the variable if unset."""
+        return read_secret(self.password_env)
+
+
+class BatchMode(StrEnum):
+    """How the ring buffer measures a batch: by item count or by bytes (Canal's two modes)."""
+
+    ITEMSIZE = "ITEMSIZE"
+    MEMSIZE = "MEMSIZE"
+
+
+class StoreConfig(_Model):
+    """The in-memory ring buffer between the binlog reader and the sink."""
+
+    buffer_size: int = Field(default=16384, ge=1, le=2**24)
+    """Ring capacity in events; must be a power of two."""
+    memunit: int = Field(default=1024, ge=1)
+    """Bytes per unit in MEMSIZE mode: memory limit = buffer_size x memunit."""
+    batch_mode: BatchMode = BatchMode.MEMSIZE
+    """ITEMSIZE counts events, MEMSIZE counts bytes."""
+    ddl_isolation: bool = False
+    """Return each DDL in a batch of its own."""
+    batch_size: int = Field(default=4096, ge=1)
+    """Events (ITEMSIZE) or memunits (MEMSIZE) per sink batch, i.e. per Delta commit."""
+    batch_timeout_seconds: float = Field(default=1.0, gt=0)
+    """Longest wait for a full batch before committing what there is (bounds the lag)."""
+
+    @field_validator("buffer_size")
+    @classmethod
+    def _power_of_two(cls, value: int) -> int:
+        if value & (value - 1):
+            raise ValueError(f"must be a power of two, got {value}")
+        return value
+
+
+class SinkConfig(_Model):
+    """The Delta change-log table."""
+
+    table: str = Field(default="changes", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+    """Table directory under `<lake_root>/<destination>/`."""
+
+
+class InstanceConfig(_Model):
+    """One destination: one source, one binlog stream, one lease, one change-log table."""
+
+    enabled: bool = True
+    """A disabled destination is known but not run."""
+    source: SourceConfig
+    store: StoreConfig = StoreConfig()
+    sink: SinkConfig = SinkConfig()
+
+
+class ZooKeeperLeaseConfig(_Model):
+    """Lease through ZooKeeper ephemeral running nodes (Canal's ServerRunningMonitor)."""
+
+    backend: Literal["zookeeper"]
+    hosts: str
+    """kazoo connection string, e.g. `zk1:2181,zk2:2181/chroot`."""
+    root: str = Field(default="/cdc", pattern=r"^/[A-Za-z0-9_./-]*$")
+    """Parent path of the running and cluster nodes."""
+    session_timeout_seconds: float = Field(default=10.0, gt=0)
+    """ZooKeeper session timeout."""
+    switch_delay_seconds: float = Field(default=5.0, ge=0)
+    """Wait before grabbing a lease another process lost (anti-flap)."""
+    auth_env: str | None = None
+    """Environment variable holding `user:password` for a digest ACL, if any."""
+
+
+class DatabaseLeaseConfig(_Model):
+    """Lease through a `master_lock` table (ServiceComb Alpha), using the database's clock."""
+
+    backend: Literal["database"]
+    url: str = "sqlite:///var/lease.db"
+    """`sqlite:///path`, `mysql://user@host:port/db` or `postgresql://user@host:port/db`."""
+    password_env: str | None = None
+    """Environment variable holding the database password, if any."""
+    renew_interval_seconds: float = Field(default=1.0, gt=0)
+    """How often the holder renews."""
+    expiry_seconds: float = Field(default=5.0, gt=0)
+    """A lease not renewed for this long may be taken by another process."""
+
+
+LeaseConfig = Annotated[ZooKeeperLeaseConfig | DatabaseLeaseConfig, Field(discriminator="backend")]
+
+
+class SparkConfig(_Model):
+    """Which Spark runs the downstream assets; the transformation code is the same for all."""
+
+    mode: Literal["embedded", "connect", "classic"] = "embedded"
+    """embedded: in-process Sail; connect: a Spark Connect URL; classic: PySpark + delta-spark."""
+    connect_url: str | None = None
+    """`sc://host:15002`, for mode=connect."""
+    master: str = "local[2]"
+    """Master URL, for mode=classic."""
+
+
+class DagsterSettings(_Model):
+    """Defaults the Dagster face uses."""
+
+    sensor_interval_seconds: int = Field(default=15, ge=1)
+    """How often the config and running monitors tick."""
+    materialization_min_interval_seconds: float = Field(default=5.0, ge=0)
+    """Report committed batches to Dagster at most this often."""
+    orphan_after_seconds: float = Field(default=60.0, gt=0)
+    """A STARTED run whose lease heartbeat is older than this is marked failed."""
+
+
+class PlatformConfig(_Model):
+    """Settings shared by every destination."""
+
+    lake_root: str = "var/lake"
+    """Root of the Delta tables; relative paths are relative to the conf directory's parent."""
+    lease: LeaseConfig = DatabaseLeaseConfig(backend="database")
+    spark: SparkConfig = SparkConfig()
+    dagster: DagsterSettings = DagsterSettings()

@@ -1,0 +1,226 @@
+"""Value objects that flow from the binlog source through the store into the sink.
+
+Positions and events are frozen dataclasses with their ordering and serialisation kept here, in
+one place, under a format version. Row images travel as JSON text (already converted to the
+lossless representation by the source), which keeps the per-event memory small, makes the
+memory accounting of the store exact and leaves the sink nothing to convert.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+__all__ = [
+    "EVENT_FORMAT_VERSION",
+    "BinlogPosition",
+    "ChangeEvent",
+    "EventKind",
+    "Op",
+    "ResumePosition",
+    "Transaction",
+]
+
+EVENT_FORMAT_VERSION = 1
+"""Version of the serialised forms below (resume positions in Delta commit metadata and rows)."""
+
+_FILE_INDEX = re.compile(r"^(.*?)(\d+)$")
+_EVENT_OVERHEAD_BYTES = 160
+"""Rough fixed cost of one ChangeEvent object in memory, on top of its strings."""
+
+
+class EventKind(StrEnum):
+    """What a store item is. COMMIT and DDL end a transaction; ROW never does."""
+
+    ROW = "row"
+    DDL = "ddl"
+    COMMIT = "commit"
+
+
+class Op(StrEnum):
+    """The `op` column of the change log."""
+
+    INSERT = "c"
+    UPDATE = "u"
+    DELETE = "d"
+    DDL = "ddl"
+    SNAPSHOT = "r"
+
+
+def _file_sort_key(name: str) -> tuple[str, int]:
+    match = _FILE_INDEX.match(name)
+    if match is None:
+        return (name, -1)
+    return (match.group(1), int(match.group(2)))
+
+
+@dataclass(frozen=True, slots=True)
+class BinlogPosition:
+    """A place in the binlog: file name and byte offset (the END of an event, as servers report)."""
+
+    file: str
+    pos: int
+
+    def sort_key(self) -> tuple[str, int, int]:
+        """Order by file index numerically, so `.999999` < `.1000000`."""
+        prefix, index = _file_sort_key(self.file)
+        return (prefix, index, self.pos)
+
+    def __lt__(self, other: BinlogPosition) -> bool:
+        return self.sort_key() < other.sort_key()
+
+    def __le__(self, other: BinlogPosition) -> bool:
+        return self.sort_key() <= other.sort_key()
+
+    def __gt__(self, other: BinlogPosition) -> bool:
+        return self.sort_key() > other.sort_key()
+
+    def __ge__(self, other: BinlogPosition) -> bool:
+        return self.sort_key() >= other.sort_key()
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.pos}"
+
+
+@dataclass(frozen=True, slots=True)
+class ResumePosition:
+    """Where a new binlog reader starts so that its first event is the first one not yet committed.
+
+    ``file``/``pos`` is the start of a transaction. ``gtid_set`` is the server's GTID state
+    (MariaDB ``domain-server-seq`` list) of every transaction fully committed before it, used
+    when resuming by GTID. ``skip_events`` counts the events of that transaction that are
+    already committed: non-zero only after a transaction larger than the store was committed
+    in chunks.
+    """
+
+    file: str
+    pos: int
+    gtid_set: str | None = None
+    skip_events: int = 0
+
+    def to_json(self) -> str:
+        """Serialise with the format version, for commit metadata and change-log rows."""
+        return json.dumps(
+            {
+                "v": EVENT_FORMAT_VERSION,
+                "file": self.file,
+                "pos": self.pos,
+                "gtid_set": self.gtid_set,
+                "skip_events": self.skip_events,
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> ResumePosition:
+        """Parse what :meth:`to_json` wrote; refuses unknown format versions."""
+        data: dict[str, Any] = json.loads(text)
+        version = data.get("v")
+        if version != EVENT_FORMAT_VERSION:
+            raise ValueError(f"unsupported resume position format version {version!r}")
+        return cls(
+            file=str(data["file"]),
+            pos=int(data["pos"]),
+            gtid_set=data.get("gtid_set"),
+            skip_events=int(data.get("skip_events", 0)),
+        )
+
+    @property
+    def binlog_position(self) -> BinlogPosition:
+        """The file/pos part."""
+        return BinlogPosition(self.file, self.pos)
+
+    def __str__(self) -> str:
+        extra = f" +{self.skip_events} events" if self.skip_events else ""
+        gtid = f" gtid={self.gtid_set}" if self.gtid_set else ""
+        return f"{self.file}:{self.pos}{extra}{gtid}"
+
+
+@dataclass(frozen=True, slots=True)
+class Transaction:
+    """What every event of one binlog transaction shares (one object per transaction)."""
+
+    start: BinlogPosition
+    """Reconnect here to replay this transaction from its first event."""
+    gtid: str | None
+    """This transaction's GTID (``domain-server-seq``), if the server assigned one."""
+    gtid_set_before: str | None
+    """GTID state of everything committed before this transaction."""
+    server_id: int
+    timestamp: int
+    """Binlog timestamp (seconds since the epoch) of the transaction's first event."""
+
+    @property
+    def gtid_set_after(self) -> str | None:
+        """GTID state once this transaction is committed: its domain's entry replaced."""
+        return merge_gtid(self.gtid_set_before, self.gtid)
+
+
+def merge_gtid(gtid_set: str | None, gtid: str | None) -> str | None:
+    """Replace the entry of ``gtid``'s domain in a MariaDB GTID state list (one per domain)."""
+    if gtid is None:
+        return gtid_set
+    domain = gtid.split("-", 1)[0]
+    entries = [e for e in (gtid_set or "").split(",") if e and e.split("-", 1)[0] != domain]
+    entries.append(gtid)
+    return ",".join(sorted(entries, key=lambda e: int(e.split("-", 1)[0])))
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeEvent:
+    """One item of the store: a row change, a DDL statement or a transaction's commit.
+
+    Row images (``pk``, ``before``, ``after``) are JSON text of objects mapping column name to
+    the lossless value representation chosen by the source.
+    """
+
+    kind: EventKind
+    txn: Transaction
+    position: BinlogPosition
+    """End of the binlog event this came from (several rows of one rows event share it)."""
+    index: int
+    """0-based index of this event among its transaction's emitted events."""
+    db: str = ""
+    table: str = ""
+    op: Op | None = None
+    pk: str | None = None
+    before: str | None = None
+    after: str | None = None
+    ddl: str | None = None
+    size: int = field(default=0, compare=False)
+    """Bytes this event holds in memory; computed from its strings when left 0."""
+
+    def __post_init__(self) -> None:
+        if self.size == 0:
+            strings = (self.db, self.table, self.pk, self.before, self.after, self.ddl)
+            estimate = _EVENT_OVERHEAD_BYTES + sum(len(s) for s in strings if s)
+            object.__setattr__(self, "size", estimate)
+
+    @property
+    def ends_transaction(self) -> bool:
+        """COMMIT and DDL events are transaction boundaries; a batch may be acked after them."""
+        return self.kind is not EventKind.ROW
+
+    def resume_after(self) -> ResumePosition:
+        """The position to restart from once this event and all before it are committed."""
+        if self.ends_transaction:
+            return ResumePosition(
+                file=self.position.file,
+                pos=self.position.pos,
+                gtid_set=self.txn.gtid_set_after,
+                skip_events=0,
+            )
+        return ResumePosition(
+            file=self.txn.start.file,
+            pos=self.txn.start.pos,
+            gtid_set=self.txn.gtid_set_before,
+            skip_events=self.index + 1,
+        )
+
+    def sort_key(self) -> tuple[str, int, int, int]:
+        """Total order of events in the stream (position, then index within the transaction)."""
+        prefix, file_index, pos = self.position.sort_key()
+        return (prefix, file_index, pos, self.index)

@@ -1,0 +1,153 @@
+"""A private standalone ZooKeeper for HA tests and the demo.
+
+Debian's `zookeeper` package ships the jar but no service, and its scripts hard-code /etc paths,
+so the server is started directly with our own zoo.cfg (FACTS.md). tickTime 500 ms makes the
+session-timeout floor 1 s, so a killed client's ephemeral node goes within ~2 s.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from pathlib import Path
+from types import TracebackType
+
+from cdc_platform.testing.processes import (
+    ServerStartError,
+    find_binary,
+    free_port,
+    stop_process,
+    tail_of,
+    wait_until,
+)
+
+__all__ = ["ZooKeeperServer"]
+
+_CLASSPATH = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
+
+
+def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> str:
+    """Send a 4lw command with a timeout: `ruok` during start-up can hang forever (FACTS.md)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            sock.sendall(word.encode())
+            chunks = []
+            while True:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+            return b"".join(chunks).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+class ZooKeeperServer:
+    """One private ZooKeeper server process: start, stop, kill, restart."""
+
+    def __init__(self, base_dir: Path, *, port: int | None = None, tick_time_ms: int = 500) -> None:
+        self.base_dir = base_dir
+        self.data_dir = base_dir / "data"
+        self.log_path = base_dir / "zookeeper.log"
+        self.host = "127.0.0.1"
+        self.port = port or free_port()
+        self.tick_time_ms = tick_time_ms
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def hosts(self) -> str:
+        """The kazoo connection string."""
+        return f"{self.host}:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Write zoo.cfg, start the JVM and wait until `srvr` answers."""
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        for jar in _CLASSPATH:
+            if not Path(jar).exists():
+                raise ServerStartError(
+                    f"{jar} is missing; run scripts/setup.sh to install Debian's zookeeper package"
+                )
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        cfg = self.base_dir / "zoo.cfg"
+        cfg.write_text(
+            "\n".join(
+                [
+                    f"tickTime={self.tick_time_ms}",
+                    f"dataDir={self.data_dir}",
+                    f"clientPort={self.port}",
+                    f"clientPortAddress={self.host}",
+                    "admin.enableServer=false",
+                    "4lw.commands.whitelist=ruok,srvr,stat,mntr,cons",
+                    "maxClientCnxns=200",
+                    "",
+                ]
+            )
+        )
+        java = find_binary("java")
+        log = self.log_path.open("ab")
+        self._proc = subprocess.Popen(
+            [
+                java,
+                "-Xmx256m",
+                "-XX:+UseSerialGC",
+                "-cp",
+                ":".join(_CLASSPATH),
+                "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+                str(cfg),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        proc = self._proc
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise ServerStartError(
+                    f"ZooKeeper exited with {proc.returncode}\n{tail_of(self.log_path)}"
+                )
+            return "Mode: standalone" in four_letter_word(self.host, self.port, "srvr")
+
+        wait_until(ready, timeout=timeout, what="ZooKeeper", log=self.log_path)
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL)."""
+        if self._proc is not None:
+            stop_process(self._proc)
+            self._proc = None
+
+    def kill(self) -> None:
+        """kill -9, for outage tests."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait(timeout=30.0)
+        self._proc = None
+
+    def restart(self) -> None:
+        """Stop and start on the same port and data directory (sessions survive, FACTS.md)."""
+        self.stop()
+        self.start()
+
+    @property
+    def running(self) -> bool:
+        """True while the server process is alive."""
+        return self._proc is not None and self._proc.poll() is None
+
+    def log_tail(self, lines: int = 60) -> str:
+        """The tail of the server log, for failure reports."""
+        return tail_of(self.log_path, lines)
+
+    def __enter__(self) -> ZooKeeperServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

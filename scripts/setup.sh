@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# One set-up path for a fresh machine and for one that already has some of it: installs the
+# Debian packages the tests and the demo need when missing, creates .venv and installs the
+# project with its dev extras. Idempotent; quiet when there is nothing to do.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+
+# --- Debian packages --------------------------------------------------------------------------
+# mariadb-server/-client: private binlog servers for tests and the demo (never the system one).
+# zookeeper: the HA backend's server jar. A Java runtime runs ZooKeeper (and classic Spark).
+need=()
+for pkg in mariadb-server mariadb-client zookeeper; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
+if [ "${#need[@]}" -gt 0 ]; then
+  say "installing Debian packages: ${need[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  # Keep package scripts from starting system services: the project starts private servers.
+  policy_created=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | $sudo_cmd tee /usr/sbin/policy-rc.d >/dev/null
+    $sudo_cmd chmod +x /usr/sbin/policy-rc.d
+    policy_created=1
+  fi
+  $sudo_cmd apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  [ -z "$policy_created" ] || $sudo_cmd rm -f /usr/sbin/policy-rc.d
+fi
+
+# --- Python virtualenv ------------------------------------------------------------------------
+python_bin="${PYTHON:-python3}"
+if ! "$python_bin" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  say "Python 3.11 or newer is required (found: $("$python_bin" --version 2>&1))"
+  exit 1
+fi
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv"
+  "$python_bin" -m venv .venv
+fi
+stamp=.venv/.cdc-platform-installed
+want="$(cat pyproject.toml | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c 'import cdc_platform' 2>/dev/null; then
+  say "installing the project and its dependencies into .venv (about a minute on a fresh machine)"
+  log=.venv/pip-install.log
+  if ! { .venv/bin/python -m pip install --disable-pip-version-check --upgrade pip \
+         && .venv/bin/python -m pip install --disable-pip-version-check -e '.[dev]'; } >"$log" 2>&1; then
+    grep -v "^WARNING: Location" "$log" | tail -n 40 >&2
+    say "pip install failed; full log in $log"
+    exit 1
+  fi
+  .venv/bin/python -c 'import cdc_platform, dagster, deltalake, pymysqlreplication, kazoo' \
+    || { say "the virtualenv is incomplete; see the pip output above"; exit 1; }
+  echo "$want" > "$stamp"
+fi

@@ -1,0 +1,117 @@
+"""Shared fixtures: private MariaDB and ZooKeeper servers, one per test session.
+
+Each test gets its own database (or ZooKeeper chroot), so tests never see each other's data.
+When a test fails, the server's log tail is printed in its report.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
+from cdc_platform.testing.zookeeper import ZooKeeperServer
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
+    """Remember each phase's outcome on the item, so fixtures can tell that a test failed."""
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
+
+
+def _failed(request: pytest.FixtureRequest) -> bool:
+    return any(
+        getattr(getattr(request.node, f"rep_{when}", None), "failed", False)
+        for when in ("setup", "call")
+    )
+
+
+@pytest.fixture(scope="session")
+def mariadb_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDBServer]:
+    """A private MariaDB with binlog ROW / FULL image / FULL metadata and GTIDs."""
+    server = MariaDBServer(tmp_path_factory.mktemp("mariadb"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def replication_user(mariadb_server: MariaDBServer) -> ReplicationUser:
+    """A user with only SELECT, REPLICATION SLAVE, REPLICATION CLIENT."""
+    return mariadb_server.create_replication_user("cdc", "cdc-secret")
+
+
+@dataclass(frozen=True)
+class MariaDBDatabase:
+    """A fresh database on the session's server, for one test."""
+
+    server: MariaDBServer
+    name: str
+    user: ReplicationUser
+
+
+def _db_name(node_name: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "_", node_name.lower())[:40].strip("_")
+    return f"t_{slug}_{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+def mariadb(
+    request: pytest.FixtureRequest, mariadb_server: MariaDBServer, replication_user: ReplicationUser
+) -> Iterator[MariaDBDatabase]:
+    """A fresh database per test; the server's error log is printed if the test fails."""
+    if not mariadb_server.running:  # a previous test may have killed it on purpose
+        mariadb_server.start()
+    with mariadb_server.database(_db_name(request.node.name)) as name:
+        yield MariaDBDatabase(mariadb_server, name, replication_user)
+    if _failed(request):
+        print(f"\n--- MariaDB error log ({mariadb_server.error_log_path}) ---")
+        print(mariadb_server.error_log())
+
+
+@pytest.fixture(scope="session")
+def zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """A private standalone ZooKeeper with tickTime 500 ms."""
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def zk_hosts(request: pytest.FixtureRequest, zookeeper_server: ZooKeeperServer) -> Iterator[str]:
+    """A kazoo connection string with a unique chroot for this test (the chroot exists)."""
+    if not zookeeper_server.running:
+        zookeeper_server.start()
+    chroot = f"/test-{uuid.uuid4().hex[:12]}"
+    client = KazooClient(hosts=zookeeper_server.hosts, timeout=5.0)
+    client.start(timeout=10)
+    try:
+        client.ensure_path(chroot)
+    finally:
+        client.stop()
+        client.close()
+    yield zookeeper_server.hosts + chroot
+    if _failed(request):
+        print(f"\n--- ZooKeeper log ({zookeeper_server.log_path}) ---")
+        print(zookeeper_server.log_tail())
+
+
+@pytest.fixture
+def lake_root(tmp_path: Path) -> Path:
+    """A temporary lake root for Delta tables."""
+    root = tmp_path / "lake"
+    root.mkdir()
+    return root
