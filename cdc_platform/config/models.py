@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 import re
-from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from cdc_platform.errors import ConfigError
+from cdc_platform.store.ring_buffer import BatchMode
 
 __all__ = [
     "BatchMode",
@@ -87,13 +87,6 @@ class SourceConfig(_Model):
     def password(self) -> SecretStr:
         """The password from the environment; ConfigError naming the variable if unset."""
         return read_secret(self.password_env)
-
-
-class BatchMode(StrEnum):
-    """How the ring buffer measures a batch: by item count or by bytes (Canal's two modes)."""
-
-    ITEMSIZE = "ITEMSIZE"
-    MEMSIZE = "MEMSIZE"
 
 
 class StoreConfig(_Model):
