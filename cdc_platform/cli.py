@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from cdc_platform import __version__
-from cdc_platform.config import load_config
-from cdc_platform.errors import CdcError
+from cdc_platform.config import ConfigSet, Destination, load_config
+from cdc_platform.errors import CdcError, ConfigError
 
 __all__ = ["main"]
 
@@ -31,6 +34,143 @@ def _config_check(args: argparse.Namespace) -> int:
     return 1 if config.errors else 0
 
 
+def _destination(args: argparse.Namespace) -> tuple[ConfigSet, Destination]:
+    config = load_config(Path(args.conf))
+    if args.destination in config.errors:
+        raise config.errors[args.destination]
+    if args.destination not in config.destinations:
+        known = ", ".join(sorted(config.destinations)) or "none"
+        raise ConfigError(
+            f"no destination {args.destination!r} under {Path(args.conf) / 'destinations'} "
+            f"(known: {known})"
+        )
+    return config, config.destinations[args.destination]
+
+
+def _run(args: argparse.Namespace) -> int:
+    # Lazy imports keep `config check` light.
+    from cdc_platform.ha.factory import (  # noqa: PLC0415
+        open_lease,
+        open_registry,
+        open_state_store,
+    )
+    from cdc_platform.runtime.supervisor import LeaseSupervisor  # noqa: PLC0415
+    from cdc_platform.watch import StatePublisher  # noqa: PLC0415
+
+    config, destination = _destination(args)
+    platform = config.platform
+    registry = open_registry(platform, config.conf_dir)
+    lease = open_lease(
+        platform, config.conf_dir, destination.name, address=args.address, registry=registry
+    )
+    publisher = StatePublisher(
+        open_state_store(platform, config.conf_dir),
+        interval=platform.watch.publish_interval_seconds,
+    )
+    supervisor = LeaseSupervisor(
+        destination.name,
+        destination.config,
+        config.table_uri(destination.name),
+        lease,
+        publisher=publisher,
+        registry=registry,
+        config_hash=destination.content_hash,
+        metrics_interval_seconds=args.metrics_interval,
+    )
+
+    def on_signal(signum: int, _frame: object) -> None:
+        supervisor.request_stop(f"signal {signal.Signals(signum).name}")
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        summary = supervisor.run(exit_when_idle_seconds=args.exit_when_idle)
+    finally:
+        publisher.close(timeout=2.0)
+        publisher.store.close()
+        if registry is not None:
+            registry.db.close()
+    print(
+        f"{summary.destination}: {summary.reason}; {summary.batches} batches, {summary.rows} rows "
+        f"this run; last batch {summary.last_batch_seq} at {summary.resume}"
+    )
+    if summary.error is not None:
+        print(f"error: {summary.error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from cdc_platform.ha.status import collect_status, format_status  # noqa: PLC0415
+
+    config = load_config(Path(args.conf))
+    names = sorted(config.destinations)
+    if args.destination:
+        _destination(args)
+        names = [args.destination]
+    statuses = collect_status(config, names)
+    if args.json:
+        print(json.dumps([s.to_dict() for s in statuses], indent=2, sort_keys=True))
+    else:
+        if not statuses:
+            print(f"no destinations under {Path(args.conf) / 'destinations'}")
+        for status in statuses:
+            print(format_status(status))
+    return 1 if any(s.errors for s in statuses) else 0
+
+
+def _release(args: argparse.Namespace) -> int:
+    from cdc_platform.ha.factory import open_lease  # noqa: PLC0415
+
+    config, destination = _destination(args)
+    lease = open_lease(config.platform, config.conf_dir, destination.name)
+    try:
+        holder = lease.request_release()
+    finally:
+        lease.close()
+    if holder is None:
+        print(f"{destination.name}: nobody holds the lease; nothing to release")
+        return 1
+    print(
+        f"{destination.name}: asked {holder.address} (epoch {holder.epoch}) to release the lease; "
+        "a standby takes over"
+    )
+    return 0
+
+
+def _checkpoint_show(args: argparse.Namespace) -> int:
+    from cdc_platform.sink import DeltaChangeLog  # noqa: PLC0415 (keep `config check` light)
+
+    config, destination = _destination(args)
+    sink = DeltaChangeLog(config.table_uri(destination.name), destination.name)
+    try:
+        checkpoint = sink.recover()
+    finally:
+        sink.close()
+    if checkpoint is None:
+        print(f"{destination.name}: no checkpoint yet ({config.table_uri(destination.name)})")
+        return 0
+    print(
+        f"{destination.name}: batch {checkpoint.batch_seq}, epoch {checkpoint.epoch}, "
+        f"last seq {checkpoint.last_seq}, table version {checkpoint.version}\n"
+        f"  resume at {checkpoint.resume}"
+    )
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from cdc_platform.demo import run_demo  # noqa: PLC0415 (only the demo needs the test servers)
+
+    return run_demo(
+        Path(args.conf), rate=args.rate, with_dagster=not args.no_dagster, port=args.port
+    )
+
+
+def _add_destination_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--conf", default="conf", help="configuration directory (default: conf)")
+    parser.add_argument("--destination", required=True, help="destination name")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; each subcommand stores its handler in `handler`."""
     parser = argparse.ArgumentParser(
@@ -47,6 +187,61 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--conf", default="conf", help="configuration directory (default: conf)")
     check.set_defaults(handler=_config_check)
+
+    run = commands.add_parser("run", help="run one destination in the foreground")
+    _add_destination_args(run)
+    run.add_argument(
+        "--exit-when-idle",
+        type=float,
+        metavar="SECONDS",
+        help="stop once no event arrived for this long (default: run until stopped)",
+    )
+    run.add_argument(
+        "--metrics-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="log progress this often (default: 10)",
+    )
+    run.add_argument(
+        "--address",
+        help="this process's name in the lease (default: host:pid, or lease.address)",
+    )
+    run.set_defaults(handler=_run)
+
+    status = commands.add_parser(
+        "status", help="each destination: lease holder, epoch, position, lag, standbys"
+    )
+    status.add_argument("--conf", default="conf", help="configuration directory (default: conf)")
+    status.add_argument("--destination", help="only this destination")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(handler=_status)
+
+    release = commands.add_parser(
+        "release", help="manual switch-over: ask the lease holder to step aside"
+    )
+    _add_destination_args(release)
+    release.set_defaults(handler=_release)
+
+    checkpoint = commands.add_parser("checkpoint", help="inspect a destination's checkpoint")
+    checkpoint_commands = checkpoint.add_subparsers(
+        dest="checkpoint_command", metavar="COMMAND", required=True
+    )
+    show = checkpoint_commands.add_parser("show", help="print the last committed position")
+    _add_destination_args(show)
+    show.set_defaults(handler=_checkpoint_show)
+    demo = commands.add_parser(
+        "demo", help="private MariaDB + live workload + the shop destination, until Ctrl-C"
+    )
+    demo.add_argument("--conf", default="conf", help="configuration directory (default: conf)")
+    demo.add_argument("--rate", type=float, default=20.0, help="workload transactions per second")
+    demo.add_argument(
+        "--no-dagster",
+        action="store_true",
+        help="run the pipeline in this process, without Dagster",
+    )
+    demo.add_argument("--port", type=int, default=3000, help="Dagster UI port (default: 3000)")
+    demo.set_defaults(handler=_demo)
     return parser
 
 
@@ -54,6 +249,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     handler: Handler = args.handler
     try:
         return handler(args)

@@ -15,12 +15,21 @@ __all__ = [
     "CommitRefusedError",
     "ConfigError",
     "ConfigFileError",
+    "LeaseBackendError",
+    "LeaseError",
+    "LeaseLostError",
+    "MirrorError",
     "SinkError",
     "SourceConnectionError",
     "SourceError",
     "SourceSettingsError",
+    "SparkError",
+    "SparkSessionError",
     "StoreError",
+    "TooFarBehindError",
     "UnknownPositionError",
+    "UnsupportedColumnTypeError",
+    "WatchError",
 ]
 
 
@@ -88,3 +97,91 @@ class CheckpointError(SinkError):
     """The change log's checkpoint is unreadable or inconsistent."""
 
     transient = False
+
+
+class LeaseError(CdcError):
+    """The HA lease (ZooKeeper running node or database lease row) cannot be used."""
+
+
+class LeaseBackendError(LeaseError):
+    """The lease store (ZooKeeper, the lease database) failed or is unreachable; retry later."""
+
+    transient = True
+
+
+class LeaseLostError(LeaseError):
+    """This process no longer holds the lease: it must stop writing at once.
+
+    ``reason`` says why (expired, taken over, session lost, released by an operator); the
+    holder of ``epoch`` is fenced off and a new term needs a new acquisition.
+    """
+
+    def __init__(self, destination: str, epoch: int | None, reason: str) -> None:
+        self.destination = destination
+        self.epoch = epoch
+        self.reason = reason
+        term = f" (epoch {epoch})" if epoch is not None else ""
+        super().__init__(f"{destination}: lease lost{term}: {reason}")
+
+
+class WatchError(CdcError):
+    """The state watch store failed."""
+
+    transient = True
+
+
+class TooFarBehindError(WatchError):
+    """The events after ``since`` were dropped from the bounded history: re-list, then watch.
+
+    ``oldest`` is the index of the oldest event still kept (0 when none is) and ``current``
+    the newest index; a client re-lists (getting the state as of ``current``) and watches on.
+    """
+
+    transient = False
+
+    def __init__(self, since: int, oldest: int, current: int) -> None:
+        self.since = since
+        self.oldest = oldest
+        self.current = current
+        super().__init__(
+            f"watch is too far behind: events after index {since} are no longer kept "
+            f"(history holds {oldest}..{current}); re-list and watch from the list's index"
+        )
+
+
+class SparkError(CdcError):
+    """The downstream Spark work (session, mirrors, history) cannot go on."""
+
+
+class SparkSessionError(SparkError):
+    """No Spark session: the embedded engine failed to start, the Spark Connect server is
+    unreachable, or classic Spark could not start (e.g. the delta-spark jars cannot be fetched).
+    """
+
+    transient = True
+
+
+class MirrorError(SparkError):
+    """Applying the change log to a mirror (or computing history from it) failed in the engine
+    or storage; the mirror keeps its last committed state and a rerun resumes from it."""
+
+    transient = True
+
+    def __init__(self, message: str, *, db: str | None = None, table: str | None = None) -> None:
+        self.db = db
+        self.table = table
+        super().__init__(message)
+
+
+class UnsupportedColumnTypeError(SparkError):
+    """A source column has a type the mirror cannot represent; names the column and type."""
+
+    def __init__(self, db: str, table: str, column: str, type_name: str) -> None:
+        self.db = db
+        self.table = table
+        self.column = column
+        self.type_name = type_name
+        super().__init__(
+            f"{db}.{table}.{column}: column type {type_name!r} has no Spark type in the mirror; "
+            "exclude the table from the destination or add the type to cdc_platform.spark.types"
+        )

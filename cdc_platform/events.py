@@ -27,6 +27,17 @@ __all__ = [
 EVENT_FORMAT_VERSION = 1
 """Version of the serialised forms below (resume positions in Delta commit metadata and rows)."""
 
+COLUMNS_DOC = """\
+`columns` is JSON text: a list, in table order, of objects
+  {"name": str, "type": str, "unsigned": bool, "precision": int|null, "scale": int|null,
+   "length": int|null, "pk": bool, "values": [str]|null}
+where `type` is the lowercase MySQL/MariaDB type name: tinyint, smallint, mediumint, int,
+bigint, decimal, float, double, bit, date, datetime, timestamp, time, year, char, varchar,
+binary, varbinary, text, blob, enum, set, json, geometry, uuid, inet4, inet6. `precision` and
+`scale` are set for decimal (and fractional seconds in `scale` for time/datetime/timestamp),
+`length` for char/varchar/binary/varbinary (bytes) and bit (bits), `values` for enum and set.
+"""
+
 _FILE_INDEX = re.compile(r"^(.*?)(\d+)$")
 _EVENT_OVERHEAD_BYTES = 160
 """Rough fixed cost of one ChangeEvent object in memory, on top of its strings."""
@@ -190,6 +201,9 @@ class ChangeEvent:
     before: str | None = None
     after: str | None = None
     ddl: str | None = None
+    columns: str | None = field(default=None, compare=False)
+    """JSON list describing the table's columns when the row was written (see
+    :data:`COLUMNS_DOC`); one shared string per table version, so it costs no memory per row."""
     size: int = field(default=0, compare=False)
     """Bytes this event holds in memory; computed from its strings when left 0."""
 

@@ -11,7 +11,7 @@ import os
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from cdc_platform.errors import ConfigError
 from cdc_platform.store.ring_buffer import BatchMode
@@ -27,6 +27,7 @@ __all__ = [
     "SourceConfig",
     "SparkConfig",
     "StoreConfig",
+    "WatchConfig",
     "ZooKeeperLeaseConfig",
 ]
 
@@ -144,6 +145,15 @@ class ZooKeeperLeaseConfig(_Model):
     """Wait before grabbing a lease another process lost (anti-flap)."""
     auth_env: str | None = None
     """Environment variable holding `user:password` for a digest ACL, if any."""
+    address: str | None = None
+    """This process's name in the running and cluster nodes; default `host:pid`."""
+    release_cooldown_seconds: float | None = Field(default=None, ge=0)
+    """After a manual release, stay away this long so a standby takes over
+    (default 2 x switch delay + 1 s)."""
+
+    def auth(self) -> SecretStr | None:
+        """The digest credentials from the environment, or None without ACLs."""
+        return read_secret(self.auth_env) if self.auth_env else None
 
 
 class DatabaseLeaseConfig(_Model):
@@ -158,6 +168,32 @@ class DatabaseLeaseConfig(_Model):
     """How often the holder renews."""
     expiry_seconds: float = Field(default=5.0, gt=0)
     """A lease not renewed for this long may be taken by another process."""
+    table: str = Field(default="master_lock", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+    """The lease table (one row per destination)."""
+    registry_table: str = Field(default="cdc_nodes", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+    """The node registry table (one heartbeat row per process and destination)."""
+    registry_expiry_seconds: float | None = Field(default=None, gt=0)
+    """A registry row not refreshed for this long is marked expired (default 2 x expiry)."""
+    address: str | None = None
+    """This process's `instance_id` in the lease row; default `host:pid`."""
+    release_cooldown_seconds: float | None = Field(default=None, ge=0)
+    """After a manual release, stay away this long so a standby takes over
+    (default 2 x renew interval + 1 s)."""
+
+    @model_validator(mode="after")
+    def _renew_before_expiry(self) -> DatabaseLeaseConfig:
+        margin = min(1.0, self.expiry_seconds / 4)
+        if self.renew_interval_seconds >= self.expiry_seconds - margin:
+            raise ValueError(
+                f"renew_interval_seconds ({self.renew_interval_seconds:g}) must be shorter than "
+                f"expiry_seconds minus the safety margin ({self.expiry_seconds - margin:g}), "
+                "or the holder would lose its own lease between renewals"
+            )
+        return self
+
+    def password(self) -> SecretStr | None:
+        """The database password from the environment, or None."""
+        return read_secret(self.password_env) if self.password_env else None
 
 
 LeaseConfig = Annotated[ZooKeeperLeaseConfig | DatabaseLeaseConfig, Field(discriminator="backend")]
@@ -172,6 +208,18 @@ class SparkConfig(_Model):
     """`sc://host:15002`, for mode=connect."""
     master: str = "local[2]"
     """Master URL, for mode=classic."""
+    app_name: str = "cdc-platform"
+    """Spark application name (classic) / Spark Connect client type (connect, embedded)."""
+    conf: dict[str, str] = Field(default_factory=dict)
+    """Extra Spark settings for the session, e.g. `spark.sql.shuffle.partitions`."""
+    embedded_host: str = "127.0.0.1"
+    """Address the embedded Sail server listens on, for mode=embedded."""
+    embedded_port: int = Field(default=0, ge=0, le=65535)
+    """Port of the embedded Sail server; 0 picks a free one."""
+    delta_pip: bool = True
+    """mode=classic: add delta-spark's Maven package with `configure_spark_with_delta_pip`.
+    Set false when the Delta jars come another way (`spark.jars` in `conf`, a cluster image),
+    e.g. where Maven Central is unreachable."""
 
 
 class DagsterSettings(_Model):
@@ -185,11 +233,28 @@ class DagsterSettings(_Model):
     """A STARTED run whose lease heartbeat is older than this is marked failed."""
 
 
+class WatchConfig(_Model):
+    """Where the state watch (lease and config state for `status` and Dagster) is kept."""
+
+    url: str | None = None
+    """A database URL like the lease's; default: the lease database (database backend) or
+    `sqlite:///var/state.db` (ZooKeeper backend)."""
+    password_env: str | None = None
+    """Environment variable holding that database's password, if any."""
+    history: int = Field(default=1000, ge=1)
+    """Events kept for watchers that reconnect; older ones mean "re-list"."""
+    publish_interval_seconds: float = Field(default=1.0, gt=0)
+    """Each process writes its status at most this often."""
+
+
 class PlatformConfig(_Model):
     """Settings shared by every destination."""
 
     lake_root: str = "var/lake"
     """Root of the Delta tables; relative paths are relative to the conf directory's parent."""
     lease: LeaseConfig = DatabaseLeaseConfig(backend="database")
+    """The HA lease; the default is a SQLite file `var/lease.db` relative to the conf
+    directory's parent (like `lake_root`), which serves processes on one machine."""
+    watch: WatchConfig = WatchConfig()
     spark: SparkConfig = SparkConfig()
     dagster: DagsterSettings = DagsterSettings()

@@ -177,17 +177,11 @@ class MariaDBServer:
     def connect(
         self, database: str | None = None, **kwargs: Any
     ) -> pymysql.connections.Connection[Any]:
-        """A root connection over TCP (autocommit on)."""
+        """A root connection over TCP (autocommit on unless overridden)."""
+        options: dict[str, Any] = {"autocommit": True, "connect_timeout": 5, "charset": "utf8mb4"}
+        options.update(kwargs)
         return pymysql.connect(
-            host=self.host,
-            port=self.port,
-            user="root",
-            password="",
-            database=database,
-            autocommit=True,
-            connect_timeout=5,
-            charset="utf8mb4",
-            **kwargs,
+            host=self.host, port=self.port, user="root", password="", database=database, **options
         )
 
     def execute(self, *statements: str, database: str | None = None) -> None:

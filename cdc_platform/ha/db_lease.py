@@ -1,0 +1,317 @@
+"""The database lease: one ``master_lock`` row per destination (ServiceComb Alpha's table).
+
+Every ``renew_interval`` the holder runs, in one transaction and on the database's clock::
+
+    INSERT ... (if no row)                                   -> acquired, epoch = min_epoch
+    UPDATE ... SET holder = me, epoch = GREATEST(epoch + 1, min_epoch), expire = now + expiry
+     WHERE service_name = ? AND (expire_time <= now OR (run_id = me AND active = 1))
+
+and renews with ``UPDATE ... SET expire_time = now + expiry WHERE run_id = me AND epoch = mine
+AND active = 1``. Where it does better than the original:
+
+* the database clock decides expiry (``now`` is SQL, times are UTC epoch seconds), so node
+  clocks and session time zones do not matter;
+* "mine" is this process's run id and epoch, not a ``host:port`` that a restarted process
+  would share with its dead predecessor;
+* an ``epoch`` column gives every new holder a strictly larger fencing token;
+* the holder stops trusting the lease at ``t0 + expiry - margin`` on its own monotonic clock
+  (``t0`` taken before the renewal was sent), before anyone else can take it over;
+* ``active = 0`` (set by ``cdc-platform release``) asks the holder to let go: it releases at
+  its next renewal and stays away for a cool-down so a standby takes over;
+* release sets ``expire_time = now`` (the row and its epoch stay), so a standby takes over at
+  its next poll instead of after the expiry.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from cdc_platform.errors import ConfigError
+from cdc_platform.ha.lease import (
+    SYSTEM_CLOCK,
+    Clock,
+    HolderInfo,
+    Lease,
+    MemberInfo,
+    MemberSource,
+)
+from cdc_platform.ha.sql import Database, Tx
+
+__all__ = ["DEFAULT_TABLE", "DatabaseLease"]
+
+log = logging.getLogger("cdc_platform.ha")
+
+DEFAULT_TABLE = "master_lock"
+
+_COLUMNS = (
+    "service_name",
+    "instance_id",
+    "run_id",
+    "epoch",
+    "locked_time",
+    "expire_time",
+    "active",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    instance_id: str
+    run_id: str
+    epoch: int
+    locked_time: float
+    expire_time: float
+    active: bool
+
+
+class DatabaseLease(Lease):
+    """A destination's lease in a ``master_lock`` table; see the module docstring."""
+
+    backend = "database"
+    deadline_is_final = True
+
+    def __init__(
+        self,
+        db: Database,
+        destination: str,
+        *,
+        address: str | None = None,
+        run_id: str | None = None,
+        expiry: float = 5.0,
+        renew_interval: float = 1.0,
+        release_cooldown: float | None = None,
+        safety_margin: float | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        table: str = DEFAULT_TABLE,
+        registry: MemberSource | None = None,
+    ) -> None:
+        if renew_interval <= 0 or expiry <= 0:
+            raise ConfigError("lease expiry and renew interval must be positive")
+        margin = safety_margin if safety_margin is not None else min(1.0, expiry / 4)
+        if renew_interval >= expiry - margin:
+            raise ConfigError(
+                f"lease renew interval {renew_interval:g} s must be shorter than the expiry "
+                f"{expiry:g} s minus the safety margin {margin:g} s, or the holder would lose "
+                "its own lease between renewals"
+            )
+        if not table.replace("_", "").isalnum():
+            raise ConfigError(f"lease table name {table!r} must be letters, digits and '_'")
+        super().__init__(
+            destination,
+            address=address,
+            run_id=run_id,
+            clock=clock,
+            renew_interval=renew_interval,
+            poll_interval=renew_interval,
+        )
+        self.db = db
+        self.expiry = expiry
+        self.margin = margin
+        self.release_cooldown = (
+            release_cooldown if release_cooldown is not None else 2 * renew_interval + 1.0
+        )
+        self.table = table
+        self._not_before = 0.0
+        self.registry = registry
+
+    # -- schema --------------------------------------------------------------------------------
+
+    def _schema(self) -> None:
+        d = self.db.dialect
+        self.db.ensure_schema(
+            f"lease:{self.table}",
+            [
+                f"""CREATE TABLE IF NOT EXISTS {self.table} (
+                    service_name VARCHAR(128) NOT NULL PRIMARY KEY,
+                    instance_id VARCHAR(255) NOT NULL,
+                    run_id VARCHAR(64) NOT NULL,
+                    epoch {d.bigint} NOT NULL,
+                    locked_time {d.double} NOT NULL,
+                    expire_time {d.double} NOT NULL,
+                    active SMALLINT NOT NULL
+                )"""
+            ],
+        )
+
+    def _row(self, tx: Tx, *, lock: bool = False) -> _Row | None:
+        suffix = self.db.dialect.for_update if lock else ""
+        found = tx.one(
+            f"SELECT instance_id, run_id, epoch, locked_time, expire_time, active "
+            f"FROM {self.table} WHERE service_name = ?{suffix}",
+            (self.destination,),
+        )
+        if found is None:
+            return None
+        return _Row(
+            str(found[0]),
+            str(found[1]),
+            int(found[2]),
+            float(found[3]),
+            float(found[4]),
+            bool(found[5]),
+        )
+
+    # -- Lease ---------------------------------------------------------------------------------
+
+    def _grab_hint(self) -> float | None:
+        return self._not_before if self._not_before > self.clock.monotonic() else None
+
+    def try_acquire(self, *, min_epoch: int = 0) -> int | None:
+        """One insert-or-update-if-expired-or-mine; the new epoch, or None if held elsewhere."""
+        with self._lock:
+            if self._term is not None:
+                return self._term.epoch
+        if self.clock.monotonic() < self._not_before:
+            return None
+        self._schema()
+        floor = max(0, min_epoch)
+        t0 = self.clock.monotonic()
+        with self.db.transaction() as tx:
+            # Lock the row first: concurrent acquirers queue behind it instead of deadlocking.
+            existing = self._row(tx, lock=True)
+            now = tx.now()
+            expire = now + self.expiry
+            if existing is None:
+                inserted = tx.execute(
+                    self.db.dialect.insert_if_absent(self.table, _COLUMNS),
+                    (self.destination, self.address, self.run_id, floor, now, expire, 1),
+                )
+                if inserted != 1:
+                    return None  # another process created it a moment ago: it holds the lease
+                epoch = floor
+            else:
+                greatest = self.db.dialect.greatest
+                taken = tx.execute(
+                    f"UPDATE {self.table} SET instance_id = ?, run_id = ?, "
+                    f"epoch = {greatest}(epoch + 1, ?), locked_time = ?, expire_time = ?, "
+                    "active = 1 WHERE service_name = ? AND "
+                    "(expire_time <= ? OR (run_id = ? AND active = 1))",
+                    (
+                        self.address,
+                        self.run_id,
+                        floor,
+                        now,
+                        expire,
+                        self.destination,
+                        now,
+                        self.run_id,
+                    ),
+                )
+                row = self._row(tx)
+                if taken != 1 or row is None or row.run_id != self.run_id:
+                    return None
+                epoch = row.epoch
+        self._begin_term(epoch, t0 + self.expiry - self.margin)
+        return epoch
+
+    def renew(self) -> bool:
+        """Extend the row on the database clock; end the term if the row is no longer ours."""
+        with self._lock:
+            term = self._term
+            if term is None:
+                return False
+            epoch = term.epoch
+        self._schema()
+        t0 = self.clock.monotonic()
+        released_by_operator = False
+        with self.db.transaction() as tx:
+            now = tx.now()
+            renewed = tx.execute(
+                f"UPDATE {self.table} SET locked_time = ?, expire_time = ? "
+                "WHERE service_name = ? AND run_id = ? AND epoch = ? AND active = 1",
+                (now, now + self.expiry, self.destination, self.run_id, epoch),
+            )
+            row = None if renewed == 1 else self._row(tx)
+            if row is not None and row.run_id == self.run_id and row.epoch == epoch:
+                # Ours, but an operator asked us to let go (active = 0): release right here.
+                tx.execute(
+                    f"UPDATE {self.table} SET expire_time = ?, active = 1 "
+                    "WHERE service_name = ? AND run_id = ? AND epoch = ?",
+                    (now, self.destination, self.run_id, epoch),
+                )
+                released_by_operator = True
+        if renewed == 1:
+            self._extend(epoch, t0 + self.expiry - self.margin)
+            return True
+        if released_by_operator:
+            self._not_before = self.clock.monotonic() + self.release_cooldown
+            self._lose("released by an operator (manual switch-over)", epoch)
+        elif row is None:
+            self._lose("the lease row disappeared", epoch)
+        else:
+            self._lose(f"taken over by {row.instance_id} at epoch {row.epoch}", epoch)
+        return False
+
+    def release(self) -> None:
+        """Expire our row now (keeping its epoch), so a standby takes over at its next poll."""
+        with self._lock:
+            term = self._term
+            if term is None:
+                return
+            epoch = term.epoch
+            self._end_term()
+        self._schema()
+        with self.db.transaction() as tx:
+            now = tx.now()
+            tx.execute(
+                f"UPDATE {self.table} SET expire_time = ?, active = 1 "
+                "WHERE service_name = ? AND run_id = ? AND epoch = ?",
+                (now, self.destination, self.run_id, epoch),
+            )
+        log.info("%s: lease released by %s (epoch %d)", self.destination, self.address, epoch)
+
+    def holder(self) -> HolderInfo | None:
+        """The live holder (row not expired on the database clock), or None."""
+        self._schema()
+        with self.db.transaction() as tx:
+            now = tx.now()
+            row = self._row(tx)
+        if row is None or row.expire_time <= now:
+            return None
+        return self._info(row)
+
+    def _info(self, row: _Row) -> HolderInfo:
+        return HolderInfo(
+            destination=self.destination,
+            address=row.instance_id,
+            run_id=row.run_id,
+            epoch=row.epoch,
+            active=row.active,
+            since=row.locked_time,
+            expires_at=row.expire_time,
+            backend=self.backend,
+        )
+
+    def last_epoch(self) -> int | None:
+        """The newest epoch handed out for this destination (held or not), or None."""
+        self._schema()
+        with self.db.transaction() as tx:
+            row = self._row(tx)
+        return row.epoch if row is not None else None
+
+    def request_release(self) -> HolderInfo | None:
+        """Set ``active = 0`` on a live row: its holder releases at its next renewal."""
+        self._schema()
+        with self.db.transaction() as tx:
+            now = tx.now()
+            tx.execute(
+                f"UPDATE {self.table} SET active = 0 WHERE service_name = ? AND expire_time > ?",
+                (self.destination, now),
+            )
+            row = self._row(tx)
+        if row is None or row.expire_time <= now:
+            return None
+        return self._info(row)
+
+    def members(self) -> list[MemberInfo]:
+        """Members from the node registry, when one is attached; else just the holder."""
+        if self.registry is not None:
+            return self.registry.members(self.destination)
+        holder = self.holder()
+        if holder is None:
+            return []
+        return [MemberInfo(holder.address, holder.run_id, holder.since, holder.since)]
+
+    def _close_backend(self) -> None:
+        self.db.close()

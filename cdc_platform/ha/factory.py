@@ -1,0 +1,104 @@
+"""Build the lease, the node registry and the state store that `conf/platform.yaml` names.
+
+Relative SQLite paths (the default lease is ``sqlite:///var/lease.db``) are relative to the conf
+directory's parent, like ``lake_root``: ``conf/`` and ``var/`` sit side by side, and every
+process started with the same ``--conf`` shares the same file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import SecretStr
+
+from cdc_platform.config.models import DatabaseLeaseConfig, PlatformConfig, ZooKeeperLeaseConfig
+from cdc_platform.errors import WatchError
+from cdc_platform.ha.db_lease import DatabaseLease
+from cdc_platform.ha.lease import SYSTEM_CLOCK, Clock, Lease
+from cdc_platform.ha.registry import NodeRegistry
+from cdc_platform.ha.sql import Database
+from cdc_platform.ha.zookeeper import ZooKeeperLease
+from cdc_platform.watch.sql import SqlStateStore
+from cdc_platform.watch.store import StateStore
+
+__all__ = ["base_dir", "open_lease", "open_registry", "open_state_store"]
+
+DEFAULT_ZK_STATE_URL = "sqlite:///var/state.db"
+
+
+def base_dir(conf_dir: Path) -> Path:
+    """Where relative paths of platform.yaml start: the conf directory's parent."""
+    return conf_dir.resolve().parent
+
+
+def open_registry(platform: PlatformConfig, conf_dir: Path) -> NodeRegistry | None:
+    """The node registry on the lease database; None for ZooKeeper (its member nodes serve)."""
+    lease = platform.lease
+    if not isinstance(lease, DatabaseLeaseConfig):
+        return None
+    db = Database(lease.url, password=lease.password(), base_dir=base_dir(conf_dir))
+    return NodeRegistry(
+        db,
+        table=lease.registry_table,
+        expiry=lease.registry_expiry_seconds or 2 * lease.expiry_seconds,
+    )
+
+
+def open_lease(
+    platform: PlatformConfig,
+    conf_dir: Path,
+    destination: str,
+    *,
+    address: str | None = None,
+    registry: NodeRegistry | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+) -> Lease:
+    """The lease of ``destination`` as configured (not yet acquired, nothing connected)."""
+    lease = platform.lease
+    if isinstance(lease, ZooKeeperLeaseConfig):
+        return ZooKeeperLease(
+            lease.hosts,
+            destination,
+            root=lease.root,
+            address=address or lease.address,
+            session_timeout=lease.session_timeout_seconds,
+            switch_delay=lease.switch_delay_seconds,
+            release_cooldown=lease.release_cooldown_seconds,
+            auth=lease.auth(),
+            clock=clock,
+        )
+    db = Database(lease.url, password=lease.password(), base_dir=base_dir(conf_dir))
+    return DatabaseLease(
+        db,
+        destination,
+        address=address or lease.address,
+        expiry=lease.expiry_seconds,
+        renew_interval=lease.renew_interval_seconds,
+        release_cooldown=lease.release_cooldown_seconds,
+        table=lease.table,
+        registry=registry,
+        clock=clock,
+    )
+
+
+def open_state_store(platform: PlatformConfig, conf_dir: Path) -> StateStore:
+    """The state watch store: ``watch.url``, else the lease database, else a local SQLite."""
+    watch = platform.watch
+    lease = platform.lease
+    url: str
+    password: SecretStr | None
+    if watch.url is not None:
+        url = watch.url
+        password = _secret(watch.password_env)
+    elif isinstance(lease, DatabaseLeaseConfig):
+        url, password = lease.url, lease.password()
+    else:
+        url, password = DEFAULT_ZK_STATE_URL, None
+    db = Database(url, password=password, base_dir=base_dir(conf_dir), error=WatchError)
+    return SqlStateStore(db, history=watch.history)
+
+
+def _secret(env: str | None) -> SecretStr | None:
+    from cdc_platform.config.models import read_secret  # noqa: PLC0415
+
+    return read_secret(env) if env else None

@@ -1,0 +1,604 @@
+"""ZooKeeper lease: Canal's ServerRunningMonitor, with an epoch and a local validity bound.
+
+Layout under ``root`` (default ``/cdc``), per destination::
+
+    destinations/<name>/running          ephemeral: {address, run_id, active, epoch, since}
+    destinations/<name>/epoch            persistent: the last epoch handed out
+    destinations/<name>/cluster/<address> ephemeral member node (persistent parent)
+
+Acquisition is one multi-op transaction: bump ``epoch`` (version-checked) and create
+``running``; so two processes can never get the same epoch, and a failed create leaves the
+counter alone. Canal's rules on the data watch of ``running`` (:class:`SwitchRules`):
+
+* deleted, and the last holder was this process (e.g. its session expired and came back): grab
+  again at once; deleted otherwise: grab after ``switch_delay`` (anti-flap);
+* changed to ``active: false`` for this process (``cdc-platform release``): delete it, stop,
+  and stay away for ``release_cooldown`` so a standby takes over (Canal lets the releasing
+  node race again after the delay, so a switch-over may land on the same node).
+
+Connection states (FACTS.md): SUSPENDED stops writes at once (:meth:`Lease.is_held` is False)
+but is not a loss, because the session may well survive a server outage; LOST (session
+expired) is. After a reconnect the holder re-confirms its node before writing again, and a
+holder that was paused (SIGSTOP) distrusts the lease after ``session_timeout - margin`` of its
+own monotonic clock until it re-confirmed it. Reconnects use a bounded back-off (0.1 s
+doubling to 1 s, forever) and kazoo re-registers the data watch, which re-reads the node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import KazooState
+from kazoo.recipe.watchers import DataWatch
+from kazoo.security import make_digest_acl
+from pydantic import SecretStr
+
+from cdc_platform.errors import ConfigError, LeaseBackendError
+from cdc_platform.ha.lease import SYSTEM_CLOCK, Clock, HolderInfo, Lease, MemberInfo
+
+__all__ = ["RunningData", "SwitchRules", "ZooKeeperLease"]
+
+log = logging.getLogger("cdc_platform.ha")
+
+CONNECTION_RETRY: dict[str, float] = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0}
+"""Reconnect in ~1 s after a server comes back (FACTS.md), and never give up."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunningData:
+    """Content of the running node (Canal's ServerRunningData plus run id and epoch)."""
+
+    address: str
+    run_id: str
+    active: bool
+    epoch: int
+    since: float | None = None
+
+    def to_bytes(self) -> bytes:
+        """JSON, as stored in the node."""
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def parse(cls, raw: bytes | None) -> RunningData | None:
+        """The node's content, or None when it is not ours to understand."""
+        if not raw:
+            return None
+        try:
+            data = json.loads(raw)
+            return cls(
+                address=str(data["address"]),
+                run_id=str(data["run_id"]),
+                active=bool(data.get("active", True)),
+                epoch=int(data["epoch"]),
+                since=data.get("since"),
+            )
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+_UNKNOWN = RunningData(address="?", run_id="?", active=True, epoch=-1)
+
+
+class SwitchRules:
+    """When this process may try to grab the running node (Canal's rules, as pure logic).
+
+    Fed with every observation of the node (present with data, or absent); answers the
+    monotonic time from which a grab may be tried, or None while someone holds it.
+    """
+
+    def __init__(
+        self, run_id: str, *, switch_delay: float, release_cooldown: float, clock: Clock
+    ) -> None:
+        self.run_id = run_id
+        self.switch_delay = switch_delay
+        self.release_cooldown = release_cooldown
+        self.clock = clock
+        self.holder: RunningData | None = None
+        """The last holder seen."""
+        self.present: bool | None = None
+        """None until the first observation."""
+        self.grab_at: float | None = None
+        self.released_at: float | None = None
+
+    def observe(self, data: RunningData | None) -> None:
+        """The node was seen with ``data`` (present) or absent (None)."""
+        now = self.clock.monotonic()
+        if data is not None:
+            if self.released_at is not None and data.run_id != self.run_id:
+                self.released_at = None  # a standby took over: the cool-down did its job
+            self.holder = data
+            self.present = True
+            self.grab_at = None
+            return
+        if self.present is False:
+            return  # still absent: keep the time already decided
+        first = self.present is None
+        self.present = False
+        if self.released_at is not None:
+            self.grab_at = self.released_at + self.release_cooldown
+        elif first or (self.holder is not None and self.holder.run_id == self.run_id):
+            self.grab_at = now  # nobody there at start, or our own node went: at once
+        else:
+            self.grab_at = now + self.switch_delay
+
+    def released_by_operator(self) -> None:
+        """This process is giving the node up on an operator's request."""
+        self.released_at = self.clock.monotonic()
+
+    def may_grab(self) -> bool:
+        """True when the node is known absent and any delay has passed."""
+        return self.grab_at is not None and self.clock.monotonic() >= self.grab_at
+
+
+class ZooKeeperLease(Lease):
+    """A destination's lease as an ephemeral ZooKeeper node; see the module docstring."""
+
+    backend = "zookeeper"
+    deadline_is_final = False
+
+    def __init__(
+        self,
+        hosts: str,
+        destination: str,
+        *,
+        root: str = "/cdc",
+        address: str | None = None,
+        run_id: str | None = None,
+        session_timeout: float = 10.0,
+        switch_delay: float = 5.0,
+        release_cooldown: float | None = None,
+        auth: SecretStr | None = None,
+        connect_timeout: float | None = None,
+        safety_margin: float | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        client_factory: Callable[..., Any] = KazooClient,
+    ) -> None:
+        super().__init__(
+            destination,
+            address=address,
+            run_id=run_id,
+            clock=clock,
+            renew_interval=min(1.0, session_timeout / 3),
+            poll_interval=1.0,
+        )
+        if "/" in self.address:
+            raise ConfigError(f"lease address {self.address!r} must not contain '/'")
+        self.hosts = hosts
+        self.root = root.rstrip("/") or ""
+        base = f"{self.root}/destinations/{destination}"
+        self.running_path = f"{base}/running"
+        self.epoch_path = f"{base}/epoch"
+        self.cluster_path = f"{base}/cluster"
+        self.member_path = f"{self.cluster_path}/{self.address}"
+        self.session_timeout = session_timeout
+        self.switch_delay = switch_delay
+        self.margin = safety_margin if safety_margin is not None else min(1.0, session_timeout / 4)
+        self.release_cooldown = (
+            release_cooldown if release_cooldown is not None else 2 * switch_delay + 1.0
+        )
+        self.connect_timeout = connect_timeout if connect_timeout is not None else session_timeout
+        self._op_timeout = max(2.0, session_timeout)
+        self._auth = auth
+        self._client_factory = client_factory
+        self._client: Any = None
+        self._connect_lock = threading.Lock()
+        self._watch: Any = None
+        self._suspended = False
+        self._participating = False
+        self._member = False
+        self._member_warned = False
+        self._release_requested = False
+        self._rules = SwitchRules(
+            self.run_id,
+            switch_delay=switch_delay,
+            release_cooldown=self.release_cooldown,
+            clock=clock,
+        )
+
+    # -- connection ------------------------------------------------------------------------------
+
+    def _acl_options(self) -> dict[str, Any]:
+        if self._auth is None:
+            return {}
+        credentials = self._auth.get_secret_value()
+        user, sep, password = credentials.partition(":")
+        if not sep or not user:
+            raise ConfigError("ZooKeeper digest auth must be 'user:password'")
+        return {
+            "auth_data": [("digest", credentials)],
+            "default_acl": [make_digest_acl(user, password, all=True)],
+        }
+
+    def _connect(self) -> Any:
+        # Not under self._lock: kazoo calls our state listener from its own thread during
+        # start(), and that listener takes self._lock.
+        with self._connect_lock:
+            if self._client is not None:
+                return self._client
+            client = self._client_factory(
+                hosts=self.hosts,
+                timeout=self.session_timeout,
+                connection_retry=dict(CONNECTION_RETRY),
+                command_retry={"max_tries": 2, "delay": 0.1, "backoff": 2, "max_delay": 1.0},
+                **self._acl_options(),
+            )
+            client.add_listener(self._on_state)
+            try:
+                client.start(timeout=self.connect_timeout)
+            except (KazooTimeoutError, KazooException, OSError) as exc:
+                _stop_client(client)
+                raise LeaseBackendError(
+                    f"{self.destination}: cannot connect to ZooKeeper at {self.hosts}: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+            try:
+                self._ensure_paths(client)
+            except LeaseBackendError:
+                _stop_client(client)
+                raise
+            self._client = client
+        # Outside the connect lock: the first callback runs in this thread and takes _lock.
+        self._watch = DataWatch(client, self.running_path, self._on_running)
+        return client
+
+    def _op(self, what: str, start: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run one async kazoo call with a timeout; library errors become LeaseBackendError.
+
+        NoNode/NodeExists/BadVersion pass through: they are answers, not failures.
+        """
+        try:
+            return start(*args, **kwargs).get(timeout=self._op_timeout)
+        except (NoNodeError, NodeExistsError, BadVersionError):
+            raise
+        except (KazooTimeoutError, KazooException, OSError) as exc:
+            raise LeaseBackendError(
+                f"{self.destination}: ZooKeeper {what} failed: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def _ensure_paths(self, client: Any) -> None:
+        try:
+            client.ensure_path(self.cluster_path)
+            with contextlib.suppress(NodeExistsError):
+                client.create(self.epoch_path, b"-1")
+        except (KazooTimeoutError, KazooException, OSError) as exc:
+            raise LeaseBackendError(
+                f"{self.destination}: creating {self.cluster_path} failed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+
+    def _session_id(self) -> int | None:
+        client = self._client
+        if client is None or client.client_id is None:
+            return None
+        return int(client.client_id[0])
+
+    # -- kazoo callbacks (kazoo threads: no blocking calls here) ---------------------------------
+
+    def _on_state(self, state: str) -> None:
+        if state == KazooState.SUSPENDED:
+            with self._lock:
+                self._suspended = True
+                held = self._term is not None
+            if held:
+                log.warning(
+                    "%s: ZooKeeper connection suspended: writes stop until it is confirmed again",
+                    self.destination,
+                )
+            self._notify()
+        elif state == KazooState.CONNECTED:
+            with self._lock:
+                self._suspended = False
+            log.info("%s: ZooKeeper connected", self.destination)
+            self._notify()
+        else:  # LOST: the session expired; its ephemeral nodes are gone
+            with self._lock:
+                self._suspended = False
+                self._member = False
+            self._lose("the ZooKeeper session expired")
+            self._notify()
+
+    def _on_running(self, data: bytes | None, stat: Any, event: Any = None) -> None:
+        parsed = None if stat is None else (RunningData.parse(data) or _UNKNOWN)
+        reason: str | None = None
+        with self._lock:
+            self._rules.observe(parsed)
+            term = self._term
+            if term is not None:
+                if parsed is None:
+                    reason = "the running node was deleted"
+                elif parsed.run_id != self.run_id or parsed.epoch != term.epoch:
+                    reason = f"taken over by {parsed.address} at epoch {parsed.epoch}"
+                elif not parsed.active:
+                    self._release_requested = True
+            epoch = term.epoch if term is not None else None
+        if reason is not None:
+            self._lose(reason, epoch)
+        self._notify()
+
+    # -- Lease -----------------------------------------------------------------------------------
+
+    def _is_suspended(self) -> bool:
+        """Read under the lock: kazoo's thread changes it at any time."""
+        with self._lock:
+            return self._suspended
+
+    def _usable(self) -> bool:
+        client = self._client
+        return not self._suspended and client is not None and client.state == KazooState.CONNECTED
+
+    def _grab_hint(self) -> float | None:
+        with self._lock:
+            return self._rules.grab_at
+
+    def try_acquire(self, *, min_epoch: int = 0) -> int | None:  # noqa: PLR0911
+        """Create the running node if it is absent and the switch rules allow it."""
+        with self._lock:
+            if self._term is not None:
+                return self._term.epoch
+        client = self._connect()
+        self._participating = True
+        if self._is_suspended():
+            return None
+        if not self._member:
+            self._join(client)
+        for _ in range(5):
+            if self._is_suspended():
+                return None
+            try:
+                raw, _stat = self._op("read", client.get_async, self.running_path)
+                with self._lock:
+                    self._rules.observe(RunningData.parse(raw) or _UNKNOWN)
+                return None
+            except NoNodeError:
+                with self._lock:
+                    self._rules.observe(None)
+                    allowed = self._rules.may_grab()
+            if not allowed:
+                return None
+            try:
+                raw_epoch, epoch_stat = self._op("read", client.get_async, self.epoch_path)
+            except NoNodeError:
+                self._ensure_paths(client)
+                continue
+            try:
+                last = int(raw_epoch or b"-1")
+            except ValueError:
+                last = -1
+            epoch = max(last + 1, min_epoch, 0)
+            payload = RunningData(self.address, self.run_id, True, epoch, self.clock.time())
+            t0 = self.clock.monotonic()
+            tx = client.transaction()
+            tx.set_data(self.epoch_path, str(epoch).encode(), version=epoch_stat.version)
+            tx.create(self.running_path, payload.to_bytes(), ephemeral=True)
+            results = self._op("transaction", tx.commit_async)
+            if not any(isinstance(r, Exception) for r in results):
+                self._begin_term(epoch, t0 + self.session_timeout - self.margin)
+                with self._lock:
+                    self._rules.observe(payload)
+                return epoch
+            if isinstance(results[1], NodeExistsError):
+                return None  # lost the race; the data watch reports the winner
+            if isinstance(results[0], BadVersionError):
+                continue  # someone else bumped the epoch: read it again
+            raise LeaseBackendError(f"{self.destination}: acquisition failed: {results}")
+        return None
+
+    def renew(self) -> bool:  # noqa: PLR0911
+        """Re-confirm the running node is ours (no write; ZooKeeper keeps it with the session)."""
+        with self._lock:
+            term = self._term
+            if term is None:
+                return False
+            epoch = term.epoch
+            self._release_requested = False
+        client = self._client
+        if client is None or not self._usable():
+            return False
+        t0 = self.clock.monotonic()
+        try:
+            raw, stat = self._op("read", client.get_async, self.running_path)
+        except NoNodeError:
+            self._lose("the running node is gone (session expired or node deleted)", epoch)
+            return False
+        except LeaseBackendError:
+            return False
+        data = RunningData.parse(raw)
+        if data is None or data.run_id != self.run_id or data.epoch != epoch:
+            holder = f"{data.address} at epoch {data.epoch}" if data else "an unknown holder"
+            self._lose(f"taken over by {holder}", epoch)
+            return False
+        if stat.ephemeralOwner != self._session_id():
+            self._lose("the running node belongs to an older session", epoch)
+            return False
+        if not data.active:
+            self._release_for_operator(client, epoch, stat.version)
+            return False
+        return self._extend(epoch, t0 + self.session_timeout - self.margin)
+
+    def _release_for_operator(self, client: Any, epoch: int, version: int) -> None:
+        with self._lock:
+            self._rules.released_by_operator()  # before the delete: its watch event may race
+        with contextlib.suppress(NoNodeError, BadVersionError):  # gone or changed: stop anyway
+            self._op("delete", client.delete_async, self.running_path, version=version)
+        self._lose("released by an operator (manual switch-over)", epoch)
+
+    def release(self) -> None:
+        """Delete our running node (if it is still ours)."""
+        with self._lock:
+            term = self._term
+            if term is None:
+                return
+            epoch = term.epoch
+            self._end_term()
+        client = self._client
+        if client is None:
+            return
+        try:
+            raw, stat = self._op("read", client.get_async, self.running_path)
+            data = RunningData.parse(raw)
+            if data is not None and data.run_id == self.run_id and data.epoch == epoch:
+                self._op("delete", client.delete_async, self.running_path, version=stat.version)
+        except (NoNodeError, BadVersionError):
+            pass
+        log.info("%s: lease released by %s (epoch %d)", self.destination, self.address, epoch)
+
+    def _join(self, client: Any) -> None:
+        """Create this process's ephemeral member node under the persistent cluster node."""
+        member = json.dumps({"run_id": self.run_id, "since": self.clock.time()}).encode()
+        try:
+            self._op("create", client.create_async, self.member_path, member, ephemeral=True)
+            self._member = True
+        except NodeExistsError:
+            try:
+                _raw, stat = self._op("read", client.get_async, self.member_path)
+            except NoNodeError:
+                return  # went away meanwhile: the next tick creates it
+            if stat.ephemeralOwner == self._session_id():
+                self._member = True
+            elif not self._member_warned:
+                self._member_warned = True
+                log.warning(
+                    "%s: member node %s belongs to another session (an earlier process with "
+                    "the same address, until its session expires)",
+                    self.destination,
+                    self.member_path,
+                )
+        except NoNodeError:
+            self._ensure_paths(client)
+
+    def _tick_extra(self) -> None:
+        client = self._client
+        if client is None or not self._usable():
+            return
+        if self._release_requested:
+            self.renew()  # sees active=false and releases
+        if self._participating and not self._member:
+            self._join(client)
+
+    def holder(self) -> HolderInfo | None:
+        """The running node's content, or None when absent."""
+        client = self._connect()
+        try:
+            raw, stat = self._op("read", client.get_async, self.running_path)
+        except NoNodeError:
+            return None
+        data = RunningData.parse(raw) or _UNKNOWN
+        return HolderInfo(
+            destination=self.destination,
+            address=data.address,
+            run_id=data.run_id,
+            epoch=data.epoch,
+            active=data.active,
+            since=data.since if data.since is not None else stat.ctime / 1000.0,
+            expires_at=None,
+            backend=self.backend,
+        )
+
+    def last_epoch(self) -> int | None:
+        """The newest epoch handed out (held or not), or None before the first."""
+        client = self._connect()
+        try:
+            raw, _stat = self._op("read", client.get_async, self.epoch_path)
+        except NoNodeError:
+            return None
+        try:
+            value = int(raw or b"-1")
+        except ValueError:
+            return None
+        return value if value >= 0 else None
+
+    def request_release(self) -> HolderInfo | None:
+        """Set ``active: false`` in the running node; its holder deletes it and steps aside."""
+        client = self._connect()
+        for _ in range(5):
+            try:
+                raw, stat = self._op("read", client.get_async, self.running_path)
+            except NoNodeError:
+                return None
+            data = RunningData.parse(raw)
+            if data is None:
+                return None
+            released = RunningData(data.address, data.run_id, False, data.epoch, data.since)
+            try:
+                self._op(
+                    "write",
+                    client.set_async,
+                    self.running_path,
+                    released.to_bytes(),
+                    version=stat.version,
+                )
+            except BadVersionError:
+                continue
+            except NoNodeError:
+                return None
+            return HolderInfo(
+                destination=self.destination,
+                address=data.address,
+                run_id=data.run_id,
+                epoch=data.epoch,
+                active=False,
+                since=data.since,
+                backend=self.backend,
+            )
+        return None
+
+    def members(self) -> list[MemberInfo]:
+        """The member nodes under ``cluster``."""
+        client = self._connect()
+        try:
+            names = self._op("list", client.get_children_async, self.cluster_path)
+        except NoNodeError:
+            return []
+        found: list[MemberInfo] = []
+        for name in sorted(names):
+            try:
+                raw, stat = self._op("read", client.get_async, f"{self.cluster_path}/{name}")
+            except NoNodeError:
+                continue
+            try:
+                data = json.loads(raw or b"{}")
+            except ValueError:
+                data = {}
+            found.append(
+                MemberInfo(
+                    address=name,
+                    run_id=str(data.get("run_id", "?")),
+                    since=data.get("since", stat.ctime / 1000.0),
+                    last_seen=None,
+                )
+            )
+        return found
+
+    def _close_backend(self) -> None:
+        with self._lock:
+            client, self._client = self._client, None
+            self._participating = False
+        if client is None:
+            return
+        if self._member:
+            with contextlib.suppress(KazooException, KazooTimeoutError, OSError):
+                client.delete(self.member_path)  # the session's end removes it anyway
+            self._member = False
+        _stop_client(client)
+
+
+def _stop_client(client: Any) -> None:
+    try:
+        client.stop()
+        client.close()
+    except (KazooException, KazooTimeoutError, OSError) as exc:
+        log.debug("stopping the ZooKeeper client failed: %s", exc)

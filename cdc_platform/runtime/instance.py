@@ -1,0 +1,410 @@
+"""One destination's pipeline: binlog source thread -> event store -> Delta change log.
+
+The ordering that makes it exactly-once: a batch is acked in the store only after its Delta
+commit landed, and the commit itself carries the batch number (fencing) and the resume
+position, so a restart continues from exactly what the change log holds. Nothing is acked on
+the source side: after a crash, the source is re-read from the committed position.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from pydantic import SecretStr
+
+from cdc_platform.config.models import InstanceConfig
+from cdc_platform.errors import CdcError, CommitRefusedError, SinkError, SourceError
+from cdc_platform.events import EventKind, ResumePosition
+from cdc_platform.sink import Checkpoint, DeltaChangeLog, FencedCommitError, MaintenancePolicy
+from cdc_platform.source import BinlogSource
+from cdc_platform.store import Batch, EventStore, StoreClosedError
+
+__all__ = ["CommitReport", "DestinationRuntime", "RunSummary", "RuntimeMetrics"]
+
+log = logging.getLogger("cdc_platform.runtime")
+
+
+@dataclass(frozen=True, slots=True)
+class CommitReport:
+    """One committed batch, as reported to observers (CLI log, Dagster materializations)."""
+
+    destination: str
+    batch_seq: int
+    version: int
+    rows: int
+    events: int
+    resume: ResumePosition
+    epoch: int
+    lag_seconds: float
+    """Commit time minus the binlog timestamp of the batch's last transaction."""
+    commit_seconds: float
+    partial: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeMetrics:
+    """A snapshot of the pipeline's progress, readable from any thread."""
+
+    destination: str
+    state: str = "starting"
+    events_total: int = 0
+    rows_total: int = 0
+    batches_total: int = 0
+    events_per_second: float = 0.0
+    rows_per_second: float = 0.0
+    buffer_items: int = 0
+    buffer_bytes: int = 0
+    buffer_capacity_items: int = 0
+    buffer_capacity_bytes: int | None = None
+    last_batch_seq: int = 0
+    last_position: str | None = None
+    last_commit_at: float | None = None
+    lag_seconds: float | None = None
+    source_reconnects: int = 0
+    commit_failures: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """Why and where a run ended."""
+
+    destination: str
+    reason: str
+    batches: int
+    rows: int
+    last_batch_seq: int
+    resume: ResumePosition | None
+    error: CdcError | None = None
+
+
+@dataclass
+class _Rates:
+    """Events/s and rows/s over the last metrics interval."""
+
+    at: float = field(default_factory=time.monotonic)
+    events: int = 0
+    rows: int = 0
+
+
+class DestinationRuntime:
+    """Runs one destination until stopped, idle (optional) or failed.
+
+    ``epoch`` is the fencing token of the lease this process holds; the sink refuses to commit
+    once a newer epoch has committed. Without a lease backend the checkpoint's own epoch is
+    used, which still refuses a second writer of the same batch.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        config: InstanceConfig,
+        table_uri: str,
+        *,
+        epoch: int | None = None,
+        password: SecretStr | None = None,
+        on_commit: Callable[[CommitReport], None] | None = None,
+        maintenance: MaintenancePolicy | None = None,
+        storage_options: dict[str, str] | None = None,
+        metrics_interval_seconds: float = 10.0,
+        commit_retry_initial_seconds: float = 0.5,
+        commit_retry_max_seconds: float = 30.0,
+        commit_gate: Callable[[], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.config = config
+        self.table_uri = table_uri
+        self._epoch = epoch
+        self._password = password
+        self._on_commit = on_commit
+        self._metrics_interval = metrics_interval_seconds
+        self._retry_initial = commit_retry_initial_seconds
+        self._retry_max = commit_retry_max_seconds
+        self._commit_gate = commit_gate
+        """Called right before every Delta commit; raises (e.g. LeaseLostError) to forbid it."""
+        self._stop = threading.Event()
+        self._stop_reason = "stop requested"
+        self._source_error: CdcError | None = None
+        self._lock = threading.Lock()
+        self._metrics = RuntimeMetrics(destination=name)
+        self.sink = DeltaChangeLog(
+            table_uri,
+            name,
+            storage_options=storage_options,
+            maintenance=maintenance or MaintenancePolicy(),
+        )
+        store_config = config.store
+        self.store = EventStore(
+            store_config.buffer_size,
+            store_config.memunit,
+            store_config.batch_mode,
+            store_config.ddl_isolation,
+        )
+        self.source: BinlogSource | None = None
+
+    # -- control ---------------------------------------------------------------------------
+
+    def request_stop(self, reason: str = "stop requested") -> None:
+        """Ask the run to end after the in-flight commit (thread- and signal-safe)."""
+        if not self._stop.is_set():
+            self._stop_reason = reason
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        """True once a stop was requested or the pipeline failed."""
+        return self._stop.is_set()
+
+    def metrics(self) -> RuntimeMetrics:
+        """The latest metrics snapshot, with live buffer figures."""
+        stats = self.store.stats()
+        source = self.source
+        with self._lock:
+            return replace(
+                self._metrics,
+                buffer_items=stats.items,
+                buffer_bytes=stats.bytes,
+                buffer_capacity_items=stats.capacity_items,
+                buffer_capacity_bytes=stats.capacity_bytes,
+                source_reconnects=source.reconnects if source is not None else 0,
+            )
+
+    def _update(self, **changes: object) -> None:
+        with self._lock:
+            self._metrics = replace(self._metrics, **changes)  # type: ignore[arg-type]
+
+    # -- run -------------------------------------------------------------------------------
+
+    def run(self, *, exit_when_idle_seconds: float | None = None) -> RunSummary:
+        """Recover, stream and commit until stopped; returns why it ended.
+
+        Terminal errors (bad source settings, purged binlog, fencing) end the run with the
+        error in the summary and every committed batch intact; transient sink errors are
+        retried with backoff.
+        """
+        checkpoint = self.sink.recover()
+        epoch = self._epoch if self._epoch is not None else (checkpoint.epoch if checkpoint else 0)
+        batch_seq = checkpoint.batch_seq if checkpoint else 0
+        resume = checkpoint.resume if checkpoint else None
+        self.source = BinlogSource(self.config.source, resume=resume, password=self._password)
+        try:
+            self.source.check()
+            if resume is None:
+                # Pin the start position durably before reading: otherwise a crash before the
+                # first commit would restart at a later "current" position and lose changes.
+                resume = self.source.current_position()
+                batch_seq += 1
+                self._gate()
+                self.sink.commit((), batch_seq=batch_seq, resume=resume, epoch=epoch)
+                log.info(
+                    "%s: no checkpoint, starting at the current position %s", self.name, resume
+                )
+                self.source = BinlogSource(
+                    self.config.source, resume=resume, password=self._password
+                )
+            else:
+                log.info(
+                    "%s: resuming after batch %d at %s (epoch %d)",
+                    self.name,
+                    batch_seq,
+                    resume,
+                    epoch,
+                )
+        except CdcError as exc:
+            log.error("%s: %s", self.name, exc)
+            self.sink.close()
+            return RunSummary(self.name, "failed", 0, 0, batch_seq, resume, exc)
+
+        self._update(state="running", last_batch_seq=batch_seq, last_position=str(resume))
+        reader = threading.Thread(target=self._read, name=f"cdc-source-{self.name}", daemon=True)
+        reader.start()
+        error: CdcError | None = None
+        try:
+            batch_seq, resume, error = self._commit_loop(
+                batch_seq, resume, epoch, exit_when_idle_seconds
+            )
+        finally:
+            self._stop.set()
+            self.source.stop()
+            self.store.close()
+            reader.join(timeout=30)
+            self.sink.close()
+        error = error or self._source_error
+        reason = "failed" if error is not None else self._stop_reason
+        metrics = self.metrics()
+        self._update(state="stopped" if error is None else "failed")
+        log.info("%s: stopped (%s) after batch %d at %s", self.name, reason, batch_seq, resume)
+        return RunSummary(
+            self.name,
+            reason,
+            metrics.batches_total,
+            metrics.rows_total,
+            batch_seq,
+            resume,
+            error,
+        )
+
+    def _read(self) -> None:
+        """Source thread: binlog events into the store, until stopped or failed."""
+        assert self.source is not None
+        try:
+            for event in self.source.events():
+                self.store.put((event,))
+                if self._stop.is_set():
+                    break
+        except StoreClosedError:
+            pass
+        except SourceError as exc:
+            log.error("%s: source failed: %s", self.name, exc)
+            self._source_error = exc
+            self.request_stop("source failed")
+        except CdcError as exc:
+            self._source_error = exc
+            self.request_stop("source failed")
+
+    def _commit_loop(
+        self,
+        batch_seq: int,
+        resume: ResumePosition | None,
+        epoch: int,
+        exit_when_idle: float | None,
+    ) -> tuple[int, ResumePosition | None, CdcError | None]:
+        store_config = self.config.store
+        last_activity = time.monotonic()
+        next_metrics = time.monotonic() + self._metrics_interval
+        rates = _Rates()
+        while not self._stop.is_set():
+            try:
+                batch = self.store.get(
+                    store_config.batch_size, timeout=store_config.batch_timeout_seconds
+                )
+            except StoreClosedError:
+                break
+            now = time.monotonic()
+            if now >= next_metrics:
+                self._log_metrics(rates)
+                rates = _Rates()
+                next_metrics = now + self._metrics_interval
+            if not batch.events:
+                if exit_when_idle is not None and now - last_activity >= exit_when_idle:
+                    self.request_stop(f"idle for {exit_when_idle:g} s")
+                continue
+            last_activity = now
+            try:
+                report = self._commit(batch, batch_seq + 1, epoch)
+            except CdcError as exc:
+                return batch_seq, resume, exc
+            if report is None:  # stop requested while retrying: the batch is abandoned
+                self.store.rollback()
+                break
+            batch_seq, resume = report.batch_seq, report.resume
+            ack_point = batch.ack_point
+            assert ack_point is not None
+            self.store.ack(ack_point)
+            rates.events += report.events
+            rates.rows += report.rows
+            with self._lock:
+                metrics = self._metrics
+                self._metrics = replace(
+                    metrics,
+                    events_total=metrics.events_total + report.events,
+                    rows_total=metrics.rows_total + report.rows,
+                    batches_total=metrics.batches_total + 1,
+                    last_batch_seq=batch_seq,
+                    last_position=str(resume),
+                    last_commit_at=time.time(),
+                    lag_seconds=report.lag_seconds,
+                )
+            if self._on_commit is not None:
+                self._on_commit(report)
+        return batch_seq, resume, None
+
+    def _commit(self, batch: Batch, batch_seq: int, epoch: int) -> CommitReport | None:
+        """Commit one batch, retrying transient failures; None if stopped while retrying."""
+        resume = batch.resume_position()
+        assert resume is not None
+        delay = self._retry_initial
+        while True:
+            try:
+                self._gate()
+                result = self.sink.commit(
+                    batch.events, batch_seq=batch_seq, resume=resume, epoch=epoch
+                )
+                version, rows, seconds = result.version, result.rows, result.seconds
+                break
+            except FencedCommitError as exc:
+                landed = self._landed(batch_seq, epoch, resume)
+                if landed is None:
+                    log.error("%s: %s", self.name, exc)
+                    raise
+                # An earlier attempt that reported failure had in fact landed.
+                version, rows, seconds = landed.version, -1, 0.0
+                break
+            except CommitRefusedError:
+                raise
+            except SinkError as exc:
+                self._update(commit_failures=self._metrics.commit_failures + 1)
+                log.warning(
+                    "%s: commit of batch %d failed (%s); retrying in %.1f s",
+                    self.name,
+                    batch_seq,
+                    exc,
+                    delay,
+                )
+                if self._stop.wait(delay):
+                    return None
+                delay = min(delay * 2, self._retry_max)
+        last = batch.last
+        assert last is not None
+        if rows < 0:
+            rows = sum(1 for event in batch.events if event.kind is not EventKind.COMMIT)
+        return CommitReport(
+            destination=self.name,
+            batch_seq=batch_seq,
+            version=version,
+            rows=rows,
+            events=len(batch.events),
+            resume=resume,
+            epoch=epoch,
+            lag_seconds=max(0.0, time.time() - last.txn.timestamp),
+            commit_seconds=seconds,
+            partial=batch.partial,
+        )
+
+    def _gate(self) -> None:
+        if self._commit_gate is not None:
+            self._commit_gate()
+
+    def _landed(self, batch_seq: int, epoch: int, resume: ResumePosition) -> Checkpoint | None:
+        """The checkpoint if this very batch is already in the change log, else None."""
+        checkpoint = self.sink.recover()
+        if (
+            checkpoint is not None
+            and checkpoint.batch_seq == batch_seq
+            and checkpoint.epoch == epoch
+            and checkpoint.resume == resume
+        ):
+            return checkpoint
+        return None
+
+    def _log_metrics(self, rates: _Rates) -> None:
+        elapsed = max(1e-9, time.monotonic() - rates.at)
+        self._update(events_per_second=rates.events / elapsed, rows_per_second=rates.rows / elapsed)
+        m = self.metrics()
+        lag = "-" if m.lag_seconds is None else f"{m.lag_seconds:.1f}"
+        log.info(
+            "%s: batch=%d events/s=%.0f rows/s=%.0f buffer=%d items/%d bytes lag_s=%s "
+            "position=%s reconnects=%d",
+            self.name,
+            m.last_batch_seq,
+            m.events_per_second,
+            m.rows_per_second,
+            m.buffer_items,
+            m.buffer_bytes,
+            lag,
+            m.last_position,
+            m.source_reconnects,
+        )

@@ -1,0 +1,444 @@
+"""Run a destination only while its HA lease is held: hot standby, commit gate, epoch claim.
+
+:class:`LeaseSupervisor` wraps :class:`~cdc_platform.runtime.instance.DestinationRuntime`:
+
+1. **Standby**: wait in :meth:`Lease.acquire` (no source connection, no table writes).
+2. **Claim**: on acquiring epoch E, write an empty commit with epoch E to the change log before
+   streaming. From then on the sink refuses every commit of an older epoch, so a holder that
+   was paused (SIGSTOP, a GC pause, a frozen VM) and wakes up after the take-over writes
+   nothing, even if it has not noticed yet that its lease is gone (DESIGN.md: fencing).
+3. **Gate**: the runtime calls the gate right before every Delta commit; it passes only while
+   :meth:`Lease.is_held` is True. While the lease is unconfirmed (ZooKeeper SUSPENDED) it holds
+   the commit; when the term is lost it raises LeaseLostError and the run ends.
+4. **Loss**: ``on_lost`` stops the runtime after its in-flight commit; the supervisor goes back
+   to standby. A stop request, an idle exit or a terminal error releases the lease and returns.
+
+It also heartbeats the node registry (database backend), runs its bounded cleanup while
+holding the lease, and publishes lease, config and progress state to the state watch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from pydantic import SecretStr
+
+from cdc_platform.config.models import InstanceConfig
+from cdc_platform.errors import CdcError, LeaseError, LeaseLostError
+from cdc_platform.ha.lease import Lease
+from cdc_platform.ha.registry import NodeRegistry
+from cdc_platform.runtime.instance import CommitReport, DestinationRuntime, RunSummary
+from cdc_platform.sink import DeltaChangeLog, FencedCommitError, MaintenancePolicy
+from cdc_platform.watch.watcher import StatePublisher
+
+__all__ = ["LeaseSupervisor", "state_keys"]
+
+log = logging.getLogger("cdc_platform.runtime")
+
+RuntimeFactory = Callable[..., DestinationRuntime]
+
+_CLAIM_ATTEMPTS = 5
+_SAME_TERM_RESTARTS = 3
+
+
+def state_keys(destination: str) -> dict[str, str]:
+    """The state-watch keys a destination's processes publish."""
+    return {
+        "lease": f"lease/{destination}",
+        "status": f"status/{destination}",
+        "config": f"config/{destination}",
+    }
+
+
+class LeaseSupervisor:
+    """One destination under an HA lease; see the module docstring."""
+
+    def __init__(
+        self,
+        name: str,
+        config: InstanceConfig,
+        table_uri: str,
+        lease: Lease,
+        *,
+        password: SecretStr | None = None,
+        publisher: StatePublisher | None = None,
+        registry: NodeRegistry | None = None,
+        config_hash: str | None = None,
+        on_commit: Callable[[CommitReport], None] | None = None,
+        maintenance: MaintenancePolicy | None = None,
+        storage_options: dict[str, str] | None = None,
+        metrics_interval_seconds: float = 10.0,
+        heartbeat_interval: float | None = None,
+        registry_maintenance_every: int = 10,
+        runtime_factory: RuntimeFactory = DestinationRuntime,
+    ) -> None:
+        self.name = name
+        self.config = config
+        self.table_uri = table_uri
+        self.lease = lease
+        self._password = password
+        self._publisher = publisher
+        self._registry = registry
+        self._config_hash = config_hash
+        self._on_commit = on_commit
+        self._maintenance = maintenance
+        self._storage_options = storage_options
+        self._metrics_interval = metrics_interval_seconds
+        self._heartbeat_interval = heartbeat_interval or lease.renew_interval
+        self._registry_every = max(1, registry_maintenance_every)
+        self._factory = runtime_factory
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._stop_reason = "stop requested"
+        self._term_lost = threading.Event()
+        self._runtime: DestinationRuntime | None = None
+        self._gate_waiting = False
+        self._epoch: int | None = None
+        self.terms = 0
+        """Terms this supervisor held the lease for (one per acquisition)."""
+        self.role = "standby"
+
+    # -- control ---------------------------------------------------------------------------------
+
+    def request_stop(self, reason: str = "stop requested") -> None:
+        """End the run: leave standby, or stop the runtime after its in-flight commit."""
+        with self._lock:
+            if not self._stop.is_set():
+                self._stop_reason = reason
+            self._stop.set()
+            runtime = self._runtime
+        if runtime is not None:
+            runtime.request_stop(reason)
+
+    @property
+    def runtime(self) -> DestinationRuntime | None:
+        """The runtime of the current term, if streaming."""
+        return self._runtime
+
+    def _on_lost(self, error: LeaseLostError) -> None:
+        """Lease callback (a lease thread): stop writing now."""
+        self._term_lost.set()
+        with self._lock:
+            runtime = self._runtime
+        if runtime is not None:
+            runtime.request_stop(f"lease lost: {error.reason}")
+
+    # -- the gate and the claim ------------------------------------------------------------------
+
+    def _gate(self) -> None:
+        """Right before each commit: pass while the lease is held, hold while unconfirmed."""
+        lease = self.lease
+        if True:  # MUTATION
+            return
+        epoch = self._epoch
+        if self._term_lost.is_set() or lease.epoch is None:
+            raise LeaseLostError(self.name, epoch, "the lease is no longer held")
+        if not self._gate_waiting:
+            self._gate_waiting = True
+            log.warning(
+                "%s: lease not confirmed (epoch %s): holding commits until it is", self.name, epoch
+            )
+        while True:
+            if self._term_lost.is_set():
+                raise LeaseLostError(self.name, epoch, "lost while a commit was waiting")
+            if self._stop.is_set():
+                raise LeaseLostError(self.name, epoch, "stopping while the lease was unconfirmed")
+            if lease.wait_held(0.25):
+                self._gate_waiting = False
+                log.info("%s: lease confirmed again (epoch %s): committing", self.name, epoch)
+                return
+
+    def _claim(self, epoch: int) -> None:
+        """Commit an empty batch with ``epoch``, fencing off every older writer from now on."""
+        sink = DeltaChangeLog(
+            self.table_uri,
+            self.name,
+            storage_options=self._storage_options,
+            maintenance=self._maintenance or MaintenancePolicy(),
+        )
+        try:
+            for _ in range(_CLAIM_ATTEMPTS):
+                checkpoint = sink.recover()
+                if checkpoint is None:
+                    return  # the runtime's first commit pins the start and carries the epoch
+                if checkpoint.epoch > epoch:
+                    raise LeaseLostError(
+                        self.name,
+                        epoch,
+                        f"the change log already holds a commit of epoch {checkpoint.epoch}",
+                    )
+                if checkpoint.epoch == epoch:
+                    return
+                self._gate()
+                try:
+                    sink.commit(
+                        (),
+                        batch_seq=checkpoint.batch_seq + 1,
+                        resume=checkpoint.resume,
+                        epoch=epoch,
+                    )
+                except FencedCommitError as exc:
+                    if exc.table_epoch is not None and exc.table_epoch > epoch:
+                        raise LeaseLostError(self.name, epoch, str(exc)) from exc
+                    continue  # the previous holder's last batch landed meanwhile: re-read
+                log.info(
+                    "%s: epoch %d claimed the change log at batch %d (previous epoch %d)",
+                    self.name,
+                    epoch,
+                    checkpoint.batch_seq + 1,
+                    checkpoint.epoch,
+                )
+                return
+            raise LeaseLostError(self.name, epoch, "could not claim the change log")
+        finally:
+            sink.close()
+
+    def _epoch_floor(self) -> int:
+        """Lowest epoch the change log accepts from a new holder (table epoch + 1, or 0)."""
+        sink = DeltaChangeLog(self.table_uri, self.name, storage_options=self._storage_options)
+        try:
+            checkpoint = sink.recover()
+        except CdcError as exc:
+            log.warning("%s: cannot read the checkpoint yet (%s)", self.name, exc)
+            return 0
+        finally:
+            sink.close()
+        return checkpoint.epoch + 1 if checkpoint is not None else 0
+
+    # -- state -----------------------------------------------------------------------------------
+
+    def _publish(
+        self, kind: str, value: dict[str, Any], *, fence: int | None, urgent: bool
+    ) -> None:
+        if self._publisher is not None:
+            self._publisher.publish(state_keys(self.name)[kind], value, fence=fence, urgent=urgent)
+
+    def _committed(self, report: CommitReport) -> None:
+        self._publish(
+            "status",
+            {
+                "address": self.lease.address,
+                "epoch": report.epoch,
+                "batch_seq": report.batch_seq,
+                "position": str(report.resume),
+                "lag_seconds": round(report.lag_seconds, 3),
+                "committed_at": time.time(),
+                "rows": report.rows,
+            },
+            fence=report.epoch,
+            urgent=False,
+        )
+        if self._on_commit is not None:
+            self._on_commit(report)
+
+    def _heartbeat_loop(self, stop: threading.Event) -> None:
+        registry = self._registry
+        beats = 0
+        while registry is not None and not stop.is_set():
+            try:
+                registry.heartbeat(
+                    self.name,
+                    self.lease.address,
+                    self.lease.run_id,
+                    role=self.role,
+                    epoch=self.lease.epoch,
+                )
+                beats += 1
+                if self.role == "active" and beats % self._registry_every == 0:
+                    registry.maintain()
+            except CdcError as exc:
+                log.warning("%s: node registry heartbeat failed: %s", self.name, exc)
+            stop.wait(self._heartbeat_interval)
+
+    # -- run -------------------------------------------------------------------------------------
+
+    def run(self, *, exit_when_idle_seconds: float | None = None) -> RunSummary:
+        """Stand by, hold, stream; back to standby on loss; return on stop, idle or failure."""
+        self.lease.on_lost(self._on_lost)
+        self.lease.start()
+        beat_stop = threading.Event()
+        beat = threading.Thread(
+            target=self._heartbeat_loop, args=(beat_stop,), name=f"cdc-heartbeat-{self.name}"
+        )
+        beat.daemon = True
+        beat.start()
+        summaries: list[RunSummary] = []
+        final: RunSummary | None = None
+        try:
+            while not self._stop.is_set():
+                self.role = "standby"
+                self._term_lost.clear()
+                floor = self._epoch_floor()
+                self._log_standby()
+                epoch = self.lease.acquire(min_epoch=floor, stop=self._stop)
+                if epoch is None:
+                    break
+                self.terms += 1
+                self._epoch = epoch
+                self.role = "active"
+                self._publish_acquired(epoch)
+                summary = self._run_term(epoch, exit_when_idle_seconds)
+                summaries.append(summary)
+                if self._term_lost.is_set() or _fenced(summary.error, epoch):
+                    why = (
+                        summary.error.reason
+                        if isinstance(summary.error, LeaseLostError)
+                        else (summary.error or summary.reason)
+                    )
+                    log.warning(
+                        "%s: lease lost (epoch %d): %s; back to standby", self.name, epoch, why
+                    )
+                    self._release()
+                    continue
+                final = summary
+                self._release(publish=True, epoch=epoch)
+                break
+        finally:
+            beat_stop.set()
+            self.role = "stopped"
+            self._release()
+            self.lease.close()
+            if self._registry is not None:
+                try:
+                    self._registry.leave(self.name, self.lease.address, self.lease.run_id)
+                except CdcError as exc:
+                    log.warning("%s: leaving the node registry failed: %s", self.name, exc)
+        return self._summary(summaries, final)
+
+    def _log_standby(self) -> None:
+        try:
+            holder = self.lease.holder()
+        except LeaseError as exc:
+            log.info("%s: standby, waiting for the lease (store: %s)", self.name, exc)
+            return
+        if holder is None:
+            log.info("%s: standby, the lease is free", self.name)
+        else:
+            log.info(
+                "%s: standby, waiting for the lease held by %s (epoch %d)",
+                self.name,
+                holder.address,
+                holder.epoch,
+            )
+
+    def _publish_acquired(self, epoch: int) -> None:
+        lease = self.lease
+        self._publish(
+            "lease",
+            {
+                "state": "held",
+                "destination": self.name,
+                "address": lease.address,
+                "run_id": lease.run_id,
+                "epoch": epoch,
+                "backend": lease.backend,
+                "since": time.time(),
+            },
+            fence=epoch,
+            urgent=True,
+        )
+        if self._config_hash is not None:
+            self._publish(
+                "config",
+                {"content_hash": self._config_hash, "address": lease.address, "epoch": epoch},
+                fence=epoch,
+                urgent=True,
+            )
+
+    def _release(self, *, publish: bool = False, epoch: int | None = None) -> None:
+        try:
+            self.lease.release()
+        except LeaseError as exc:
+            log.warning("%s: releasing the lease failed: %s", self.name, exc)
+        if publish and epoch is not None:
+            self._publish(
+                "lease",
+                {
+                    "state": "released",
+                    "destination": self.name,
+                    "address": self.lease.address,
+                    "epoch": epoch,
+                    "since": time.time(),
+                },
+                fence=epoch,
+                urgent=True,
+            )
+
+    def _run_term(self, epoch: int, exit_when_idle: float | None) -> RunSummary:
+        summary = RunSummary(self.name, "not started", 0, 0, 0, None)
+        for _ in range(_SAME_TERM_RESTARTS):
+            try:
+                self._claim(epoch)
+            except CdcError as exc:
+                return RunSummary(self.name, "failed", 0, 0, 0, None, exc)
+            runtime = self._factory(
+                self.name,
+                self.config,
+                self.table_uri,
+                epoch=epoch,
+                password=self._password,
+                on_commit=self._committed,
+                maintenance=self._maintenance,
+                storage_options=self._storage_options,
+                metrics_interval_seconds=self._metrics_interval,
+                commit_gate=self._gate,
+            )
+            with self._lock:
+                self._runtime = runtime
+                if self._stop.is_set():
+                    runtime.request_stop(self._stop_reason)
+            if self._term_lost.is_set():
+                runtime.request_stop("lease lost")
+            try:
+                summary = runtime.run(exit_when_idle_seconds=exit_when_idle)
+            finally:
+                with self._lock:
+                    self._runtime = None
+            error = summary.error
+            if (
+                isinstance(error, FencedCommitError)
+                and not _fenced(error, epoch)
+                and not self._term_lost.is_set()
+                and not self._stop.is_set()
+            ):
+                # An earlier holder's last batch landed after our recovery: recover again.
+                log.warning("%s: %s; recovering again in the same term", self.name, error)
+                continue
+            if isinstance(error, LeaseLostError) and self._stop.is_set():
+                summary = replace(summary, reason=self._stop_reason, error=None)
+            return summary
+        return summary
+
+    def _summary(self, summaries: list[RunSummary], final: RunSummary | None) -> RunSummary:
+        """Totals over all terms; the error only of a term that ended the run (a lost term
+        sent us back to standby, which is not a failure)."""
+        batches = sum(s.batches for s in summaries)
+        rows = sum(s.rows for s in summaries)
+        if final is not None:
+            reason = self._stop_reason if self._stop.is_set() and final.error is None else None
+            return replace(final, batches=batches, rows=rows, reason=reason or final.reason)
+        last = summaries[-1] if summaries else None
+        return RunSummary(
+            self.name,
+            self._stop_reason,
+            batches,
+            rows,
+            last.last_batch_seq if last is not None else 0,
+            last.resume if last is not None else None,
+        )
+
+
+def _fenced(error: CdcError | None, epoch: int) -> bool:
+    """True when the error means another holder owns the destination now."""
+    if isinstance(error, LeaseLostError):
+        return True
+    return (
+        isinstance(error, FencedCommitError)
+        and error.table_epoch is not None
+        and error.table_epoch > epoch
+    )

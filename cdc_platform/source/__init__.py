@@ -1,0 +1,6 @@
+"""The binlog source: MySQL/MariaDB row changes, DDL and commits as ChangeEvents."""
+
+from cdc_platform.source.binlog import BinlogSource, SourceInfo
+from cdc_platform.source.filters import TableFilter
+
+__all__ = ["BinlogSource", "SourceInfo", "TableFilter"]

@@ -1,0 +1,27 @@
+"""Downstream Spark work on the change log: sessions, current-state mirrors, daily history.
+
+Plain PySpark DataFrame API and Spark SQL that Apache Spark with Delta runs as well as the
+embedded Sail engine; nothing here imports Dagster (``dagster_defs`` calls these functions).
+"""
+
+from cdc_platform.spark.mirror import (
+    MirrorResult,
+    MirrorState,
+    apply_changes,
+    mirror_root,
+    mirror_tables,
+    mirror_uri,
+    read_state,
+)
+from cdc_platform.spark.session import SparkSessionFactory
+
+__all__ = [
+    "MirrorResult",
+    "MirrorState",
+    "SparkSessionFactory",
+    "apply_changes",
+    "mirror_root",
+    "mirror_tables",
+    "mirror_uri",
+    "read_state",
+]

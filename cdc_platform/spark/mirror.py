@@ -1,0 +1,617 @@
+"""Current-state mirrors of source tables, maintained from the change log by primary key.
+
+``apply_changes`` brings ``<mirror_root>/<db>.<table>`` up to the change log's newest row of
+that table. The mirror holds the source table's columns, typed (:mod:`.types`), and nothing
+else, so it compares column for column with the source.
+
+How far a mirror got is remembered in a small Delta table beside it,
+``<mirror_root>/_cdc_state/<db>.<table>`` (one row per apply: last applied seq, the schema the
+mirror has, change-log and mirror versions, counts), written *after* the mirror's commit. An
+apply is either
+
+* a **merge**: the changes with ``last seq < seq <= newest`` reduced to the newest change per
+  key (:mod:`.plan`), then one ``MERGE INTO`` (delete / update / insert), when the schema is
+  unchanged; or
+* a **rebuild**: the whole table recomputed from the change log (from its last TRUNCATE /
+  DROP TABLE) and written with ``overwriteSchema``, when the mirror is new, the schema changed
+  (DDL added, dropped, renamed or retyped a column, or changed the key), or the table was
+  truncated. Correctness first: DDL is rare, and a rebuild needs no column-by-column evolution.
+
+Both are idempotent: they set every touched key to its state as of the newest seq, so applying
+the same range again, or a range that starts earlier (after a crash between the mirror's
+commit and the state's), gives the same table. The state is only an optimisation of where to
+start; a lost state means one rebuild. Change-log ``VERSION AS OF`` is not used for this:
+the sink keeps only a minute of log history (``MaintenancePolicy.log_retention``), while a
+seq bound is valid forever (seqs are strictly increasing and never rewritten).
+
+Only Spark SQL and DataFrame API that Apache Spark with Delta runs as well: ``read.format
+("delta")``, ``MERGE INTO delta.`path```, overwrite with ``overwriteSchema``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from cdc_platform.errors import CdcError, MirrorError, UnsupportedColumnTypeError
+from cdc_platform.spark.plan import (
+    DELETED,
+    FIRST_KIND,
+    SEQ,
+    Timeline,
+    apply_plan,
+    change_rows,
+    key_condition,
+    key_events,
+    latest_per_key,
+    read_change_log,
+    timeline,
+)
+from cdc_platform.spark.types import ColumnSpec, TableSchema, parse_columns, spark_type
+
+__all__ = [
+    "STAGING_DIR",
+    "STATE_DIR",
+    "MirrorResult",
+    "MirrorState",
+    "apply_changes",
+    "delta_version",
+    "mirror_root",
+    "mirror_tables",
+    "mirror_uri",
+    "read_state",
+    "schema_signature",
+    "state_history",
+    "state_uri",
+    "table_exists",
+]
+
+logger = logging.getLogger("cdc_platform.spark.mirror")
+
+STATE_DIR = "_cdc_state"
+"""Directory under the mirror root with one state table per mirror."""
+
+STAGING_DIR = "_cdc_staging"
+"""Directory under the mirror root for the newest-change-per-key tables merges read from."""
+
+STALE_STAGING_SECONDS = 3600
+"""Staging tables left by interrupted applies are removed after this long (local paths)."""
+
+STATE_FORMAT_VERSION = 1
+STATE_HISTORY = 1000
+"""State rows kept per mirror (the newest); older applies are forgotten."""
+
+Step = Literal["computed", "mirror_committed", "state_committed"]
+Hook = Callable[[str], None]
+"""Called with a step name as an apply passes it; tests raise from it to simulate a crash."""
+
+_STATE_SCHEMA = T.StructType(
+    [
+        T.StructField("format_version", T.IntegerType(), False),
+        T.StructField("apply_id", T.LongType(), False),
+        T.StructField("db", T.StringType(), False),
+        T.StructField("table", T.StringType(), False),
+        T.StructField("last_seq", T.LongType(), False),
+        T.StructField("schema", T.StringType(), True),
+        T.StructField("mode", T.StringType(), False),
+        T.StructField("change_log_version", T.LongType(), True),
+        T.StructField("mirror_version", T.LongType(), True),
+        T.StructField("rows_inserted", T.LongType(), False),
+        T.StructField("rows_updated", T.LongType(), False),
+        T.StructField("rows_deleted", T.LongType(), False),
+        T.StructField("mirror_rows", T.LongType(), False),
+        T.StructField("applied_at", T.TimestampType(), False),
+    ]
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorState:
+    """One apply as remembered in the state table."""
+
+    apply_id: int
+    last_seq: int
+    schema: TableSchema | None
+    mode: str
+    change_log_version: int | None
+    mirror_version: int | None
+    mirror_rows: int
+    applied_at: datetime
+    rows_inserted: int = 0
+    rows_updated: int = 0
+    rows_deleted: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorResult:
+    """What one apply (or as-of build) did.
+
+    Counts are the net effect per key of the applied changes: a key first seen as an insert
+    and still present counts as inserted, an existing key still present as updated, an
+    existing key gone as deleted; a key inserted and deleted within the range counts as none.
+    A rebuild counts every row it wrote as inserted.
+    """
+
+    db: str
+    table: str
+    mirror_uri: str
+    mode: Literal["noop", "merge", "rebuild", "as_of"]
+    previous_seq: int
+    last_seq: int
+    """Newest change-log seq of the table the mirror reflects."""
+    changes: int
+    """Change-log rows (c/u/d/r) read for this apply."""
+    rows_inserted: int
+    rows_updated: int
+    rows_deleted: int
+    mirror_rows: int
+    change_log_version: int | None
+    mirror_version: int | None
+    seconds: float
+    columns: tuple[str, ...] = ()
+
+
+def mirror_root(lake_root: str | os.PathLike[str], destination: str) -> str:
+    """``<lake_root>/<destination>/mirror``."""
+    return str(Path(lake_root) / destination / "mirror")
+
+
+def mirror_uri(root: str, db: str, table: str) -> str:
+    """``<mirror_root>/<db>.<table>``."""
+    return f"{root.rstrip('/')}/{db}.{table}"
+
+
+def state_uri(root: str, db: str, table: str) -> str:
+    """``<mirror_root>/_cdc_state/<db>.<table>``."""
+    return f"{root.rstrip('/')}/{STATE_DIR}/{db}.{table}"
+
+
+def _local_path(uri: str) -> Path | None:
+    if uri.startswith("file://"):
+        return Path(uri[len("file://") :])
+    if "://" in uri:
+        return None
+    return Path(uri)
+
+
+def table_exists(spark: SparkSession, uri: str) -> bool:
+    """Whether a Delta table is at ``uri`` (a file-system check for local paths)."""
+    local = _local_path(uri)
+    if local is not None:
+        log = local / "_delta_log"
+        return log.is_dir() and any(p.suffix == ".json" for p in log.iterdir())
+    try:
+        spark.read.format("delta").load(uri).schema  # noqa: B018 (forces the lookup)
+    except Exception as exc:  # engines differ; judge by the message
+        text = str(exc).lower()
+        markers = ("not found", "no commit files", "not a delta table", "path does not exist")
+        if any(m in text for m in markers):
+            return False
+        raise
+    return True
+
+
+def delta_version(uri: str) -> int | None:
+    """The table's current version read with delta-rs, or None when that is not possible
+    (Sail cannot run ``DESCRIBE HISTORY``; delta-rs reads local and object-store tables)."""
+    try:
+        from deltalake import DeltaTable
+
+        return int(DeltaTable(uri).version())
+    except Exception as exc:  # any storage / table problem: the version is informational
+        logger.debug("no Delta version for %s: %s", uri, exc)
+        return None
+
+
+def _delta_ref(uri: str) -> str:
+    return "delta.`" + uri.replace("`", "``") + "`"
+
+
+def mirror_tables(spark: SparkSession, change_log_uri: str) -> list[tuple[str, str]]:
+    """(db, table) of every table with row changes or DDL in the change log, sorted."""
+    _require_change_log(spark, change_log_uri)
+    rows = (
+        read_change_log(spark, change_log_uri)
+        .where(F.col("db").isNotNull() & F.col("table").isNotNull())
+        .select("db", "table")
+        .distinct()
+        .collect()
+    )
+    return sorted((str(r["db"]), str(r["table"])) for r in rows)
+
+
+def _require_change_log(spark: SparkSession, change_log_uri: str) -> None:
+    if not table_exists(spark, change_log_uri):
+        raise MirrorError(f"no change log at {change_log_uri}: has the destination committed?")
+
+
+def state_history(spark: SparkSession, root: str, db: str, table: str) -> list[MirrorState]:
+    """Every remembered apply of the mirror, oldest first (empty when none)."""
+    uri = state_uri(root, db, table)
+    if not table_exists(spark, uri):
+        return []
+    rows = spark.read.format("delta").load(uri).collect()
+    states = [
+        MirrorState(
+            apply_id=int(r["apply_id"]),
+            last_seq=int(r["last_seq"]),
+            schema=parse_columns(r["schema"]) if r["schema"] else None,
+            mode=str(r["mode"]),
+            change_log_version=r["change_log_version"],
+            mirror_version=r["mirror_version"],
+            mirror_rows=int(r["mirror_rows"]),
+            applied_at=r["applied_at"],
+            rows_inserted=int(r["rows_inserted"]),
+            rows_updated=int(r["rows_updated"]),
+            rows_deleted=int(r["rows_deleted"]),
+        )
+        for r in rows
+        if r["format_version"] == STATE_FORMAT_VERSION
+    ]
+    return sorted(states, key=lambda s: s.apply_id)
+
+
+def read_state(spark: SparkSession, root: str, db: str, table: str) -> MirrorState | None:
+    """The newest remembered apply of the mirror, or None."""
+    history = state_history(spark, root, db, table)
+    return history[-1] if history else None
+
+
+def schema_signature(schema: TableSchema | None) -> list[tuple[str, str, bool]] | None:
+    """What the mirror's layout depends on: names, Spark types and key, in order."""
+    if schema is None:
+        return None
+    keys = set(schema.key)
+
+    def type_key(spec: ColumnSpec) -> str:
+        try:
+            return str(spark_type(spec).simpleString())
+        except UnsupportedColumnTypeError:  # raised with the table's name when it is used
+            return "unsupported:" + spec.type
+
+    return [(c.name, type_key(c), c.name in keys) for c in schema.columns]
+
+
+def _needs_rebuild(
+    line: Timeline, state: MirrorState | None, mirror_exists: bool
+) -> str | None:
+    """Why the increment cannot be merged, or None when it can."""
+    if state is None or state.schema is None:
+        return "no state"
+    if not mirror_exists:
+        return "mirror missing"
+    if line.reset_seq is not None:
+        return "table truncated or dropped"
+    if line.renamed:
+        return "column renamed"
+    wanted = schema_signature(line.target)
+    if wanted != schema_signature(state.schema):
+        return "schema changed"
+    if any(schema_signature(v.schema) != wanted for v in line.versions):
+        return "schema changed within the changes"
+    return None
+
+
+class _Apply:
+    """One apply_changes call: its inputs, steps and error translation."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        change_log_uri: str,
+        root: str,
+        db: str,
+        table: str,
+        hook: Hook | None,
+    ) -> None:
+        self.spark = spark
+        self.change_log_uri = change_log_uri
+        self.root = root
+        self.db = db
+        self.table = table
+        self.uri = mirror_uri(root, db, table)
+        self.hook = hook or (lambda _step: None)
+        self.started = time.perf_counter()
+
+    def run(self) -> MirrorResult:
+        _require_change_log(self.spark, self.change_log_uri)
+        changes = read_change_log(self.spark, self.change_log_uri)
+        change_log_version = delta_version(self.change_log_uri)
+        history = state_history(self.spark, self.root, self.db, self.table)
+        state = history[-1] if history else None
+        exists = table_exists(self.spark, self.uri)
+        last = state.last_seq if state is not None and exists else 0
+        base = state.schema if state is not None else None
+        line = timeline(changes, self.db, self.table, lo=last, base=base)
+        if line.empty:
+            return self._noop(state, last, change_log_version)
+        reason = _needs_rebuild(line, state, exists)
+        if reason is not None:
+            if last > 0:  # rebuilds need the whole history's versions and resets
+                line = timeline(changes, self.db, self.table, lo=0, hi=line.hi)
+            logger.info("%s.%s: rebuilding the mirror (%s)", self.db, self.table, reason)
+            return self._rebuild(changes, line, history, change_log_version, previous=last)
+        return self._merge(changes, line, history, change_log_version)
+
+    # -- the two ways ------------------------------------------------------------------------
+
+    def _final(self, changes: DataFrame, line: Timeline) -> DataFrame:
+        assert line.target is not None
+        lo = max(line.lo, line.reset_seq or 0)
+        rows = change_rows(changes, self.db, self.table, lo, line.hi)
+        return latest_per_key(key_events(rows, line), line.target)
+
+    def _merge(
+        self,
+        changes: DataFrame,
+        line: Timeline,
+        history: list[MirrorState],
+        change_log_version: int | None,
+    ) -> MirrorResult:
+        target = line.target
+        assert target is not None
+        # The newest change per key is written to a staging table first: the counts and the
+        # MERGE then read it instead of parsing the JSON twice (Sail ignores cache()), and
+        # MERGE from a table is ~5x faster on Sail than from the inline plan (measured).
+        staging = f"{self.root.rstrip('/')}/{STAGING_DIR}/{self.db}.{self.table}/{uuid.uuid4().hex}"
+        self._final(changes, line).write.format("delta").mode("overwrite").save(staging)
+        final = self.spark.read.format("delta").load(staging)
+        view = f"cdc_mirror_{uuid.uuid4().hex}"
+        final.createOrReplaceTempView(view)
+        try:
+            inserted, updated, deleted = _counts(final)
+            self.hook("computed")
+            self.spark.sql(_merge_sql(self.uri, view, target)).collect()
+        finally:
+            self.spark.catalog.dropTempView(view)
+        _remove_staging(staging)
+        return self._finish(
+            line, history, change_log_version, "merge", inserted, updated, deleted, line.lo
+        )
+
+    def _rebuild(
+        self,
+        changes: DataFrame,
+        line: Timeline,
+        history: list[MirrorState],
+        change_log_version: int | None,
+        *,
+        previous: int,
+    ) -> MirrorResult:
+        target = line.target
+        if target is None:
+            raise MirrorError(
+                f"{self.db}.{self.table}: the change log has rows but no `columns` for them, "
+                "so the mirror's column types are unknown (change log written before "
+                "cdc-platform recorded them?)",
+                db=self.db,
+                table=self.table,
+            )
+        if line.row_changes == 0 and line.reset_seq is None:
+            data = self.spark.createDataFrame([], _mirror_struct(target, self.db, self.table))
+        else:
+            data = apply_plan(None, self._final(changes, line), target)
+        self.hook("computed")
+        (
+            data.write.format("delta")
+            .mode("overwrite")
+            .option("overwriteSchema", "true")
+            .save(self.uri)
+        )
+        rows = self.spark.read.format("delta").load(self.uri).count()
+        return self._finish(
+            line, history, change_log_version, "rebuild", rows, 0, 0, previous, mirror_rows=rows
+        )
+
+    def _finish(
+        self,
+        line: Timeline,
+        history: list[MirrorState],
+        change_log_version: int | None,
+        mode: Literal["merge", "rebuild"],
+        inserted: int,
+        updated: int,
+        deleted: int,
+        previous: int,
+        *,
+        mirror_rows: int | None = None,
+    ) -> MirrorResult:
+        self.hook("mirror_committed")
+        target = line.target
+        assert target is not None
+        if mirror_rows is None:
+            mirror_rows = self.spark.read.format("delta").load(self.uri).count()
+        mirror_version = delta_version(self.uri)
+        state = MirrorState(
+            apply_id=(history[-1].apply_id + 1) if history else 1,
+            last_seq=line.hi,
+            schema=target,
+            mode=mode,
+            change_log_version=change_log_version,
+            mirror_version=mirror_version,
+            mirror_rows=mirror_rows,
+            applied_at=datetime.now(UTC),
+            rows_inserted=inserted,
+            rows_updated=updated,
+            rows_deleted=deleted,
+        )
+        _write_state(self.spark, self.root, self.db, self.table, [*history, state])
+        self.hook("state_committed")
+        return MirrorResult(
+            db=self.db,
+            table=self.table,
+            mirror_uri=self.uri,
+            mode=mode,
+            previous_seq=previous,
+            last_seq=line.hi,
+            changes=line.row_changes,
+            rows_inserted=inserted,
+            rows_updated=updated,
+            rows_deleted=deleted,
+            mirror_rows=mirror_rows,
+            change_log_version=change_log_version,
+            mirror_version=mirror_version,
+            seconds=time.perf_counter() - self.started,
+            columns=tuple(target.names),
+        )
+
+    def _noop(
+        self, state: MirrorState | None, last: int, change_log_version: int | None
+    ) -> MirrorResult:
+        schema = state.schema if state is not None else None
+        return MirrorResult(
+            db=self.db,
+            table=self.table,
+            mirror_uri=self.uri,
+            mode="noop",
+            previous_seq=last,
+            last_seq=last,
+            changes=0,
+            rows_inserted=0,
+            rows_updated=0,
+            rows_deleted=0,
+            mirror_rows=state.mirror_rows if state is not None else 0,
+            change_log_version=change_log_version,
+            mirror_version=state.mirror_version if state is not None else None,
+            seconds=time.perf_counter() - self.started,
+            columns=tuple(schema.names) if schema is not None else (),
+        )
+
+
+def _remove_staging(staging: str) -> None:
+    """Delete this apply's staging table, and ones interrupted applies left long ago.
+
+    Only on local file systems; elsewhere they stay (each is one apply's changes, small) and
+    are for the storage's lifecycle rules to expire.
+    """
+    local = _local_path(staging)
+    if local is None:
+        return
+    shutil.rmtree(local, ignore_errors=True)
+    cutoff = time.time() - STALE_STAGING_SECONDS
+    for sibling in local.parent.iterdir() if local.parent.is_dir() else ():
+        with contextlib.suppress(OSError):
+            if sibling.stat().st_mtime < cutoff:
+                shutil.rmtree(sibling, ignore_errors=True)
+
+
+def _mirror_struct(target: TableSchema, db: str, table: str) -> T.StructType:
+    return T.StructType(
+        [T.StructField(c.name, spark_type(c, db=db, table=table)) for c in target.columns]
+    )
+
+
+def _counts(final: DataFrame) -> tuple[int, int, int]:
+    existed = F.col(FIRST_KIND).isin("update", "delete")
+    deleted = F.col(DELETED)
+    row = final.agg(
+        F.count(F.when(~existed & ~deleted, 1)).alias("inserted"),
+        F.count(F.when(existed & ~deleted, 1)).alias("updated"),
+        F.count(F.when(existed & deleted, 1)).alias("deleted"),
+    ).collect()[0]
+    return int(row["inserted"]), int(row["updated"]), int(row["deleted"])
+
+
+def _q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _merge_sql(uri: str, view: str, target: TableSchema) -> str:
+    """MERGE of the newest change per key: delete, update the non-key columns, insert."""
+    keys = set(target.key)
+    names = target.names
+    rest = [n for n in names if n not in keys]
+    clauses = [f"WHEN MATCHED AND s.{_q(DELETED)} THEN DELETE"]
+    if rest:
+        sets = ", ".join(f"t.{_q(n)} = s.{_q(n)}" for n in rest)
+        clauses.append(f"WHEN MATCHED THEN UPDATE SET {sets}")
+    columns = ", ".join(_q(n) for n in names)
+    values = ", ".join(f"s.{_q(n)}" for n in names)
+    clauses.append(
+        f"WHEN NOT MATCHED AND NOT s.{_q(DELETED)} THEN INSERT ({columns}) VALUES ({values})"
+    )
+    return (
+        f"MERGE INTO {_delta_ref(uri)} AS t USING {_q(view)} AS s "
+        f"ON {key_condition(target, 't', 's')} " + " ".join(clauses)
+    )
+
+
+def _write_state(
+    spark: SparkSession,
+    root: str,
+    db: str,
+    table: str,
+    history: list[MirrorState],
+) -> None:
+    """Overwrite the state table with the newest STATE_HISTORY applies (one small file)."""
+    rows: list[tuple[Any, ...]] = []
+    for s in history[-STATE_HISTORY:]:
+        rows.append(
+            (
+                STATE_FORMAT_VERSION,
+                s.apply_id,
+                db,
+                table,
+                s.last_seq,
+                s.schema.to_json() if s.schema is not None else None,
+                s.mode,
+                s.change_log_version,
+                s.mirror_version,
+                s.rows_inserted,
+                s.rows_updated,
+                s.rows_deleted,
+                s.mirror_rows,
+                s.applied_at,
+            )
+        )
+    frame = spark.createDataFrame(rows, _STATE_SCHEMA).coalesce(1)
+    frame.write.format("delta").mode("overwrite").save(state_uri(root, db, table))
+
+
+def apply_changes(
+    spark: SparkSession,
+    change_log_uri: str,
+    mirror_root: str,
+    db: str,
+    table: str,
+    *,
+    hook: Hook | None = None,
+) -> MirrorResult:
+    """Bring the mirror of ``db.table`` up to the change log's newest row of that table.
+
+    Idempotent and safe to interrupt at any point (see the module docstring). ``hook`` is
+    called with "computed", "mirror_committed" and "state_committed" as the apply passes them
+    (for tests that simulate crashes).
+
+    Raises:
+        MirrorError: engine or storage trouble (transient), or a change log without column
+            types for the table.
+        UnsupportedColumnTypeError: a source column type with no Spark type.
+    """
+    job = _Apply(spark, change_log_uri, mirror_root, db, table, hook)
+    try:
+        return job.run()
+    except CdcError:
+        raise
+    except Exception as exc:  # pyspark / grpc / py4j errors: translate at this boundary
+        if type(exc).__module__.startswith(("pyspark", "py4j", "grpc")):
+            raise MirrorError(
+                f"{db}.{table}: applying the change log to {job.uri} failed: "
+                f"{type(exc).__name__}: {str(exc)[:2000]}",
+                db=db,
+                table=table,
+            ) from exc
+        raise

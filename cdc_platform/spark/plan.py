@@ -1,0 +1,380 @@
+"""From change-log rows to the newest typed change per primary key: the shared mirror plan.
+
+Steps, all Spark DataFrame operations that Apache Spark runs as Sail does:
+
+1. :func:`timeline`: for a seq range of one table, the schema versions the rows show (distinct
+   ``columns`` JSON with their seq range), the DDL statements, and from them the *target*
+   schema (the newest version, plus DDL that came after its last row) and the last
+   ``TRUNCATE`` / ``DROP TABLE`` (after which the table starts empty).
+2. :func:`name_mappings`: for every version, which of its columns each target column was,
+   following renames (``RENAME COLUMN``, ``CHANGE``) between versions; a column added later
+   maps to nothing, so older images give null for it.
+3. :func:`key_events`: each change row becomes one or two *key events*: an upsert of the
+   ``after`` image's key (insert, snapshot read, update) and a delete of the ``before`` image's
+   key (delete, or an update that changed the primary key). Values are typed from the JSON
+   text by :mod:`cdc_platform.spark.types`, for the target schema.
+4. :func:`latest_per_key`: the newest event per key (by ``seq``) and the kind of the first
+   one, which says whether the key existed before the range (for the counts).
+5. :func:`apply_plan`: base state minus every touched key, plus the surviving upserts (the
+   DataFrame form of the merge, for rebuilds, as-of mirrors and engines without MERGE).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from cdc_platform.errors import SparkError
+from cdc_platform.spark import ddl as ddl_parser
+from cdc_platform.spark.types import TableSchema, parse_columns, raw_struct, typed_value
+
+__all__ = [
+    "DELETED",
+    "FIRST_KIND",
+    "KIND",
+    "ROW_OPS",
+    "SEQ",
+    "SchemaVersion",
+    "Timeline",
+    "apply_plan",
+    "change_rows",
+    "key_condition",
+    "key_events",
+    "latest_per_key",
+    "name_mappings",
+    "read_change_log",
+    "timeline",
+]
+
+ROW_OPS = ("c", "u", "d", "r")
+"""Change-log ops that change rows (``ddl`` rows do not)."""
+
+DELETED = "_cdc_deleted"
+SEQ = "_cdc_seq"
+KIND = "_cdc_kind"
+FIRST_KIND = "_cdc_first_kind"
+_META = (DELETED, SEQ, KIND, FIRST_KIND)
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaVersion:
+    """One table schema as the change log shows it, and where."""
+
+    columns: str | None
+    """The ``columns`` JSON exactly as in the change log; None for a schema derived from DDL."""
+    schema: TableSchema
+    min_seq: int
+    max_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """What the change log says about one table between two seqs (``lo`` excluded)."""
+
+    db: str
+    table: str
+    lo: int
+    hi: int
+    """Highest seq of the table in the range (``lo`` when the range is empty)."""
+    row_changes: int
+    """Rows with op c/u/d/r in the range."""
+    versions: tuple[SchemaVersion, ...]
+    """Observed schemas, oldest last use first (ordered by ``max_seq``)."""
+    ddls: tuple[tuple[int, str], ...]
+    """(seq, statement) of the table's DDL rows, in seq order."""
+    target: TableSchema | None
+    """Schema after the range: the newest version plus the DDL after its last row."""
+    reset_seq: int | None = None
+    """seq of the last TRUNCATE / DROP TABLE in the range: earlier rows do not count."""
+    renamed: bool = field(default=False)
+    """Whether any DDL in the range renames a column."""
+
+    @property
+    def empty(self) -> bool:
+        """No rows of the table in the range."""
+        return self.hi <= self.lo
+
+
+def read_change_log(spark: SparkSession, change_log_uri: str) -> DataFrame:
+    """The change log as a DataFrame (``columns`` added as null for logs written before it)."""
+    frame = spark.read.format("delta").load(change_log_uri)
+    if "columns" not in frame.columns:
+        frame = frame.withColumn("columns", F.lit(None).cast(T.StringType()))
+    return frame
+
+
+def change_rows(
+    changes: DataFrame, db: str, table: str, lo: int, hi: int | None = None
+) -> DataFrame:
+    """Rows of one table with ``lo < seq <= hi``; the (db, table) filter prunes partitions."""
+    condition = (F.col("db") == F.lit(db)) & (F.col("table") == F.lit(table))
+    condition &= F.col("seq") > F.lit(lo)
+    if hi is not None:
+        condition &= F.col("seq") <= F.lit(hi)
+    return changes.where(condition)
+
+
+def timeline(
+    changes: DataFrame,
+    db: str,
+    table: str,
+    *,
+    lo: int,
+    hi: int | None = None,
+    base: TableSchema | None = None,
+) -> Timeline:
+    """Schema versions, DDL and target schema of ``db.table`` for ``lo < seq <= hi``.
+
+    ``base`` is the schema in force at ``lo`` (e.g. the mirror's), used when no row of the
+    range shows one. Two small queries: versions grouped by ``columns``, and the DDL rows.
+    """
+    rows = change_rows(changes, db, table, lo, hi)
+    groups = (
+        rows.groupBy("columns")
+        .agg(
+            F.min("seq").alias("min_seq"),
+            F.max("seq").alias("max_seq"),
+            F.count(F.when(F.col("op").isin(*ROW_OPS), 1)).alias("row_changes"),
+        )
+        .collect()
+    )
+    if not groups:
+        return Timeline(db, table, lo, lo, 0, (), (), base)
+    top = max(int(g["max_seq"]) for g in groups)
+    row_changes = sum(int(g["row_changes"]) for g in groups)
+    versions = sorted(
+        (
+            SchemaVersion(
+                g["columns"], parse_columns(g["columns"]), int(g["min_seq"]), int(g["max_seq"])
+            )
+            for g in groups
+            if g["columns"] is not None
+        ),
+        key=lambda v: v.max_seq,
+    )
+    ddl_rows = (
+        rows.where((F.col("op") == F.lit("ddl")) & F.col("ddl").isNotNull())
+        .select("seq", "ddl")
+        .orderBy("seq")
+        .collect()
+    )
+    ddls = tuple((int(r["seq"]), str(r["ddl"])) for r in ddl_rows)
+    target, start = (versions[-1].schema, versions[-1].max_seq) if versions else (base, lo)
+    reset_seq: int | None = None
+    for seq, statement in ddls:
+        if ddl_parser.is_reset(statement):
+            reset_seq = seq
+        if seq <= start:
+            continue
+        created = ddl_parser.create_table_schema(statement)
+        if created is not None:
+            target = created
+        elif target is not None:
+            target = ddl_parser.apply_clauses(target, ddl_parser.parse_alter(statement))
+    renamed = any(ddl_parser.renames(statement) for _, statement in ddls)
+    return Timeline(
+        db,
+        table,
+        lo,
+        top,
+        row_changes,
+        tuple(versions),
+        ddls,
+        target,
+        reset_seq,
+        renamed,
+    )
+
+
+def _step_back(
+    names: Sequence[str], statements: Sequence[str]
+) -> dict[str, str | None]:
+    """Run the column DDL in ``statements`` over ``names``: {name after: name before}."""
+    alive: list[tuple[str, str | None]] = [(n, n) for n in names]  # (original, current)
+    for statement in statements:
+        for clause in ddl_parser.parse_alter(statement):
+            if isinstance(clause, ddl_parser.RenameColumn):
+                alive = [
+                    (o, clause.new if c is not None and c.lower() == clause.old.lower() else c)
+                    for o, c in alive
+                ]
+            elif isinstance(clause, ddl_parser.DropColumn):
+                alive = [
+                    (o, None if c is not None and c.lower() == clause.name.lower() else c)
+                    for o, c in alive
+                ]
+    return {c.lower(): o for o, c in alive if c is not None}
+
+
+def name_mappings(line: Timeline) -> dict[str | None, dict[str, str | None]]:
+    """For each version (by its ``columns`` JSON; None: rows without one), the name each
+    target column had in it, or None where the column did not exist yet.
+
+    Versions are chained oldest to newest by ``max_seq``; between two neighbours, the DDL in
+    between says which columns were renamed or dropped, so a dropped and re-added column of
+    the same name is not mistaken for the old one.
+    """
+    target = line.target
+    if target is None:
+        return {}
+    identity: dict[str, str | None] = {n: n for n in target.names}
+    chain: list[tuple[str | None, list[str], int]] = [
+        (v.columns, v.schema.names, v.max_seq) for v in line.versions
+    ]
+    chain.append((None, target.names, line.hi))
+    mappings: dict[str | None, dict[str, str | None]] = {None: identity}
+    current: dict[str, str | None] = dict(identity)  # target name -> name in chain[i + 1]
+    for i in range(len(chain) - 2, -1, -1):
+        columns, names, max_seq = chain[i]
+        next_seq = chain[i + 1][2]
+        between = [s for seq, s in line.ddls if max_seq < seq <= next_seq]
+        back = _step_back(names, between)
+        current = {
+            t: (back.get(n.lower()) if n is not None else None) for t, n in current.items()
+        }
+        if columns is not None:
+            mappings[columns] = dict(current)
+    return mappings
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _raw(
+    parsed: Column, target_name: str, mappings: dict[str | None, dict[str, str | None]]
+) -> Column:
+    """The raw JSON text of ``target_name`` in an image, whatever version the row has."""
+    default = parsed.getField(target_name)
+    cases = [
+        (columns, mapping.get(target_name))
+        for columns, mapping in mappings.items()
+        if columns is not None and mapping.get(target_name) != target_name
+    ]
+    if not cases:
+        return default
+    expression: Column | None = None
+    for columns, name in cases:
+        value = parsed.getField(name) if name is not None else F.lit(None).cast(T.StringType())
+        condition = F.col("columns") == F.lit(columns)
+        expression = (
+            F.when(condition, value) if expression is None else expression.when(condition, value)
+        )
+    assert expression is not None
+    return expression.otherwise(default)
+
+
+def key_events(rows: DataFrame, line: Timeline) -> DataFrame:
+    """Typed key events (target columns + ``_cdc_deleted``, ``_cdc_seq``, ``_cdc_kind``)."""
+    target = line.target
+    if target is None:
+        raise SparkError(f"{line.db}.{line.table}: no schema known for the change log rows")
+    clash = [n for n in target.names if n in _META]
+    if clash:
+        raise SparkError(f"{line.db}.{line.table}: column names {clash} are reserved by mirrors")
+    mappings = name_mappings(line)
+    every_name = sorted({n for m in mappings.values() for n in m.values() if n is not None})
+    key_names = target.key
+    key_raw_names = sorted(
+        {n for m in mappings.values() for k in key_names if (n := m.get(k)) is not None}
+    )
+    after = F.from_json(F.col("after"), raw_struct(every_name))
+    before = F.from_json(F.col("before"), raw_struct(key_raw_names))
+    where = {"db": line.db, "table": line.table}
+    parsed = rows.where(F.col("op").isin(*ROW_OPS)).select(
+        F.col("op"),
+        F.col("seq"),
+        *[
+            typed_value(_raw(after, c.name, mappings), c, **where).alias(c.name)
+            for c in target.columns
+        ],
+        *[
+            typed_value(_raw(before, k, mappings), target.column(k), **where).alias("_before_" + k)
+            for k in key_names
+        ],
+    )
+    same_key: Column = F.lit(True)
+    for k in key_names:
+        same_key = same_key & F.col(k).eqNullSafe(F.col("_before_" + k))
+    op = F.col("op")
+    pk_changed = (op == F.lit("u")) & ~same_key
+    types = {c.name: typed_value(F.lit(None).cast("string"), c, **where) for c in target.columns}
+    upsert = F.when(
+        op.isin("c", "r", "u"),
+        F.struct(
+            *[F.col(c).alias(c) for c in target.names],
+            F.lit(False).alias(DELETED),
+            F.col("seq").alias(SEQ),
+            F.when((op == F.lit("u")) & same_key, F.lit("update"))
+            .otherwise(F.lit("insert"))
+            .alias(KIND),
+        ),
+    )
+    delete = F.when(
+        (op == F.lit("d")) | pk_changed,
+        F.struct(
+            *[
+                (F.col("_before_" + c) if c in key_names else types[c]).alias(c)
+                for c in target.names
+            ],
+            F.lit(True).alias(DELETED),
+            F.col("seq").alias(SEQ),
+            # same expression shape as the upsert's kind: Sail 0.7.2 panics when the
+            # structs in one array differ in a field's nullability (measured)
+            F.when(op == F.lit("d"), F.lit("delete")).otherwise(F.lit("delete")).alias(KIND),
+        ),
+    )
+    return (
+        parsed.select(F.explode(F.array(upsert, delete)).alias("e"))
+        .where(F.col("e").isNotNull())
+        .select("e.*")
+    )
+
+
+def latest_per_key(events: DataFrame, target: TableSchema) -> DataFrame:
+    """Newest event per key, with ``_cdc_first_kind``: the kind of the key's first event."""
+    keys = target.key
+    rest = [n for n in target.names if n not in keys]
+    newest = F.max_by(F.struct(*[F.col(n) for n in rest], F.col(DELETED), F.col(SEQ)), F.col(SEQ))
+    return (
+        events.groupBy(*[F.col(k) for k in keys])
+        .agg(newest.alias("_last"), F.min_by(F.col(KIND), F.col(SEQ)).alias(FIRST_KIND))
+        .select(
+            *[F.col(k) for k in keys],
+            *[F.col("_last").getField(n).alias(n) for n in rest],
+            F.col("_last").getField(DELETED).alias(DELETED),
+            F.col("_last").getField(SEQ).alias(SEQ),
+            F.col(FIRST_KIND),
+        )
+        .select(*[F.col(n) for n in target.names], DELETED, SEQ, FIRST_KIND)
+    )
+
+
+def key_condition(target: TableSchema, left: str, right: str) -> str:
+    """SQL join condition on the key; null-safe when the key is the whole row (no PK)."""
+    operator = "=" if target.has_primary_key else "<=>"
+    return " AND ".join(
+        f"{left}.{_quote(k)} {operator} {right}.{_quote(k)}" for k in target.key
+    )
+
+
+def apply_plan(base: DataFrame | None, latest: DataFrame, target: TableSchema) -> DataFrame:
+    """State after the changes: ``base`` without every touched key, plus surviving upserts."""
+    upserts = latest.where(~F.col(DELETED)).select(*[F.col(n) for n in target.names])
+    if base is None:
+        return upserts
+    touched = latest.select(*[F.col(k).alias("_k_" + k) for k in target.key])
+    condition: Column | None = None
+    for k in target.key:
+        part = (
+            base[k] == touched["_k_" + k]
+            if target.has_primary_key
+            else base[k].eqNullSafe(touched["_k_" + k])
+        )
+        condition = part if condition is None else condition & part
+    kept = base.join(touched, on=condition, how="left_anti")
+    return kept.select(*[F.col(n) for n in target.names]).unionByName(upserts)

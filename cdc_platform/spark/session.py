@@ -1,0 +1,218 @@
+"""Spark sessions for the three engine modes, chosen only by `conf/platform.yaml` (`spark:`).
+
+* ``embedded`` (default): Sail's Spark Connect server, in this process (no JVM). It is started
+  lazily, once per process, by whichever thread asks first, and stopped at interpreter exit, so
+  Dagster step processes and tests pay its ~1 s start once.
+* ``connect``: a Spark Connect URL (`sc://host:15002`), e.g. Apache Spark with Delta.
+* ``classic``: a PySpark session with delta-spark's ``configure_spark_with_delta_pip`` and a
+  master URL. It needs Maven Central (or ``delta_pip: false`` plus jars provided in ``conf``).
+
+Every session runs in UTC (``spark.sql.session.timeZone``): day boundaries of the history
+figures and the TIMESTAMP / DATETIME conversions of the mirrors must not depend on the
+machine. PySpark decides per process whether ``pyspark.sql.functions`` talk Spark Connect or
+classic Spark, so one process uses either a connect-style mode (embedded, connect) or classic.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import weakref
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from cdc_platform.config.models import SparkConfig
+from cdc_platform.errors import SparkSessionError
+
+__all__ = [
+    "DELTA_SQL_CONF",
+    "SESSION_CONF",
+    "SparkSessionFactory",
+    "classic_builder",
+    "connect_builder",
+    "embedded_url",
+    "stop_embedded_server",
+]
+
+logger = logging.getLogger("cdc_platform.spark")
+
+SESSION_CONF: dict[str, str] = {"spark.sql.session.timeZone": "UTC"}
+"""Settings every session gets, whatever the mode (the user's `conf` cannot override them)."""
+
+DELTA_SQL_CONF: dict[str, str] = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+"""What classic Apache Spark needs for `delta.`path`` tables, MERGE INTO and VERSION AS OF."""
+
+
+class _EmbeddedServer:
+    """The process's one Sail server: started on first use, stopped at exit.
+
+    Sessions made on it by a factory are stopped first: pyspark's Spark Connect client runs
+    clean-up calls at exit, which retry for minutes against a server that is already gone
+    (measured: the process hangs at exit).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._server: Any = None
+        self._url: str | None = None
+        self._exit_hook = False
+        self._sessions: weakref.WeakSet[SparkSession] = weakref.WeakSet()
+
+    def register(self, session: SparkSession) -> None:
+        with self._lock:
+            self._sessions.add(session)
+
+    def url(self, host: str, port: int) -> str:
+        with self._lock:
+            if self._server is not None and self._server.running:
+                return self._url or ""
+            try:
+                from pysail.spark import SparkConnectServer
+
+                server = SparkConnectServer(host, port)
+                server.start(background=True)
+                address = server.listening_address
+            except Exception as exc:  # pysail raises plain RuntimeError/OSError
+                raise SparkSessionError(
+                    f"the embedded Spark engine (Sail) did not start on {host}:{port}: {exc}"
+                ) from exc
+            if address is None:
+                raise SparkSessionError("the embedded Spark engine (Sail) reports no address")
+            self._server = server
+            self._url = f"sc://{address[0]}:{address[1]}"
+            if not self._exit_hook:
+                atexit.register(self.stop)
+                self._exit_hook = True
+            logger.info("embedded Spark engine (Sail) listening at %s", self._url)
+            return self._url
+
+    def stop(self) -> None:
+        with self._lock:
+            server, self._server, self._url = self._server, None, None
+            sessions, self._sessions = list(self._sessions), weakref.WeakSet()
+        for session in sessions:
+            _stop_session(session)
+        if server is not None and server.running:
+            server.stop()
+
+
+def _stop_session(session: SparkSession) -> None:
+    try:
+        session.stop()
+    except Exception as exc:  # the server may be gone already
+        logger.debug("stopping a Spark session failed: %s", exc)
+
+
+_EMBEDDED = _EmbeddedServer()
+
+
+def embedded_url(config: SparkConfig | None = None) -> str:
+    """The `sc://` URL of this process's Sail server, starting it if needed (thread-safe)."""
+    config = config or SparkConfig()
+    return _EMBEDDED.url(config.embedded_host, config.embedded_port)
+
+
+def stop_embedded_server() -> None:
+    """Stop this process's Sail server now (it is also stopped at exit); sessions on it die."""
+    _EMBEDDED.stop()
+
+
+def _settings(config: SparkConfig) -> dict[str, str]:
+    return {**config.conf, **SESSION_CONF}
+
+
+def connect_builder(url: str, config: SparkConfig) -> SparkSession.Builder:
+    """A Spark Connect builder for ``url`` with the platform's settings (creates nothing)."""
+    if not url.startswith("sc://"):
+        raise SparkSessionError(f"a Spark Connect URL starts with sc://, not {url!r}")
+    builder = SparkSession.Builder().remote(url)
+    for key, value in _settings(config).items():
+        builder = builder.config(key, value)
+    return builder
+
+
+def classic_builder(config: SparkConfig) -> SparkSession.Builder:
+    """A classic PySpark builder with Delta configured; creating it starts no JVM.
+
+    With ``delta_pip`` the delta-spark Maven coordinates matching the installed delta-spark
+    are added (``spark.jars.packages``); Spark resolves them from Maven Central when the
+    session starts, which fails where Maven Central is unreachable (as on the build machines).
+    """
+    builder = SparkSession.Builder().master(config.master).appName(config.app_name)
+    for key, value in {**DELTA_SQL_CONF, **_settings(config)}.items():
+        builder = builder.config(key, value)
+    if config.delta_pip:
+        from delta import configure_spark_with_delta_pip
+
+        builder = configure_spark_with_delta_pip(builder)
+    return builder
+
+
+class SparkSessionFactory:
+    """Hands out the session of the configured mode; one session per factory, made lazily.
+
+    Thread-safe. ``session()`` is what Dagster resources and benchmarks call; ``builder()``
+    exposes the configuration without connecting (tests of the connect and classic modes).
+    """
+
+    def __init__(self, config: SparkConfig | None = None) -> None:
+        self.config = config or SparkConfig()
+        self._lock = threading.Lock()
+        self._session: SparkSession | None = None
+        self._session_url: str | None = None
+
+    def builder(self) -> SparkSession.Builder:
+        """The session builder of the configured mode (embedded starts the Sail server)."""
+        return self._builder(self._url())
+
+    def _url(self) -> str | None:
+        config = self.config
+        if config.mode == "embedded":
+            return embedded_url(config)
+        if config.mode == "connect":
+            if not config.connect_url:
+                raise SparkSessionError("spark.mode is connect but spark.connect_url is not set")
+            return config.connect_url
+        return None
+
+    def _builder(self, url: str | None) -> SparkSession.Builder:
+        if url is None:
+            return classic_builder(self.config)
+        return connect_builder(url, self.config)
+
+    def session(self) -> SparkSession:
+        """The session, created on first call; raises SparkSessionError naming the mode.
+
+        In embedded mode a session whose Sail server was stopped is replaced by one on a
+        freshly started server.
+        """
+        with self._lock:
+            url = self._url()
+            if self._session is not None and url == self._session_url:
+                return self._session
+            builder = self._builder(url)
+            try:
+                session = builder.getOrCreate() if url is None else builder.create()
+                for key, value in SESSION_CONF.items():
+                    session.conf.set(key, value)
+            except Exception as exc:  # py4j, grpc and pyspark errors have no common base
+                raise SparkSessionError(
+                    f"no Spark session in mode {self.config.mode!r}: {type(exc).__name__}: {exc}"
+                ) from exc
+            if self.config.mode == "embedded":
+                _EMBEDDED.register(session)
+            self._session, self._session_url = session, url
+            return session
+
+    def stop(self) -> None:
+        """Stop this factory's session (not the embedded server, which other factories share)."""
+        with self._lock:
+            session, self._session = self._session, None
+        if session is not None:
+            _stop_session(session)
+

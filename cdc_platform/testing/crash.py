@@ -1,0 +1,191 @@
+"""kill -9 `cdc-platform run` at random moments under a random workload, then check the result.
+
+Shared by the crash-safety test (a few kills) and `bench/crash_kill.py` (many): after the last
+restart drains the binlog, the change log replayed by primary key must equal the source tables,
+with no change twice and no gap in `seq`.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from deltalake import DeltaTable
+
+from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
+from cdc_platform.testing.replay import ReplayResult, replay
+from cdc_platform.testing.workload import Workload, source_rows
+
+__all__ = ["KillReport", "kill_cycle", "write_conf"]
+
+PASSWORD_ENV = "CDC_TEST_SOURCE_PASSWORD"
+
+
+def write_conf(
+    conf: Path,
+    *,
+    destination: str,
+    server: MariaDBServer,
+    user: ReplicationUser,
+    database: str,
+    lake_root: Path,
+    server_id: int = 1001,
+    extra_store: str = "",
+) -> None:
+    """A conf directory with one destination capturing every table of ``database``."""
+    (conf / "destinations" / destination).mkdir(parents=True, exist_ok=True)
+    (conf / "platform.yaml").write_text(f"lake_root: {lake_root}\n")
+    (conf / "destinations" / destination / "instance.yaml").write_text(
+        f"""\
+source:
+  host: {server.host}
+  port: {server.port}
+  user: {user.name}
+  password_env: {PASSWORD_ENV}
+  server_id: {server_id}
+  include_tables: ['{database}\\..*']
+  reconnect_initial_seconds: 0.1
+  reconnect_max_seconds: 1
+store:
+  buffer_size: 1024
+  batch_size: 64
+  batch_timeout_seconds: 0.2
+{extra_store}"""
+    )
+
+
+@dataclass
+class KillReport:
+    """What happened: kills, restarts, the replay and the comparison with the source."""
+
+    kills: int = 0
+    transactions: int = 0
+    replay: ReplayResult | None = None
+    mismatches: dict[str, str] = field(default_factory=dict)
+    logs: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when the change log replays to exactly the source, once."""
+        r = self.replay
+        return (
+            r is not None
+            and not r.duplicates
+            and not r.seq_gaps
+            and not r.problems
+            and not self.mismatches
+        )
+
+
+def _start(
+    conf: Path, destination: str, env: dict[str, str], log: Path, *extra: str
+) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "cdc_platform.cli",
+                "run",
+                "--conf",
+                str(conf),
+                "--destination",
+                destination,
+                "--metrics-interval",
+                "2",
+                *extra,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+
+
+def _wait_for_table(uri: str, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(
+                f"cdc-platform run exited with {proc.returncode} before its first commit"
+            )
+        try:
+            DeltaTable(uri)
+            return
+        except Exception:
+            time.sleep(0.1)
+    raise RuntimeError(f"no change log at {uri} after {timeout} s")
+
+
+def kill_cycle(
+    server: MariaDBServer,
+    user: ReplicationUser,
+    database: str,
+    workdir: Path,
+    *,
+    kills: int,
+    seed: int = 7,
+    min_alive: float = 0.5,
+    max_alive: float = 3.0,
+) -> KillReport:
+    """Run the workload, kill -9 the pipeline ``kills`` times, drain, replay and compare."""
+    rng = random.Random(seed)
+    destination = "crash"
+    conf = workdir / "conf"
+    lake = workdir / "lake"
+    write_conf(
+        conf, destination=destination, server=server, user=user, database=database, lake_root=lake
+    )
+    uri = str(lake / destination / "changes")
+    env = {**os.environ, PASSWORD_ENV: user.password}
+    log = workdir / "run.log"
+    report = KillReport()
+
+    workload = Workload(server, database, seed=seed)
+    workload.create_schema()
+    proc = _start(conf, destination, env, log)
+    try:
+        _wait_for_table(uri, proc)
+        workload.start()
+        for _ in range(kills):
+            time.sleep(rng.uniform(min_alive, max_alive))
+            if proc.poll() is not None:
+                raise RuntimeError(f"cdc-platform run died on its own (exit {proc.returncode})")
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            report.kills += 1
+            proc = _start(conf, destination, env, log)
+        time.sleep(rng.uniform(min_alive, max_alive))
+        workload.stop()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        drain = _start(conf, destination, env, log, "--exit-when-idle", "3")
+        if drain.wait(timeout=300) != 0:
+            raise RuntimeError(f"the draining run failed (exit {drain.returncode})")
+    finally:
+        workload.stop()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        report.logs = log.read_text(errors="replace").splitlines()[-80:] if log.exists() else []
+
+    report.transactions = workload.stats.committed
+    report.replay = replay(uri)
+    for table in ("customers", "orders"):
+        expected = source_rows(server, database, table)
+        actual = report.replay.tables.get(f"{database}.{table}", {})
+        if actual != expected:
+            missing = sorted(set(expected) - set(actual))[:5]
+            extra = sorted(set(actual) - set(expected))[:5]
+            changed = [k for k in set(expected) & set(actual) if expected[k] != actual[k]][:3]
+            report.mismatches[table] = (
+                f"{len(expected)} source rows vs {len(actual)} replayed; missing {missing}, "
+                f"extra {extra}, changed {[(k, expected[k], actual[k]) for k in changed]}"
+            )
+    return report

@@ -1,0 +1,349 @@
+"""Several `cdc-platform run` processes on one destination: start, kill, pause, observe, verify.
+
+Shared by the HA integration tests and ``bench/failover.py``. Every wait polls a condition up
+to a generous timeout and raises with the processes' log tails when it is not met, so a slow
+machine makes a run slower, never red; only a wrong outcome fails.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deltalake import DeltaTable
+
+from cdc_platform.config.loader import load_platform
+from cdc_platform.ha.factory import open_lease
+from cdc_platform.ha.lease import HolderInfo, Lease
+from cdc_platform.sink import Checkpoint, DeltaChangeLog
+from cdc_platform.testing.crash import PASSWORD_ENV, write_conf
+from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
+from cdc_platform.testing.replay import replay
+from cdc_platform.testing.workload import source_rows
+
+__all__ = [
+    "Cluster",
+    "Commit",
+    "Node",
+    "commit_history",
+    "exactly_once_problems",
+    "fast_database_lease",
+    "fast_zookeeper_lease",
+    "row_order_problems",
+    "wait_for",
+]
+
+
+def fast_zookeeper_lease(hosts: str, *, switch_delay: float = 0.5) -> str:
+    """platform.yaml lease lines for tests: 2 s sessions (tickTime 500), short switch delay."""
+    return (
+        "lease:\n"
+        "  backend: zookeeper\n"
+        f"  hosts: '{hosts}'\n"
+        "  session_timeout_seconds: 2\n"
+        f"  switch_delay_seconds: {switch_delay}\n"
+    )
+
+
+def fast_database_lease(url: str, *, password_env: str | None = None) -> str:
+    """platform.yaml lease lines for tests: expiry 1.5 s, renewal every 0.3 s."""
+    env = f"  password_env: {password_env}\n" if password_env else ""
+    return (
+        "lease:\n"
+        "  backend: database\n"
+        f"  url: '{url}'\n"
+        f"{env}"
+        "  expiry_seconds: 1.5\n"
+        "  renew_interval_seconds: 0.3\n"
+    )
+
+
+def wait_for(
+    predicate: Callable[[], bool],
+    what: str,
+    *,
+    timeout: float = 60.0,
+    interval: float = 0.05,
+    diagnose: Callable[[], str] | None = None,
+) -> None:
+    """Poll ``predicate`` until True; AssertionError naming ``what`` (and diagnostics) if not."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    detail = f"\n{diagnose()}" if diagnose is not None else ""
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{detail}")
+
+
+@dataclass
+class Node:
+    """One `cdc-platform run` process."""
+
+    address: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def alive(self) -> bool:
+        """True while the process runs (also while stopped by SIGSTOP)."""
+        return self.proc.poll() is None
+
+    def text(self) -> str:
+        """Its log so far."""
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def signal(self, signum: int) -> None:
+        """Send a signal to the process group."""
+        if self.alive:
+            os.killpg(self.proc.pid, signum)
+
+    def kill(self) -> None:
+        """kill -9."""
+        self.signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self, timeout: float = 60.0) -> int:
+        """SIGTERM (after SIGCONT, in case it is paused) and wait for the exit code."""
+        self.signal(signal.SIGCONT)
+        self.signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """One change-log commit as its commit metadata says."""
+
+    version: int
+    batch_seq: int
+    epoch: int
+    rows: int
+
+
+def commit_history(uri: str) -> list[Commit]:
+    """The change log's own commits (not maintenance), oldest first."""
+    history = DeltaTable(uri).history()
+    found = [
+        Commit(
+            int(info["version"]),
+            int(info["cdc.batch_seq"]),
+            int(info["cdc.epoch"]),
+            int(info.get("cdc.rows", 0)),
+        )
+        for info in history
+        if "cdc.batch_seq" in info
+    ]
+    return sorted(found, key=lambda c: c.version)
+
+
+def row_order_problems(uri: str) -> list[str]:
+    """Rows in ``seq`` order must have non-decreasing batch_seq and epoch."""
+    table = DeltaTable(uri).to_pyarrow_table(columns=["seq", "batch_seq", "epoch"])
+    columns = [table.column(c).to_pylist() for c in ("seq", "batch_seq", "epoch")]
+    rows = sorted(zip(*columns, strict=True))
+    problems = []
+    for (seq_a, batch_a, epoch_a), (seq_b, batch_b, epoch_b) in itertools.pairwise(rows):
+        if batch_b < batch_a or epoch_b < epoch_a:
+            problems.append(
+                f"seq {seq_a} (batch {batch_a}, epoch {epoch_a}) before seq {seq_b} "
+                f"(batch {batch_b}, epoch {epoch_b})"
+            )
+    return problems
+
+
+def exactly_once_problems(server: MariaDBServer, database: str, uri: str) -> list[str]:
+    """Replay the change log; every difference from the source (or duplicate, gap) is listed."""
+    result = replay(uri)
+    problems = [f"duplicate change {d}" for d in result.duplicates[:5]]
+    problems += [f"seq gap {g}" for g in result.seq_gaps[:5]]
+    problems += result.problems[:5]
+    for table in ("customers", "orders"):
+        expected = source_rows(server, database, table)
+        actual = result.tables.get(f"{database}.{table}", {})
+        if actual != expected:
+            missing = sorted(set(expected) - set(actual))[:3]
+            extra = sorted(set(actual) - set(expected))[:3]
+            problems.append(
+                f"{table}: {len(expected)} source rows vs {len(actual)} replayed; "
+                f"missing {missing}, extra {extra}"
+            )
+    return problems
+
+
+@dataclass
+class Cluster:
+    """A conf directory for one destination and the processes running it."""
+
+    workdir: Path
+    server: MariaDBServer
+    user: ReplicationUser
+    database: str
+    lease_yaml: str
+    destination: str = "ha"
+    extra_env: dict[str, str] = field(default_factory=dict)
+    nodes: list[Node] = field(default_factory=list)
+    _observer: Lease | None = None
+
+    def __post_init__(self) -> None:
+        self.conf = self.workdir / "conf"
+        self.lake = self.workdir / "lake"
+        write_conf(
+            self.conf,
+            destination=self.destination,
+            server=self.server,
+            user=self.user,
+            database=self.database,
+            lake_root=self.lake,
+        )
+        (self.conf / "platform.yaml").write_text(f"lake_root: {self.lake}\n{self.lease_yaml}")
+        self.uri = str(self.lake / self.destination / "changes")
+        self.env = {**os.environ, PASSWORD_ENV: self.user.password, **self.extra_env}
+
+    # -- processes -------------------------------------------------------------------------------
+
+    def start(self, address: str, *extra: str) -> Node:
+        """Start `cdc-platform run --address ADDRESS` in its own process group."""
+        log = self.workdir / f"{address}.log"
+        with log.open("ab") as out:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "cdc_platform.cli",
+                    "run",
+                    "--conf",
+                    str(self.conf),
+                    "--destination",
+                    self.destination,
+                    "--address",
+                    address,
+                    "--metrics-interval",
+                    "2",
+                    *extra,
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,
+            )
+        node = Node(address, proc, log)
+        self.nodes.append(node)
+        return node
+
+    def close(self) -> None:
+        """kill -9 whatever still runs; close the observer."""
+        for node in self.nodes:
+            if node.alive:
+                node.signal(signal.SIGCONT)
+                node.kill()
+        if self._observer is not None:
+            self._observer.close()
+            self._observer = None
+
+    def logs(self, lines: int = 25) -> str:
+        """The tail of every node's log, for failure messages."""
+        parts = []
+        for node in self.nodes:
+            tail = "\n".join(node.text().splitlines()[-lines:])
+            parts.append(f"--- {node.address} (alive={node.alive}) ---\n{tail}")
+        return "\n".join(parts)
+
+    # -- observation -----------------------------------------------------------------------------
+
+    def observer(self) -> Lease:
+        """A lease object that only reads (never acquires)."""
+        if self._observer is None:
+            self._observer = open_lease(load_platform(self.conf), self.conf, self.destination)
+        return self._observer
+
+    def holder(self) -> HolderInfo | None:
+        """The lease holder now, or None (also when the store cannot be read)."""
+        try:
+            return self.observer().holder()
+        except Exception:
+            return None
+
+    def checkpoint(self) -> Checkpoint | None:
+        """The change log's checkpoint, or None before the table exists."""
+        try:
+            sink = DeltaChangeLog(self.uri, self.destination)
+            try:
+                return sink.recover()
+            finally:
+                sink.close()
+        except Exception:
+            return None
+
+    def rows(self) -> int:
+        """Rows in the change log (0 before it exists)."""
+        checkpoint = self.checkpoint()
+        return checkpoint.last_seq if checkpoint is not None else 0
+
+    def wait(self, predicate: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+        """:func:`wait_for` with the nodes' logs as diagnostics."""
+        wait_for(predicate, what, timeout=timeout, diagnose=self.logs)
+
+    def wait_holder(self, node: Node, *, above: int = -1, timeout: float = 60.0) -> HolderInfo:
+        """Wait until ``node`` holds the lease with an epoch above ``above``."""
+        found: list[HolderInfo] = []
+
+        def held() -> bool:
+            holder = self.holder()
+            if holder is not None and holder.address == node.address and holder.epoch > above:
+                found.append(holder)
+                return True
+            return False
+
+        self.wait(held, f"{node.address} to hold the lease above epoch {above}", timeout)
+        return found[-1]
+
+    def wait_claimed(self, epoch: int, timeout: float = 60.0) -> None:
+        """Wait until the change log's newest commit is of ``epoch`` (the holder claimed it)."""
+
+        def claimed() -> bool:
+            checkpoint = self.checkpoint()
+            return checkpoint is not None and checkpoint.epoch >= epoch
+
+        self.wait(claimed, f"the change log to carry epoch {epoch}", timeout)
+
+    def wait_rows_beyond(self, seq: int, timeout: float = 60.0) -> int:
+        """Wait until rows past ``seq`` were committed; the new last seq."""
+        self.wait(lambda: self.rows() > seq, f"rows beyond seq {seq}", timeout)
+        return self.rows()
+
+    def wait_caught_up(self, timeout: float = 90.0) -> None:
+        """Wait until the change log replays to the source (after the workload stopped)."""
+        last: list[str] = []
+
+        def equal() -> bool:
+            try:
+                last[:] = exactly_once_problems(self.server, self.database, self.uri)
+            except Exception as exc:
+                last[:] = [repr(exc)]
+            return not last
+
+        wait_for(
+            equal,
+            "the change log to replay to the source",
+            timeout=timeout,
+            interval=0.5,
+            diagnose=lambda: f"{last}\n{self.logs()}",
+        )
+
+
+def describe(value: Any) -> str:
+    """Short repr for assertion messages."""
+    text = repr(value)
+    return text if len(text) < 400 else text[:400] + "..."

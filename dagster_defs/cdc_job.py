@@ -1,0 +1,202 @@
+"""The `cdc_destination` job: the long-lived run of one destination.
+
+The engine's runtime runs in a worker thread; the op's own thread waits on it, forwards commit
+reports to Dagster as materializations of the destination's change-log asset (throttled) and
+turns Dagster's termination (DagsterExecutionInterruptedError) into a clean stop: the in-flight
+commit finishes, the source and store close, then the run ends as CANCELED.
+"""
+
+import os
+import queue
+import socket
+import threading
+import time
+
+from dagster import (
+    AssetKey,
+    AssetMaterialization,
+    Config,
+    DagsterExecutionInterruptedError,
+    Failure,
+    OpExecutionContext,
+    in_process_executor,
+    job,
+    op,
+)
+
+from cdc_platform.config import ConfigSet, Destination
+from cdc_platform.runtime import CommitReport, DestinationRuntime, RunSummary
+from dagster_defs.resources import PlatformResource
+
+__all__ = ["DESTINATION_TAG", "DestinationRunConfig", "cdc_destination", "change_log_key"]
+
+DESTINATION_TAG = "cdc/destination"
+CONFIG_HASH_TAG = "cdc/config_hash"
+PID_TAG = "cdc/pid"
+HOST_TAG = "cdc/host"
+
+
+def change_log_key(destination: str) -> AssetKey:
+    """Asset key of a destination's change-log table."""
+    return AssetKey(["cdc", destination, "changes"])
+
+
+class DestinationRunConfig(Config):  # type: ignore[misc]
+    """Which destination this run streams."""
+
+    destination: str
+    """Name of the directory under conf/destinations/."""
+    config_hash: str = ""
+    """Content hash of the instance file the run was requested for (informational)."""
+
+
+class _Reporter:
+    """Turns commit reports from the pipeline thread into throttled materializations.
+
+    Reports are queued by the pipeline thread and logged from the op's thread, which owns the
+    Dagster context; several batches in one interval become one materialization.
+    """
+
+    def __init__(self, context: OpExecutionContext, destination: str, min_interval: float) -> None:
+        self.context = context
+        self.destination = destination
+        self.min_interval = min_interval
+        self.queue: queue.SimpleQueue[CommitReport] = queue.SimpleQueue()
+        self.total_rows = 0
+        self._batches = 0
+        self._rows = 0
+        self._last: CommitReport | None = None
+        self._reported_at = 0.0
+
+    def flush(self, *, force: bool) -> None:
+        """Emit one materialization for what arrived, if due (or forced)."""
+        while True:
+            try:
+                report = self.queue.get_nowait()
+            except queue.Empty:
+                break
+            self._batches += 1
+            self._rows += report.rows
+            self._last = report
+        last = self._last
+        if last is None or (not force and time.monotonic() - self._reported_at < self.min_interval):
+            return
+        self.total_rows += self._rows
+        self.context.log_event(
+            AssetMaterialization(
+                asset_key=change_log_key(self.destination),
+                description=f"{self._batches} batch(es), {self._rows} rows committed",
+                metadata={
+                    "batch_seq": last.batch_seq,
+                    "delta_version": last.version,
+                    "rows": self._rows,
+                    "batches": self._batches,
+                    "rows_total_this_run": self.total_rows,
+                    "lag_seconds": round(last.lag_seconds, 3),
+                    "epoch": last.epoch,
+                    "position": str(last.resume),
+                },
+            )
+        )
+        self._batches = self._rows = 0
+        self._last = None
+        self._reported_at = time.monotonic()
+
+
+def _heartbeat(runtime: DestinationRuntime) -> str:
+    m = runtime.metrics()
+    lag = "-" if m.lag_seconds is None else f"{m.lag_seconds:.1f}"
+    return (
+        f"heartbeat {m.destination}: {m.state}, batch {m.last_batch_seq}, {m.rows_total} rows, "
+        f"lag {lag} s, buffer {m.buffer_items} events / {m.buffer_bytes} bytes, "
+        f"position {m.last_position}"
+    )
+
+
+def _destination(
+    context: OpExecutionContext, config: DestinationRunConfig, configset: ConfigSet
+) -> Destination:
+    name = config.destination
+    if name in configset.errors:
+        raise Failure(description=str(configset.errors[name]))
+    if name not in configset.destinations:
+        raise Failure(description=f"destination {name!r} is not configured in {configset.conf_dir}")
+    destination = configset.destinations[name]
+    if config.config_hash and config.config_hash != destination.content_hash:
+        context.log.warning(
+            f"{name}: instance file changed since this run was requested; running the current one"
+        )
+    return destination
+
+
+def _supervise(
+    context: OpExecutionContext,
+    runtime: DestinationRuntime,
+    reporter: _Reporter,
+    heartbeat_every: float,
+) -> RunSummary | None:
+    """Run the pipeline in a worker thread; turn Dagster's termination into a clean stop."""
+    outcome: list[RunSummary] = []
+    worker = threading.Thread(
+        target=lambda: outcome.append(runtime.run()), name=f"cdc-{runtime.name}", daemon=True
+    )
+    next_heartbeat = time.monotonic() + heartbeat_every
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(timeout=0.5)
+            reporter.flush(force=False)
+            if time.monotonic() >= next_heartbeat:
+                context.log.info(_heartbeat(runtime))
+                next_heartbeat = time.monotonic() + heartbeat_every
+    except DagsterExecutionInterruptedError:
+        context.log.info(f"{runtime.name}: termination requested; finishing the in-flight commit")
+        runtime.request_stop("run terminated")
+        worker.join()
+        reporter.flush(force=True)
+        raise
+    reporter.flush(force=True)
+    return outcome[0] if outcome else None
+
+
+@op(description="Stream one destination's binlog into its Delta change log until stopped.")
+def stream_destination(
+    context: OpExecutionContext, config: DestinationRunConfig, platform: PlatformResource
+) -> None:
+    """Run the destination's pipeline; materialize its change log as batches commit."""
+    configset = platform.load()
+    destination = _destination(context, config, configset)
+    name = destination.name
+    settings = configset.platform.dagster
+    reporter = _Reporter(context, name, settings.materialization_min_interval_seconds)
+    runtime = DestinationRuntime(
+        name,
+        destination.config,
+        configset.table_uri(name),
+        on_commit=reporter.queue.put,
+        metrics_interval_seconds=60.0,
+    )
+    context.log.info(f"{name}: streaming into {configset.table_uri(name)} (pid {os.getpid()})")
+    # The worker's pid and host, for operators (and the kill -9 test) to find the process.
+    context.instance.add_run_tags(
+        context.run_id, {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
+    )
+    # The running monitor judges liveness by the run's newest event: log at least this often.
+    summary = _supervise(context, runtime, reporter, min(30.0, settings.orphan_after_seconds / 4))
+    if summary is None:
+        raise Failure(description=f"{name}: the pipeline thread ended without a result")
+    if summary.error is not None:
+        raise Failure(
+            description=f"{name}: {summary.error}",
+            metadata={"last_batch_seq": summary.last_batch_seq, "position": str(summary.resume)},
+        )
+    context.log.info(f"{name}: stopped ({summary.reason}) after batch {summary.last_batch_seq}")
+
+
+@job(
+    executor_def=in_process_executor,
+    description="The long-lived CDC run of one destination (requested by the monitors).",
+)
+def cdc_destination() -> None:
+    """One destination's stream, as long as it runs."""
+    stream_destination()

@@ -1,0 +1,37 @@
+"""The one Definitions object of the code location."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dagster import (
+    AssetSelection,
+    AutomationConditionSensorDefinition,
+    DefaultSensorStatus,
+    Definitions,
+)
+
+from cdc_platform.config import load_config
+from dagster_defs.assets import change_log_specs
+from dagster_defs.cdc_job import cdc_destination
+from dagster_defs.resources import PlatformResource, default_conf_dir
+from dagster_defs.sensors import build_config_monitor, build_running_monitor
+
+CONF_DIR = default_conf_dir()
+_configset = load_config(Path(CONF_DIR))
+_interval = _configset.platform.dagster.sensor_interval_seconds
+
+defs = Definitions(
+    assets=change_log_specs(_configset),
+    jobs=[cdc_destination],
+    sensors=[
+        build_config_monitor(minimum_interval_seconds=_interval),
+        build_running_monitor(minimum_interval_seconds=_interval),
+        AutomationConditionSensorDefinition(
+            "default_automation_condition_sensor",
+            target=AssetSelection.all(),
+            default_status=DefaultSensorStatus.RUNNING,
+        ),
+    ],
+    resources={"platform": PlatformResource(conf_dir=CONF_DIR)},
+)

@@ -1,0 +1,207 @@
+"""End to end with a real Dagster daemon, a real MariaDB and real Delta tables.
+
+Add a destination directory -> a run starts and rows arrive; edit it -> the old run is
+cancelled and a new one continues; kill -9 the run worker -> a new run takes over from the
+checkpoint; delete it -> the run is cancelled. The change log then replays to the source.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
+from deltalake import DeltaTable
+
+from cdc_platform.testing.crash import PASSWORD_ENV, write_conf
+from cdc_platform.testing.processes import stop_process
+from cdc_platform.testing.replay import replay
+from cdc_platform.testing.workload import Workload, source_rows
+from dagster_defs.cdc_job import DESTINATION_TAG, PID_TAG
+from tests.conftest import MariaDBDatabase
+
+pytestmark = pytest.mark.integration
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+def wait_for(what: str, predicate: Callable[[], object], timeout: float = 90.0) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for: {what}")
+
+
+@pytest.fixture
+def dagster_home(tmp_path: Path) -> Path:
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    text = (PROJECT / "dagster_home" / "dagster.yaml").read_text()
+    (home / "dagster.yaml").write_text(
+        text.replace("poll_interval_seconds: 30", "poll_interval_seconds: 1")
+    )
+    return home
+
+
+@pytest.fixture
+def daemon(
+    tmp_path: Path, dagster_home: Path, mariadb: MariaDBDatabase
+) -> Iterator[tuple[DagsterInstance, Path]]:
+    conf = tmp_path / "conf"
+    (conf / "destinations").mkdir(parents=True)
+    (conf / "platform.yaml").write_text(
+        f"lake_root: {tmp_path / 'lake'}\n"
+        "dagster: {sensor_interval_seconds: 1, materialization_min_interval_seconds: 0, "
+        "orphan_after_seconds: 30}\n"
+    )
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(dagster_home),
+        "CDC_CONF_DIR": str(conf),
+        PASSWORD_ENV: mariadb.user.password,
+    }
+    # Create the instance's SQLite storages before the daemon does: two processes creating
+    # them at once collide ("table job_ticks already exists").
+    instance = DagsterInstance.from_config(str(dagster_home))
+    instance.get_runs(limit=1)
+    instance.all_instigator_state()
+    log = (tmp_path / "daemon.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dagster._daemon", "run", "-w", str(PROJECT / "workspace.yaml")],
+        cwd=PROJECT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        yield instance, conf
+    finally:
+        for run in instance.get_runs(filters=RunsFilter(statuses=[DagsterRunStatus.STARTED])):
+            pid = run.tags.get(PID_TAG)
+            if pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        stop_process(proc)
+        log.close()
+        instance.dispose()
+        print((tmp_path / "daemon.log").read_text(errors="replace")[-6000:])
+
+
+def runs_of(instance: DagsterInstance, name: str) -> list[DagsterRun]:
+    return list(instance.get_runs(filters=RunsFilter(tags={DESTINATION_TAG: name})))
+
+
+def started_run(instance: DagsterInstance, name: str, exclude: set[str]) -> DagsterRun | None:
+    for run in runs_of(instance, name):
+        if (
+            run.status == DagsterRunStatus.STARTED
+            and run.run_id not in exclude
+            and run.tags.get(PID_TAG)
+        ):
+            return run
+    return None
+
+
+def status(instance: DagsterInstance, run_id: str) -> DagsterRunStatus | None:
+    run = instance.get_run_by_id(run_id)
+    return run.status if run else None
+
+
+def change_rows(uri: str) -> int:
+    try:
+        return DeltaTable(uri).to_pyarrow_table(columns=["seq"]).num_rows
+    except Exception:
+        return 0
+
+
+def test_destination_lifecycle_under_a_real_daemon(
+    daemon: tuple[DagsterInstance, Path], mariadb: MariaDBDatabase, tmp_path: Path
+) -> None:
+    instance, conf = daemon
+    name = "e2e"
+    workload = Workload(mariadb.server, mariadb.name, seed=5)
+    workload.create_schema()
+    write_conf(
+        conf.parent / "staging",
+        destination=name,
+        server=mariadb.server,
+        user=mariadb.user,
+        database=mariadb.name,
+        lake_root=tmp_path / "lake",
+    )
+    uri = str(tmp_path / "lake" / name / "changes")
+
+    # Add the directory: a run starts and changes arrive.
+    shutil.copytree(conf.parent / "staging" / "destinations" / name, conf / "destinations" / name)
+    first = wait_for("first run STARTED", lambda: started_run(instance, name, set()))
+    assert isinstance(first, DagsterRun)
+    wait_for("change log created", lambda: Path(uri, "_delta_log").exists())
+    workload.run_transactions(30)
+    wait_for("rows in the change log", lambda: change_rows(uri) > 0)
+
+    # Edit it: the old run is cancelled, a new one continues from the checkpoint.
+    path = conf / "destinations" / name / "instance.yaml"
+    path.write_text(path.read_text().replace("batch_size: 64", "batch_size: 32"))
+    wait_for(
+        "old run CANCELED", lambda: status(instance, first.run_id) == DagsterRunStatus.CANCELED
+    )
+    second = wait_for("second run STARTED", lambda: started_run(instance, name, {first.run_id}))
+    assert isinstance(second, DagsterRun)
+    before = change_rows(uri)
+    workload.run_transactions(30)
+    wait_for("rows after the reload", lambda: change_rows(uri) > before)
+
+    # kill -9 the run worker: the run fails and a new run takes over.
+    os.kill(int(second.tags[PID_TAG]), signal.SIGKILL)
+    wait_for(
+        "killed run FAILURE", lambda: status(instance, second.run_id) == DagsterRunStatus.FAILURE
+    )
+    third = wait_for(
+        "third run STARTED", lambda: started_run(instance, name, {first.run_id, second.run_id})
+    )
+    assert isinstance(third, DagsterRun)
+    before = change_rows(uri)
+    workload.run_transactions(30)
+    wait_for("rows after the takeover", lambda: change_rows(uri) > before)
+    expected = {t: source_rows(mariadb.server, mariadb.name, t) for t in ("customers", "orders")}
+
+    def caught_up() -> bool:
+        result = replay(uri)
+        return all(
+            result.tables.get(f"{mariadb.name}.{t}", {}) == rows for t, rows in expected.items()
+        )
+
+    wait_for("change log caught up with the source", caught_up)
+
+    # Delete it: the run is cancelled and no new one starts.
+    shutil.rmtree(conf / "destinations" / name)
+    wait_for(
+        "run CANCELED after delete",
+        lambda: status(instance, third.run_id) == DagsterRunStatus.CANCELED,
+    )
+    time.sleep(3)
+    live = [r for r in runs_of(instance, name) if not r.is_finished]
+    assert live == [], f"runs still live after the destination was removed: {live}"
+
+    result = replay(uri)
+    assert not result.duplicates
+    assert not result.seq_gaps
+    assert not result.problems
+    materializations = instance.fetch_materializations(
+        records_filter=AssetKey(["cdc", name, "changes"]), limit=1000
+    ).records
+    assert materializations, "committed batches must show up as materializations"

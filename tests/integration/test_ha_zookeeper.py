@@ -1,0 +1,237 @@
+"""The ZooKeeper lease against a real ZooKeeper (tickTime 500 ms): Canal's rules, epochs,
+SUSPENDED handling, watches after a server restart, digest ACLs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
+from pydantic import SecretStr
+
+from cdc_platform.errors import LeaseBackendError, LeaseLostError
+from cdc_platform.ha import ZooKeeperLease
+from cdc_platform.ha.zookeeper import RunningData
+from cdc_platform.testing.ha import wait_for
+from cdc_platform.testing.zookeeper import ZooKeeperServer
+
+pytestmark = pytest.mark.integration
+
+SESSION = 2.0
+
+MakeLease = Callable[..., ZooKeeperLease]
+
+
+@pytest.fixture
+def make_lease(zk_hosts: str) -> Iterator[MakeLease]:
+    made: list[ZooKeeperLease] = []
+
+    def make(address: str, **kwargs: object) -> ZooKeeperLease:
+        options: dict[str, object] = {"session_timeout": SESSION, "switch_delay": 0.5}
+        options.update(kwargs)
+        lease = ZooKeeperLease(zk_hosts, "shop", address=address, **options)  # type: ignore[arg-type]
+        made.append(lease)
+        return lease
+
+    yield make
+    for lease in made:
+        lease.close()
+
+
+@pytest.fixture
+def admin(zk_hosts: str) -> Iterator[KazooClient]:
+    client = KazooClient(hosts=zk_hosts, timeout=5.0)
+    client.start(timeout=10)
+    yield client
+    client.stop()
+    client.close()
+
+
+class Acquirer:
+    """acquire() in a thread, as a standby process does."""
+
+    def __init__(self, lease: ZooKeeperLease) -> None:
+        self.lease = lease
+        self.epoch: int | None = None
+        self.at: float | None = None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        self.epoch = self.lease.acquire(stop=self.stop)
+        self.at = time.monotonic()
+
+    def wait(self, timeout: float = 30.0) -> int:
+        self.thread.join(timeout)
+        assert self.epoch is not None, f"{self.lease.address} did not acquire"
+        return self.epoch
+
+
+def test_one_holder_epochs_grow_and_the_running_node_says_who(
+    make_lease: MakeLease, admin: KazooClient
+) -> None:
+    a, b = make_lease("a"), make_lease("b")
+    a.start()
+    assert a.try_acquire() == 0
+    assert b.try_acquire() is None
+    raw, stat = admin.get("/cdc/destinations/shop/running")
+    data = RunningData.parse(raw)
+    assert data is not None
+    assert (data.address, data.epoch, data.active) == ("a", 0, True)
+    assert stat.ephemeralOwner != 0, "the running node is ephemeral"
+    assert {m.address for m in b.members()} == {"a", "b"}, "both compete"
+    standby = Acquirer(b)
+    deleted_at = time.monotonic()
+    a.release()
+    assert standby.wait() == 1
+    assert standby.at is not None
+    assert standby.at - deleted_at >= 0.5 - 0.05, "someone else's node: wait the switch delay"
+    assert a.try_acquire() is None
+    holder = a.holder()
+    assert holder is not None
+    assert (holder.address, holder.epoch) == ("b", 1)
+    assert a.last_epoch() == 1
+
+
+def test_a_killed_holder_is_replaced_after_its_session_expires(
+    make_lease: MakeLease, zk_hosts: str
+) -> None:
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from cdc_platform.ha import ZooKeeperLease\n"
+            f"lease = ZooKeeperLease({zk_hosts!r}, 'shop', address='a', "
+            f"session_timeout={SESSION})\n"
+            "print(lease.try_acquire(), flush=True)\n"
+            "time.sleep(120)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "0"
+        b = make_lease("b")
+        standby = Acquirer(b)
+        wait_for(lambda: "b" in {m.address for m in b.members()}, "b to stand by", timeout=10)
+        holder.kill()  # kill -9: no clean session close, the node lives until the session expires
+        holder.wait(10)
+        killed_at = time.monotonic()
+        assert standby.wait(30) == 1
+        assert standby.at is not None
+        assert standby.at - killed_at >= 0.5, "session expiry + switch delay"
+    finally:
+        holder.kill()
+        holder.wait(10)
+
+
+def test_our_own_node_deleted_is_grabbed_again_at_once(
+    make_lease: MakeLease, admin: KazooClient
+) -> None:
+    """Canal: if the last holder was this process, re-grab at once; others wait the delay."""
+    a, b = make_lease("a", switch_delay=30.0), make_lease("b", switch_delay=30.0)
+    lost: list[LeaseLostError] = []
+    a.on_lost(lost.append)
+    a.start()
+    assert a.try_acquire() == 0
+    standby = Acquirer(b)
+    wait_for(lambda: "b" in {m.address for m in a.members()}, "b to stand by", timeout=10)
+    admin.delete("/cdc/destinations/shop/running")
+    wait_for(lambda: bool(lost), "a to notice its node is gone", timeout=10)
+    assert "deleted" in lost[0].reason
+    assert a.acquire(timeout=10) == 1, "a re-grabs without waiting the 30 s delay"
+    standby.stop.set()
+    standby.thread.join(5)
+    assert standby.epoch is None
+
+
+def test_active_false_makes_the_holder_release_to_the_standby(make_lease: MakeLease) -> None:
+    a, b, ops = make_lease("a"), make_lease("b"), make_lease("ops")
+    lost: list[LeaseLostError] = []
+    a.on_lost(lost.append)
+    a.start()
+    b.start()
+    assert a.try_acquire() == 0
+    standby = Acquirer(b)
+    asked = ops.request_release()
+    assert asked is not None
+    assert asked.address == "a"
+    assert not asked.active
+    assert standby.wait() == 1
+    assert lost
+    assert "operator" in lost[0].reason
+    assert not a.is_held()
+    assert a.acquire(timeout=1.0) is None, "the released holder stays away during its cool-down"
+    assert ops.request_release() is not None
+    assert a.acquire(timeout=30) == 2, "and takes over when asked to come back"
+
+
+def test_suspended_stops_writes_and_the_session_survives_a_server_restart(
+    make_lease: MakeLease, zookeeper_server: ZooKeeperServer, admin: KazooClient
+) -> None:
+    a = make_lease("a")
+    lost: list[LeaseLostError] = []
+    a.on_lost(lost.append)
+    a.start()
+    assert a.try_acquire() == 0
+    zookeeper_server.stop()
+    try:
+        wait_for(lambda: not a.is_held(), "SUSPENDED to close the gate", timeout=10)
+        assert a.epoch == 0, "SUSPENDED is not a loss"
+        assert a.wait_held(0.5) is False, "a writer waits while suspended"
+    finally:
+        zookeeper_server.start()
+    wait_for(a.is_held, "the lease to be confirmed after the restart", timeout=30)
+    assert a.epoch == 0, "same session, same term"
+    assert not lost
+    # The data watch was re-established: deleting the node now is noticed.
+    admin.delete("/cdc/destinations/shop/running")
+    wait_for(lambda: bool(lost), "the re-registered watch to report the deletion", timeout=10)
+
+
+def test_digest_acl_keeps_others_out(zk_hosts: str) -> None:
+    auth = SecretStr("cdc:s3cret")
+    a = ZooKeeperLease(zk_hosts, "secure", address="a", session_timeout=SESSION, auth=auth)
+    reader = ZooKeeperLease(zk_hosts, "secure", address="r", session_timeout=SESSION, auth=auth)
+    stranger = KazooClient(hosts=zk_hosts, timeout=5.0)
+    try:
+        assert a.try_acquire() == 0
+        holder = reader.holder()
+        assert holder is not None
+        assert holder.address == "a"
+        stranger.start(timeout=10)
+        with pytest.raises(NoAuthError):
+            stranger.get("/cdc/destinations/secure/running")
+        with pytest.raises(NoAuthError):
+            stranger.set("/cdc/destinations/secure/epoch", b"99")
+    finally:
+        stranger.stop()
+        stranger.close()
+        a.close()
+        reader.close()
+
+
+def test_unreachable_zookeeper_is_a_transient_backend_error() -> None:
+    lease = ZooKeeperLease("127.0.0.1:1", "shop", session_timeout=SESSION, connect_timeout=1.0)
+    with pytest.raises(LeaseBackendError) as caught:
+        lease.try_acquire()
+    assert caught.value.transient
+    assert lease.acquire(timeout=1.5) is None, "a standby keeps trying instead of failing"
+    lease.close()
+
+
+def test_min_epoch_lifts_a_lease_store_that_is_behind_the_change_log(
+    make_lease: MakeLease,
+) -> None:
+    a, b = make_lease("a"), make_lease("b")
+    assert a.try_acquire(min_epoch=12) == 12
+    a.release()
+    assert b.acquire(timeout=10, min_epoch=5) == 13

@@ -1,0 +1,153 @@
+"""The lease supervisor: commit gate, epoch claim, standby loop; in-memory lease, local Delta."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdc_platform.config.models import InstanceConfig, SourceConfig
+from cdc_platform.errors import LeaseLostError
+from cdc_platform.events import ResumePosition
+from cdc_platform.runtime.instance import RunSummary
+from cdc_platform.runtime.supervisor import LeaseSupervisor
+from cdc_platform.sink import DeltaChangeLog, FencedCommitError
+from cdc_platform.testing.fakes import FakeClock, InMemoryLease, InMemoryLeaseStore
+from cdc_platform.watch import MemoryStateStore, StatePublisher
+
+pytestmark = pytest.mark.unit
+
+RESUME = ResumePosition("mysql-bin.000001", 4)
+CONFIG = InstanceConfig(
+    source=SourceConfig(user="cdc", password_env="CDC_TEST_PASSWORD", server_id=7)
+)
+
+
+def supervisor(lease: InMemoryLease, uri: str, **kwargs: Any) -> LeaseSupervisor:
+    return LeaseSupervisor("shop", CONFIG, uri, lease, **kwargs)
+
+
+def test_gate_passes_while_held_and_raises_once_lost(tmp_path: Path) -> None:
+    clock = FakeClock()
+    lease = InMemoryLease(InMemoryLeaseStore(clock), "shop", address="a", expiry=3.0)
+    sup = supervisor(lease, str(tmp_path / "changes"))
+    assert lease.try_acquire() == 0
+    sup._gate()
+    clock.advance(3.0)
+    with pytest.raises(LeaseLostError):
+        sup._gate()
+
+
+def test_claim_fences_off_the_previous_epoch(tmp_path: Path) -> None:
+    uri = str(tmp_path / "changes")
+    old = DeltaChangeLog(uri, "shop")
+    old.commit((), batch_seq=1, resume=RESUME, epoch=0)
+    clock = FakeClock()
+    lease = InMemoryLease(InMemoryLeaseStore(clock), "shop", address="b")
+    assert lease.try_acquire(min_epoch=1) == 1
+    supervisor(lease, uri)._claim(1)
+    checkpoint = DeltaChangeLog(uri, "shop").recover()
+    assert checkpoint is not None
+    assert (checkpoint.batch_seq, checkpoint.epoch, checkpoint.resume) == (2, 1, RESUME)
+    with pytest.raises(FencedCommitError) as refused:
+        old.commit((), batch_seq=3, resume=RESUME, epoch=0)  # the paused old holder wakes up
+    assert refused.value.table_epoch == 1
+
+
+def test_claim_refuses_an_epoch_older_than_the_table(tmp_path: Path) -> None:
+    uri = str(tmp_path / "changes")
+    DeltaChangeLog(uri, "shop").commit((), batch_seq=1, resume=RESUME, epoch=5)
+    lease = InMemoryLease(InMemoryLeaseStore(FakeClock()), "shop", address="b")
+    assert lease.try_acquire() == 0
+    with pytest.raises(LeaseLostError, match="epoch 5"):
+        supervisor(lease, uri)._claim(0)
+
+
+class FakeRuntime:
+    """Stands in for DestinationRuntime: commits empty batches through the gate until stopped."""
+
+    instances: list[FakeRuntime] = []
+
+    def __init__(self, name: str, config: InstanceConfig, table_uri: str, **kw: Any) -> None:
+        self.name = name
+        self.epoch: int = kw["epoch"]
+        self.gate: Callable[[], None] = kw["commit_gate"]
+        self.sink = DeltaChangeLog(table_uri, name)
+        self._stop = threading.Event()
+        self.reason = "stop requested"
+        self.commits = 0
+        FakeRuntime.instances.append(self)
+
+    def request_stop(self, reason: str = "stop requested") -> None:
+        self.reason = reason
+        self._stop.set()
+
+    def run(self, *, exit_when_idle_seconds: float | None = None) -> RunSummary:
+        checkpoint = self.sink.recover()
+        batch = checkpoint.batch_seq if checkpoint else 0
+        while not self._stop.wait(0.02):
+            try:
+                self.gate()
+            except LeaseLostError as exc:
+                return RunSummary(self.name, "failed", self.commits, 0, batch, RESUME, exc)
+            batch += 1
+            self.sink.commit((), batch_seq=batch, resume=RESUME, epoch=self.epoch)
+            self.commits += 1
+        return RunSummary(self.name, self.reason, self.commits, 0, batch, RESUME)
+
+
+def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_operator_release_sends_the_holder_back_to_standby_and_epochs_grow(
+    tmp_path: Path,
+) -> None:
+    uri = str(tmp_path / "changes")
+    store = InMemoryLeaseStore()
+    state = MemoryStateStore()
+    publisher = StatePublisher(state, interval=0.05)
+    lease = InMemoryLease(
+        store, "shop", address="a", expiry=0.8, renew_interval=0.1, release_cooldown=0.3
+    )
+    FakeRuntime.instances.clear()
+    sup = supervisor(lease, uri, runtime_factory=FakeRuntime, publisher=publisher)
+    result: list[RunSummary] = []
+    thread = threading.Thread(target=lambda: result.append(sup.run()), daemon=True)
+    thread.start()
+    try:
+        wait_for(
+            lambda: bool(FakeRuntime.instances) and FakeRuntime.instances[0].commits > 2, "commits"
+        )
+        other = InMemoryLease(store, "shop", address="ops")
+        asked = other.request_release()
+        assert asked is not None
+        assert asked.address == "a"
+        wait_for(lambda: len(FakeRuntime.instances) == 2, "a second term after the cool-down")
+        wait_for(lambda: FakeRuntime.instances[1].commits > 2, "commits of the second term")
+        assert "operator" in FakeRuntime.instances[0].reason
+        assert [r.epoch for r in FakeRuntime.instances] == [0, 1]
+    finally:
+        sup.request_stop("test done")
+        thread.join(timeout=30)
+    assert result
+    assert result[0].error is None
+    assert result[0].reason == "test done"
+    assert sup.terms == 2
+    assert store.live("shop") is None, "released on exit"
+    rows = DeltaChangeLog(uri, "shop").recover()
+    assert rows is not None
+    assert rows.epoch == 1
+    publisher.close()
+    entry = state.get("lease/shop")
+    assert entry is not None
+    assert '"state": "released"' in entry.value
