@@ -23,6 +23,8 @@ table. The JVM start of Apache Spark (~6 s) and Sail's (~1 s) are not in the tim
 initial load of the base is timed separately. Prints figures only.
 """
 
+# ruff: noqa: PLC0415 (each engine runs in its own process and imports only what it needs)
+
 from __future__ import annotations
 
 import argparse
@@ -148,7 +150,9 @@ def _commit_table(rows: list[tuple[str, str, str | None, str | None]], first_seq
         "resume_position": [None] * n,
         "committed_at": [ts + timedelta(seconds=1)] * n,
     }
-    return pa.Table.from_pydict({f.name: data[f.name] for f in CHANGE_LOG_SCHEMA}, CHANGE_LOG_SCHEMA)
+    return pa.Table.from_pydict(
+        {f.name: data[f.name] for f in CHANGE_LOG_SCHEMA}, CHANGE_LOG_SCHEMA
+    )
 
 
 def generate(work: Path, base: int, changes: int, seed: int) -> dict[str, Any]:
@@ -182,8 +186,14 @@ def run_sail(work: Path, truth: dict[str, Any]) -> dict[str, float]:
     from deltalake import DeltaTable, write_deltalake
 
     from cdc_platform.spark.mirror import apply_changes, mirror_uri
-    from cdc_platform.spark.plan import apply_plan, change_rows, key_events, latest_per_key
-    from cdc_platform.spark.plan import read_change_log, timeline
+    from cdc_platform.spark.plan import (
+        apply_plan,
+        change_rows,
+        key_events,
+        latest_per_key,
+        read_change_log,
+        timeline,
+    )
     from cdc_platform.spark.session import SparkSessionFactory
 
     spark = SparkSessionFactory().session()
@@ -200,7 +210,8 @@ def run_sail(work: Path, truth: dict[str, Any]) -> dict[str, float]:
     started = time.perf_counter()
     result = apply_changes(spark, log, root, DB, TABLE)
     merge = time.perf_counter() - started
-    assert result.mode == "merge" and result.mirror_rows == truth["final_rows"], result
+    assert result.mode == "merge", result
+    assert result.mirror_rows == truth["final_rows"], result
     assert result.last_seq == truth["last_seq"]
 
     started = time.perf_counter()
@@ -222,8 +233,13 @@ def run_sail(work: Path, truth: dict[str, Any]) -> dict[str, float]:
 def run_spark(work: Path, truth: dict[str, Any]) -> dict[str, float]:
     from pyspark.sql import SparkSession
 
-    from cdc_platform.spark.plan import apply_plan, change_rows, key_events, latest_per_key
-    from cdc_platform.spark.plan import timeline
+    from cdc_platform.spark.plan import (
+        apply_plan,
+        change_rows,
+        key_events,
+        latest_per_key,
+        timeline,
+    )
 
     spark = (
         SparkSession.builder.master("local[2]")
@@ -257,8 +273,16 @@ def run_spark(work: Path, truth: dict[str, Any]) -> dict[str, float]:
 
 def _child(engine: str, work: Path, truth: dict[str, Any]) -> dict[str, float]:
     done = subprocess.run(
-        [sys.executable, __file__, "--engine", engine, "--work", str(work),
-         "--truth", json.dumps(truth)],  # fmt: skip
+        [
+            sys.executable,
+            __file__,
+            "--engine",
+            engine,
+            "--work",
+            str(work),
+            "--truth",
+            json.dumps(truth),
+        ],
         capture_output=True,
         text=True,
         check=False,

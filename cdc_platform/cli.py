@@ -48,48 +48,19 @@ def _destination(args: argparse.Namespace) -> tuple[ConfigSet, Destination]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    # Lazy imports keep `config check` light.
-    from cdc_platform.ha.factory import (  # noqa: PLC0415
-        open_lease,
-        open_registry,
-        open_state_store,
-    )
-    from cdc_platform.runtime.supervisor import LeaseSupervisor  # noqa: PLC0415
-    from cdc_platform.watch import StatePublisher  # noqa: PLC0415
+    from cdc_platform.runtime.supervisor import supervised_destination  # noqa: PLC0415 (light CLI)
 
     config, destination = _destination(args)
-    platform = config.platform
-    registry = open_registry(platform, config.conf_dir)
-    lease = open_lease(
-        platform, config.conf_dir, destination.name, address=args.address, registry=registry
-    )
-    publisher = StatePublisher(
-        open_state_store(platform, config.conf_dir),
-        interval=platform.watch.publish_interval_seconds,
-    )
-    supervisor = LeaseSupervisor(
-        destination.name,
-        destination.config,
-        config.table_uri(destination.name),
-        lease,
-        publisher=publisher,
-        registry=registry,
-        config_hash=destination.content_hash,
-        metrics_interval_seconds=args.metrics_interval,
-    )
+    with supervised_destination(
+        config, destination, address=args.address, metrics_interval_seconds=args.metrics_interval
+    ) as supervisor:
 
-    def on_signal(signum: int, _frame: object) -> None:
-        supervisor.request_stop(f"signal {signal.Signals(signum).name}")
+        def on_signal(signum: int, _frame: object) -> None:
+            supervisor.request_stop(f"signal {signal.Signals(signum).name}")
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    try:
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
         summary = supervisor.run(exit_when_idle_seconds=args.exit_when_idle)
-    finally:
-        publisher.close(timeout=2.0)
-        publisher.store.close()
-        if registry is not None:
-            registry.db.close()
     print(
         f"{summary.destination}: {summary.reason}; {summary.batches} batches, {summary.rows} rows "
         f"this run; last batch {summary.last_batch_seq} at {summary.resume}"

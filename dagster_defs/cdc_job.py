@@ -25,7 +25,8 @@ from dagster import (
 )
 
 from cdc_platform.config import ConfigSet, Destination
-from cdc_platform.runtime import CommitReport, DestinationRuntime, RunSummary
+from cdc_platform.runtime import CommitReport, RunSummary
+from cdc_platform.runtime.supervisor import LeaseSupervisor, supervised_destination
 from dagster_defs.resources import PlatformResource
 
 __all__ = ["DESTINATION_TAG", "DestinationRunConfig", "cdc_destination", "change_log_key"]
@@ -103,13 +104,16 @@ class _Reporter:
         self._reported_at = time.monotonic()
 
 
-def _heartbeat(runtime: DestinationRuntime) -> str:
+def _heartbeat(supervisor: LeaseSupervisor) -> str:
+    runtime = supervisor.runtime
+    if runtime is None:
+        return f"heartbeat {supervisor.name}: {supervisor.role}, waiting for the lease"
     m = runtime.metrics()
     lag = "-" if m.lag_seconds is None else f"{m.lag_seconds:.1f}"
     return (
-        f"heartbeat {m.destination}: {m.state}, batch {m.last_batch_seq}, {m.rows_total} rows, "
-        f"lag {lag} s, buffer {m.buffer_items} events / {m.buffer_bytes} bytes, "
-        f"position {m.last_position}"
+        f"heartbeat {m.destination}: {supervisor.role} (epoch {supervisor.lease.epoch}), "
+        f"{m.state}, batch {m.last_batch_seq}, {m.rows_total} rows, lag {lag} s, "
+        f"buffer {m.buffer_items} events / {m.buffer_bytes} bytes, position {m.last_position}"
     )
 
 
@@ -131,14 +135,14 @@ def _destination(
 
 def _supervise(
     context: OpExecutionContext,
-    runtime: DestinationRuntime,
+    supervisor: LeaseSupervisor,
     reporter: _Reporter,
     heartbeat_every: float,
 ) -> RunSummary | None:
     """Run the pipeline in a worker thread; turn Dagster's termination into a clean stop."""
     outcome: list[RunSummary] = []
     worker = threading.Thread(
-        target=lambda: outcome.append(runtime.run()), name=f"cdc-{runtime.name}", daemon=True
+        target=lambda: outcome.append(supervisor.run()), name=f"cdc-{supervisor.name}", daemon=True
     )
     next_heartbeat = time.monotonic() + heartbeat_every
     worker.start()
@@ -147,11 +151,13 @@ def _supervise(
             worker.join(timeout=0.5)
             reporter.flush(force=False)
             if time.monotonic() >= next_heartbeat:
-                context.log.info(_heartbeat(runtime))
+                context.log.info(_heartbeat(supervisor))
                 next_heartbeat = time.monotonic() + heartbeat_every
     except DagsterExecutionInterruptedError:
-        context.log.info(f"{runtime.name}: termination requested; finishing the in-flight commit")
-        runtime.request_stop("run terminated")
+        context.log.info(
+            f"{supervisor.name}: termination requested; finishing the in-flight commit"
+        )
+        supervisor.request_stop("run terminated")
         worker.join()
         reporter.flush(force=True)
         raise
@@ -169,20 +175,22 @@ def stream_destination(
     name = destination.name
     settings = configset.platform.dagster
     reporter = _Reporter(context, name, settings.materialization_min_interval_seconds)
-    runtime = DestinationRuntime(
-        name,
-        destination.config,
-        configset.table_uri(name),
-        on_commit=reporter.queue.put,
-        metrics_interval_seconds=60.0,
-    )
     context.log.info(f"{name}: streaming into {configset.table_uri(name)} (pid {os.getpid()})")
     # The worker's pid and host, for operators (and the kill -9 test) to find the process.
     context.instance.add_run_tags(
         context.run_id, {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
     )
-    # The running monitor judges liveness by the run's newest event: log at least this often.
-    summary = _supervise(context, runtime, reporter, min(30.0, settings.orphan_after_seconds / 4))
+    with supervised_destination(
+        configset,
+        destination,
+        address=f"{socket.gethostname()}:{os.getpid()}:{context.run_id[:8]}",
+        on_commit=reporter.queue.put,
+        metrics_interval_seconds=60.0,
+    ) as supervisor:
+        # The running monitor judges liveness by the run's newest event: log at least this often.
+        summary = _supervise(
+            context, supervisor, reporter, min(30.0, settings.orphan_after_seconds / 4)
+        )
     if summary is None:
         raise Failure(description=f"{name}: the pipeline thread ended without a result")
     if summary.error is not None:

@@ -29,8 +29,10 @@ from dagster import (
     sensor,
 )
 
+from cdc_platform.config import ConfigSet
 from cdc_platform.config.monitor import diff_destinations
-from cdc_platform.errors import ConfigError
+from cdc_platform.errors import CdcError, ConfigError
+from cdc_platform.ha.status import collect_status
 from dagster_defs.cdc_job import CONFIG_HASH_TAG, DESTINATION_TAG, cdc_destination
 from dagster_defs.resources import PlatformResource
 
@@ -240,6 +242,7 @@ def build_running_monitor(
             else:
                 still_missing[name] = since
                 notes.append(f"{name}: no live run for {now - since:.0f} s")
+        notes.extend(_lease_notes(configset))
         cursor = json.dumps(still_missing, sort_keys=True)
         if requests:
             return SensorResult(run_requests=requests, cursor=cursor)
@@ -249,6 +252,22 @@ def build_running_monitor(
         )
 
     return running_monitor
+
+
+def _lease_notes(configset: ConfigSet) -> list[str]:
+    """Holder, epoch, position and lag of each enabled destination, for the tick's report."""
+    names = [n for n, d in sorted(configset.destinations.items()) if d.config.enabled]
+    try:
+        statuses = collect_status(configset, names)
+    except CdcError as exc:
+        return [f"lease status unavailable: {exc}"]
+    notes = []
+    for status in statuses:
+        holder = status.holder
+        who = f"holder {holder.address} epoch {holder.epoch}" if holder else "no holder"
+        lag = "-" if status.lag_seconds is None else f"{status.lag_seconds:.1f} s"
+        notes.append(f"{status.destination}: {who}, batch {status.batch_seq}, lag {lag}")
+    return notes
 
 
 def _healthy_runs(

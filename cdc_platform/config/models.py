@@ -237,8 +237,8 @@ class WatchConfig(_Model):
     """Where the state watch (lease and config state for `status` and Dagster) is kept."""
 
     url: str | None = None
-    """A database URL like the lease's; default: the lease database (database backend) or
-    `sqlite:///var/state.db` (ZooKeeper backend)."""
+    """A database URL like the lease's; default: where the lease is (its database, or
+    ZooKeeper under `<root>/state`)."""
     password_env: str | None = None
     """Environment variable holding that database's password, if any."""
     history: int = Field(default=1000, ge=1)

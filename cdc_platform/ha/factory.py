@@ -20,10 +20,9 @@ from cdc_platform.ha.sql import Database
 from cdc_platform.ha.zookeeper import ZooKeeperLease
 from cdc_platform.watch.sql import SqlStateStore
 from cdc_platform.watch.store import StateStore
+from cdc_platform.watch.zookeeper import ZooKeeperStateStore
 
 __all__ = ["base_dir", "open_lease", "open_registry", "open_state_store"]
-
-DEFAULT_ZK_STATE_URL = "sqlite:///var/state.db"
 
 
 def base_dir(conf_dir: Path) -> Path:
@@ -82,7 +81,8 @@ def open_lease(
 
 
 def open_state_store(platform: PlatformConfig, conf_dir: Path) -> StateStore:
-    """The state watch store: ``watch.url``, else the lease database, else a local SQLite."""
+    """The state watch store: ``watch.url``, else where the lease is (its database, or
+    ZooKeeper under ``<root>/state``)."""
     watch = platform.watch
     lease = platform.lease
     url: str
@@ -93,7 +93,13 @@ def open_state_store(platform: PlatformConfig, conf_dir: Path) -> StateStore:
     elif isinstance(lease, DatabaseLeaseConfig):
         url, password = lease.url, lease.password()
     else:
-        url, password = DEFAULT_ZK_STATE_URL, None
+        return ZooKeeperStateStore(
+            lease.hosts,
+            root=lease.root,
+            history=watch.history,
+            session_timeout=lease.session_timeout_seconds,
+            auth=lease.auth(),
+        )
     db = Database(url, password=password, base_dir=base_dir(conf_dir), error=WatchError)
     return SqlStateStore(db, history=watch.history)
 

@@ -120,7 +120,8 @@ class HolderInfo:
     active: bool
     """False once an operator asked the holder to release (manual switch-over pending)."""
     since: float | None = None
-    """Wall-clock seconds when this term began (store clock for the database backend)."""
+    """Wall-clock seconds when this term began (ZooKeeper) or was last renewed (database,
+    on the database's clock: ``locked_time``)."""
     expires_at: float | None = None
     """Store-clock expiry of a database lease; None for ZooKeeper (bound to the session)."""
     backend: str = ""

@@ -22,21 +22,23 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
 from pydantic import SecretStr
 
+from cdc_platform.config.loader import ConfigSet, Destination
 from cdc_platform.config.models import InstanceConfig
-from cdc_platform.errors import CdcError, LeaseError, LeaseLostError
+from cdc_platform.errors import CdcError, LeaseError, LeaseLostError, SinkError
 from cdc_platform.ha.lease import Lease
 from cdc_platform.ha.registry import NodeRegistry
 from cdc_platform.runtime.instance import CommitReport, DestinationRuntime, RunSummary
 from cdc_platform.sink import DeltaChangeLog, FencedCommitError, MaintenancePolicy
 from cdc_platform.watch.watcher import StatePublisher
 
-__all__ = ["LeaseSupervisor", "state_keys"]
+__all__ = ["LeaseSupervisor", "state_keys", "supervised_destination"]
 
 log = logging.getLogger("cdc_platform.runtime")
 
@@ -133,7 +135,7 @@ class LeaseSupervisor:
     def _gate(self) -> None:
         """Right before each commit: pass while the lease is held, hold while unconfirmed."""
         lease = self.lease
-        if True:  # MUTATION
+        if lease.is_held():
             return
         epoch = self._epoch
         if self._term_lost.is_set() or lease.epoch is None:
@@ -154,49 +156,67 @@ class LeaseSupervisor:
                 return
 
     def _claim(self, epoch: int) -> None:
-        """Commit an empty batch with ``epoch``, fencing off every older writer from now on."""
+        """Commit an empty batch with ``epoch``, fencing off every older writer from now on.
+
+        Storage trouble is retried (with back-off, while the lease is held); a newer epoch in
+        the table means the lease is already lost.
+        """
         sink = DeltaChangeLog(
             self.table_uri,
             self.name,
             storage_options=self._storage_options,
             maintenance=self._maintenance or MaintenancePolicy(),
         )
+        races = 0
+        delay = 0.5
         try:
-            for _ in range(_CLAIM_ATTEMPTS):
-                checkpoint = sink.recover()
-                if checkpoint is None:
-                    return  # the runtime's first commit pins the start and carries the epoch
-                if checkpoint.epoch > epoch:
-                    raise LeaseLostError(
-                        self.name,
-                        epoch,
-                        f"the change log already holds a commit of epoch {checkpoint.epoch}",
-                    )
-                if checkpoint.epoch == epoch:
-                    return
-                self._gate()
+            while True:
                 try:
-                    sink.commit(
-                        (),
-                        batch_seq=checkpoint.batch_seq + 1,
-                        resume=checkpoint.resume,
-                        epoch=epoch,
-                    )
-                except FencedCommitError as exc:
-                    if exc.table_epoch is not None and exc.table_epoch > epoch:
-                        raise LeaseLostError(self.name, epoch, str(exc)) from exc
-                    continue  # the previous holder's last batch landed meanwhile: re-read
-                log.info(
-                    "%s: epoch %d claimed the change log at batch %d (previous epoch %d)",
-                    self.name,
-                    epoch,
-                    checkpoint.batch_seq + 1,
-                    checkpoint.epoch,
-                )
-                return
-            raise LeaseLostError(self.name, epoch, "could not claim the change log")
+                    if self._claim_once(sink, epoch):
+                        return
+                    races += 1
+                    if races >= _CLAIM_ATTEMPTS:
+                        raise LeaseLostError(self.name, epoch, "could not claim the change log")
+                except SinkError as exc:
+                    if not exc.transient or self._stop.is_set():
+                        raise
+                    log.warning("%s: claim failed (%s); retrying in %.1f s", self.name, exc, delay)
+                    self._stop.wait(delay)
+                    delay = min(delay * 2, 10.0)
+                    self._gate()  # raises if the lease went meanwhile
         finally:
             sink.close()
+
+    def _claim_once(self, sink: DeltaChangeLog, epoch: int) -> bool:
+        """One try: True when claimed (or nothing to claim), False when a commit raced us."""
+        checkpoint = sink.recover()
+        if checkpoint is None:
+            return True  # the runtime's first commit pins the start and carries the epoch
+        if checkpoint.epoch > epoch:
+            raise LeaseLostError(
+                self.name,
+                epoch,
+                f"the change log already holds a commit of epoch {checkpoint.epoch}",
+            )
+        if checkpoint.epoch == epoch:
+            return True
+        self._gate()
+        try:
+            sink.commit(
+                (), batch_seq=checkpoint.batch_seq + 1, resume=checkpoint.resume, epoch=epoch
+            )
+        except FencedCommitError as exc:
+            if exc.table_epoch is not None and exc.table_epoch > epoch:
+                raise LeaseLostError(self.name, epoch, str(exc)) from exc
+            return False  # the previous holder's last batch landed meanwhile: re-read
+        log.info(
+            "%s: epoch %d claimed the change log at batch %d (previous epoch %d)",
+            self.name,
+            epoch,
+            checkpoint.batch_seq + 1,
+            checkpoint.epoch,
+        )
+        return True
 
     def _epoch_floor(self) -> int:
         """Lowest epoch the change log accepts from a new holder (table epoch + 1, or 0)."""
@@ -300,6 +320,7 @@ class LeaseSupervisor:
                 break
         finally:
             beat_stop.set()
+            beat.join(timeout=10)  # a late heartbeat would re-insert the row we remove below
             self.role = "stopped"
             self._release()
             self.lease.close()
@@ -442,3 +463,49 @@ def _fenced(error: CdcError | None, epoch: int) -> bool:
         and error.table_epoch is not None
         and error.table_epoch > epoch
     )
+
+
+@contextmanager
+def supervised_destination(
+    config: ConfigSet,
+    destination: Destination,
+    *,
+    address: str | None = None,
+    on_commit: Callable[[CommitReport], None] | None = None,
+    metrics_interval_seconds: float = 10.0,
+) -> Iterator[LeaseSupervisor]:
+    """A LeaseSupervisor wired from the platform config (lease, registry, state publisher).
+
+    The one place that builds a lease-gated destination, for `cdc-platform run` and the Dagster
+    run alike; everything it opened is closed on exit.
+    """
+    from cdc_platform.ha.factory import open_lease, open_registry, open_state_store  # noqa: PLC0415
+
+    platform = config.platform
+    registry = open_registry(platform, config.conf_dir)
+    publisher: StatePublisher | None = None
+    try:
+        lease = open_lease(
+            platform, config.conf_dir, destination.name, address=address, registry=registry
+        )
+        publisher = StatePublisher(
+            open_state_store(platform, config.conf_dir),
+            interval=platform.watch.publish_interval_seconds,
+        )
+        yield LeaseSupervisor(
+            destination.name,
+            destination.config,
+            config.table_uri(destination.name),
+            lease,
+            publisher=publisher,
+            registry=registry,
+            config_hash=destination.content_hash,
+            on_commit=on_commit,
+            metrics_interval_seconds=metrics_interval_seconds,
+        )
+    finally:
+        if publisher is not None:
+            publisher.close(timeout=2.0)
+            publisher.store.close()
+        if registry is not None:
+            registry.db.close()

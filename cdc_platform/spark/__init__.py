@@ -2,8 +2,10 @@
 
 Plain PySpark DataFrame API and Spark SQL that Apache Spark with Delta runs as well as the
 embedded Sail engine; nothing here imports Dagster (``dagster_defs`` calls these functions).
+See docs/spark.md.
 """
 
+from cdc_platform.spark.history import DailyTableStats, daily_change_stats, mirror_as_of
 from cdc_platform.spark.mirror import (
     MirrorResult,
     MirrorState,
@@ -16,10 +18,13 @@ from cdc_platform.spark.mirror import (
 from cdc_platform.spark.session import SparkSessionFactory
 
 __all__ = [
+    "DailyTableStats",
     "MirrorResult",
     "MirrorState",
     "SparkSessionFactory",
     "apply_changes",
+    "daily_change_stats",
+    "mirror_as_of",
     "mirror_root",
     "mirror_tables",
     "mirror_uri",

@@ -165,7 +165,9 @@ def column_spec(name: str, definition: str) -> ColumnSpec | None:
         return None
     precision = scale = length = None
     values: tuple[str, ...] | None = None
-    numbers = [int(n) for n in re.findall(r"\d+", args or "")] if kind not in ("enum", "set") else []
+    numbers = (
+        [int(n) for n in re.findall(r"\d+", args or "")] if kind not in ("enum", "set") else []
+    )
     if kind == "decimal":
         precision = numbers[0] if numbers else 10
         scale = numbers[1] if len(numbers) > 1 else 0
@@ -190,63 +192,64 @@ def column_spec(name: str, definition: str) -> ColumnSpec | None:
     )
 
 
+def _strip(pattern: str, text: str) -> str:
+    return re.sub(pattern, "", text, count=1, flags=re.I)
+
+
+def _is_column(text: str) -> bool:
+    """False for ADD/DROP of indexes, keys, constraints, partitions."""
+    words = text.split(None, 1)
+    return bool(words) and words[0].upper() not in _NOT_A_COLUMN and not text.startswith("(")
+
+
+def _add(rest: str) -> Clause | None:
+    rest = _strip(r"^\s*IF\s+NOT\s+EXISTS\s+", _strip(r"^\s*COLUMN\s+", rest)).lstrip()
+    taken = _take_ident(rest) if _is_column(rest) else None  # "ADD (a INT, b INT)": next rows
+    if taken is None:
+        return None
+    name, definition = taken
+    after = re.search(rf"\bAFTER\s+({_IDENT})\s*$", definition, re.I)
+    return AddColumn(
+        name,
+        column_spec(name, definition),
+        first=bool(re.search(r"\bFIRST\s*$", definition, re.I)),
+        after=_unquote(after.group(1)) if after else None,
+    )
+
+
+def _drop(rest: str) -> Clause | None:
+    rest = _strip(r"^\s*IF\s+EXISTS\s+", _strip(r"^\s*COLUMN\s+", rest)).lstrip()
+    taken = _take_ident(rest) if _is_column(rest) else None
+    return DropColumn(taken[0]) if taken else None
+
+
+def _rename(rest: str) -> Clause | None:
+    match = re.match(rf"\s*COLUMN\s+({_IDENT})\s+TO\s+({_IDENT})\s*$", rest, re.I)
+    if match is None:
+        return None
+    return RenameColumn(_unquote(match.group(1)), _unquote(match.group(2)))
+
+
+def _change(rest: str) -> Clause | None:
+    first = _take_ident(_strip(r"^\s*IF\s+EXISTS\s+", _strip(r"^\s*COLUMN\s+", rest)))
+    second = _take_ident(first[1]) if first else None
+    if first is None or second is None:
+        return None
+    return RenameColumn(first[0], second[0], column_spec(second[0], second[1]))
+
+
+def _modify(rest: str) -> Clause | None:
+    taken = _take_ident(_strip(r"^\s*IF\s+EXISTS\s+", _strip(r"^\s*COLUMN\s+", rest)))
+    return ModifyColumn(taken[0], column_spec(taken[0], taken[1])) if taken else None
+
+
+_CLAUSES = {"ADD": _add, "DROP": _drop, "RENAME": _rename, "CHANGE": _change, "MODIFY": _modify}
+
+
 def _parse_clause(clause: str) -> Clause | None:
     words = clause.split(None, 1)
-    if not words:
-        return None
-    verb = words[0].upper()
-    rest = words[1] if len(words) > 1 else ""
-    if verb == "ADD":
-        rest = re.sub(r"^\s*COLUMN\s+", "", rest, flags=re.I)
-        rest = re.sub(r"^\s*IF\s+NOT\s+EXISTS\s+", "", rest, flags=re.I)
-        if rest.lstrip().startswith("("):
-            return None  # ADD (a INT, b INT): rare; the next rows show the columns
-        head = rest.split(None, 1)[0].upper() if rest.split() else ""
-        if head in _NOT_A_COLUMN:
-            return None
-        taken = _take_ident(rest)
-        if taken is None:
-            return None
-        name, definition = taken
-        after = re.search(rf"\bAFTER\s+({_IDENT})\s*$", definition, re.I)
-        first = bool(re.search(r"\bFIRST\s*$", definition, re.I))
-        return AddColumn(
-            name,
-            column_spec(name, definition),
-            first=first,
-            after=_unquote(after.group(1)) if after else None,
-        )
-    if verb == "DROP":
-        rest = re.sub(r"^\s*COLUMN\s+", "", rest, flags=re.I)
-        rest = re.sub(r"^\s*IF\s+EXISTS\s+", "", rest, flags=re.I)
-        head = rest.split(None, 1)[0].upper() if rest.split() else ""
-        if head in _NOT_A_COLUMN:
-            return None
-        taken = _take_ident(rest)
-        return DropColumn(taken[0]) if taken else None
-    if verb == "RENAME":
-        match = re.match(rf"\s*COLUMN\s+({_IDENT})\s+TO\s+({_IDENT})\s*$", rest, re.I)
-        if match is None:
-            return None
-        return RenameColumn(_unquote(match.group(1)), _unquote(match.group(2)))
-    if verb == "CHANGE":
-        rest = re.sub(r"^\s*COLUMN\s+", "", rest, flags=re.I)
-        rest = re.sub(r"^\s*IF\s+EXISTS\s+", "", rest, flags=re.I)
-        first_ident = _take_ident(rest)
-        if first_ident is None:
-            return None
-        second = _take_ident(first_ident[1])
-        if second is None:
-            return None
-        return RenameColumn(first_ident[0], second[0], column_spec(second[0], second[1]))
-    if verb == "MODIFY":
-        rest = re.sub(r"^\s*COLUMN\s+", "", rest, flags=re.I)
-        rest = re.sub(r"^\s*IF\s+EXISTS\s+", "", rest, flags=re.I)
-        taken = _take_ident(rest)
-        if taken is None:
-            return None
-        return ModifyColumn(taken[0], column_spec(taken[0], taken[1]))
-    return None
+    parse = _CLAUSES.get(words[0].upper()) if words else None
+    return parse(words[1] if len(words) > 1 else "") if parse else None
 
 
 def parse_alter(statement: str) -> list[Clause]:
@@ -277,7 +280,9 @@ def create_table_schema(statement: str) -> TableSchema | None:
     key: list[str] = []
     for item in _split_top_level(match.group(1)):
         head = item.split(None, 1)[0].upper()
-        primary = re.match(r"^(?:CONSTRAINT\s+\S+\s+)?PRIMARY\s+KEY\s*(?:\w+\s*)?\((.*)\)", item, re.I)
+        primary = re.match(
+            r"^(?:CONSTRAINT\s+\S+\s+)?PRIMARY\s+KEY\s*(?:\w+\s*)?\((.*)\)", item, re.I
+        )
         if primary:
             key = [_unquote(re.sub(r"\(\d+\)", "", p)).strip() for p in primary.group(1).split(",")]
             key = [_unquote(k.split()[0]) for k in key]

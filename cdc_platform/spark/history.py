@@ -12,18 +12,19 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time as dtime, timedelta
+from datetime import UTC, date, datetime, timedelta
+from datetime import time as dtime
 
 from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import functions as F  # noqa: N812 (the PySpark idiom)
 
 from cdc_platform.errors import CdcError, MirrorError
 from cdc_platform.spark.mirror import (
     MirrorResult,
     MirrorState,
-    schema_signature,
     delta_version,
     mirror_uri,
+    schema_signature,
     state_history,
     table_exists,
 )
@@ -36,7 +37,14 @@ from cdc_platform.spark.plan import (
     timeline,
 )
 
-__all__ = ["DailyTableStats", "daily_change_stats", "day_bounds", "mirror_as_of", "seq_bound"]
+__all__ = [
+    "DailyTableStats",
+    "change_stats",
+    "daily_change_stats",
+    "day_bounds",
+    "mirror_as_of",
+    "seq_bound",
+]
 
 logger = logging.getLogger("cdc_platform.spark.history")
 
@@ -86,31 +94,34 @@ def daily_change_stats(
     """Per table: counts by op, bytes and max lag of the change-log rows with ``ts`` on
     ``day`` (UTC); tables without rows that day are absent. One aggregation query."""
     try:
-        frame = _in_day(read_change_log(spark, change_log_uri), day)
-        op = F.col("op")
-        lag = (F.unix_micros(F.col("committed_at")) - F.unix_micros(F.col("ts"))) / F.lit(1e6)
-        rows = (
-            frame.groupBy("db", "table")
-            .agg(
-                F.count(F.when(op == "c", 1)).alias("inserts"),
-                F.count(F.when(op == "u", 1)).alias("updates"),
-                F.count(F.when(op == "d", 1)).alias("deletes"),
-                F.count(F.when(op == "r", 1)).alias("snapshots"),
-                F.count(F.when(op == "ddl", 1)).alias("ddl"),
-                F.count(F.lit(1)).alias("rows"),
-                F.sum(_bytes("pk") + _bytes("before") + _bytes("after") + _bytes("ddl")).alias(
-                    "bytes"
-                ),
-                F.max(lag).alias("max_lag"),
-                F.min("seq").alias("first_seq"),
-                F.max("seq").alias("last_seq"),
-            )
-            .collect()
-        )
+        return change_stats(read_change_log(spark, change_log_uri), day)
     except CdcError:
         raise
     except Exception as exc:  # pyspark / grpc / py4j errors
         raise MirrorError(f"daily figures of {day} from {change_log_uri} failed: {exc}") from exc
+
+
+def change_stats(changes: DataFrame, day: date) -> list[DailyTableStats]:
+    """:func:`daily_change_stats` of a change-log DataFrame (any source, e.g. Parquet)."""
+    op = F.col("op")
+    lag = (F.unix_micros(F.col("committed_at")) - F.unix_micros(F.col("ts"))) / F.lit(1e6)
+    rows = (
+        _in_day(changes, day)
+        .groupBy("db", "table")
+        .agg(
+            F.count(F.when(op == "c", 1)).alias("inserts"),
+            F.count(F.when(op == "u", 1)).alias("updates"),
+            F.count(F.when(op == "d", 1)).alias("deletes"),
+            F.count(F.when(op == "r", 1)).alias("snapshots"),
+            F.count(F.when(op == "ddl", 1)).alias("ddl"),
+            F.count(F.lit(1)).alias("rows"),
+            F.sum(_bytes("pk") + _bytes("before") + _bytes("after") + _bytes("ddl")).alias("bytes"),
+            F.max(lag).alias("max_lag"),
+            F.min("seq").alias("first_seq"),
+            F.max("seq").alias("last_seq"),
+        )
+        .collect()
+    )
     stats = [
         DailyTableStats(
             day=day,
@@ -162,7 +173,7 @@ def _base_version(
     return max(usable, key=lambda s: s.last_seq) if usable else None
 
 
-def mirror_as_of(
+def mirror_as_of(  # noqa: PLR0917 (the positional API the Dagster assets call)
     spark: SparkSession,
     change_log_uri: str,
     db: str,
@@ -252,4 +263,5 @@ def mirror_as_of(
         mirror_version=delta_version(target_uri),
         seconds=time.perf_counter() - started,
         columns=tuple(target.names),
+        last_ts=line.last_ts,
     )

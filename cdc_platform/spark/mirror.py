@@ -10,8 +10,9 @@ mirror has, change-log and mirror versions, counts), written *after* the mirror'
 apply is either
 
 * a **merge**: the changes with ``last seq < seq <= newest`` reduced to the newest change per
-  key (:mod:`.plan`), then one ``MERGE INTO`` (delete / update / insert), when the schema is
-  unchanged; or
+  key (:mod:`.plan`) and written to a staging table (``<mirror_root>/_cdc_staging/...``,
+  removed afterwards), then one ``MERGE INTO`` (delete / update / insert) from it, when the
+  schema is unchanged; or
 * a **rebuild**: the whole table recomputed from the change log (from its last TRUNCATE /
   DROP TABLE) and written with ``overwriteSchema``, when the mirror is new, the schema changed
   (DDL added, dropped, renamed or retyped a column, or changed the key), or the table was
@@ -20,7 +21,9 @@ apply is either
 Both are idempotent: they set every touched key to its state as of the newest seq, so applying
 the same range again, or a range that starts earlier (after a crash between the mirror's
 commit and the state's), gives the same table. The state is only an optimisation of where to
-start; a lost state means one rebuild. Change-log ``VERSION AS OF`` is not used for this:
+start; a lost state means one rebuild. Applies of the *same* mirror must not run
+concurrently (their MERGE and state commits could interleave); different tables are
+independent. Change-log ``VERSION AS OF`` is not used for this:
 the sink keeps only a minute of log history (``MaintenancePolicy.log_retention``), while a
 seq bound is valid forever (seqs are strictly increasing and never rewritten).
 
@@ -42,15 +45,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
+from pyspark.sql import functions as F  # noqa: N812 (the PySpark idiom)
+from pyspark.sql import types as T  # noqa: N812 (the PySpark idiom)
 
 from cdc_platform.errors import CdcError, MirrorError, UnsupportedColumnTypeError
 from cdc_platform.spark.plan import (
     DELETED,
     FIRST_KIND,
-    SEQ,
     Timeline,
     apply_plan,
     change_rows,
@@ -95,7 +98,8 @@ STATE_HISTORY = 1000
 """State rows kept per mirror (the newest); older applies are forgotten."""
 
 Step = Literal["computed", "mirror_committed", "state_committed"]
-Hook = Callable[[str], None]
+"""Where an apply is: changes computed, mirror committed, state committed."""
+Hook = Callable[[Step], None]
 """Called with a step name as an apply passes it; tests raise from it to simulate a crash."""
 
 _STATE_SCHEMA = T.StructType(
@@ -162,6 +166,31 @@ class MirrorResult:
     mirror_version: int | None
     seconds: float
     columns: tuple[str, ...] = ()
+    last_ts: datetime | None = None
+    """Binlog timestamp of the newest change applied in this call (None when none was)."""
+
+    def metadata(self) -> dict[str, int | float | str | None]:
+        """Plain values for asset metadata (Dagster charts numeric ones over time).
+
+        ``lag_seconds`` is how old the newest applied change was when the apply finished:
+        source commit to mirror, the end-to-end freshness of the mirror.
+        """
+        lag = None
+        if self.last_ts is not None:
+            lag = round((datetime.now(UTC) - self.last_ts).total_seconds(), 3)
+        return {
+            "mode": self.mode,
+            "mirror_rows": self.mirror_rows,
+            "rows_inserted": self.rows_inserted,
+            "rows_updated": self.rows_updated,
+            "rows_deleted": self.rows_deleted,
+            "changes": self.changes,
+            "last_seq": self.last_seq,
+            "change_log_version": self.change_log_version,
+            "mirror_version": self.mirror_version,
+            "lag_seconds": lag,
+            "seconds": round(self.seconds, 3),
+        }
 
 
 def mirror_root(lake_root: str | os.PathLike[str], destination: str) -> str:
@@ -208,8 +237,6 @@ def delta_version(uri: str) -> int | None:
     """The table's current version read with delta-rs, or None when that is not possible
     (Sail cannot run ``DESCRIBE HISTORY``; delta-rs reads local and object-store tables)."""
     try:
-        from deltalake import DeltaTable
-
         return int(DeltaTable(uri).version())
     except Exception as exc:  # any storage / table problem: the version is informational
         logger.debug("no Delta version for %s: %s", uri, exc)
@@ -285,7 +312,7 @@ def schema_signature(schema: TableSchema | None) -> list[tuple[str, str, bool]] 
     return [(c.name, type_key(c), c.name in keys) for c in schema.columns]
 
 
-def _needs_rebuild(
+def _needs_rebuild(  # noqa: PLR0911 (one reason per return)
     line: Timeline, state: MirrorState | None, mirror_exists: bool
 ) -> str | None:
     """Why the increment cannot be merged, or None when it can."""
@@ -315,6 +342,7 @@ class _Apply:
         root: str,
         db: str,
         table: str,
+        *,
         hook: Hook | None,
     ) -> None:
         self.spark = spark
@@ -363,6 +391,10 @@ class _Apply:
     ) -> MirrorResult:
         target = line.target
         assert target is not None
+        if line.row_changes == 0:  # only DDL that left the mirror's columns alone
+            return self._finish(
+                line, history, change_log_version, mode="merge", counts=(0, 0, 0), previous=line.lo
+            )
         # The newest change per key is written to a staging table first: the counts and the
         # MERGE then read it instead of parsing the JSON twice (Sail ignores cache()), and
         # MERGE from a table is ~5x faster on Sail than from the inline plan (measured).
@@ -379,7 +411,12 @@ class _Apply:
             self.spark.catalog.dropTempView(view)
         _remove_staging(staging)
         return self._finish(
-            line, history, change_log_version, "merge", inserted, updated, deleted, line.lo
+            line,
+            history,
+            change_log_version,
+            mode="merge",
+            counts=(inserted, updated, deleted),
+            previous=line.lo,
         )
 
     def _rebuild(
@@ -413,7 +450,13 @@ class _Apply:
         )
         rows = self.spark.read.format("delta").load(self.uri).count()
         return self._finish(
-            line, history, change_log_version, "rebuild", rows, 0, 0, previous, mirror_rows=rows
+            line,
+            history,
+            change_log_version,
+            mode="rebuild",
+            counts=(rows, 0, 0),
+            previous=previous,
+            mirror_rows=rows,
         )
 
     def _finish(
@@ -421,14 +464,13 @@ class _Apply:
         line: Timeline,
         history: list[MirrorState],
         change_log_version: int | None,
-        mode: Literal["merge", "rebuild"],
-        inserted: int,
-        updated: int,
-        deleted: int,
-        previous: int,
         *,
+        mode: Literal["merge", "rebuild"],
+        counts: tuple[int, int, int],
+        previous: int,
         mirror_rows: int | None = None,
     ) -> MirrorResult:
+        inserted, updated, deleted = counts
         self.hook("mirror_committed")
         target = line.target
         assert target is not None
@@ -466,6 +508,7 @@ class _Apply:
             mirror_version=mirror_version,
             seconds=time.perf_counter() - self.started,
             columns=tuple(target.names),
+            last_ts=line.last_ts,
         )
 
     def _noop(
@@ -540,13 +583,11 @@ def _merge_sql(uri: str, view: str, target: TableSchema) -> str:
         clauses.append(f"WHEN MATCHED THEN UPDATE SET {sets}")
     columns = ", ".join(_q(n) for n in names)
     values = ", ".join(f"s.{_q(n)}" for n in names)
-    clauses.append(
-        f"WHEN NOT MATCHED AND NOT s.{_q(DELETED)} THEN INSERT ({columns}) VALUES ({values})"
-    )
-    return (
-        f"MERGE INTO {_delta_ref(uri)} AS t USING {_q(view)} AS s "
-        f"ON {key_condition(target, 't', 's')} " + " ".join(clauses)
-    )
+    # every name is a quoted identifier; no value is spliced into the statement
+    insert = f"INSERT ({columns}) VALUES ({values})"  # noqa: S608
+    clauses.append(f"WHEN NOT MATCHED AND NOT s.{_q(DELETED)} THEN {insert}")
+    head = f"MERGE INTO {_delta_ref(uri)} AS t USING {_q(view)} AS s "
+    return head + f"ON {key_condition(target, 't', 's')} " + " ".join(clauses)
 
 
 def _write_state(
@@ -601,7 +642,7 @@ def apply_changes(
             types for the table.
         UnsupportedColumnTypeError: a source column type with no Spark type.
     """
-    job = _Apply(spark, change_log_uri, mirror_root, db, table, hook)
+    job = _Apply(spark, change_log_uri, mirror_root, db, table, hook=hook)
     try:
         return job.run()
     except CdcError:

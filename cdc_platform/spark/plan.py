@@ -21,12 +21,14 @@ Steps, all Spark DataFrame operations that Apache Spark runs as Sail does:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
+from pyspark.sql import functions as F  # noqa: N812 (the PySpark idiom)
+from pyspark.sql import types as T  # noqa: N812 (the PySpark idiom)
 
 from cdc_platform.errors import SparkError
 from cdc_platform.spark import ddl as ddl_parser
@@ -49,6 +51,8 @@ __all__ = [
     "read_change_log",
     "timeline",
 ]
+
+_IF_NOT_EXISTS = re.compile(r"\bIF\s+NOT\s+EXISTS\b", re.IGNORECASE)
 
 ROW_OPS = ("c", "u", "d", "r")
 """Change-log ops that change rows (``ddl`` rows do not)."""
@@ -92,6 +96,8 @@ class Timeline:
     """seq of the last TRUNCATE / DROP TABLE in the range: earlier rows do not count."""
     renamed: bool = field(default=False)
     """Whether any DDL in the range renames a column."""
+    last_ts: datetime | None = None
+    """Newest binlog timestamp (``ts``) in the range: how current the result is."""
 
     @property
     def empty(self) -> bool:
@@ -139,6 +145,7 @@ def timeline(
             F.min("seq").alias("min_seq"),
             F.max("seq").alias("max_seq"),
             F.count(F.when(F.col("op").isin(*ROW_OPS), 1)).alias("row_changes"),
+            F.max(F.unix_micros(F.col("ts"))).alias("max_ts"),
         )
         .collect()
     )
@@ -146,6 +153,7 @@ def timeline(
         return Timeline(db, table, lo, lo, 0, (), (), base)
     top = max(int(g["max_seq"]) for g in groups)
     row_changes = sum(int(g["row_changes"]) for g in groups)
+    last_ts = datetime.fromtimestamp(max(int(g["max_ts"]) for g in groups) / 1e6, UTC)
     versions = sorted(
         (
             SchemaVersion(
@@ -171,8 +179,8 @@ def timeline(
         if seq <= start:
             continue
         created = ddl_parser.create_table_schema(statement)
-        if created is not None:
-            target = created
+        if created is not None and (target is None or not _IF_NOT_EXISTS.search(statement)):
+            target = created  # IF NOT EXISTS on an existing table changes nothing
         elif target is not None:
             target = ddl_parser.apply_clauses(target, ddl_parser.parse_alter(statement))
     renamed = any(ddl_parser.renames(statement) for _, statement in ddls)
@@ -187,12 +195,11 @@ def timeline(
         target,
         reset_seq,
         renamed,
+        last_ts,
     )
 
 
-def _step_back(
-    names: Sequence[str], statements: Sequence[str]
-) -> dict[str, str | None]:
+def _step_back(names: Sequence[str], statements: Sequence[str]) -> dict[str, str | None]:
     """Run the column DDL in ``statements`` over ``names``: {name after: name before}."""
     alive: list[tuple[str, str | None]] = [(n, n) for n in names]  # (original, current)
     for statement in statements:
@@ -233,9 +240,7 @@ def name_mappings(line: Timeline) -> dict[str | None, dict[str, str | None]]:
         next_seq = chain[i + 1][2]
         between = [s for seq, s in line.ddls if max_seq < seq <= next_seq]
         back = _step_back(names, between)
-        current = {
-            t: (back.get(n.lower()) if n is not None else None) for t, n in current.items()
-        }
+        current = {t: (back.get(n.lower()) if n is not None else None) for t, n in current.items()}
         if columns is not None:
             mappings[columns] = dict(current)
     return mappings
@@ -357,9 +362,7 @@ def latest_per_key(events: DataFrame, target: TableSchema) -> DataFrame:
 def key_condition(target: TableSchema, left: str, right: str) -> str:
     """SQL join condition on the key; null-safe when the key is the whole row (no PK)."""
     operator = "=" if target.has_primary_key else "<=>"
-    return " AND ".join(
-        f"{left}.{_quote(k)} {operator} {right}.{_quote(k)}" for k in target.key
-    )
+    return " AND ".join(f"{left}.{_quote(k)} {operator} {right}.{_quote(k)}" for k in target.key)
 
 
 def apply_plan(base: DataFrame | None, latest: DataFrame, target: TableSchema) -> DataFrame:

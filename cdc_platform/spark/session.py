@@ -10,7 +10,9 @@
 Every session runs in UTC (``spark.sql.session.timeZone``): day boundaries of the history
 figures and the TIMESTAMP / DATETIME conversions of the mirrors must not depend on the
 machine. PySpark decides per process whether ``pyspark.sql.functions`` talk Spark Connect or
-classic Spark, so one process uses either a connect-style mode (embedded, connect) or classic.
+classic Spark, so one process uses either a connect-style mode (embedded, connect) or classic;
+it also marks the environment (``SPARK_CONNECT_MODE_ENABLED``), which a child process must not
+inherit if it is to run classic Spark.
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ class _EmbeddedServer:
             if self._server is not None and self._server.running:
                 return self._url or ""
             try:
-                from pysail.spark import SparkConnectServer
+                from pysail.spark import SparkConnectServer  # noqa: PLC0415 (embedded only)
 
                 server = SparkConnectServer(host, port)
                 server.start(background=True)
@@ -147,7 +149,7 @@ def classic_builder(config: SparkConfig) -> SparkSession.Builder:
     for key, value in {**DELTA_SQL_CONF, **_settings(config)}.items():
         builder = builder.config(key, value)
     if config.delta_pip:
-        from delta import configure_spark_with_delta_pip
+        from delta import configure_spark_with_delta_pip  # noqa: PLC0415 (classic only)
 
         builder = configure_spark_with_delta_pip(builder)
     return builder
@@ -215,4 +217,3 @@ class SparkSessionFactory:
             session, self._session = self._session, None
         if session is not None:
             _stop_session(session)
-

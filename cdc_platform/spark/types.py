@@ -41,14 +41,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import Column
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
+from pyspark.sql import functions as F  # noqa: N812 (the PySpark idiom)
+from pyspark.sql import types as T  # noqa: N812 (the PySpark idiom)
 
 from cdc_platform.errors import SparkError, UnsupportedColumnTypeError
 
 __all__ = [
-    "ColumnSpec",
     "TYPE_ALIASES",
+    "ColumnSpec",
     "TableSchema",
     "parse_columns",
     "raw_struct",
@@ -98,6 +98,16 @@ _INTEGER_TYPES: dict[str, tuple[T.DataType, T.DataType]] = {
     "bigint": (T.LongType(), T.DecimalType(20, 0)),
 }
 """(signed, unsigned) Spark type of each integer type: the narrowest that holds every value."""
+
+_FIXED_TYPES: dict[str, T.DataType] = {
+    "float": T.FloatType(),
+    "double": T.DoubleType(),
+    "date": T.DateType(),
+    "datetime": T.TimestampNTZType(),
+    "timestamp": T.TimestampType(),
+    "year": T.ShortType(),
+    "set": T.ArrayType(T.StringType()),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,14 +204,18 @@ def parse_columns(text: str) -> TableSchema:
                 )
             )
     except (ValueError, TypeError, KeyError) as exc:
-        raise SparkError(f"unreadable `columns` JSON in the change log ({exc}): {text[:200]}") from exc
+        raise SparkError(
+            f"unreadable `columns` JSON in the change log ({exc}): {text[:200]}"
+        ) from exc
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise SparkError(f"`columns` JSON names a column twice: {names}")
     return TableSchema(tuple(specs))
 
 
-def spark_type(spec: ColumnSpec, *, db: str = "?", table: str = "?") -> T.DataType:
+def spark_type(  # noqa: PLR0911 (one return per family of types)
+    spec: ColumnSpec, *, db: str = "?", table: str = "?"
+) -> T.DataType:
     """The mirror's Spark type for a source column (see the module table)."""
     kind = spec.type
     if kind in _INTEGER_TYPES:
@@ -213,27 +227,16 @@ def spark_type(spec: ColumnSpec, *, db: str = "?", table: str = "?") -> T.DataTy
         if precision > _SPARK_MAX_PRECISION:
             return T.StringType()
         return T.DecimalType(precision, scale)
-    if kind == "float":
-        return T.FloatType()
-    if kind == "double":
-        return T.DoubleType()
     if kind == "bit":
         return T.DecimalType(20, 0) if (spec.length or 1) > 63 else T.LongType()
-    if kind == "date":
-        return T.DateType()
-    if kind == "datetime":
-        return T.TimestampNTZType()
-    if kind == "timestamp":
-        return T.TimestampType()
-    if kind == "year":
-        return T.ShortType()
     if kind in _TEXT_TYPES:
         return T.StringType()
     if kind in _BINARY_TYPES:
         return T.BinaryType()
-    if kind == "set":
-        return T.ArrayType(T.StringType())
-    raise UnsupportedColumnTypeError(db, table, spec.name, spec.type)
+    fixed = _FIXED_TYPES.get(kind)
+    if fixed is None:
+        raise UnsupportedColumnTypeError(db, table, spec.name, spec.type)
+    return fixed
 
 
 def typed_value(raw: Column, spec: ColumnSpec, *, db: str = "?", table: str = "?") -> Column:

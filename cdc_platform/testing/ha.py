@@ -8,6 +8,7 @@ machine makes a run slower, never red; only a wrong outcome fails.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -21,7 +22,7 @@ from typing import Any
 from deltalake import DeltaTable
 
 from cdc_platform.config.loader import load_platform
-from cdc_platform.ha.factory import open_lease
+from cdc_platform.ha.factory import open_lease, open_state_store
 from cdc_platform.ha.lease import HolderInfo, Lease
 from cdc_platform.sink import Checkpoint, DeltaChangeLog
 from cdc_platform.testing.crash import PASSWORD_ENV, write_conf
@@ -275,6 +276,20 @@ class Cluster:
         except Exception:
             return None
 
+    def state(self, key: str) -> dict[str, Any] | None:
+        """A state-watch entry (``status/<destination>``, ...) as published, or None."""
+        store = open_state_store(load_platform(self.conf), self.conf)
+        try:
+            entry = store.get(key)
+        except Exception:
+            return None
+        finally:
+            store.close()
+        if entry is None:
+            return None
+        value: dict[str, Any] = json.loads(entry.value)
+        return value
+
     def checkpoint(self) -> Checkpoint | None:
         """The change log's checkpoint, or None before the table exists."""
         try:
@@ -341,9 +356,3 @@ class Cluster:
             interval=0.5,
             diagnose=lambda: f"{last}\n{self.logs()}",
         )
-
-
-def describe(value: Any) -> str:
-    """Short repr for assertion messages."""
-    text = repr(value)
-    return text if len(text) < 400 else text[:400] + "..."

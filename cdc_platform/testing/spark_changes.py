@@ -35,7 +35,7 @@ __all__ = ["ChangeLogWriter", "SourceTable", "column", "expected_row", "expected
 
 def column(
     name: str,
-    type: str,  # noqa: A002 (the key's name in the columns JSON)
+    type: str,
     *,
     pk: bool = False,
     unsigned: bool = False,
@@ -122,14 +122,17 @@ class SourceTable:
             self.rows[key] = old
             raise ValueError(f"duplicate key {new_key}")
         self.rows[new_key] = new
-        return self._event(Op.UPDATE, pk=self._pk(new), before=self._image(old), after=self._image(new))
+        return self._event(
+            Op.UPDATE, pk=self._pk(new), before=self._image(old), after=self._image(new)
+        )
 
     def delete(self, key: tuple[Any, ...]) -> dict[str, Any]:
         """DELETE one row."""
         old = self.rows.pop(key)
         return self._event(Op.DELETE, pk=self._pk(old), before=self._image(old))
 
-    def _ddl(self, statement: str) -> dict[str, Any]:
+    def ddl(self, statement: str) -> dict[str, Any]:
+        """Any DDL statement on the table (no effect on the model)."""
         return {
             "kind": EventKind.DDL,
             "db": self.db,
@@ -138,7 +141,9 @@ class SourceTable:
             "ddl": statement,
         }
 
-    def add_column(self, spec: dict[str, Any], sql_type: str, after: str | None = None) -> dict[str, Any]:
+    def add_column(
+        self, spec: dict[str, Any], sql_type: str, after: str | None = None
+    ) -> dict[str, Any]:
         """ALTER TABLE ADD COLUMN (existing rows get null)."""
         position = len(self.columns)
         if after is not None:
@@ -147,16 +152,14 @@ class SourceTable:
         for row in self.rows.values():
             row[spec["name"]] = None
         where = f" AFTER `{after}`" if after else ""
-        return self._ddl(
-            f"ALTER TABLE `{self.table}` ADD COLUMN `{spec['name']}` {sql_type}{where}"
-        )
+        return self.ddl(f"ALTER TABLE `{self.table}` ADD COLUMN `{spec['name']}` {sql_type}{where}")
 
     def drop_column(self, name: str) -> dict[str, Any]:
         """ALTER TABLE DROP COLUMN."""
         self.columns = [c for c in self.columns if c["name"] != name]
         for row in self.rows.values():
             row.pop(name, None)
-        return self._ddl(f"ALTER TABLE `{self.table}` DROP COLUMN `{name}`")
+        return self.ddl(f"ALTER TABLE `{self.table}` DROP COLUMN `{name}`")
 
     def rename_column(self, old: str, new: str) -> dict[str, Any]:
         """ALTER TABLE RENAME COLUMN."""
@@ -167,12 +170,12 @@ class SourceTable:
             k: {(new if n == old else n): v for n, v in row.items()} for k, row in self.rows.items()
         }
         self.rows = {self.key_of(r): r for r in self.rows.values()}
-        return self._ddl(f"ALTER TABLE {self.table} RENAME COLUMN {old} TO {new}")
+        return self.ddl(f"ALTER TABLE {self.table} RENAME COLUMN {old} TO {new}")
 
     def truncate(self) -> dict[str, Any]:
         """TRUNCATE TABLE (no row events, as in the binlog)."""
         self.rows.clear()
-        return self._ddl(f"TRUNCATE TABLE `{self.table}`")
+        return self.ddl(f"TRUNCATE TABLE `{self.table}`")
 
 
 class ChangeLogWriter:
@@ -209,7 +212,10 @@ class ChangeLogWriter:
             fields = dict(item)
             events.append(
                 ChangeEvent(
-                    txn=txn, position=BinlogPosition("mysql-bin.000001", self.pos), index=index, **fields
+                    txn=txn,
+                    position=BinlogPosition("mysql-bin.000001", self.pos),
+                    index=index,
+                    **fields,
                 )
             )
             index += 1
@@ -245,7 +251,7 @@ def _temporal(text: str, parse: Any) -> Any:
         return None
 
 
-def expected_value(value: Any, spec: dict[str, Any]) -> Any:
+def expected_value(value: Any, spec: dict[str, Any]) -> Any:  # noqa: PLR0911 (by type)
     """The Python value a mirror column holds for a change-log JSON value (types.md), as
     pyspark returns it (naive UTC datetimes for TIMESTAMP, in a UTC session)."""
     if value is None:
@@ -265,12 +271,14 @@ def expected_value(value: Any, spec: dict[str, Any]) -> Any:
         return _temporal(value, datetime.fromisoformat)
     if kind == "timestamp":
         parsed = _temporal(value, datetime.fromisoformat)
-        return None if parsed is None or parsed.tzinfo is None else (
-            parsed.astimezone(UTC).replace(tzinfo=None)
+        return (
+            None
+            if parsed is None or parsed.tzinfo is None
+            else (parsed.astimezone(UTC).replace(tzinfo=None))
         )
     if kind in ("binary", "varbinary", "blob"):
         return base64.b64decode(value)
-    if kind == "json" or kind == "geometry":
+    if kind in {"json", "geometry"}:
         return _dumps(value) if not isinstance(value, str) or kind == "geometry" else value
     return value
 

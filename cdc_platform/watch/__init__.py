@@ -14,6 +14,7 @@ from cdc_platform.watch.store import (
     WatchEvent,
 )
 from cdc_platform.watch.watcher import StatePublisher, Watcher
+from cdc_platform.watch.zookeeper import ZooKeeperStateStore
 
 __all__ = [
     "Entry",
@@ -25,4 +26,5 @@ __all__ = [
     "StateStore",
     "WatchEvent",
     "Watcher",
+    "ZooKeeperStateStore",
 ]

@@ -152,6 +152,11 @@ def test_manual_release_switches_over_and_back(
     assert a.alive, "a released holder goes back to standby, it does not exit"
     cluster.wait_rows_beyond(cluster.rows())
 
+    def published() -> bool:
+        state = cluster.state(f"status/{cluster.destination}")
+        return state is not None and state["epoch"] == taken.epoch
+
+    cluster.wait(published, "node-b to publish its status to the state watch")
     status = cli(cluster, "status", "--json")
     assert status.returncode == 0, status.stdout + status.stderr
     (shown,) = json.loads(status.stdout)
@@ -160,6 +165,8 @@ def test_manual_release_switches_over_and_back(
     assert shown["table_epoch"] == taken.epoch
     assert shown["position"].startswith("mysql-bin.")
     assert "node-a" in {m["address"] for m in shown["members"]}
+    assert shown["status_epoch"] == taken.epoch
+    assert shown["lag_seconds"] is not None
 
     again = cli(cluster, "release", "--destination", cluster.destination)
     assert again.returncode == 0, again.stderr
@@ -224,7 +231,7 @@ def test_zookeeper_restart_while_streaming_stops_writes_and_loses_nothing(
             seen.append(checkpoint.version if checkpoint is not None else -1)
             return len(seen) > 10 and len(set(seen[-10:])) == 1
 
-        cluster.wait(quiet, "the in-flight commit to settle")
+        cluster.wait(quiet, "the in-flight commit to settle (commits must stop)", timeout=20)
         time.sleep(2.0)
         after = cluster.checkpoint()
         assert after is not None

@@ -14,11 +14,12 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 from pydantic import SecretStr
 
-from cdc_platform.errors import LeaseBackendError, LeaseLostError
+from cdc_platform.errors import LeaseBackendError, LeaseLostError, TooFarBehindError
 from cdc_platform.ha import ZooKeeperLease
 from cdc_platform.ha.zookeeper import RunningData
 from cdc_platform.testing.ha import wait_for
 from cdc_platform.testing.zookeeper import ZooKeeperServer
+from cdc_platform.watch import EventKind, ZooKeeperStateStore
 
 pytestmark = pytest.mark.integration
 
@@ -235,3 +236,62 @@ def test_min_epoch_lifts_a_lease_store_that_is_behind_the_change_log(
     assert a.try_acquire(min_epoch=12) == 12
     a.release()
     assert b.acquire(timeout=10, min_epoch=5) == 13
+
+
+@pytest.fixture
+def zk_store(zk_hosts: str) -> Iterator[ZooKeeperStateStore]:
+    store = ZooKeeperStateStore(zk_hosts, history=4, session_timeout=SESSION)
+    yield store
+    store.close()
+
+
+def test_state_store_in_zookeeper_numbers_history_and_fences(
+    zk_store: ZooKeeperStateStore, zk_hosts: str
+) -> None:
+    other = ZooKeeperStateStore(zk_hosts, history=4, session_timeout=SESSION)
+    try:
+        assert zk_store.put("lease/shop", "a", fence=1) == 1
+        assert other.put("lease/shop", "late", fence=0) is None
+        assert other.put("status/shop", "x") == 2
+        assert [e.index for e in other.events("", 0)] == [1, 2]
+        assert [e.key for e in other.events("lease/", 0)] == ["lease/shop"]
+        for i in range(5):
+            zk_store.put("status/shop", str(i))
+        with pytest.raises(TooFarBehindError):
+            other.events("", 2)
+        assert [e.index for e in other.events("", 3)] == [4, 5, 6, 7]
+        listing = other.listing("")
+        assert listing.index == 7
+        assert {e.key: e.value for e in listing.entries} == {"lease/shop": "a", "status/shop": "4"}
+        assert zk_store.delete("status/shop") == 8
+        assert other.get("status/shop") is None
+        events = other.events("status/", 7)
+        assert [(e.kind, e.value) for e in events] == [(EventKind.DELETE, None)]
+    finally:
+        other.close()
+
+
+def test_state_store_in_zookeeper_serialises_concurrent_writers(zk_hosts: str) -> None:
+    stores = [ZooKeeperStateStore(zk_hosts, history=100, session_timeout=SESSION) for _ in range(3)]
+    written: list[int | None] = []
+    errors: list[Exception] = []
+
+    def write(store: ZooKeeperStateStore, n: int) -> None:
+        try:
+            for i in range(15):
+                written.append(store.put(f"k/{n}", str(i)))
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(s, n)) for n, s in enumerate(stores)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    try:
+        assert errors == []
+        assert sorted(i for i in written if i is not None) == list(range(1, 46))
+        assert [e.index for e in stores[0].events("k/", 0)] == list(range(1, 46))
+    finally:
+        for store in stores:
+            store.close()

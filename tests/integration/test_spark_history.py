@@ -34,9 +34,9 @@ def independent_stats(uri: str) -> dict[tuple[date, str | None, str | None], dic
     for row in DeltaTable(uri).to_pyarrow_table().to_pylist():
         key = (row["ts"].astimezone(UTC).date(), row["db"], row["table"])
         entry = figures[key]
-        entry[{"c": "inserts", "u": "updates", "d": "deletes", "r": "snapshots"}.get(
-            row["op"], "ddl"
-        )] += 1
+        entry[
+            {"c": "inserts", "u": "updates", "d": "deletes", "r": "snapshots"}.get(row["op"], "ddl")
+        ] += 1
         entry["rows"] += 1
         entry["bytes"] += sum(
             len(row[c].encode()) for c in ("pk", "before", "after", "ddl") if row[c] is not None

@@ -85,7 +85,7 @@ class RandomChanges:
         self.next_id = 1
         self.extra = 0
 
-    def value(self, spec: dict[str, Any]) -> Any:
+    def value(self, spec: dict[str, Any]) -> Any:  # noqa: PLR0911 (one per type)
         rng = self.rng
         kind = spec["type"]
         if rng.random() < 0.1 and not spec["pk"]:
@@ -95,11 +95,12 @@ class RandomChanges:
         if kind == "bigint":
             return rng.choice([0, 2**63, 2**64 - 1, rng.randint(0, 10**12)])
         if kind == "decimal":
-            return f"{rng.randint(-10**6, 10**6) / 100:.2f}"
+            return f"{rng.randint(-(10**6), 10**6) / 100:.2f}"
         if kind == "float":
             return rng.choice([1.1, 0.5, -3.25, 1e-3])
         if kind == "datetime":
-            return f"2024-0{rng.randint(1, 9)}-1{rng.randint(0, 9)} 10:1{rng.randint(0, 9)}:00.{rng.randint(0, 999999):06d}"
+            day, minute, micros = rng.randint(1, 9), rng.randint(0, 9), rng.randint(0, 999999)
+            return f"2024-0{day}-1{day} 10:1{minute}:00.{micros:06d}"
         if kind == "timestamp":
             return f"2024-06-0{rng.randint(1, 9)}T06:30:00.{rng.randint(0, 999):03d}Z"
         if kind == "date":
@@ -214,7 +215,17 @@ def test_counts_and_rerun_changes_nothing(spark: SparkSession, tmp_path: Path) -
     assert (third.mode, third.last_seq, third.mirror_rows) == ("noop", 13, 5)
     assert DeltaTable(mirror_uri(root, "shop", "t")).version() == version, "no new commit"
     state = read_state(spark, root, "shop", "t")
-    assert state is not None and state.last_seq == 13
+    assert state is not None
+    assert state.last_seq == 13
+    metadata = second.metadata()
+    assert (metadata["rows_inserted"], metadata["last_seq"], metadata["mode"]) == (2, 13, "merge")
+    assert second.last_ts == NOW
+    assert isinstance(metadata["lag_seconds"], float)
+    assert metadata["lag_seconds"] > 0
+    log.commit([source.ddl("ALTER TABLE t ADD INDEX iv (v(10))")], ts=NOW, committed_at=NOW)
+    fourth = apply_changes(spark, log.uri, root, "shop", "t")
+    assert (fourth.mode, fourth.last_seq, fourth.changes, fourth.mirror_rows) == ("merge", 14, 0, 5)
+    assert DeltaTable(mirror_uri(root, "shop", "t")).version() == version, "no mirror commit"
 
 
 @pytest.mark.parametrize("step", ["computed", "mirror_committed", "state_committed"])
@@ -284,7 +295,11 @@ def test_table_without_primary_key_and_composite_keys(spark: SparkSession, tmp_p
     pairs = SourceTable(
         "s",
         "pairs",
-        [column("a", "int", pk=True), column("b", "varchar", pk=True, length=40), column("v", "int")],
+        [
+            column("a", "int", pk=True),
+            column("b", "varchar", pk=True, length=40),
+            column("v", "int"),
+        ],
     )
     log = ChangeLogWriter(str(tmp_path / "changes"))
     root = str(tmp_path / "mirror")
@@ -327,3 +342,36 @@ def test_unknown_column_type_and_missing_change_log_are_clear_errors(
     log.commit([source.insert({"id": 1, "vec": "AAAA"})], ts=NOW, committed_at=NOW)
     with pytest.raises(UnsupportedColumnTypeError, match=r"s\.v\.vec: column type 'vector'"):
         apply_changes(spark, log.uri, str(tmp_path / "m"), "s", "v")
+
+
+def test_create_and_drop_table_ddl(spark: SparkSession, tmp_path: Path) -> None:
+    log = ChangeLogWriter(str(tmp_path / "changes"))
+    root = str(tmp_path / "mirror")
+    empty = SourceTable("s", "e", [column("id", "int", pk=True)])
+    log.commit(
+        [empty.ddl("CREATE TABLE e (id INT NOT NULL, note VARCHAR(20), PRIMARY KEY (id))")],
+        ts=NOW,
+        committed_at=NOW,
+    )
+    result = apply_changes(spark, log.uri, root, "s", "e")
+    assert (result.mode, result.mirror_rows, result.columns) == ("rebuild", 0, ("id", "note"))
+    old = SourceTable("s", "e", [column("id", "int", pk=True), column("note", "varchar")])
+    log.commit([old.insert({"id": 1, "note": "old"})], ts=NOW, committed_at=NOW)
+    apply_changes(spark, log.uri, root, "s", "e")
+    new = SourceTable("s", "e", [column("key", "bigint", pk=True), column("v", "double")])
+    log.commit(
+        [
+            new.ddl("DROP TABLE e"),
+            new.ddl("CREATE TABLE e (`key` BIGINT PRIMARY KEY, v DOUBLE)"),
+            new.ddl("CREATE TABLE IF NOT EXISTS e (x INT)"),  # a no-op on an existing table
+            new.insert({"key": 7, "v": 0.5}),
+        ],
+        ts=NOW,
+        committed_at=NOW,
+    )
+    result = apply_changes(spark, log.uri, root, "s", "e")
+    assert result.mode == "rebuild"
+    assert_mirror_equals(spark, root, new)
+    log.commit([new.ddl("DROP TABLE e")], ts=NOW, committed_at=NOW)
+    result = apply_changes(spark, log.uri, root, "s", "e")
+    assert (result.mode, result.mirror_rows) == ("rebuild", 0)

@@ -104,7 +104,7 @@ def _json(value: Any) -> Any:
         return value
 
 
-def normalize(value: Any, data_type: str) -> Any:
+def normalize(value: Any, data_type: str) -> Any:  # noqa: PLR0911 (one per type)
     """One Python value for what MariaDB (pymysql) and the mirror (pyspark) return."""
     if value is None:
         return None

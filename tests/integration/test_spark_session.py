@@ -40,7 +40,9 @@ def test_embedded_server_is_one_per_process_and_restarts_after_stop(
     assert first.client.is_closed, "sessions on the stopped server were closed, not orphaned"
 
 
-def test_connect_mode_reads_and_writes_delta(spark_factory: SparkSessionFactory, tmp_path: Path) -> None:
+def test_connect_mode_reads_and_writes_delta(
+    spark_factory: SparkSessionFactory, tmp_path: Path
+) -> None:
     spark_factory.session()
     factory = SparkSessionFactory(SparkConfig(mode="connect", connect_url=embedded_url()))
     session = factory.session()

@@ -69,8 +69,11 @@ def test_create_table_and_resets() -> None:
         (ColumnSpec("a", "int", pk=True), ColumnSpec("b", "varchar", length=10))
     )
     assert create_table_schema("CREATE TABLE t LIKE u") is None
-    assert is_reset("TRUNCATE TABLE t") and is_reset("truncate t") and is_reset("DROP TABLE a, b")
-    assert not is_reset("DROP INDEX i ON t") and not is_reset("ALTER TABLE t DROP c")
+    assert is_reset("TRUNCATE TABLE t")
+    assert is_reset("truncate t")
+    assert is_reset("DROP TABLE a, b")
+    assert not is_reset("DROP INDEX i ON t")
+    assert not is_reset("ALTER TABLE t DROP c")
 
 
 def test_apply_clauses_follows_positions_and_keeps_the_key() -> None:

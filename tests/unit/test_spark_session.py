@@ -69,4 +69,5 @@ def test_platform_defaults_stay_backward_compatible() -> None:
     assert (spark.mode, spark.connect_url, spark.master) == ("embedded", None, "local[2]")
     assert (spark.delta_pip, spark.conf, spark.embedded_port) == (True, {}, 0)
     parsed = PlatformConfig.model_validate({"spark": {"mode": "classic", "delta_pip": False}})
-    assert parsed.spark.mode == "classic" and not parsed.spark.delta_pip
+    assert parsed.spark.mode == "classic"
+    assert not parsed.spark.delta_pip

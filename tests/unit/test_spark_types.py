@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from pyspark.sql import types as T
+from pyspark.sql import types as T  # noqa: N812 (the PySpark idiom)
 
 from cdc_platform.errors import SparkError, UnsupportedColumnTypeError
 from cdc_platform.spark.types import ColumnSpec, parse_columns, spark_type
@@ -45,15 +45,15 @@ def test_spark_types(spec: ColumnSpec, expected: T.DataType) -> None:
 
 
 def test_columns_json_aliases_keys_and_errors() -> None:
-    text = json.dumps(
-        [column("a", "INT", pk=True), column("b", "longtext"), column("c", "point")]
-    )
+    text = json.dumps([column("a", "INT", pk=True), column("b", "longtext"), column("c", "point")])
     schema = parse_columns(text)
     assert [c.type for c in schema.columns] == ["int", "text", "geometry"]
-    assert schema.key == ["a"] and schema.has_primary_key
+    assert schema.key == ["a"]
+    assert schema.has_primary_key
     assert parse_columns(schema.to_json()) == schema
     no_key = parse_columns(json.dumps([column("a", "int"), column("b", "int")]))
-    assert no_key.key == ["a", "b"] and not no_key.has_primary_key
+    assert no_key.key == ["a", "b"]
+    assert not no_key.has_primary_key
     with pytest.raises(SparkError, match="unreadable"):
         parse_columns("[]")
     with pytest.raises(SparkError, match="twice"):
