@@ -9,6 +9,7 @@ from dagster import (
     AutomationConditionSensorDefinition,
     DefaultSensorStatus,
     Definitions,
+    define_asset_job,
 )
 
 from cdc_platform.config import load_config
@@ -16,14 +17,22 @@ from dagster_defs.assets import change_log_specs
 from dagster_defs.cdc_job import cdc_destination
 from dagster_defs.resources import PlatformResource, default_conf_dir
 from dagster_defs.sensors import build_config_monitor, build_running_monitor
+from dagster_defs.spark_assets import SparkResource, daily_partitions, spark_assets
 
 CONF_DIR = default_conf_dir()
 _configset = load_config(Path(CONF_DIR))
 _interval = _configset.platform.dagster.sensor_interval_seconds
 
+daily_history_job = define_asset_job(
+    "cdc_daily_history",
+    selection=AssetSelection.groups("cdc_history"),
+    partitions_def=daily_partitions(_configset),
+    description="Daily change figures and as-of-day tables; backfill it over a date range.",
+)
+
 defs = Definitions(
-    assets=change_log_specs(_configset),
-    jobs=[cdc_destination],
+    assets=[*change_log_specs(_configset), *spark_assets(_configset)],
+    jobs=[cdc_destination, daily_history_job],
     sensors=[
         build_config_monitor(minimum_interval_seconds=_interval),
         build_running_monitor(minimum_interval_seconds=_interval),
@@ -33,5 +42,8 @@ defs = Definitions(
             default_status=DefaultSensorStatus.RUNNING,
         ),
     ],
-    resources={"platform": PlatformResource(conf_dir=CONF_DIR)},
+    resources={
+        "platform": PlatformResource(conf_dir=CONF_DIR),
+        "spark": SparkResource(conf_dir=CONF_DIR),
+    },
 )

@@ -231,6 +231,8 @@ class DagsterSettings(_Model):
     """Report committed batches to Dagster at most this often."""
     orphan_after_seconds: float = Field(default=60.0, gt=0)
     """A STARTED run whose lease heartbeat is older than this is marked failed."""
+    history_start_date: str = Field(default="2026-01-01", pattern=r"^\d{4}-\d{2}-\d{2}$")
+    """First day (UTC, YYYY-MM-DD) of the daily history partitions."""
 
 
 class WatchConfig(_Model):

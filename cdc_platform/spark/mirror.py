@@ -154,6 +154,8 @@ class MirrorResult:
     mirror_uri: str
     mode: Literal["noop", "merge", "rebuild", "as_of"]
     previous_seq: int
+    """seq the mirror reflected before (as_of: seq of the mirror version it started from, or of
+    the last TRUNCATE / DROP TABLE; 0 when it replayed the whole history)."""
     last_seq: int
     """Newest change-log seq of the table the mirror reflects."""
     changes: int

@@ -204,12 +204,23 @@ class SparkSessionFactory:
                     session.conf.set(key, value)
             except Exception as exc:  # py4j, grpc and pyspark errors have no common base
                 raise SparkSessionError(
-                    f"no Spark session in mode {self.config.mode!r}: {type(exc).__name__}: {exc}"
+                    f"no Spark session in mode {self.config.mode!r}: {type(exc).__name__}: "
+                    f"{exc}{self._hint(builder)}"
                 ) from exc
             if self.config.mode == "embedded":
                 _EMBEDDED.register(session)
             self._session, self._session_url = session, url
             return session
+
+    def _hint(self, builder: SparkSession.Builder) -> str:
+        packages = getattr(builder, "_options", {}).get("spark.jars.packages")
+        if self.config.mode != "classic" or not packages:
+            return ""
+        return (
+            f" (classic mode fetches {packages} from Maven Central when the session starts; "
+            "where that is unreachable, set spark.delta_pip: false and give the Delta jars "
+            "in spark.conf spark.jars)"
+        )
 
     def stop(self) -> None:
         """Stop this factory's session (not the embedded server, which other factories share)."""

@@ -7,6 +7,7 @@ is checked in tests/unit/test_spark_session.py, and a start is shown to fail cle
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -66,3 +67,38 @@ def test_embedded_server_stops_cleanly_at_exit() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert "done" in done.stdout
     assert "The Spark Connect server has stopped" in done.stderr
+
+
+def test_classic_mode_starts_with_delta_or_fails_clearly(tmp_path: Path) -> None:
+    """Classic mode with delta-spark from Maven Central. Here Maven Central is unreachable,
+    so the start must fail with a SparkSessionError saying why and what to set; where it is
+    reachable, the session must read and write Delta."""
+    code = (
+        "import sys\n"
+        "from cdc_platform.config.models import SparkConfig\n"
+        "from cdc_platform.errors import SparkSessionError\n"
+        "from cdc_platform.spark.session import SparkSessionFactory\n"
+        "try:\n"
+        "    s = SparkSessionFactory(SparkConfig(mode='classic', master='local[1]')).session()\n"
+        "except SparkSessionError as exc:\n"
+        "    print('REFUSED', exc, flush=True)\n"
+        "    sys.exit(0)\n"
+        "s.range(3).write.format('delta').save(sys.argv[1])\n"
+        "print('DELTA', s.read.format('delta').load(sys.argv[1]).count(), flush=True)\n"
+    )
+    marks = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
+    env = {k: v for k, v in os.environ.items() if k not in marks}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "t")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    if "DELTA 3" in done.stdout:
+        return  # Maven Central reachable: classic mode runs with Delta
+    assert "REFUSED no Spark session in mode 'classic'" in done.stdout, done.stderr[-2000:]
+    assert "Maven Central" in done.stdout
+    assert "delta_pip: false" in done.stdout
