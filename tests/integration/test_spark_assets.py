@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
+import signal
+import subprocess
+import sys
+import time
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from dagster import AssetKey, materialize
+from dagster import AssetKey, DagsterInstance, materialize
 from deltalake import DeltaTable
 
 from cdc_platform.config import load_config
 from cdc_platform.spark.session import SparkSessionFactory
+from cdc_platform.testing.processes import stop_process
 from cdc_platform.testing.spark_changes import ChangeLogWriter, SourceTable, column
 from dagster_defs.assets import change_log_specs
 from dagster_defs.resources import PlatformResource
@@ -20,6 +27,7 @@ from dagster_defs.spark_assets import SparkResource, spark_assets
 pytestmark = pytest.mark.integration
 
 DAYS = [date(2026, 3, 1), date(2026, 3, 2), date(2026, 3, 3)]
+PROJECT = Path(__file__).resolve().parents[2]
 
 
 def test_daily_partitions_and_mirrors(
@@ -89,3 +97,69 @@ def test_daily_partitions_and_mirrors(
     mirror = DeltaTable(str(tmp_path / "lake" / "shop" / "mirror" / "shop.orders"))
     rows = {r["id"]: r["status"] for r in mirror.to_pyarrow_table().to_pylist()}
     assert rows == {key[0]: row["status"] for key, row in orders.rows.items()}
+
+
+def test_cli_backfill_of_three_days_under_a_daemon(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`dagster job backfill` over three days, run by a real daemon, as the README says."""
+    conf = tmp_path / "conf"
+    (conf / "destinations" / "shop").mkdir(parents=True)
+    (conf / "platform.yaml").write_text(
+        f"lake_root: {tmp_path / 'lake'}\n"
+        "dagster: {history_start_date: '2026-02-01', sensor_interval_seconds: 3600}\n"
+    )
+    # Disabled: the monitors must not start a CDC run; only the backfill runs.
+    (conf / "destinations" / "shop" / "instance.yaml").write_text(
+        "enabled: false\nsource: {user: cdc, password_env: CDC_SOURCE_PASSWORD, server_id: 7}\n"
+    )
+    monkeypatch.setenv("CDC_SOURCE_PASSWORD", "unused")
+    monkeypatch.setenv("CDC_CONF_DIR", str(conf))
+    env = dict(os.environ)
+    configset = load_config(conf)
+    orders = SourceTable("shop", "orders", [column("id", "bigint", pk=True)])
+    log = ChangeLogWriter(configset.table_uri("shop"))
+    for offset, day in enumerate(DAYS):
+        events = [orders.insert({"id": 100 * offset + i}) for i in range(offset + 1)]
+        ts = datetime(day.year, day.month, day.day, 12, tzinfo=UTC)
+        log.commit(events, ts=ts, committed_at=ts + timedelta(seconds=1))
+
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((PROJECT / "dagster_home" / "dagster.yaml").read_text())
+    env["DAGSTER_HOME"] = str(home)
+    instance = DagsterInstance.from_config(str(home))
+    instance.get_runs(limit=1)
+    instance.all_instigator_state()
+    dagster = str(Path(sys.executable).with_name("dagster"))
+    workspace = str(PROJECT / "workspace.yaml")
+    with (tmp_path / "daemon.log").open("wb") as out:
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "dagster._daemon", "run", "-w", workspace],
+            cwd=PROJECT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        subprocess.run(
+            [dagster, "job", "backfill", "-w", workspace, "-j", "cdc_daily_history",
+             "--from", DAYS[0].isoformat(), "--to", DAYS[-1].isoformat(), "--noprompt"],
+            cwd=PROJECT, env=env, check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+        deadline = time.monotonic() + 240
+        key = AssetKey(["cdc", "shop", "daily_history"])
+        while time.monotonic() < deadline:
+            records = instance.fetch_materializations(key, limit=10).records
+            if len({r.partition_key for r in records}) == 3:
+                break
+            time.sleep(1)
+        else:
+            raise AssertionError("the backfill did not materialize three partitions in time")
+        for record in records:
+            materialization = record.asset_materialization
+            assert materialization is not None
+            day = date.fromisoformat(str(record.partition_key))
+            assert materialization.metadata["inserts"].value == DAYS.index(day) + 1
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(daemon.pid, signal.SIGTERM)
+        stop_process(daemon)
+        instance.dispose()
