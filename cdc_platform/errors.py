@@ -20,6 +20,7 @@ __all__ = [
     "LeaseLostError",
     "MirrorError",
     "SinkError",
+    "SnapshotError",
     "SourceConnectionError",
     "SourceError",
     "SourceSettingsError",
@@ -147,6 +148,12 @@ class TooFarBehindError(WatchError):
             f"watch is too far behind: events after index {since} are no longer kept "
             f"(history holds {oldest}..{current}); re-list and watch from the list's index"
         )
+
+
+class SnapshotError(CdcError):
+    """An initial/on-demand snapshot cannot run as asked: a table without a primary key, a
+    column type it cannot read, or a different snapshot already in progress for the
+    destination. Names the table or the state file; retrying the same request will not help."""
 
 
 class SparkError(CdcError):
