@@ -257,12 +257,14 @@ class DestinationRuntime:
                     break
         except StoreClosedError:
             pass
-        except SourceError as exc:
+        except CdcError as exc:
             log.error("%s: source failed: %s", self.name, exc)
             self._source_error = exc
             self.request_stop("source failed")
-        except CdcError as exc:
-            self._source_error = exc
+        except Exception as exc:
+            # A bug must end the run loudly, not leave the committer waiting on an empty store.
+            log.exception("%s: the source thread crashed", self.name)
+            self._source_error = SourceError(f"the source thread crashed: {exc!r}")
             self.request_stop("source failed")
 
     def _commit_loop(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -246,3 +246,20 @@ def test_rows_describe_their_table_columns(mariadb: MariaDBDatabase, lake_root: 
     assert columns[3]["scale"] == 3
     assert columns[4]["values"] == ["a", "b"]
     assert columns[5]["length"] == 8
+
+
+@pytest.mark.usefixtures("env_password")
+def test_a_crashing_source_thread_ends_the_run_with_an_error(
+    mariadb: MariaDBDatabase, lake_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fault injection: a bug in the reader must fail the run, not leave it waiting forever."""
+
+    def broken_events(self: object) -> Iterator[object]:
+        raise RuntimeError("injected bug")
+        yield  # pragma: no cover
+
+    monkeypatch.setattr("cdc_platform.runtime.instance.BinlogSource.events", broken_events)
+    uri = str(lake_root / "d" / "changes")
+    summary = DestinationRuntime("d", instance(mariadb), uri).run()
+    assert summary.reason == "failed"
+    assert "injected bug" in str(summary.error)
