@@ -1,0 +1,369 @@
+"""Reading a table's existing rows in primary-key chunks, as the same JSON the binlog gives.
+
+The snapshot writes op ``r`` rows next to the binlog source's rows, and mirrors and replays
+compare them by their JSON text, so every value must come out exactly as
+:mod:`cdc_platform.source.values` decodes it from the binlog (docs/types.md). The server
+does most of the work: each column is selected through an expression whose text is already
+that representation (``CAST(... AS CHAR)`` for decimals, dates, times, UUID/INET, SETs; the
+session time zone is UTC so TIMESTAMP text is the instant in UTC), and the few remaining
+conversions (base64, BIT strings, FLOAT shortest form, geometry) reuse the same helpers.
+
+Only tables with a primary key can be chunked; others are refused with a SnapshotError
+(docs/snapshot.md), because without a key neither the chunk boundaries nor the merge with
+the binlog window are defined.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import pymysql
+
+from cdc_platform.errors import SnapshotError
+from cdc_platform.source.values import dumps
+
+__all__ = [
+    "ChunkRows",
+    "SnapshotTable",
+    "decode_key",
+    "describe_table",
+    "encode_key",
+    "read_chunk",
+]
+
+Convert = Callable[[Any], Any]
+
+_INTEGER_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint"})
+_TEXT_TYPES = frozenset({"tinytext", "text", "mediumtext", "longtext"})
+_BLOB_TYPES = frozenset({"tinyblob", "blob", "mediumblob", "longblob"})
+_GEOMETRY_TYPES = frozenset(
+    {
+        "geometry",
+        "point",
+        "linestring",
+        "polygon",
+        "multipoint",
+        "multilinestring",
+        "multipolygon",
+        "geometrycollection",
+    }
+)
+_FLOAT32 = struct.Struct("<f")
+
+
+def _b64(raw: Any) -> str:
+    return base64.b64encode(bytes(raw)).decode("ascii")
+
+
+def _float32(value: Any) -> float:
+    """FLOAT as the shortest decimal that reads back as the same 32-bit float (values.py)."""
+    raw = _FLOAT32.pack(float(value))
+    exact: float = _FLOAT32.unpack(raw)[0]
+    for digits in (6, 7, 8, 9):
+        candidate = float(f"{exact:.{digits}g}")
+        if _FLOAT32.pack(candidate) == raw:
+            return candidate
+    return exact
+
+
+def _bits(width: int) -> Convert:
+    def convert(raw: Any) -> str:
+        return format(int.from_bytes(bytes(raw), "big"), f"0{width}b")
+
+    return convert
+
+
+def _timestamp(text: Any) -> str:
+    value = str(text)
+    if value.startswith("0000-00-00"):
+        return value  # the zero TIMESTAMP is not an instant: no T, no Z (docs/types.md)
+    return value.replace(" ", "T", 1) + "Z"
+
+
+def _set(text: Any) -> list[str]:
+    value = str(text)
+    return value.split(",") if value else []
+
+
+def _json(text: Any) -> Any:
+    try:
+        return json.loads(str(text))
+    except ValueError:
+        return str(text)
+
+
+def _geometry(raw: Any) -> dict[str, Any]:
+    data = bytes(raw)
+    return {"srid": int.from_bytes(data[:4], "little"), "wkb": _b64(data[4:])}
+
+
+def _text(value: Any) -> str:
+    return str(value)
+
+
+def _integer(value: Any) -> int:
+    return int(value)
+
+
+def _double(value: Any) -> float:
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class _Column:
+    name: str
+    select: str
+    """SQL expression whose value :attr:`convert` turns into the change log's representation."""
+    convert: Convert
+    described: dict[str, Any]
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _column(  # noqa: PLR0912, PLR0915 - one flat case per column type reads best
+    row: dict[str, Any], logical_json: bool, pk: bool
+) -> _Column:
+    """How to select and convert one column, and its `columns` entry (events.COLUMNS_DOC)."""
+    name = str(row["COLUMN_NAME"])
+    data_type = str(row["DATA_TYPE"]).lower()
+    column_type = str(row["COLUMN_TYPE"]).lower()
+    q = _quote(name)
+    as_char = f"CAST({q} AS CHAR)"
+    precision: int | None = None
+    scale: int | None = None
+    length: int | None = None
+    values: list[str] | None = None
+    type_name = data_type
+    convert: Convert
+    select = q
+    if data_type in _INTEGER_TYPES:
+        convert = _integer
+    elif data_type == "decimal":
+        select, convert = as_char, _text
+        precision, scale = int(row["NUMERIC_PRECISION"]), int(row["NUMERIC_SCALE"])
+    elif data_type == "float":
+        select, convert = f"CAST({q} AS DOUBLE)", _float32
+    elif data_type == "double":
+        convert = _double
+    elif data_type == "bit":
+        length = int(row["NUMERIC_PRECISION"])
+        convert = _bits(length)
+    elif data_type in ("date", "datetime", "time"):
+        select, convert = as_char, _text
+        if data_type != "date":
+            scale = int(row["DATETIME_PRECISION"] or 0)
+    elif data_type == "timestamp":
+        select, convert = as_char, _timestamp
+        scale = int(row["DATETIME_PRECISION"] or 0)
+    elif data_type == "year":
+        convert = _integer
+    elif data_type in ("char", "varchar"):
+        select, convert = q, _text
+        length = int(row["CHARACTER_OCTET_LENGTH"])
+    elif data_type in ("binary", "varbinary"):
+        convert = _b64
+        length = int(row["CHARACTER_OCTET_LENGTH"])
+    elif data_type in _TEXT_TYPES:
+        if logical_json:
+            type_name, convert = "json", _json
+        else:
+            type_name, convert = "text", _text
+    elif data_type in _BLOB_TYPES:
+        type_name, convert = "blob", _b64
+    elif data_type == "json":  # MySQL 8 native JSON: the server's text, parsed
+        select, convert = as_char, _json
+    elif data_type == "enum":
+        convert = _text
+        values = _labels(column_type)
+    elif data_type == "set":
+        select, convert = as_char, _set
+        values = _labels(column_type)
+    elif data_type in ("uuid", "inet4", "inet6"):
+        select, convert = as_char, _text
+    elif data_type in _GEOMETRY_TYPES:
+        type_name, convert = "geometry", _geometry
+    else:
+        raise SnapshotError(
+            f"column {name!r} has type {column_type!r}, which the snapshot cannot read"
+        )
+    described = {
+        "name": name,
+        "type": type_name,
+        # The binlog's table map flags YEAR as unsigned; say the same.
+        "unsigned": "unsigned" in column_type or data_type == "year",
+        "precision": precision,
+        "scale": scale,
+        "length": length,
+        "pk": pk,
+        "values": values,
+    }
+    return _Column(name, select, convert, described)
+
+
+def _labels(column_type: str) -> list[str]:
+    inner = column_type[column_type.index("(") + 1 : column_type.rindex(")")]
+    labels: list[str] = []
+    i = 0
+    while i < len(inner):
+        if inner[i] != "'":
+            i += 1
+            continue
+        j = i + 1
+        label: list[str] = []
+        while j < len(inner):
+            if inner[j] == "'" and j + 1 < len(inner) and inner[j + 1] == "'":
+                label.append("'")
+                j += 2
+            elif inner[j] == "'":
+                break
+            else:
+                label.append(inner[j])
+                j += 1
+        labels.append("".join(label))
+        i = j + 1
+    return labels
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotTable:
+    """A table prepared for chunked reading: its columns, key and `columns` JSON."""
+
+    db: str
+    table: str
+    columns: tuple[_Column, ...]
+    primary_key: tuple[str, ...]
+    columns_json: str
+    """The change log's `columns` value for its rows (same as the binlog source writes)."""
+
+    @property
+    def name(self) -> str:
+        """``db.table``."""
+        return f"{self.db}.{self.table}"
+
+
+def describe_table(conn: pymysql.connections.Connection[Any], db: str, table: str) -> SnapshotTable:
+    """Read a table's columns and primary key from information_schema.
+
+    Raises:
+        SnapshotError: the table does not exist, has no primary key or an unreadable column.
+    """
+    with conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute(
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, NUMERIC_PRECISION, NUMERIC_SCALE, "
+            "DATETIME_PRECISION, CHARACTER_OCTET_LENGTH FROM information_schema.COLUMNS "
+            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+            (db, table),
+        )
+        rows = list(cur.fetchall())
+        if not rows:
+            raise SnapshotError(f"table {db}.{table} does not exist (or is not visible)")
+        cur.execute(
+            "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
+            "AND TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
+            (db, table),
+        )
+        key = tuple(str(r["COLUMN_NAME"]) for r in cur.fetchall())
+        json_columns: set[str] = set()
+        cur.execute(
+            "SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS "
+            "WHERE CONSTRAINT_SCHEMA = %s AND TABLE_NAME = %s",
+            (db, table),
+        )
+        for r in cur.fetchall():
+            clause = str(r["CHECK_CLAUSE"]).strip()
+            if clause.lower().startswith("json_valid(`") and clause.endswith("`)"):
+                json_columns.add(clause[len("json_valid(`") : -2].replace("``", "`"))
+    if not key:
+        raise SnapshotError(
+            f"table {db}.{table} has no primary key: the snapshot chunks and merges by primary "
+            "key, so it cannot copy this table consistently. Add a primary key, or exclude the "
+            "table from the snapshot (its later changes are still captured from the binlog)."
+        )
+    try:
+        columns = tuple(
+            _column(r, str(r["COLUMN_NAME"]) in json_columns, str(r["COLUMN_NAME"]) in key)
+            for r in rows
+        )
+    except SnapshotError as exc:
+        raise SnapshotError(f"{db}.{table}: {exc}") from None
+    return SnapshotTable(db, table, columns, key, dumps([c.described for c in columns]))
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRows:
+    """One chunk: (pk JSON, image JSON) per row in key order, and the last row's raw key."""
+
+    rows: list[tuple[str, str]]
+    last_key: list[Any] | None
+
+
+def read_chunk(
+    conn: pymysql.connections.Connection[Any],
+    spec: SnapshotTable,
+    after: Sequence[Any] | None,
+    limit: int,
+) -> ChunkRows:
+    """The next ``limit`` rows with a key greater than ``after`` (None: from the start).
+
+    One autocommit SELECT on the key, so it holds no lock and reads one consistent view;
+    the caller takes the binlog watermarks around it.
+    """
+    key_sql = ", ".join(_quote(k) for k in spec.primary_key)
+    select = ", ".join(c.select for c in spec.columns)
+    raw_key = ", ".join(_quote(k) for k in spec.primary_key)
+    sql = f"SELECT {select}, {raw_key} FROM {_quote(spec.db)}.{_quote(spec.table)}"  # noqa: S608
+    args: tuple[Any, ...] = ()
+    if after is not None:
+        marks = ", ".join(["%s"] * len(spec.primary_key))
+        sql += f" WHERE ({key_sql}) > ({marks})"
+        args = tuple(after)
+    sql += f" ORDER BY {key_sql} LIMIT {int(limit)}"
+    width = len(spec.columns)
+    out: list[tuple[str, str]] = []
+    last: list[Any] | None = None
+    pk_names = spec.primary_key
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+        for record in cur.fetchall():
+            image: dict[str, Any] = {}
+            for column, value in zip(spec.columns, record[:width], strict=True):
+                image[column.name] = None if value is None else column.convert(value)
+            out.append((dumps({k: image[k] for k in pk_names}), dumps(image)))
+            last = list(record[width:])
+    return ChunkRows(out, last)
+
+
+def encode_key(values: Sequence[Any]) -> list[Any]:
+    """A raw key as JSON-safe values for the progress file (bytes tagged as base64)."""
+    out: list[Any] = []
+    for value in values:
+        if isinstance(value, bytes | bytearray):
+            out.append({"b64": _b64(value)})
+        elif isinstance(value, int | str) or value is None:
+            out.append(value)
+        elif isinstance(value, Decimal | float):
+            out.append({"num": str(value)})
+        else:
+            out.append(str(value))
+    return out
+
+
+def decode_key(values: Sequence[Any]) -> list[Any]:
+    """The inverse of :func:`encode_key`, as values pymysql can bind."""
+    out: list[Any] = []
+    for value in values:
+        if isinstance(value, dict) and "b64" in value:
+            out.append(base64.b64decode(value["b64"]))
+        elif isinstance(value, dict) and "num" in value:
+            out.append(Decimal(value["num"]))
+        else:
+            out.append(value)
+    return out

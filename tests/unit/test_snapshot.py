@@ -1,0 +1,94 @@
+"""Snapshot helpers without a server: value conversions, key encoding, the segment cut."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pytest
+
+from cdc_platform.events import (
+    BinlogPosition,
+    ChangeEvent,
+    EventKind,
+    Op,
+    ResumePosition,
+    Transaction,
+)
+from cdc_platform.runtime.snapshot import _Stream, _touched_keys
+from cdc_platform.source.snapshot import (
+    _bits,
+    _float32,
+    _labels,
+    _set,
+    _timestamp,
+    decode_key,
+    encode_key,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def test_value_conversions_match_the_binlog_representation() -> None:
+    assert _float32(1.100000023841858) == 1.1
+    assert _bits(10)(b"\x00\x05") == "0000000101"
+    assert _timestamp("2024-06-01 06:30:00.250") == "2024-06-01T06:30:00.250Z"
+    assert _timestamp("0000-00-00 00:00:00.000") == "0000-00-00 00:00:00.000"
+    assert _set("") == []
+    assert _set("x,z") == ["x", "z"]
+    assert _labels("enum('a','it''s','c,d')") == ["a", "it's", "c,d"]
+
+
+def test_keys_survive_the_progress_file() -> None:
+    key = [1, "a", b"\x00\xff", Decimal("1.50")]
+    assert decode_key(json.loads(json.dumps(encode_key(key)))) == key
+
+
+def _txn(start: int) -> Transaction:
+    return Transaction(BinlogPosition("b.000001", start), None, None, 1, 0)
+
+
+def _row(txn: Transaction, pos: int, index: int, pk: int) -> ChangeEvent:
+    image = json.dumps({"id": pk}, separators=(",", ":"))
+    return ChangeEvent(
+        EventKind.ROW,
+        txn,
+        BinlogPosition("b.000001", pos),
+        index,
+        db="d",
+        table="t",
+        op=Op.UPDATE,
+        pk=json.dumps({"id": pk + 100}, separators=(",", ":")),
+        before=image,
+        after=image,
+    )
+
+
+def _commit(txn: Transaction, pos: int, index: int) -> ChangeEvent:
+    return ChangeEvent(EventKind.COMMIT, txn, BinlogPosition("b.000001", pos), index)
+
+
+class _FakeSource:
+    def __init__(self, events: list[ChangeEvent]) -> None:
+        self._events = events
+
+    def events(self) -> list[ChangeEvent]:
+        return self._events
+
+    def stop(self) -> None:
+        return None
+
+
+def test_segment_ends_at_the_first_transaction_after_the_high_watermark() -> None:
+    t1, t2 = _txn(100), _txn(200)
+    events = [_row(t1, 150, 0, 1), _commit(t1, 200, 1), _row(t2, 250, 0, 2), _commit(t2, 300, 1)]
+    stream = _Stream(_FakeSource(events))  # type: ignore[arg-type]
+    start = ResumePosition("b.000001", 100)
+    segment, cut = stream.until(BinlogPosition("b.000001", 180), start)
+    assert segment == events[:2]
+    assert cut.pos == 200
+    assert _touched_keys(segment, "d", "t", ["id"]) == {'{"id":101}', '{"id":1}'}
+    # The next transaction was held back for the next segment, not lost.
+    segment, cut = stream.until(BinlogPosition("b.000001", 300), cut)
+    assert segment == events[2:]
+    assert cut.pos == 300
