@@ -19,6 +19,7 @@ import pymysql
 
 from cdc_platform.testing.processes import (
     ServerStartError,
+    child_setup,
     find_binary,
     free_port,
     stop_process,
@@ -99,7 +100,11 @@ class MariaDBServer:
             *self._args,
         ]
         self._proc = subprocess.Popen(
-            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+            cmd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=child_setup(),  # noqa: PLW1509 (only from the main thread)
         )
         proc = self._proc
 

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["ServerStartError", "find_binary", "free_port", "stop_process", "wait_until"]
+__all__ = [
+    "ServerStartError",
+    "child_setup",
+    "die_with_parent",
+    "find_binary",
+    "free_port",
+    "stop_process",
+    "wait_until",
+]
 
 
 class ServerStartError(RuntimeError):
@@ -71,3 +81,24 @@ def stop_process(proc: subprocess.Popen[bytes], *, timeout: float = 15.0) -> Non
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=timeout)
+
+
+def die_with_parent() -> None:
+    """`preexec_fn` for a test's long-lived child: SIGTERM it when the test process dies.
+
+    A test killed by a timeout never runs its fixture teardown, and a child started in its
+    own session would otherwise run forever. Linux only (prctl PR_SET_PDEATHSIG); the signal
+    follows the *thread* that started the child, so use it only from the main thread.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_pdeathsig = 1
+    libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def child_setup() -> Callable[[], None] | None:
+    """:func:`die_with_parent` when called from the main thread, else nothing.
+
+    A server restarted from a helper thread (failure tests do that) must not die when that
+    thread ends, so only main-thread starts get the parent-death signal.
+    """
+    return die_with_parent if threading.current_thread() is threading.main_thread() else None

@@ -14,6 +14,7 @@ from types import TracebackType
 
 from cdc_platform.testing.processes import (
     ServerStartError,
+    child_setup,
     find_binary,
     free_port,
     stop_process,
@@ -100,6 +101,7 @@ class ZooKeeperServer:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=child_setup(),  # noqa: PLW1509 (only from the main thread)
         )
         log.close()
         proc = self._proc

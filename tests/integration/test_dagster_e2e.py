@@ -22,7 +22,7 @@ from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, Run
 from deltalake import DeltaTable
 
 from cdc_platform.testing.crash import PASSWORD_ENV, write_conf
-from cdc_platform.testing.processes import stop_process
+from cdc_platform.testing.processes import die_with_parent, stop_process
 from cdc_platform.testing.replay import replay
 from cdc_platform.testing.workload import Workload, source_rows
 from dagster_defs.cdc_job import DESTINATION_TAG, PID_TAG
@@ -84,6 +84,7 @@ def daemon(
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        preexec_fn=die_with_parent,  # noqa: PLW1509 (main thread)
     )
     try:
         yield instance, conf

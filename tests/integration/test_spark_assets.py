@@ -18,7 +18,7 @@ from deltalake import DeltaTable
 
 from cdc_platform.config import load_config
 from cdc_platform.spark.session import SparkSessionFactory
-from cdc_platform.testing.processes import stop_process
+from cdc_platform.testing.processes import die_with_parent, stop_process
 from cdc_platform.testing.spark_changes import ChangeLogWriter, SourceTable, column
 from dagster_defs.assets import change_log_specs
 from dagster_defs.resources import PlatformResource
@@ -137,6 +137,7 @@ def test_cli_backfill_of_three_days_under_a_daemon(
         daemon = subprocess.Popen(
             [sys.executable, "-m", "dagster._daemon", "run", "-w", workspace],
             cwd=PROJECT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=die_with_parent,  # noqa: PLW1509 (main thread)
         )  # fmt: skip
     try:
         subprocess.run(
