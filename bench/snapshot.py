@@ -19,10 +19,11 @@ import threading
 import time
 from pathlib import Path
 
-from cdc_platform.config.models import InstanceConfig, SourceConfig, StoreConfig
+from cdc_platform.config.models import InstanceConfig
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.runtime.snapshot import SnapshotProgress, SnapshotRunner, state_path
 from cdc_platform.sink import MaintenancePolicy
+from cdc_platform.testing.destinations import instance_config
 from cdc_platform.testing.mariadb import MariaDBServer
 from cdc_platform.testing.replay import replay
 
@@ -61,16 +62,8 @@ def writer(server: MariaDBServer, rows: int, rate: float, stop: threading.Event)
 
 
 def config(server: MariaDBServer, user: str) -> InstanceConfig:
-    return InstanceConfig(
-        source=SourceConfig(
-            host=server.host,
-            port=server.port,
-            user=user,
-            password_env="BENCH_CDC_PASSWORD",
-            server_id=3101,
-            include_tables=[r"bench\.items"],
-        ),
-        store=StoreConfig(batch_timeout_seconds=0.2),
+    return instance_config(
+        server, user, [r"bench\.items"], server_id=3101, password_env="BENCH_CDC_PASSWORD"
     )
 
 

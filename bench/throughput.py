@@ -27,10 +27,11 @@ from deltalake import DeltaTable
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from cdc_platform.config.models import InstanceConfig, SourceConfig, StoreConfig
+from cdc_platform.config.models import InstanceConfig
 from cdc_platform.events import ResumePosition
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink import DeltaChangeLog
+from cdc_platform.testing.destinations import instance_config
 from cdc_platform.testing.mariadb import MariaDBServer
 
 TABLE = """CREATE TABLE bench.items (
@@ -90,16 +91,8 @@ def bare_decode(
 
 
 def config(server: MariaDBServer, user: str, **store: object) -> InstanceConfig:
-    return InstanceConfig(
-        source=SourceConfig(
-            host=server.host,
-            port=server.port,
-            user=user,
-            password_env="BENCH_CDC_PASSWORD",
-            server_id=5002,
-            include_tables=[r"bench\..*"],
-        ),
-        store=StoreConfig(**store),  # type: ignore[arg-type]
+    return instance_config(
+        server, user, [r"bench\..*"], server_id=5002, password_env="BENCH_CDC_PASSWORD", **store
     )
 
 

@@ -18,46 +18,12 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
+from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
 from cdc_platform.testing.replay import ReplayResult, replay
 from cdc_platform.testing.workload import Workload, source_rows
 
-__all__ = ["KillReport", "kill_cycle", "write_conf"]
-
-PASSWORD_ENV = "CDC_TEST_SOURCE_PASSWORD"
-
-
-def write_conf(
-    conf: Path,
-    *,
-    destination: str,
-    server: MariaDBServer,
-    user: ReplicationUser,
-    database: str,
-    lake_root: Path,
-    server_id: int = 1001,
-    extra_store: str = "",
-) -> None:
-    """A conf directory with one destination capturing every table of ``database``."""
-    (conf / "destinations" / destination).mkdir(parents=True, exist_ok=True)
-    (conf / "platform.yaml").write_text(f"lake_root: {lake_root}\n")
-    (conf / "destinations" / destination / "instance.yaml").write_text(
-        f"""\
-source:
-  host: {server.host}
-  port: {server.port}
-  user: {user.name}
-  password_env: {PASSWORD_ENV}
-  server_id: {server_id}
-  include_tables: ['{database}\\..*']
-  reconnect_initial_seconds: 0.1
-  reconnect_max_seconds: 1
-store:
-  buffer_size: 1024
-  batch_size: 64
-  batch_timeout_seconds: 0.2
-{extra_store}"""
-    )
+__all__ = ["KillReport", "kill_cycle"]
 
 
 @dataclass

@@ -25,7 +25,7 @@ from cdc_platform.config.loader import load_platform
 from cdc_platform.ha.factory import open_lease, open_state_store
 from cdc_platform.ha.lease import HolderInfo, Lease
 from cdc_platform.sink import Checkpoint, DeltaChangeLog
-from cdc_platform.testing.crash import PASSWORD_ENV, write_conf
+from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
 from cdc_platform.testing.replay import replay
 from cdc_platform.testing.workload import source_rows

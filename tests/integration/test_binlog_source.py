@@ -1,6 +1,6 @@
 """BinlogSource against a real MariaDB: transactions, DDL, rotation, restarts, resume, gaps.
 
-Every test reads through ``_collect``, which stops the source after a timeout, so a broken
+Every test reads through ``collect_events``, which stops the source after a timeout, so a broken
 source fails a test instead of hanging it.
 """
 
@@ -28,6 +28,7 @@ from cdc_platform.errors import (
 )
 from cdc_platform.events import ChangeEvent, EventKind, Op, ResumePosition
 from cdc_platform.source import BinlogSource
+from cdc_platform.testing.binlog import collect_events
 from cdc_platform.testing.mariadb import MariaDBServer
 from cdc_platform.testing.processes import free_port
 
@@ -59,26 +60,6 @@ def _source(mariadb: Any, config: SourceConfig, resume: ResumePosition | None) -
 
 def _start(mariadb: Any, config: SourceConfig) -> ResumePosition:
     return _source(mariadb, config, None).current_position()
-
-
-def _collect(
-    source: BinlogSource, until: Callable[[list[ChangeEvent]], bool], timeout: float = 30.0
-) -> list[ChangeEvent]:
-    """Events until ``until`` holds; stops the source after ``timeout`` so nothing hangs."""
-    events: list[ChangeEvent] = []
-    timer = threading.Timer(timeout, source.stop)
-    timer.start()
-    stream = source.events()
-    try:
-        for event in stream:
-            events.append(event)
-            if until(events):
-                break
-    finally:
-        timer.cancel()
-        source.stop()
-        stream.close()
-    return events
 
 
 def _rows(events: list[ChangeEvent]) -> list[ChangeEvent]:
@@ -190,7 +171,7 @@ def test_user_without_replication_slave_gets_a_clear_error(mariadb: Any) -> None
         assert "PASSWORD" not in str(caught.value)  # SHOW GRANTS lines carry the hash
         # Streaming anyway fails with the same kind of error, not a retry loop.
         with pytest.raises(SourceSettingsError, match="lacks a privilege"):
-            _collect(BinlogSource(config, password="pw1"), lambda _: True, timeout=10)
+            collect_events(BinlogSource(config, password="pw1"), lambda _: True, timeout=10)
     finally:
         server.execute("DROP USER 'noslave'@'%'")
 
@@ -240,7 +221,7 @@ def test_insert_update_delete_carry_before_and_after(mariadb: Any) -> None:
         "DELETE FROM t WHERE id = 1",
         database=mariadb.name,
     )
-    events = _collect(_source(mariadb, config, start), _count(EventKind.ROW, 5))
+    events = collect_events(_source(mariadb, config, start), _count(EventKind.ROW, 5))
     rows = _rows(events)
     assert [(e.op, e.pk, e.before, e.after) for e in rows] == [
         (Op.INSERT, '{"id":1}', None, '{"id":1,"v":"a"}'),
@@ -277,7 +258,7 @@ def test_table_without_primary_key_uses_all_columns_as_pk(mariadb: Any) -> None:
         "INSERT INTO cpk VALUES (1, 2, 3)",
         database=mariadb.name,
     )
-    rows = _rows(_collect(_source(mariadb, config, start), _count(EventKind.ROW, 2)))
+    rows = _rows(collect_events(_source(mariadb, config, start), _count(EventKind.ROW, 2)))
     assert rows[0].pk == '{"a":1,"b":"x"}' == rows[0].after
     assert rows[1].pk == '{"b":2,"a":1}'
 
@@ -297,7 +278,7 @@ def test_multi_statement_transaction_is_one_transaction_with_one_commit(mariadb:
         cur.execute("UPDATE a SET id = 3 WHERE id = 2")
         cur.execute("DELETE FROM b WHERE id = 10")
         cur.execute("COMMIT")
-    events = _collect(_source(mariadb, config, start), _count(EventKind.COMMIT, 1))
+    events = collect_events(_source(mariadb, config, start), _count(EventKind.COMMIT, 1))
     assert [e.kind for e in events] == [EventKind.ROW] * 5 + [EventKind.COMMIT]
     assert [e.index for e in events] == list(range(6))
     assert len({id(e.txn) for e in events}) == 1
@@ -323,7 +304,7 @@ def test_rolled_back_transactions_never_appear(mariadb: Any) -> None:
         cur.execute("ROLLBACK TO SAVEPOINT s1")
         cur.execute("COMMIT")
         cur.execute("INSERT INTO t VALUES (4)")
-    events = _collect(_source(mariadb, config, start), _count(EventKind.COMMIT, 2))
+    events = collect_events(_source(mariadb, config, start), _count(EventKind.COMMIT, 2))
     assert [_after(e)["id"] for e in _rows(events)] == [2, 4]
     assert [e.kind for e in events] == [EventKind.ROW, EventKind.COMMIT] * 2
 
@@ -335,7 +316,7 @@ def test_non_transactional_tables_end_with_a_commit_query(mariadb: Any) -> None:
     )
     start = _start(mariadb, config)
     mariadb.server.execute("INSERT INTO m VALUES (1), (2)", database=mariadb.name)
-    events = _collect(_source(mariadb, config, start), _count(EventKind.COMMIT, 1))
+    events = collect_events(_source(mariadb, config, start), _count(EventKind.COMMIT, 1))
     assert [e.kind for e in events] == [EventKind.ROW, EventKind.ROW, EventKind.COMMIT]
     assert events[-1].index == 2
 
@@ -353,7 +334,7 @@ def test_ddl_mid_stream_is_its_own_event_and_later_rows_use_new_names(mariadb: A
         "UPDATE t SET a2 = 11 WHERE id = 1",
         database=mariadb.name,
     )
-    events = _collect(_source(mariadb, config, start), _count(EventKind.ROW, 4))
+    events = collect_events(_source(mariadb, config, start), _count(EventKind.ROW, 4))
     ddls = [e for e in events if e.kind is EventKind.DDL]
     assert [d.ddl for d in ddls] == [
         "ALTER TABLE t ADD COLUMN b VARCHAR(5) DEFAULT 'x'",
@@ -381,7 +362,7 @@ def test_create_table_select_emits_the_ddl_after_its_rows(mariadb: Any) -> None:
     )  # fmt: skip
     start = _start(mariadb, config)
     mariadb.server.execute("CREATE TABLE dst SELECT * FROM src", database=mariadb.name)
-    events = _collect(_source(mariadb, config, start), _count(EventKind.DDL, 1))
+    events = collect_events(_source(mariadb, config, start), _count(EventKind.DDL, 1))
     assert [(e.kind, e.table) for e in events] == [
         (EventKind.ROW, "dst"), (EventKind.ROW, "dst"), (EventKind.DDL, "dst"),
     ]  # fmt: skip
@@ -399,7 +380,7 @@ def test_statement_based_dml_is_refused(mariadb: Any) -> None:
         cur.execute("SET SESSION binlog_format = 'STATEMENT'")
         cur.execute("INSERT INTO t VALUES (1)")
     with pytest.raises(SourceSettingsError, match="statement-based DML"):
-        _collect(_source(mariadb, config, start), lambda _: False, timeout=10)
+        collect_events(_source(mariadb, config, start), lambda _: False, timeout=10)
 
 
 def test_a_session_with_a_minimal_row_image_is_refused(mariadb: Any) -> None:
@@ -413,7 +394,7 @@ def test_a_session_with_a_minimal_row_image_is_refused(mariadb: Any) -> None:
         cur.execute("SET SESSION binlog_row_image = 'MINIMAL'")
         cur.execute("UPDATE t SET a = 5 WHERE id = 1")
     with pytest.raises(SourceSettingsError, match="binlog_row_image=FULL"):
-        _collect(_source(mariadb, config, start), lambda _: False, timeout=10)
+        collect_events(_source(mariadb, config, start), lambda _: False, timeout=10)
 
 
 # -- filters ---------------------------------------------------------------------------------
@@ -437,7 +418,7 @@ def test_include_and_exclude_filters_rows_and_ddl(mariadb: Any) -> None:
         "INSERT INTO keep VALUES (2)",
         database=db,
     )
-    events = _collect(_source(mariadb, config, start), _count(EventKind.ROW, 3))
+    events = collect_events(_source(mariadb, config, start), _count(EventKind.ROW, 3))
     assert [(e.table, _after(e)["id"]) for e in _rows(events)] == [
         ("keep", 1), ("other_1", 1), ("keep", 2),
     ]  # fmt: skip
@@ -459,7 +440,7 @@ def test_filtered_transactions_emit_their_commit_at_most_once_per_second(mariadb
     elapsed = time.monotonic() - began
     end = _start(mariadb, config)
     # After the burst the server goes idle: the held-back COMMIT comes with the heartbeat.
-    events = _collect(
+    events = collect_events(
         _source(mariadb, config, start),
         lambda evs: evs[-1].position == end.binlog_position,
         timeout=15,
@@ -481,7 +462,7 @@ def test_rotation_mid_stream_loses_nothing(mariadb: Any) -> None:
         mariadb.server.execute(f"INSERT INTO t VALUES ({i})", database=mariadb.name)
         if i in (10, 20):
             mariadb.server.execute("FLUSH BINARY LOGS")
-    events = _collect(_source(mariadb, config, start), _count(EventKind.ROW, 30))
+    events = collect_events(_source(mariadb, config, start), _count(EventKind.ROW, 30))
     assert [_after(e)["id"] for e in _rows(events)] == list(range(1, 31))
     files = sorted({e.position.file for e in events})
     assert len(files) == 3
@@ -498,7 +479,7 @@ def test_restart_during_streaming_loses_and_duplicates_nothing(mariadb: Any) -> 
     source = _source(mariadb, config, start)
     seen: list[ChangeEvent] = []
     reader = threading.Thread(
-        target=lambda: seen.extend(_collect(source, _count(EventKind.ROW, 100), timeout=90))
+        target=lambda: seen.extend(collect_events(source, _count(EventKind.ROW, 100), timeout=90))
     )
     reader.start()
     for i in range(1, 51):
@@ -613,7 +594,7 @@ def test_resume_after_any_event_continues_with_the_next_one(mariadb: Any, resume
     mariadb.server.execute("CREATE TABLE t (id INT PRIMARY KEY, v CHAR(1))", database=mariadb.name)
     start = _start(mariadb, config)
     _workload(mariadb)
-    reference = _collect(_source(mariadb, config, start), _count(EventKind.COMMIT, 3))
+    reference = collect_events(_source(mariadb, config, start), _count(EventKind.COMMIT, 3))
     kinds = [e.kind for e in reference]
     assert kinds == [EventKind.ROW] * 3 + [EventKind.COMMIT] + [EventKind.ROW] * 4 + [
         EventKind.COMMIT, EventKind.DDL, EventKind.ROW, EventKind.COMMIT,
@@ -627,7 +608,7 @@ def test_resume_after_any_event_continues_with_the_next_one(mariadb: Any, resume
         if resume_by == "gtid":
             assert resume.gtid_set is not None
         expected = reference[i + 1 :]
-        got = _collect(_source(mariadb, config, resume), _at_least(len(expected)))
+        got = collect_events(_source(mariadb, config, resume), _at_least(len(expected)))
         assert [_key(e) for e in got] == [_key(e) for e in expected], i
 
 
@@ -641,7 +622,7 @@ def test_resume_with_skip_events_mid_transaction(mariadb: Any) -> None:
             cur.execute(f"INSERT INTO t VALUES ({i})")
         cur.execute("COMMIT")
     resume = ResumePosition(start.file, start.pos, start.gtid_set, skip_events=3)
-    events = _collect(_source(mariadb, config, resume), _count(EventKind.COMMIT, 1))
+    events = collect_events(_source(mariadb, config, resume), _count(EventKind.COMMIT, 1))
     assert [(e.kind, e.index) for e in events] == [
         (EventKind.ROW, 3), (EventKind.ROW, 4), (EventKind.COMMIT, 5),
     ]  # fmt: skip
@@ -661,18 +642,18 @@ def test_resume_from_a_purged_binlog_is_a_gap(mariadb: Any) -> None:
     newest = _start(mariadb, file_config).file
     server.execute(f"PURGE BINARY LOGS TO '{newest}'")
     with pytest.raises(BinlogGapError) as caught:
-        _collect(_source(mariadb, file_config, old), lambda _: True, timeout=10)
+        collect_events(_source(mariadb, file_config, old), lambda _: True, timeout=10)
     assert str(caught.value).startswith(
         f"binlog {old.file} was purged; the change log cannot be continued without loss; "
         "take a new snapshot (cdc-platform snapshot) or reset the checkpoint"
     )
     with pytest.raises(BinlogGapError, match="transactions were purged"):
-        _collect(_source(mariadb, gtid_config, old), lambda _: True, timeout=10)
+        collect_events(_source(mariadb, gtid_config, old), lambda _: True, timeout=10)
     # A position past the end of an existing file is refused too, not silently skipped.
     current = _start(mariadb, file_config)
     beyond = ResumePosition(current.file, current.pos + 10_000, current.gtid_set)
     with pytest.raises(BinlogGapError, match="beyond the end"):
-        _collect(_source(mariadb, file_config, beyond), lambda _: True, timeout=10)
+        collect_events(_source(mariadb, file_config, beyond), lambda _: True, timeout=10)
 
 
 def test_gtid_resume_ahead_of_the_server_is_refused(mariadb: Any) -> None:
@@ -682,7 +663,7 @@ def test_gtid_resume_ahead_of_the_server_is_refused(mariadb: Any) -> None:
     domain, server_id, seq = current.gtid_set.split(",")[0].split("-")
     ahead = ResumePosition(current.file, current.pos, f"{domain}-{server_id}-{int(seq) + 100}")
     with pytest.raises(BinlogGapError, match="ahead of the server's binlog"):
-        _collect(_source(mariadb, config, ahead), lambda _: True, timeout=10)
+        collect_events(_source(mariadb, config, ahead), lambda _: True, timeout=10)
 
 
 def test_undecodable_events_raise_source_error_not_silence(mariadb: Any) -> None:
@@ -695,7 +676,7 @@ def test_undecodable_events_raise_source_error_not_silence(mariadb: Any) -> None
         database=mariadb.name,
     )
     with pytest.raises(SourceError, match=r"odd\.s uses charset swe7"):
-        _collect(_source(mariadb, config, start), lambda _: False, timeout=10)
+        collect_events(_source(mariadb, config, start), lambda _: False, timeout=10)
 
 
 def test_stop_ends_the_servers_dump_thread_at_once(mariadb: Any) -> None:
@@ -704,7 +685,7 @@ def test_stop_ends_the_servers_dump_thread_at_once(mariadb: Any) -> None:
     config = _config(mariadb, heartbeat_seconds=30.0)
     start = _start(mariadb, config)
     mariadb.server.execute("CREATE TABLE t (id INT PRIMARY KEY)", database=mariadb.name)
-    _collect(_source(mariadb, config, start), _count(EventKind.DDL, 1))
+    collect_events(_source(mariadb, config, start), _count(EventKind.DDL, 1))
     deadline = time.monotonic() + 1.0
     while time.monotonic() < deadline:
         dumps = [r for r in mariadb.server.query("SHOW PROCESSLIST") if r[4] == "Binlog Dump"]

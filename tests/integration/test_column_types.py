@@ -12,10 +12,9 @@ import base64
 import itertools
 import json
 import os
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +23,7 @@ import pytest
 from cdc_platform.config.models import SourceConfig
 from cdc_platform.events import ChangeEvent, EventKind, Op
 from cdc_platform.source import BinlogSource
+from cdc_platform.testing.binlog import collect_events
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -364,26 +364,6 @@ class Streamed:
     events: list[ChangeEvent]
 
 
-def _collect(
-    source: BinlogSource, until: Callable[[list[ChangeEvent]], bool], timeout: float = 60.0
-) -> list[ChangeEvent]:
-    """Events until ``until`` holds; stops the source after ``timeout`` so nothing hangs."""
-    events: list[ChangeEvent] = []
-    timer = threading.Timer(timeout, source.stop)
-    timer.start()
-    stream = source.events()
-    try:
-        for event in stream:
-            events.append(event)
-            if until(events):
-                break
-    finally:
-        timer.cancel()
-        source.stop()
-        stream.close()
-    return events
-
-
 @pytest.fixture(scope="module")
 def streamed(
     mariadb_server: MariaDBServer, replication_user: ReplicationUser
@@ -424,7 +404,7 @@ def streamed(
             cur.execute("SELECT id, ST_SRID(geo), HEX(ST_AsBinary(geo)) FROM all_types")
             geometry = {int(r[0]): (int(r[1]), r[2]) if r[2] is not None else None for r in cur}
         source = BinlogSource(config, resume=start, password=replication_user.password)
-        events = _collect(
+        events = collect_events(
             source, lambda evs: sum(e.kind is EventKind.ROW for e in evs) >= 4, timeout=60
         )
         after = {}
@@ -514,7 +494,9 @@ def test_timestamps_do_not_depend_on_the_local_time_zone(
                 cur.execute("SET SESSION time_zone = '+05:30'")
                 cur.execute("INSERT INTO t VALUES (1, '2024-06-01 12:00:00.250')")
             source = BinlogSource(config, resume=start, password=replication_user.password)
-            events = _collect(source, lambda evs: any(e.kind is EventKind.ROW for e in evs), 30)
+            events = collect_events(
+                source, lambda evs: any(e.kind is EventKind.ROW for e in evs), timeout=30
+            )
     finally:
         if saved is None:
             del os.environ["TZ"]

@@ -21,7 +21,7 @@ import pytest
 from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
 from deltalake import DeltaTable
 
-from cdc_platform.testing.crash import PASSWORD_ENV, write_conf
+from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.processes import die_with_parent, stop_process
 from cdc_platform.testing.replay import replay
 from cdc_platform.testing.workload import Workload, source_rows

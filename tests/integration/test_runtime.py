@@ -12,11 +12,11 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_platform.cli import main
-from cdc_platform.config.models import InstanceConfig, SourceConfig, StoreConfig
+from cdc_platform.config.models import InstanceConfig
 from cdc_platform.errors import BinlogGapError
 from cdc_platform.runtime import CommitReport, DestinationRuntime, RunSummary
 from cdc_platform.sink import DeltaChangeLog
-from cdc_platform.testing.crash import PASSWORD_ENV, write_conf
+from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
 from cdc_platform.testing.replay import replay
 from tests.conftest import MariaDBDatabase
 
@@ -24,19 +24,7 @@ pytestmark = pytest.mark.integration
 
 
 def instance(db: MariaDBDatabase, **store: object) -> InstanceConfig:
-    return InstanceConfig(
-        source=SourceConfig(
-            host=db.server.host,
-            port=db.server.port,
-            user=db.user.name,
-            password_env=PASSWORD_ENV,
-            server_id=2001,
-            include_tables=[rf"{db.name}\..*"],
-            reconnect_initial_seconds=0.1,
-            reconnect_max_seconds=1.0,
-        ),
-        store=StoreConfig(batch_timeout_seconds=0.2, **store),  # type: ignore[arg-type]
-    )
+    return instance_config(db.server, db.user.name, [rf"{db.name}\..*"], server_id=2001, **store)
 
 
 class Running:

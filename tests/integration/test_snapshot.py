@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from cdc_platform.config.models import InstanceConfig, SourceConfig, StoreConfig
+from cdc_platform.config.models import InstanceConfig
 from cdc_platform.errors import SnapshotError
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.runtime.snapshot import SnapshotProgress, SnapshotRunner, state_path
-from cdc_platform.testing.crash import PASSWORD_ENV, write_conf
+from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
 from cdc_platform.testing.replay import replay
 from cdc_platform.testing.workload import Workload, source_rows
 from tests.conftest import MariaDBDatabase
@@ -26,19 +26,7 @@ pytestmark = pytest.mark.integration
 
 
 def instance(db: MariaDBDatabase) -> InstanceConfig:
-    return InstanceConfig(
-        source=SourceConfig(
-            host=db.server.host,
-            port=db.server.port,
-            user=db.user.name,
-            password_env=PASSWORD_ENV,
-            server_id=2101,
-            include_tables=[rf"{db.name}\..*"],
-            reconnect_initial_seconds=0.1,
-            reconnect_max_seconds=1.0,
-        ),
-        store=StoreConfig(batch_timeout_seconds=0.2),
-    )
+    return instance_config(db.server, db.user.name, [rf"{db.name}\..*"], server_id=2101)
 
 
 @pytest.fixture

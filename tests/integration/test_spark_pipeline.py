@@ -18,10 +18,10 @@ import pymysql
 import pytest
 from pyspark.sql import SparkSession
 
-from cdc_platform.config.models import InstanceConfig, SourceConfig, StoreConfig
+from cdc_platform.config.models import InstanceConfig
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.spark.mirror import apply_changes, mirror_root, mirror_tables, mirror_uri
-from cdc_platform.testing.crash import PASSWORD_ENV
+from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config
 from cdc_platform.testing.spark_changes import float32
 from cdc_platform.testing.workload import Workload
 from tests.conftest import MariaDBDatabase
@@ -72,17 +72,7 @@ JSON_COLUMNS = frozenset({"doc"})
 
 
 def instance(db: MariaDBDatabase) -> InstanceConfig:
-    return InstanceConfig(
-        source=SourceConfig(
-            host=db.server.host,
-            port=db.server.port,
-            user=db.user.name,
-            password_env=PASSWORD_ENV,
-            server_id=2101,
-            include_tables=[rf"{db.name}\..*"],
-        ),
-        store=StoreConfig(batch_timeout_seconds=0.2),
-    )
+    return instance_config(db.server, db.user.name, [rf"{db.name}\..*"], server_id=2101)
 
 
 def catch_up(db: MariaDBDatabase, uri: str) -> None:
