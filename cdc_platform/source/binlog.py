@@ -23,7 +23,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -376,7 +376,7 @@ class BinlogSource:
 
     # -- streaming -----------------------------------------------------------------------------
 
-    def events(self) -> Iterator[ChangeEvent]:
+    def events(self) -> Generator[ChangeEvent, None, None]:
         """Blocking generator of change events, from the resume position or the current end.
 
         Ends when :meth:`stop` is called. Server loss is retried forever with exponential
