@@ -1,12 +1,19 @@
 """Initial snapshot speed: rows/s of a chunked, watermark-merged snapshot into Delta.
 
     .venv/bin/python bench/snapshot.py [--rows 200000] [--chunk-size 10000] [--rate 0]
+                                       [--reconcile] [--differences 10]
 
 Fills a table in a private MariaDB with --rows rows, then snapshots it into a fresh change
 log with SnapshotRunner (each chunk: low watermark, SELECT, high watermark, binlog segment,
 one Delta commit) and prints rows/s. With --rate N a writer updates random rows at N
 transactions/s during the snapshot, and the replayed change log is checked against the
 table at the end (after the normal run catches up).
+
+With --reconcile it then builds the table's mirror (Spark, embedded Sail), times a
+reconciliation that finds nothing, injects --differences divergences (a third each: rows
+deleted from the mirror, rows updated and rows deleted with sql_log_bin=0), times the
+reconciliation that finds and repairs them, and checks that a third one after the mirror's
+next apply finds nothing.
 """
 
 from __future__ import annotations
@@ -67,11 +74,76 @@ def config(server: MariaDBServer, user: str) -> InstanceConfig:
     )
 
 
+def reconcile(
+    server: MariaDBServer, user: object, root: Path, lake: Path, differences: int
+) -> None:
+    from cdc_platform.config import load_config  # noqa: PLC0415 (only with --reconcile)
+    from cdc_platform.reconcile.service import reconcile_destination  # noqa: PLC0415
+    from cdc_platform.spark import SparkSessionFactory, apply_changes  # noqa: PLC0415
+    from cdc_platform.spark.mirror import mirror_root, mirror_uri  # noqa: PLC0415
+    from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf  # noqa: PLC0415
+
+    os.environ[PASSWORD_ENV] = os.environ["BENCH_CDC_PASSWORD"]
+    conf = root / "conf"
+    write_conf(
+        conf,
+        destination="bench",
+        server=server,
+        user=user,  # type: ignore[arg-type]
+        database="bench",
+        lake_root=lake,
+        server_id=3102,
+    )
+    configset = load_config(conf)
+    factory = SparkSessionFactory()
+    spark = factory.session()
+    uri = configset.table_uri("bench")
+    mroot = mirror_root(lake, "bench")
+    started = time.perf_counter()
+    applied = apply_changes(spark, uri, mroot, "bench", "items")
+    print(f"mirror: {applied.mirror_rows} rows built in {time.perf_counter() - started:.1f} s")
+
+    def timed(label: str) -> None:
+        report = reconcile_destination(configset, "bench", spark)
+        table = report.tables[0]
+        repair = report.repair
+        print(
+            f"reconcile ({label}): {report.seconds:.1f} s for {table.source_rows} rows, "
+            f"{table.differing_chunks}/{table.chunks} chunks differ, {table.missing_in_mirror} "
+            f"missing, {table.changed} changed, {table.extra_in_mirror} extra; repaired: "
+            f"{sum(repair.upserts.values()) if repair else 0} upserts, "
+            f"{sum(repair.deletes.values()) if repair else 0} deletes in "
+            f"{repair.seconds if repair else 0:.1f} s"
+        )
+
+    timed("clean")
+    rng = random.Random(11)
+    ids = rng.sample(range(1, 1 + applied.mirror_rows), differences)
+    third = max(1, differences // 3)
+    gone_from_mirror, updated, deleted = ids[:third], ids[third : 2 * third], ids[2 * third :]
+    spark.sql(
+        f"DELETE FROM delta.`{mirror_uri(mroot, 'bench', 'items')}` "
+        f"WHERE id IN ({', '.join(map(str, gone_from_mirror))})"
+    )
+    server.execute(
+        "SET sql_log_bin = 0",
+        f"UPDATE items SET qty = -1 WHERE id IN ({', '.join(map(str, updated))})",
+        f"DELETE FROM items WHERE id IN ({', '.join(map(str, deleted))})",
+        database="bench",
+    )
+    timed(f"{differences} injected")
+    apply_changes(spark, uri, mroot, "bench", "items")
+    timed("after the mirror applied the repairs")
+    factory.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--chunk-size", type=int, default=10_000)
     parser.add_argument("--rate", type=float, default=0.0, help="updates/s during the snapshot")
+    parser.add_argument("--reconcile", action="store_true", help="also time reconciliation")
+    parser.add_argument("--differences", type=int, default=10)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cdc-bench-") as tmp:
         root = Path(tmp)
@@ -139,6 +211,8 @@ def main() -> None:
                 ]
                 exact = len(state) == len(source) and not bad
                 print(f"replay == source: {exact} ({len(state)} rows, {len(bad)} differ)")
+            if args.reconcile:
+                reconcile(server, user, root, lake, args.differences)
 
 
 if __name__ == "__main__":

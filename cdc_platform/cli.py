@@ -162,14 +162,19 @@ def _snapshot(args: argparse.Namespace) -> int:
             if not lease.is_held():
                 raise LeaseLostError(name, epoch, "lost during the snapshot; rerun to resume")
 
+        tty = sys.stderr.isatty()
+
         def progress(p: SnapshotProgress) -> None:
             total = max(p.estimated_rows, p.rows_read, 1)
+            done = p.rows_read / total
             rate = p.rows_written / p.seconds if p.seconds > 0 else 0.0
+            bar = "#" * int(24 * done) + "." * (24 - int(24 * done))
             print(
-                f"snapshot {p.table} [{p.table_index + 1}/{p.tables}] "
-                f"{p.rows_read}/{total} rows ({100 * p.rows_read / total:.0f}%), "
+                f"{chr(13) if tty else ''}snapshot {p.table} [{p.table_index + 1}/{p.tables}] "
+                f"[{bar}] {p.rows_read}/{total} rows ({100 * done:.0f}%), "
                 f"chunk {p.chunks}, {p.rows_dropped} merged from the binlog, "
                 f"batch {p.batch_seq}, {rate:.0f} rows/s",
+                end="" if tty else "\n",
                 file=sys.stderr,
                 flush=True,
             )
@@ -192,6 +197,8 @@ def _snapshot(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         result = runner.run()
+        if tty:
+            print(file=sys.stderr)
     finally:
         lease.close()
     state = "resumed and finished" if result.resumed else "finished"
@@ -202,6 +209,65 @@ def _snapshot(args: argparse.Namespace) -> int:
         f"resume at {result.resume}"
     )
     return 0
+
+
+def _reconcile(args: argparse.Namespace) -> int:
+    from cdc_platform.reconcile.compare import ChunkProgress  # noqa: PLC0415 (Spark is heavy)
+    from cdc_platform.reconcile.service import reconcile_destination  # noqa: PLC0415
+    from cdc_platform.spark.session import SparkSessionFactory  # noqa: PLC0415
+
+    config, destination = _destination(args)
+
+    def progress(p: ChunkProgress) -> None:
+        rate = p.rows / p.seconds if p.seconds > 0 else 0.0
+        print(
+            f"reconcile {p.table}: read {p.rows} source rows in {p.chunks} chunks, "
+            f"{rate:.0f} rows/s",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    factory = SparkSessionFactory(config.platform.spark)
+    try:
+        report = reconcile_destination(
+            config,
+            destination.name,
+            factory.session(),
+            tables=args.table or None,
+            chunk_size=args.chunk_size,
+            wait_seconds=args.wait,
+            on_chunk=progress if not args.json else None,
+        )
+    finally:
+        factory.stop()
+    if args.json:
+        print(json.dumps({"destination": destination.name, **report.metadata()}, indent=2))
+    else:
+        for table in report.tables:
+            line = (
+                f"{table.name}: {table.status}, {table.source_rows} source rows, "
+                f"{table.mirror_rows} mirror rows, {table.differing_chunks}/{table.chunks} "
+                f"chunks differ: {table.missing_in_mirror} missing in the mirror, "
+                f"{table.changed} changed, {table.extra_in_mirror} only in the mirror "
+                f"({table.in_flight} keys in flight, {table.seconds:.1f} s)"
+            )
+            print(line + (f"; {table.message}" if table.message else ""))
+        for name, why in report.skipped_tables.items():
+            print(f"{name}: skipped: {why}")
+        repair = report.repair
+        if repair is not None:
+            print(
+                f"{destination.name}: repaired by {report.repaired_by}: "
+                f"{sum(repair.upserts.values())} upserts, {sum(repair.deletes.values())} "
+                f"deletes, {sum(repair.in_flight.values())} left to the binlog, "
+                f"batches {repair.batches}"
+            )
+        print(
+            f"{destination.name}: {report.status}"
+            + (f": {report.message}" if report.message else "")
+            + f" ({report.seconds:.1f} s)"
+        )
+    return 3 if report.status == "not_repaired" else 0
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -298,6 +364,32 @@ def build_parser() -> argparse.ArgumentParser:
         help="wait this long for the destination's lease (default: 30)",
     )
     snapshot.set_defaults(handler=_snapshot)
+    reconcile = commands.add_parser(
+        "reconcile",
+        help="compare source tables with their mirrors; repair differences through the log",
+    )
+    _add_destination_args(reconcile)
+    reconcile.add_argument(
+        "--table",
+        action="append",
+        metavar="DB.TABLE",
+        help="table to reconcile (repeatable; default: every table the destination captures)",
+    )
+    reconcile.add_argument(
+        "--chunk-size",
+        type=int,
+        default=None,
+        help="source rows per checksum chunk (default: reconcile.chunk_size, 10000)",
+    )
+    reconcile.add_argument(
+        "--wait",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="how long the lease holder may take to claim the repair (default: 300)",
+    )
+    reconcile.add_argument("--json", action="store_true", help="machine-readable report")
+    reconcile.set_defaults(handler=_reconcile)
     demo = commands.add_parser(
         "demo", help="private MariaDB + live workload + the shop destination, until Ctrl-C"
     )

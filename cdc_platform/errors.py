@@ -19,6 +19,7 @@ __all__ = [
     "LeaseError",
     "LeaseLostError",
     "MirrorError",
+    "ReconcileError",
     "SinkError",
     "SnapshotError",
     "SourceConnectionError",
@@ -166,6 +167,12 @@ class SparkSessionError(SparkError):
     """
 
     transient = True
+
+
+class ReconcileError(CdcError):
+    """A reconciliation could not compare or repair as asked: no mirror to compare with, the
+    lease holder did not take the repair request in time, or a bad request. Names the
+    destination and table; nothing wrong was written (repairs re-read the source)."""
 
 
 class MirrorError(SparkError):

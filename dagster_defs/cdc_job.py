@@ -15,6 +15,7 @@ import time
 from dagster import (
     AssetKey,
     AssetMaterialization,
+    AssetObservation,
     Config,
     DagsterExecutionInterruptedError,
     Failure,
@@ -26,6 +27,7 @@ from dagster import (
 
 from cdc_platform.config import ConfigSet, Destination
 from cdc_platform.runtime import CommitReport, RunSummary
+from cdc_platform.runtime.snapshot import SnapshotProgress
 from cdc_platform.runtime.supervisor import LeaseSupervisor, supervised_destination
 from dagster_defs.resources import PlatformResource
 
@@ -104,8 +106,34 @@ class _Reporter:
         self._reported_at = time.monotonic()
 
 
+def _snapshot_metadata(progress: SnapshotProgress) -> dict[str, int | float | str]:
+    total = max(progress.estimated_rows, progress.rows_read, 1)
+    return {
+        "snapshot_table": progress.table,
+        "snapshot_table_index": progress.table_index + 1,
+        "snapshot_tables": progress.tables,
+        "snapshot_rows_read": progress.rows_read,
+        "snapshot_rows_estimated": progress.estimated_rows,
+        "snapshot_percent": round(100.0 * progress.rows_read / total, 1),
+        "snapshot_rows_written": progress.rows_written,
+        "snapshot_rows_merged_from_binlog": progress.rows_dropped,
+        "snapshot_chunks": progress.chunks,
+        "batch_seq": progress.batch_seq,
+        "snapshot_seconds": round(progress.seconds, 1),
+    }
+
+
 def _heartbeat(supervisor: LeaseSupervisor) -> str:
     runtime = supervisor.runtime
+    progress = supervisor.snapshot_progress
+    if runtime is None and supervisor.role == "snapshot" and progress is not None:
+        meta = _snapshot_metadata(progress)
+        return (
+            f"heartbeat {supervisor.name}: snapshot of {meta['snapshot_table']} "
+            f"({meta['snapshot_table_index']}/{meta['snapshot_tables']}), "
+            f"{meta['snapshot_rows_read']}/{meta['snapshot_rows_estimated']} rows "
+            f"({meta['snapshot_percent']}%), batch {meta['batch_seq']}"
+        )
     if runtime is None:
         return f"heartbeat {supervisor.name}: {supervisor.role}, waiting for the lease"
     m = runtime.metrics()
@@ -145,11 +173,27 @@ def _supervise(
         target=lambda: outcome.append(supervisor.run()), name=f"cdc-{supervisor.name}", daemon=True
     )
     next_heartbeat = time.monotonic() + heartbeat_every
+    observed: SnapshotProgress | None = None
+    observed_at = 0.0
     worker.start()
     try:
         while worker.is_alive():
             worker.join(timeout=0.5)
             reporter.flush(force=False)
+            progress = supervisor.snapshot_progress
+            if (
+                progress is not None
+                and progress is not observed
+                and time.monotonic() - observed_at >= reporter.min_interval
+            ):
+                # Snapshot progress, visible on the change-log asset's page.
+                context.log_event(
+                    AssetObservation(
+                        asset_key=change_log_key(supervisor.name),
+                        metadata=_snapshot_metadata(progress),
+                    )
+                )
+                observed, observed_at = progress, time.monotonic()
             if time.monotonic() >= next_heartbeat:
                 context.log.info(_heartbeat(supervisor))
                 next_heartbeat = time.monotonic() + heartbeat_every

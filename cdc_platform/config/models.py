@@ -20,10 +20,15 @@ __all__ = [
     "BatchMode",
     "DagsterSettings",
     "DatabaseLeaseConfig",
+    "IdWatchConfig",
+    "IdWatchExpireConfig",
+    "IdWatchTableConfig",
     "InstanceConfig",
     "LeaseConfig",
     "PlatformConfig",
+    "ReconcileConfig",
     "SinkConfig",
+    "SnapshotSettings",
     "SourceConfig",
     "SparkConfig",
     "StoreConfig",
@@ -45,6 +50,90 @@ def read_secret(env_var: str) -> SecretStr:
     if value is None:
         raise ConfigError(f"environment variable {env_var} is not set")
     return SecretStr(value)
+
+
+_IDENTIFIER = r"[A-Za-z0-9_$]{1,64}"
+"""A plain MySQL identifier (what id watch accepts for table and column names)."""
+
+
+class IdWatchExpireConfig(_Model):
+    """Cleanup of expired rows (seed 004's cleanDeleted): rows marked deleted and not modified
+    for ``after_seconds`` are deleted in bounded batches after each list."""
+
+    deleted_column: str = Field(pattern=rf"^{_IDENTIFIER}$")
+    """Column that is 1 when the row is logically deleted."""
+    modified_column: str = Field(pattern=rf"^{_IDENTIFIER}$")
+    """Last-modified time (DATETIME or TIMESTAMP, database clock); live rows refresh it."""
+    after_seconds: float = Field(gt=0)
+    """A deleted row is removed once not modified for this long."""
+    batch_size: int = Field(default=500, ge=1, le=100_000)
+    """Rows per DELETE statement (and per change-log transaction)."""
+    max_batches_per_round: int = Field(default=20, ge=1)
+    """DELETE statements per cleanup round at most; the rest waits for the next round."""
+
+
+class IdWatchTableConfig(_Model):
+    """One watched table: an increasing integer id and the row's insert time."""
+
+    table: str
+    """`db.table`."""
+    id_column: str = Field(pattern=rf"^{_IDENTIFIER}$")
+    """Integer column with a unique index, assigned increasing on insert (AUTO_INCREMENT)."""
+    created_column: str = Field(pattern=rf"^{_IDENTIFIER}$")
+    """The row's insert time (DATETIME or TIMESTAMP, set by the database clock)."""
+    stability_delay_seconds: float = Field(default=1.0, ge=0)
+    """Rows younger than this are not emitted by the watch yet: a lower id may still be
+    uncommitted (seed 004's DB_INSERT_DELAY_MS). Must exceed the longest insert transaction."""
+    page_size: int = Field(default=1000, ge=1, le=100_000)
+    """Rows per watch query and per list chunk (and at most per change-log transaction)."""
+    expire: IdWatchExpireConfig | None = None
+    """Delete expired rows after each list; off when unset."""
+
+    @field_validator("table")
+    @classmethod
+    def _db_dot_table(cls, value: str) -> str:
+        if re.fullmatch(rf"{_IDENTIFIER}\.{_IDENTIFIER}", value) is None:
+            raise ValueError(f"must be `db.table` (plain names, one dot), got {value!r}")
+        return value
+
+    @property
+    def db(self) -> str:
+        """The database part of :attr:`table`."""
+        return self.table.split(".", 1)[0]
+
+    @property
+    def name(self) -> str:
+        """The table part of :attr:`table`."""
+        return self.table.split(".", 1)[1]
+
+
+class IdWatchConfig(_Model):
+    """Polling source for servers without binlog access (seed 004: watch + list + cleanup)."""
+
+    tables: list[IdWatchTableConfig] = Field(min_length=1)
+    """The watched tables (include/exclude_tables are not used in this mode)."""
+    poll_interval_seconds: float = Field(default=0.5, gt=0)
+    """Pause between two watch rounds that found nothing new."""
+    list_interval_minutes: tuple[float, float] = (15.0, 30.0)
+    """A full list runs at start and then after a delay drawn uniformly from [min, max]."""
+
+    @field_validator("list_interval_minutes")
+    @classmethod
+    def _interval_ordered(cls, value: tuple[float, float]) -> tuple[float, float]:
+        low, high = value
+        if low <= 0 or high < low:
+            raise ValueError(f"must be [min, max] with 0 < min <= max, got [{low:g}, {high:g}]")
+        return value
+
+    @field_validator("tables")
+    @classmethod
+    def _tables_unique(cls, tables: list[IdWatchTableConfig]) -> list[IdWatchTableConfig]:
+        seen: set[str] = set()
+        for index, table in enumerate(tables):
+            if table.table in seen:
+                raise ValueError(f"item {index}: table {table.table} is listed twice")
+            seen.add(table.table)
+        return tables
 
 
 class SourceConfig(_Model):
@@ -74,6 +163,11 @@ class SourceConfig(_Model):
     """First back-off delay after the server went away."""
     reconnect_max_seconds: float = Field(default=30.0, gt=0)
     """Longest back-off delay between reconnect attempts."""
+    mode: Literal["binlog", "id_watch"] = "binlog"
+    """binlog: stream the binlog; id_watch: poll tables by id plus periodic full lists, for
+    servers without binlog access (docs/id_watch.md)."""
+    id_watch: IdWatchConfig | None = None
+    """The watched tables and timers; required when mode is id_watch, not allowed otherwise."""
 
     @field_validator("include_tables", "exclude_tables")
     @classmethod
@@ -84,6 +178,19 @@ class SourceConfig(_Model):
             except re.error as exc:
                 raise ValueError(f"item {index}: {pattern!r} is not a valid regex: {exc}") from exc
         return patterns
+
+    @model_validator(mode="after")
+    def _mode_settings(self) -> SourceConfig:
+        if self.mode == "id_watch" and self.id_watch is None:
+            raise ValueError(
+                "mode is id_watch but source.id_watch is missing: add it with its tables"
+            )
+        if self.mode != "id_watch" and self.id_watch is not None:
+            raise ValueError(
+                f"source.id_watch is set but mode is {self.mode}: set mode: id_watch, "
+                "or remove id_watch"
+            )
+        return self
 
     def password(self) -> SecretStr:
         """The password from the environment; ConfigError naming the variable if unset."""
@@ -121,6 +228,17 @@ class SinkConfig(_Model):
     """Table directory under `<lake_root>/<destination>/`."""
 
 
+class SnapshotSettings(_Model):
+    """Automatic snapshots by the destination's run (docs/snapshot.md)."""
+
+    new_tables: bool = False
+    """Copy the rows a table already has when the destination starts capturing it: every
+    table at the destination's first start, and later each existing table the filters start
+    to match. Off: only changes from the start position on (as Canal does)."""
+    chunk_size: int = Field(default=2000, ge=1)
+    """Rows per snapshot chunk (one Delta commit each)."""
+
+
 class InstanceConfig(_Model):
     """One destination: one source, one binlog stream, one lease, one change-log table."""
 
@@ -129,6 +247,7 @@ class InstanceConfig(_Model):
     source: SourceConfig
     store: StoreConfig = StoreConfig()
     sink: SinkConfig = SinkConfig()
+    snapshot: SnapshotSettings = SnapshotSettings()
 
 
 class ZooKeeperLeaseConfig(_Model):
@@ -249,6 +368,29 @@ class WatchConfig(_Model):
     """Each process writes its status at most this often."""
 
 
+class ReconcileConfig(_Model):
+    """Scheduled full-list reconciliation of sources against their mirrors (docs/reconcile.md)."""
+
+    enabled: bool = True
+    """Whether the Dagster `reconcile_schedule` sensor launches reconciliations."""
+    interval_minutes: tuple[float, float] = (15.0, 30.0)
+    """Each next run is due after a random time in [min, max] (SOFARegistry's list loop)."""
+    chunk_size: int = Field(default=10_000, ge=1)
+    """Source rows per checksum chunk."""
+    max_repairs_per_table: int = Field(default=100_000, ge=1)
+    """At most this many keys are repaired per table and run."""
+    wait_seconds: float = Field(default=300.0, gt=0)
+    """How long the lease holder may take to claim a repair request before it is withdrawn."""
+
+    @field_validator("interval_minutes")
+    @classmethod
+    def _ordered(cls, value: tuple[float, float]) -> tuple[float, float]:
+        low, high = value
+        if low <= 0 or high < low:
+            raise ValueError(f"expected [min, max] with 0 < min <= max, not {list(value)}")
+        return value
+
+
 class PlatformConfig(_Model):
     """Settings shared by every destination."""
 
@@ -260,3 +402,4 @@ class PlatformConfig(_Model):
     watch: WatchConfig = WatchConfig()
     spark: SparkConfig = SparkConfig()
     dagster: DagsterSettings = DagsterSettings()
+    reconcile: ReconcileConfig = ReconcileConfig()

@@ -20,7 +20,8 @@ from cdc_platform.config.models import InstanceConfig
 from cdc_platform.errors import CdcError, CommitRefusedError, SinkError, SourceError
 from cdc_platform.events import EventKind, ResumePosition
 from cdc_platform.sink import Checkpoint, DeltaChangeLog, FencedCommitError, MaintenancePolicy
-from cdc_platform.source import BinlogSource
+from cdc_platform.source import BinlogSource  # noqa: F401 - tests patch it through this module
+from cdc_platform.source.factory import Source, open_source
 from cdc_platform.store import Batch, EventStore, StoreClosedError
 
 __all__ = ["CommitReport", "DestinationRuntime", "RunSummary", "RuntimeMetrics"]
@@ -125,6 +126,7 @@ class DestinationRuntime:
         self._retry_max = commit_retry_max_seconds
         self._commit_gate = commit_gate
         """Called right before every Delta commit; raises (e.g. LeaseLostError) to forbid it."""
+        self._storage_options = storage_options
         self._stop = threading.Event()
         self._stop_reason = "stop requested"
         self._source_error: CdcError | None = None
@@ -143,7 +145,7 @@ class DestinationRuntime:
             store_config.batch_mode,
             store_config.ddl_isolation,
         )
-        self.source: BinlogSource | None = None
+        self.source: Source | None = None
 
     # -- control ---------------------------------------------------------------------------
 
@@ -189,7 +191,7 @@ class DestinationRuntime:
         epoch = self._epoch if self._epoch is not None else (checkpoint.epoch if checkpoint else 0)
         batch_seq = checkpoint.batch_seq if checkpoint else 0
         resume = checkpoint.resume if checkpoint else None
-        self.source = BinlogSource(self.config.source, resume=resume, password=self._password)
+        self.source = self._open_source(resume)
         try:
             self.source.check()
             if resume is None:
@@ -202,9 +204,7 @@ class DestinationRuntime:
                 log.info(
                     "%s: no checkpoint, starting at the current position %s", self.name, resume
                 )
-                self.source = BinlogSource(
-                    self.config.source, resume=resume, password=self._password
-                )
+                self.source = self._open_source(resume)
             else:
                 log.info(
                     "%s: resuming after batch %d at %s (epoch %d)",
@@ -245,6 +245,15 @@ class DestinationRuntime:
             batch_seq,
             resume,
             error,
+        )
+
+    def _open_source(self, resume: ResumePosition | None) -> Source:
+        return open_source(
+            self.config.source,
+            resume=resume,
+            password=self._password,
+            table_uri=self.table_uri,
+            storage_options=self._storage_options,
         )
 
     def _read(self) -> None:

@@ -57,6 +57,7 @@ from cdc_platform.events import (
     ResumePosition,
     Transaction,
 )
+from cdc_platform.runtime.instance import CommitReport
 from cdc_platform.sink.delta import Checkpoint, DeltaChangeLog, MaintenancePolicy
 from cdc_platform.source.binlog import BinlogSource
 from cdc_platform.source.filters import TableFilter
@@ -69,7 +70,16 @@ from cdc_platform.source.snapshot import (
 )
 from cdc_platform.source.values import dumps
 
-__all__ = ["SnapshotProgress", "SnapshotResult", "SnapshotRunner", "state_path"]
+__all__ = [
+    "SegmentStream",
+    "SnapshotProgress",
+    "SnapshotResult",
+    "SnapshotRunner",
+    "captured_tables_path",
+    "snapshot_new_tables",
+    "state_path",
+    "touched_keys",
+]
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +94,11 @@ _SNAPSHOT_HEARTBEAT_SECONDS = 0.25
 def state_path(lake_root: Path, destination: str) -> Path:
     """Where a destination's snapshot progress is kept (local lake roots only)."""
     return lake_root / destination / "_snapshot_state.json"
+
+
+def captured_tables_path(lake_root: Path, destination: str) -> Path:
+    """Where the tables a destination already has a copy of are recorded."""
+    return lake_root / destination / "_captured_tables.json"
 
 
 @dataclass
@@ -118,7 +133,7 @@ class SnapshotResult:
     per_table: dict[str, int] = field(default_factory=dict)
 
 
-class _Stream:
+class SegmentStream:
     """The binlog from the checkpoint on, read by a thread into a queue."""
 
     def __init__(self, source: BinlogSource) -> None:
@@ -193,7 +208,7 @@ class _Stream:
         self._thread.join(timeout=10)
 
 
-def _touched_keys(
+def touched_keys(
     events: Sequence[ChangeEvent], db: str, table: str, key: Sequence[str]
 ) -> set[str]:
     """pk JSON of every row of ``db.table`` that an event changed, old keys included."""
@@ -237,9 +252,15 @@ class SnapshotRunner:
         on_progress: Callable[[SnapshotProgress], None] | None = None,
         commit_gate: Callable[[], None] | None = None,
         maintenance: MaintenancePolicy | None = None,
+        on_commit: Callable[[CommitReport], None] | None = None,
     ) -> None:
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, not {chunk_size}")
+        if config.source.mode != "binlog":
+            raise SnapshotError(
+                f"{name}: the snapshot merges chunks with the binlog; a destination in the "
+                f"{config.source.mode} source mode copies existing rows itself (docs/id_watch.md)"
+            )
         self.name = name
         self.config = config
         self.table_uri = table_uri
@@ -249,6 +270,7 @@ class SnapshotRunner:
         self._epoch = epoch
         self._password = password
         self._on_progress = on_progress
+        self._on_commit = on_commit
         self._gate = commit_gate
         self._maintenance = maintenance
         self._stop = threading.Event()
@@ -321,6 +343,28 @@ class SnapshotRunner:
             )
             return [f"{db}.{t}" for db, t in cur.fetchall() if filt.matches(str(db), str(t))]
 
+    def captured_tables(self) -> list[str]:
+        """Every base table the destination's filters capture now (``db.table``)."""
+        conn = self._connect()
+        try:
+            return self._discover(conn)
+        finally:
+            conn.close()
+
+    def keyless(self, tables: Sequence[str]) -> dict[str, str]:
+        """Tables of ``tables`` the snapshot cannot copy, with why (no primary key...)."""
+        conn = self._connect()
+        refused: dict[str, str] = {}
+        try:
+            for name in tables:
+                try:
+                    describe_table(conn, *name.split(".", 1))
+                except SnapshotError as exc:
+                    refused[name] = str(exc)
+        finally:
+            conn.close()
+        return refused
+
     def run(self) -> SnapshotResult:
         """Snapshot every requested table (or resume the one in progress) and return a summary.
 
@@ -333,7 +377,7 @@ class SnapshotRunner:
             self.table_uri, self.name, maintenance=self._maintenance or MaintenancePolicy()
         )
         conn = self._connect()
-        stream: _Stream | None = None
+        stream: SegmentStream | None = None
         try:
             checkpoint = sink.recover()
             epoch = (
@@ -381,7 +425,7 @@ class SnapshotRunner:
             source = BinlogSource(
                 source_config, resume=resume, password=self._password_for_source()
             )
-            stream = _Stream(source)
+            stream = SegmentStream(source)
             result = SnapshotResult(tables=list(state["tables"]), resumed=resumed)
             while state["index"] < len(specs) and not self._stop.is_set():
                 spec = specs[state["index"]]
@@ -442,7 +486,7 @@ class SnapshotRunner:
         self,
         conn: pymysql.connections.Connection[Any],
         probe: BinlogSource,
-        stream: _Stream,
+        stream: SegmentStream,
         sink: DeltaChangeLog,
         spec: SnapshotTable,
         state: dict[str, Any],
@@ -466,7 +510,7 @@ class SnapshotRunner:
             )
             high = probe.current_position()
             segment, cut = stream.until(high.binlog_position, resume)
-            touched = _touched_keys(segment, spec.db, spec.table, spec.primary_key)
+            touched = touched_keys(segment, spec.db, spec.table, spec.primary_key)
             kept = [(pk, image) for pk, image in chunk.rows if pk not in touched]
             done = len(chunk.rows) < self.chunk_size
             next_index, next_after = (
@@ -490,7 +534,22 @@ class SnapshotRunner:
             self._save_state(state)
             if self._gate is not None:
                 self._gate()
-            sink.commit(events, batch_seq=batch_seq, resume=cut, epoch=epoch)
+            landed = sink.commit(events, batch_seq=batch_seq, resume=cut, epoch=epoch)
+            if self._on_commit is not None:
+                self._on_commit(
+                    CommitReport(
+                        self.name,
+                        batch_seq,
+                        landed.version,
+                        landed.rows,
+                        len(events),
+                        cut,
+                        epoch,
+                        0.0,
+                        landed.seconds,
+                        partial=False,
+                    )
+                )
             state.update(index=next_index, after=next_after, pending=None)
             self._save_state(state)
             resume = cut
@@ -561,3 +620,99 @@ class SnapshotRunner:
             )
             for i, (pk, image) in enumerate(rows)
         ]
+
+
+def _read_captured(path: Path) -> set[str] | None:
+    try:
+        return set(json.loads(path.read_text(encoding="utf-8"))["tables"])
+    except FileNotFoundError:
+        return None
+
+
+def _write_captured(path: Path, tables: set[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"tables": sorted(tables)}), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def snapshot_new_tables(
+    name: str,
+    config: InstanceConfig,
+    table_uri: str,
+    lake_root: Path,
+    *,
+    epoch: int,
+    commit_gate: Callable[[], None],
+    password: SecretStr | None = None,
+    maintenance: MaintenancePolicy | None = None,
+    on_progress: Callable[[SnapshotProgress], None] | None = None,
+    on_runner: Callable[[SnapshotRunner | None], None] | None = None,
+    on_commit: Callable[[CommitReport], None] | None = None,
+) -> SnapshotResult | None:
+    """Snapshot what the destination does not have a copy of yet, under the caller's lease.
+
+    ``<lake_root>/<name>/_captured_tables.json`` lists the tables already copied (or
+    captured from their creation). First an interrupted snapshot is finished; then every base
+    table the filters match that is not in the list is snapshotted (all of them at the first
+    start), and added to the list once done. Tables without a primary key cannot be copied
+    consistently: they are logged and listed, so they are not retried at each start (their
+    changes are captured from the binlog all the same). ``on_runner`` receives the runner
+    while it works (so a stop request can reach it) and None afterwards.
+
+    Returns the last snapshot's result, or None when there was nothing to copy.
+    """
+    state_file = state_path(lake_root, name)
+    record = captured_tables_path(lake_root, name)
+    known = _read_captured(record)
+    chunk_size = config.snapshot.chunk_size
+
+    def runner(tables: Sequence[str] | None) -> SnapshotRunner:
+        made = SnapshotRunner(
+            name,
+            config,
+            table_uri,
+            state_file,
+            tables=tables,
+            chunk_size=chunk_size,
+            epoch=epoch,
+            password=password,
+            on_progress=on_progress,
+            commit_gate=commit_gate,
+            maintenance=maintenance,
+            on_commit=on_commit,
+        )
+        if on_runner is not None:
+            on_runner(made)
+        return made
+
+    result: SnapshotResult | None = None
+    try:
+        if state_file.exists():
+            log.info("%s: finishing an interrupted snapshot", name)
+            result = runner(None).run()
+            if state_file.exists():
+                return result  # stopped: finished at the next start
+            known = (known or set()) | set(result.tables)
+            _write_captured(record, known)
+        probe = runner([])
+        current = probe.captured_tables()
+        new = sorted(set(current) - (known or set()))
+        if not new:
+            if known is None:
+                _write_captured(record, set())
+            return result
+        refused = probe.keyless(new)
+        for table, why in refused.items():
+            log.warning("%s: not snapshotting %s: %s", name, table, why)
+        copy = [t for t in new if t not in refused]
+        if copy:
+            log.info("%s: snapshotting %d new table(s): %s", name, len(copy), ", ".join(copy))
+            result = runner(copy).run()
+            if state_file.exists():
+                return result  # stopped: finished at the next start
+        _write_captured(record, (known or set()) | set(new))
+        return result
+    finally:
+        if on_runner is not None:
+            on_runner(None)

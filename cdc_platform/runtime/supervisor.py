@@ -15,6 +15,11 @@
 
 It also heartbeats the node registry (database backend), runs its bounded cleanup while
 holding the lease, and publishes lease, config and progress state to the state watch.
+
+5. **Repairs**: with an ``inbox`` (:mod:`cdc_platform.reconcile.inbox`), a reconciliation's
+   repair request makes the supervisor stop the runtime after its in-flight commit, write the
+   repair events itself under the same epoch and gate, and start a new runtime from the
+   checkpoint: only the lease holder ever writes the change log.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
 
@@ -37,6 +42,12 @@ from cdc_platform.ha.registry import NodeRegistry
 from cdc_platform.runtime.instance import CommitReport, DestinationRuntime, RunSummary
 from cdc_platform.sink import DeltaChangeLog, FencedCommitError, MaintenancePolicy
 from cdc_platform.watch.watcher import StatePublisher
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from cdc_platform.reconcile.inbox import RepairInbox
+    from cdc_platform.runtime.snapshot import SnapshotProgress, SnapshotRunner
 
 __all__ = ["LeaseSupervisor", "state_keys", "supervised_destination"]
 
@@ -78,6 +89,10 @@ class LeaseSupervisor:
         heartbeat_interval: float | None = None,
         registry_maintenance_every: int = 10,
         runtime_factory: RuntimeFactory = DestinationRuntime,
+        inbox: RepairInbox | None = None,
+        inbox_poll_seconds: float = 1.0,
+        lake_root: Path | None = None,
+        on_snapshot_progress: Callable[[SnapshotProgress], None] | None = None,
     ) -> None:
         self.name = name
         self.config = config
@@ -94,6 +109,16 @@ class LeaseSupervisor:
         self._heartbeat_interval = heartbeat_interval or lease.renew_interval
         self._registry_every = max(1, registry_maintenance_every)
         self._factory = runtime_factory
+        self._inbox = inbox
+        self._inbox_poll = inbox_poll_seconds
+        self._repair_due = threading.Event()
+        self._lake_root = lake_root
+        self._on_snapshot_progress = on_snapshot_progress
+        self._snapshot_runner: SnapshotRunner | None = None
+        self.snapshot_progress: SnapshotProgress | None = None
+        """The newest progress of an automatic snapshot (config `snapshot.new_tables`)."""
+        self.repairs = 0
+        """Repair requests served."""
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._stop_reason = "stop requested"
@@ -114,8 +139,11 @@ class LeaseSupervisor:
                 self._stop_reason = reason
             self._stop.set()
             runtime = self._runtime
+            snapshot = self._snapshot_runner
         if runtime is not None:
             runtime.request_stop(reason)
+        if snapshot is not None:
+            snapshot.request_stop()
 
     @property
     def runtime(self) -> DestinationRuntime | None:
@@ -127,8 +155,11 @@ class LeaseSupervisor:
         self._term_lost.set()
         with self._lock:
             runtime = self._runtime
+            snapshot = self._snapshot_runner
         if runtime is not None:
             runtime.request_stop(f"lease lost: {error.reason}")
+        if snapshot is not None:
+            snapshot.request_stop()
 
     # -- the gate and the claim ------------------------------------------------------------------
 
@@ -392,9 +423,15 @@ class LeaseSupervisor:
 
     def _run_term(self, epoch: int, exit_when_idle: float | None) -> RunSummary:
         summary = RunSummary(self.name, "not started", 0, 0, 0, None)
-        for _ in range(_SAME_TERM_RESTARTS):
+        restarts = 0
+        batches = rows = 0
+        snapshot_checked = False
+        while restarts < _SAME_TERM_RESTARTS:
             try:
                 self._claim(epoch)
+                if not snapshot_checked:
+                    snapshot_checked = True
+                    self._snapshot_new_tables(epoch)
             except CdcError as exc:
                 return RunSummary(self.name, "failed", 0, 0, 0, None, exc)
             runtime = self._factory(
@@ -415,12 +452,28 @@ class LeaseSupervisor:
                     runtime.request_stop(self._stop_reason)
             if self._term_lost.is_set():
                 runtime.request_stop("lease lost")
+            watch_stop = threading.Event()
+            watcher = self._start_inbox_watch(runtime, watch_stop)
             try:
                 summary = runtime.run(exit_when_idle_seconds=exit_when_idle)
             finally:
+                watch_stop.set()
+                if watcher is not None:
+                    watcher.join(timeout=10)
                 with self._lock:
                     self._runtime = None
+            batches, rows = batches + summary.batches, rows + summary.rows
+            summary = replace(summary, batches=batches, rows=rows)
             error = summary.error
+            if (
+                self._repair_due.is_set()
+                and error is None
+                and not self._term_lost.is_set()
+                and not self._stop.is_set()
+            ):
+                self._repair_due.clear()
+                self._serve_inbox(epoch)
+                continue  # stream again from the checkpoint, same term
             if (
                 isinstance(error, FencedCommitError)
                 and not _fenced(error, epoch)
@@ -429,11 +482,117 @@ class LeaseSupervisor:
             ):
                 # An earlier holder's last batch landed after our recovery: recover again.
                 log.warning("%s: %s; recovering again in the same term", self.name, error)
+                restarts += 1
                 continue
             if isinstance(error, LeaseLostError) and self._stop.is_set():
                 summary = replace(summary, reason=self._stop_reason, error=None)
             return summary
         return summary
+
+    # -- automatic snapshots ------------------------------------------------------------------
+
+    def _snapshot_new_tables(self, epoch: int) -> None:
+        """Copy tables the destination has no copy of yet (config ``snapshot.new_tables``)."""
+        if self._lake_root is None or not self.config.snapshot.new_tables:
+            return
+        if self.config.source.mode != "binlog":
+            return  # the watch-by-id source lists its tables itself
+        from cdc_platform.runtime.snapshot import snapshot_new_tables  # noqa: PLC0415
+
+        def on_runner(runner: SnapshotRunner | None) -> None:
+            with self._lock:
+                self._snapshot_runner = runner
+                if runner is not None and (self._stop.is_set() or self._term_lost.is_set()):
+                    runner.request_stop()
+
+        def on_progress(progress: SnapshotProgress) -> None:
+            self.snapshot_progress = progress
+            if self._on_snapshot_progress is not None:
+                self._on_snapshot_progress(progress)
+
+        self.role = "snapshot"
+        try:
+            snapshot_new_tables(
+                self.name,
+                self.config,
+                self.table_uri,
+                self._lake_root,
+                epoch=epoch,
+                commit_gate=self._gate,
+                password=self._password,
+                maintenance=self._maintenance,
+                on_progress=on_progress,
+                on_runner=on_runner,
+                on_commit=self._committed,
+            )
+        finally:
+            self.role = "active"
+
+    # -- repairs (reconciliation) ------------------------------------------------------------
+
+    def _start_inbox_watch(
+        self, runtime: DestinationRuntime, stop: threading.Event
+    ) -> threading.Thread | None:
+        """A thread that stops the runtime when a repair request arrives."""
+        inbox = self._inbox
+        if inbox is None:
+            return None
+
+        def watch() -> None:
+            while not stop.wait(self._inbox_poll):
+                try:
+                    waiting = inbox.pending()
+                except OSError as exc:
+                    log.warning("%s: cannot read the repair inbox: %s", self.name, exc)
+                    continue
+                if waiting:
+                    log.info("%s: repair request received; pausing the stream for it", self.name)
+                    self._repair_due.set()
+                    runtime.request_stop("repair requested")
+                    return
+
+        thread = threading.Thread(target=watch, name=f"cdc-inbox-{self.name}", daemon=True)
+        thread.start()
+        return thread
+
+    def _serve_inbox(self, epoch: int) -> None:
+        """Serve every waiting repair request under this term's epoch and gate."""
+        from cdc_platform.reconcile.repair import repair_keys  # noqa: PLC0415 (no cycle)
+
+        inbox = self._inbox
+        assert inbox is not None
+        while not self._stop.is_set() and not self._term_lost.is_set():
+            claimed = inbox.claim()
+            if claimed is None:
+                return
+            request_id, tables = claimed
+            try:
+                result = repair_keys(
+                    self.name,
+                    self.config,
+                    self.table_uri,
+                    tables,
+                    epoch=epoch,
+                    commit_gate=self._gate,
+                    password=self._password,
+                    maintenance=self._maintenance,
+                    storage_options=self._storage_options,
+                    on_commit=self._committed,
+                )
+            except CdcError as exc:
+                log.error("%s: repair request %s failed: %s", self.name, request_id, exc)
+                inbox.finish(request_id, error=str(exc))
+                return
+            self.repairs += 1
+            inbox.finish(request_id, result)
+            log.info(
+                "%s: repair request %s done: %d upserts, %d deletes, %d left to the binlog",
+                self.name,
+                request_id,
+                sum(result.upserts.values()),
+                sum(result.deletes.values()),
+                sum(result.in_flight.values()),
+            )
 
     def _summary(self, summaries: list[RunSummary], final: RunSummary | None) -> RunSummary:
         """Totals over all terms; the error only of a term that ended the run (a lost term
@@ -473,6 +632,7 @@ def supervised_destination(
     address: str | None = None,
     on_commit: Callable[[CommitReport], None] | None = None,
     metrics_interval_seconds: float = 10.0,
+    on_snapshot_progress: Callable[[SnapshotProgress], None] | None = None,
 ) -> Iterator[LeaseSupervisor]:
     """A LeaseSupervisor wired from the platform config (lease, registry, state publisher).
 
@@ -492,6 +652,8 @@ def supervised_destination(
             open_state_store(platform, config.conf_dir),
             interval=platform.watch.publish_interval_seconds,
         )
+        from cdc_platform.reconcile.inbox import RepairInbox, inbox_path  # noqa: PLC0415
+
         yield LeaseSupervisor(
             destination.name,
             destination.config,
@@ -502,6 +664,9 @@ def supervised_destination(
             config_hash=destination.content_hash,
             on_commit=on_commit,
             metrics_interval_seconds=metrics_interval_seconds,
+            inbox=RepairInbox(inbox_path(config.lake_root, destination.name)),
+            lake_root=config.lake_root,
+            on_snapshot_progress=on_snapshot_progress,
         )
     finally:
         if publisher is not None:

@@ -19,7 +19,7 @@ import base64
 import json
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -35,6 +35,7 @@ __all__ = [
     "describe_table",
     "encode_key",
     "read_chunk",
+    "read_keys",
 ]
 
 Convert = Callable[[Any], Any]
@@ -303,6 +304,8 @@ class ChunkRows:
 
     rows: list[tuple[str, str]]
     last_key: list[Any] | None
+    keys: list[list[Any]] = field(default_factory=list)
+    """Every row's raw key (as pymysql returned it), in row order."""
 
 
 def read_chunk(
@@ -328,6 +331,7 @@ def read_chunk(
     sql += f" ORDER BY {key_sql} LIMIT {int(limit)}"
     width = len(spec.columns)
     out: list[tuple[str, str]] = []
+    keys: list[list[Any]] = []
     last: list[Any] | None = None
     pk_names = spec.primary_key
     with conn.cursor() as cur:
@@ -338,7 +342,8 @@ def read_chunk(
                 image[column.name] = None if value is None else column.convert(value)
             out.append((dumps({k: image[k] for k in pk_names}), dumps(image)))
             last = list(record[width:])
-    return ChunkRows(out, last)
+            keys.append(last)
+    return ChunkRows(out, last, keys)
 
 
 def encode_key(values: Sequence[Any]) -> list[Any]:
@@ -367,3 +372,43 @@ def decode_key(values: Sequence[Any]) -> list[Any]:
         else:
             out.append(value)
     return out
+
+
+def read_keys(
+    conn: pymysql.connections.Connection[Any],
+    spec: SnapshotTable,
+    keys: Sequence[Sequence[Any]],
+) -> ChunkRows:
+    """The rows whose primary key is one of ``keys`` (raw values), in key order.
+
+    Like :func:`read_chunk`, one autocommit SELECT without locks; keys that have no row are
+    simply absent from the result. ``last_key`` is the last row's raw key.
+    """
+    if not keys:
+        return ChunkRows([], None)
+    width_key = len(spec.primary_key)
+    for key in keys:
+        if len(key) != width_key:
+            raise SnapshotError(
+                f"{spec.name}: a key has {len(key)} values, the primary key has {width_key}"
+            )
+    key_sql = ", ".join(_quote(k) for k in spec.primary_key)
+    select = ", ".join(c.select for c in spec.columns)
+    row_marks = "(" + ", ".join(["%s"] * width_key) + ")"
+    sql = (
+        f"SELECT {select}, {key_sql} FROM {_quote(spec.db)}.{_quote(spec.table)} "  # noqa: S608
+        f"WHERE ({key_sql}) IN ({', '.join([row_marks] * len(keys))}) ORDER BY {key_sql}"
+    )
+    args = tuple(value for key in keys for value in key)
+    width = len(spec.columns)
+    out: list[tuple[str, str]] = []
+    last: list[Any] | None = None
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+        for record in cur.fetchall():
+            image: dict[str, Any] = {}
+            for column, value in zip(spec.columns, record[:width], strict=True):
+                image[column.name] = None if value is None else column.convert(value)
+            out.append((dumps({k: image[k] for k in spec.primary_key}), dumps(image)))
+            last = list(record[width:])
+    return ChunkRows(out, last)

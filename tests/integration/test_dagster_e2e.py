@@ -18,7 +18,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckSeverity,
+    AssetKey,
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
+    RunsFilter,
+)
 from deltalake import DeltaTable
 
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
@@ -206,3 +214,99 @@ def test_destination_lifecycle_under_a_real_daemon(
         records_filter=AssetKey(["cdc", name, "changes"]), limit=1000
     ).records
     assert materializations, "committed batches must show up as materializations"
+
+
+def check_evaluations(instance: DagsterInstance, name: str) -> list[AssetCheckEvaluation]:
+    from dagster_defs.reconcile import check_key  # noqa: PLC0415
+
+    records = instance.event_log_storage.get_asset_check_execution_history(
+        check_key(name), limit=100
+    )
+    out = []
+    for record in records:
+        event = record.event
+        if event is not None and event.dagster_event is not None:
+            data = event.dagster_event.event_specific_data
+            if isinstance(data, AssetCheckEvaluation):
+                out.append(data)
+    return out
+
+
+def test_scheduled_reconciliation_under_a_real_daemon(
+    daemon: tuple[DagsterInstance, Path], mariadb: MariaDBDatabase, tmp_path: Path
+) -> None:
+    """The reconcile sensor launches the check where the lease is held: rows from before the
+    destination's start and a row changed behind the binlog's back are found, and repaired
+    by the streaming run; the mirrors pick the repairs up by themselves."""
+    instance, conf = daemon
+    name = "rec"
+    platform = conf / "platform.yaml"
+    platform.write_text(
+        platform.read_text() + "reconcile: {interval_minutes: [0.05, 0.1], chunk_size: 200}\n"
+    )
+    workload = Workload(mariadb.server, mariadb.name, seed=9)
+    workload.create_schema()
+    workload.run_transactions(100)  # before the start: only the reconciliation copies these
+    write_conf(
+        conf.parent / "staging",
+        destination=name,
+        server=mariadb.server,
+        user=mariadb.user,
+        database=mariadb.name,
+        lake_root=tmp_path / "lake",
+    )
+    (conf / "destinations").mkdir(exist_ok=True)
+    shutil.copytree(conf.parent / "staging" / "destinations" / name, conf / "destinations" / name)
+    wait_for("run STARTED", lambda: started_run(instance, name, set()))
+    uri = str(tmp_path / "lake" / name / "changes")
+    wait_for("change log created", lambda: Path(uri, "_delta_log").exists())
+    workload.run_transactions(100)  # changes after the start: the mirrors get them
+    mirrors = AssetKey(["cdc", name, "mirrors"])
+    wait_for(
+        "mirrors materialized",
+        lambda: instance.fetch_materializations(records_filter=mirrors, limit=1).records,
+        timeout=180,
+    )
+    wait_for(
+        "a reconciliation that compared the mirrors and passed",
+        lambda: any(
+            e.passed and int(e.metadata["source_rows"].value) > 0  # type: ignore[arg-type]
+            for e in check_evaluations(instance, name)
+        ),
+        timeout=180,
+    )
+    seen = len(check_evaluations(instance, name))
+    quiet_id = int(
+        mariadb.server.query("SELECT MIN(id) FROM customers", mariadb.name)[0][0]  # type: ignore[arg-type]
+    )
+    mariadb.server.execute(
+        "SET sql_log_bin = 0",
+        f"UPDATE customers SET name = 'changed quietly' WHERE id = {quiet_id}",
+        database=mariadb.name,
+    )
+    failed = wait_for(
+        "a reconciliation that found and repaired the quiet change",
+        lambda: [
+            e
+            for e in check_evaluations(instance, name)[: -seen or None]  # newest first
+            if not e.passed and int(e.metadata["changed"].value) >= 1  # type: ignore[arg-type]
+        ],
+        timeout=240,
+    )
+    assert isinstance(failed, list)
+    assert failed[0].severity == AssetCheckSeverity.WARN
+    assert failed[0].metadata["repaired_by"].value.endswith("(lease holder)")  # type: ignore[union-attr]
+    key = (("id", quiet_id),)
+    expected = source_rows(mariadb.server, mariadb.name, "customers")[key]
+    assert expected["name"] == "changed quietly"
+
+    def repaired_row() -> bool:
+        return replay(uri).tables.get(f"{mariadb.name}.customers", {}).get(key) == expected
+
+    wait_for("the repair in the change log", repaired_row)
+    result = replay(uri)
+    for table in ("customers", "orders"):  # rows from before the start were filled in too
+        assert result.tables[f"{mariadb.name}.{table}"] == source_rows(
+            mariadb.server, mariadb.name, table
+        ), table
+    shutil.rmtree(conf / "destinations" / name)

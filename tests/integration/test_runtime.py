@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pymysql
 import pytest
 from deltalake import DeltaTable
 
@@ -164,13 +166,20 @@ def test_purged_binlog_fails_loudly_and_keeps_the_log(
     server.execute("FLUSH BINARY LOGS")
     current = server.query("SHOW MASTER STATUS")[0][0]
     # The server never purges a file a dump thread still reads; earlier tests' killed
-    # readers may leave such threads behind until their next write fails.
-    for (thread,) in server.query(
-        "SELECT id FROM information_schema.processlist WHERE command LIKE 'Binlog Dump%'"
-    ):
-        server.execute(f"KILL CONNECTION {int(thread)}")
-    server.execute(f"PURGE BINARY LOGS TO '{current}'")
-    remaining = {row[0] for row in server.query("SHOW BINARY LOGS")}
+    # readers may leave such threads behind until their next write fails. KILL is
+    # asynchronous: retry until the threads are gone and the purge took the file.
+    deadline = time.monotonic() + 30
+    while True:
+        for (thread,) in server.query(
+            "SELECT id FROM information_schema.processlist WHERE command LIKE 'Binlog Dump%'"
+        ):
+            with contextlib.suppress(pymysql.MySQLError):
+                server.execute(f"KILL CONNECTION {int(thread)}")
+        server.execute(f"PURGE BINARY LOGS TO '{current}'")
+        remaining = {row[0] for row in server.query("SHOW BINARY LOGS")}
+        if str(summary_file(uri)) not in remaining or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert str(summary_file(uri)) not in remaining, "test setup: the binlog was not purged"
     summary = DestinationRuntime("d", instance(mariadb), uri).run(exit_when_idle_seconds=2)
     assert isinstance(summary.error, BinlogGapError)

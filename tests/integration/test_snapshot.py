@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -278,3 +279,85 @@ def test_ddl_during_snapshot_rereads_the_chunk(mariadb: MariaDBDatabase, lake_ro
     assert [r["id"] for r in before_ddl] == list(range(1, 101))
     assert [r["id"] for r in after_ddl] == list(range(101, 301))
     assert all(r["w"] == 7 for r in after_ddl)
+
+
+def test_destination_run_snapshots_new_tables_itself(
+    mariadb: MariaDBDatabase, lake_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`snapshot.new_tables`: the lease holder copies existing rows at its first start while
+    the workload writes, and later a table the filters start to match; nothing twice."""
+    from cdc_platform.config import load_config  # noqa: PLC0415
+    from cdc_platform.runtime.snapshot import captured_tables_path  # noqa: PLC0415
+    from cdc_platform.runtime.supervisor import supervised_destination  # noqa: PLC0415
+
+    monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
+    workload = Workload(mariadb.server, mariadb.name, seed=11)
+    fill(workload, 2500)
+    conf = tmp_path / "conf"
+    write_conf(
+        conf,
+        destination="d",
+        server=mariadb.server,
+        user=mariadb.user,
+        database=mariadb.name,
+        lake_root=lake_root,
+        server_id=2111,
+    )
+    (conf / "platform.yaml").write_text(
+        f"lake_root: {lake_root}\nlease: {{backend: database, url: 'sqlite:///{tmp_path}/l.db'}}\n"
+    )
+    instance_file = conf / "destinations" / "d" / "instance.yaml"
+    text = instance_file.read_text()
+    only_customers = text.replace(
+        f"include_tables: ['{mariadb.name}\\..*']",
+        f"include_tables: ['{mariadb.name}\\.customers']",
+    )
+    assert only_customers != text
+    instance_file.write_text(only_customers + "snapshot:\n  new_tables: true\n  chunk_size: 150\n")
+
+    def run_once(with_workload: bool) -> list[str]:
+        config = load_config(conf)
+        assert not config.errors, config.errors
+        seen: list[str] = []
+        with supervised_destination(
+            config, config.destinations["d"], on_snapshot_progress=lambda p: seen.append(p.table)
+        ) as supervisor:
+            if with_workload:
+                workload.start(rate_per_second=100)
+            try:
+                summary = supervisor.run(exit_when_idle_seconds=1.5) if not with_workload else None
+                if with_workload:
+                    done = threading.Thread(
+                        target=lambda: supervisor.run(exit_when_idle_seconds=1.5), daemon=True
+                    )
+                    done.start()
+                    deadline = time.monotonic() + 60
+                    while len(seen) < 3 and time.monotonic() < deadline:
+                        time.sleep(0.05)
+                    workload.stop()
+                    done.join(timeout=120)
+                    assert not done.is_alive()
+                else:
+                    assert summary is not None
+                    assert summary.error is None, summary
+            finally:
+                workload.stop()
+        return seen
+
+    first = run_once(with_workload=True)
+    assert set(first) == {f"{mariadb.name}.customers"}
+    assert len(first) >= 3  # several chunks, the workload writing in between
+    assert workload.stats.committed > 0
+    uri = str(lake_root / "d" / "changes")
+    assert_replay_equals_source(mariadb, uri, ["customers"])
+    assert f"{mariadb.name}.orders" not in replay(uri).tables
+    recorded = json.loads(captured_tables_path(lake_root, "d").read_text())["tables"]
+    assert recorded == [f"{mariadb.name}.customers"]
+
+    # the filters now match orders too: only orders is snapshotted at the next start
+    instance_file.write_text(instance_file.read_text().replace("\\.customers']", "\\..*']"))
+    second = run_once(with_workload=False)
+    assert set(second) == {f"{mariadb.name}.orders"}
+    assert_replay_equals_source(mariadb, uri, ["customers", "orders"])
+    third = run_once(with_workload=False)
+    assert third == []  # nothing new: nothing copied again

@@ -15,7 +15,7 @@ from cdc_platform.events import (
     ResumePosition,
     Transaction,
 )
-from cdc_platform.runtime.snapshot import _Stream, _touched_keys
+from cdc_platform.runtime.snapshot import SegmentStream, touched_keys
 from cdc_platform.source.snapshot import (
     _bits,
     _float32,
@@ -82,12 +82,12 @@ class _FakeSource:
 def test_segment_ends_at_the_first_transaction_after_the_high_watermark() -> None:
     t1, t2 = _txn(100), _txn(200)
     events = [_row(t1, 150, 0, 1), _commit(t1, 200, 1), _row(t2, 250, 0, 2), _commit(t2, 300, 1)]
-    stream = _Stream(_FakeSource(events))  # type: ignore[arg-type]
+    stream = SegmentStream(_FakeSource(events))  # type: ignore[arg-type]
     start = ResumePosition("b.000001", 100)
     segment, cut = stream.until(BinlogPosition("b.000001", 180), start)
     assert segment == events[:2]
     assert cut.pos == 200
-    assert _touched_keys(segment, "d", "t", ["id"]) == {'{"id":101}', '{"id":1}'}
+    assert touched_keys(segment, "d", "t", ["id"]) == {'{"id":101}', '{"id":1}'}
     # The next transaction was held back for the next segment, not lost.
     segment, cut = stream.until(BinlogPosition("b.000001", 300), cut)
     assert segment == events[2:]

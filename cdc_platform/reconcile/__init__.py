@@ -1,0 +1,1 @@
+"""Full-list reconciliation of a destination: source tables against their mirrors."""

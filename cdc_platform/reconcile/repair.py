@@ -1,0 +1,391 @@
+"""Repair events for keys whose mirror row disagrees with the source, written under the lease.
+
+The comparison (:mod:`.compare`) only *suspects* keys; it reads a live source and a mirror
+that lags the change log. What lands in the change log is decided here, by the same watermark
+method the snapshot uses (:mod:`cdc_platform.runtime.snapshot`): streaming the binlog from the
+change log's checkpoint, for each batch of suspected keys
+
+1. low watermark, 2. ``SELECT`` the rows of those keys (no lock), 3. high watermark,
+4. the binlog segment since the previous cut up to the high watermark,
+5. drop every key the segment touched (its events carry the newer state), and
+6. one Delta commit: the segment's events, then op ``r`` (the row as read) for each remaining
+   key that exists and op ``d`` (``before`` = the key) for each remaining key that does not.
+
+So a repair event always states the source row's true state at its place in the log: a key
+that was suspected wrongly (it only lagged) gets an ``r`` equal to what the mirror will hold
+anyway, which changes nothing. Nothing here trusts the comparison for correctness, only for
+which keys to look at.
+
+This is the destination's only writer while it runs: the caller holds the lease (the
+supervisor pauses its streaming runtime for it, or the CLI took the free lease) and passes
+the epoch and a commit gate, exactly as for a snapshot.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow.compute as pc
+import pymysql
+from deltalake import DeltaTable
+from pydantic import SecretStr
+
+from cdc_platform.config.models import InstanceConfig
+from cdc_platform.errors import SnapshotError, SourceError
+from cdc_platform.events import ChangeEvent, EventKind, Op, ResumePosition, Transaction
+from cdc_platform.runtime.instance import CommitReport
+from cdc_platform.runtime.snapshot import SegmentStream, touched_keys
+from cdc_platform.sink.delta import DeltaChangeLog, MaintenancePolicy
+from cdc_platform.source.binlog import BinlogSource
+from cdc_platform.source.snapshot import (
+    SnapshotTable,
+    decode_key,
+    describe_table,
+    read_keys,
+)
+
+__all__ = ["RepairKey", "RepairResult", "RepairTable", "repair_keys"]
+
+log = logging.getLogger(__name__)
+
+KEYS_PER_READ = 500
+"""Suspected keys read (and committed) together: one SELECT ... WHERE (pk) IN (...)."""
+_HEARTBEAT_SECONDS = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class RepairKey:
+    """A suspected key: its raw values (as :func:`encode_key` stores them, for the SELECT) and
+    its ``pk`` JSON as the change log writes it (for a delete of a row the source lost)."""
+
+    key: list[Any]
+    pk: str
+
+
+@dataclass(frozen=True, slots=True)
+class RepairTable:
+    """Suspected keys of one table."""
+
+    db: str
+    table: str
+    keys: list[RepairKey]
+    mirror_seq: int = 0
+    """The mirror's last applied ``seq`` when it was compared: a key whose newest change-log
+    row is newer than this, and already equals the source, only lagged (nothing to repair)."""
+
+    @property
+    def name(self) -> str:
+        """``db.table``."""
+        return f"{self.db}.{self.table}"
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON (the request file of :mod:`.inbox`)."""
+        return {
+            "db": self.db,
+            "table": self.table,
+            "mirror_seq": self.mirror_seq,
+            "keys": [{"key": k.key, "pk": k.pk} for k in self.keys],
+        }
+
+    @classmethod
+    def from_json(cls, item: dict[str, Any]) -> RepairTable:
+        """Inverse of :meth:`to_json`."""
+        return cls(
+            str(item["db"]),
+            str(item["table"]),
+            [RepairKey(list(k["key"]), str(k["pk"])) for k in item["keys"]],
+            int(item.get("mirror_seq", 0)),
+        )
+
+
+@dataclass
+class RepairResult:
+    """What a repair wrote, per table: upserts (``r``), deletes (``d``), and keys that needed
+    nothing: left to the binlog (the segment touched them while they were read: its events
+    carry their state) or only lagging (the change log already holds the source's state,
+    newer than the mirror was)."""
+
+    upserts: dict[str, int] = field(default_factory=dict)
+    deletes: dict[str, int] = field(default_factory=dict)
+    in_flight: dict[str, int] = field(default_factory=dict)
+    batches: list[int] = field(default_factory=list)
+    streamed_events: int = 0
+    epoch: int | None = None
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON (the result file of :mod:`.inbox`)."""
+        return {
+            "upserts": self.upserts,
+            "deletes": self.deletes,
+            "in_flight": self.in_flight,
+            "batches": self.batches,
+            "streamed_events": self.streamed_events,
+            "epoch": self.epoch,
+            "seconds": self.seconds,
+        }
+
+    @classmethod
+    def from_json(cls, item: dict[str, Any]) -> RepairResult:
+        """Inverse of :meth:`to_json`."""
+        return cls(
+            upserts=dict(item.get("upserts", {})),
+            deletes=dict(item.get("deletes", {})),
+            in_flight=dict(item.get("in_flight", {})),
+            batches=list(item.get("batches", [])),
+            streamed_events=int(item.get("streamed_events", 0)),
+            epoch=item.get("epoch"),
+            seconds=float(item.get("seconds", 0.0)),
+        )
+
+
+def connect_source(
+    config: InstanceConfig, password: SecretStr | None
+) -> pymysql.connections.Connection[Any]:
+    source = config.source
+    secret = (password or source.password()).get_secret_value()
+    try:
+        return pymysql.connect(
+            host=source.host,
+            port=source.port,
+            user=source.user,
+            password=secret,
+            connect_timeout=source.connect_timeout_seconds,
+            autocommit=True,
+            charset="utf8mb4",
+            init_command="SET time_zone = '+00:00'",
+        )
+    except (pymysql.MySQLError, OSError) as exc:
+        raise SourceError(f"repair: cannot connect to {source.host}:{source.port}: {exc}") from None
+
+
+def _repair_events(
+    spec: SnapshotTable,
+    upserts: Sequence[tuple[str, str]],
+    deletes: Sequence[str],
+    cut: ResumePosition,
+) -> list[ChangeEvent]:
+    """``r`` and ``d`` events placed at the cut, like snapshot rows (server_id 0, no GTID)."""
+    txn = Transaction(
+        start=cut.binlog_position,
+        gtid=None,
+        gtid_set_before=cut.gtid_set,
+        server_id=0,
+        timestamp=int(time.time()),
+    )
+    position = cut.binlog_position
+    events = [
+        ChangeEvent(
+            EventKind.ROW,
+            txn,
+            position,
+            i,
+            db=spec.db,
+            table=spec.table,
+            op=Op.SNAPSHOT,
+            pk=pk,
+            after=image,
+            columns=spec.columns_json,
+        )
+        for i, (pk, image) in enumerate(upserts)
+    ]
+    events.extend(
+        ChangeEvent(
+            EventKind.ROW,
+            txn,
+            position,
+            len(upserts) + i,
+            db=spec.db,
+            table=spec.table,
+            op=Op.DELETE,
+            pk=pk,
+            before=pk,
+            columns=spec.columns_json,
+        )
+        for i, pk in enumerate(deletes)
+    )
+    return events
+
+
+def _logged_states(
+    table_uri: str, storage_options: dict[str, str] | None, spec: SnapshotTable, pks: list[str]
+) -> dict[str, tuple[int, str | None]]:
+    """Newest change-log row per ``pk``: (seq, after image or None when deleted)."""
+    dataset = DeltaTable(table_uri, storage_options=storage_options).to_pyarrow_dataset()
+    rows = dataset.to_table(
+        columns=["seq", "pk", "op", "after"],
+        filter=(pc.field("db") == spec.db)
+        & (pc.field("table") == spec.table)
+        & pc.field("pk").isin(pks),
+    ).to_pylist()
+    newest: dict[str, tuple[int, str | None]] = {}
+    for row in rows:
+        pk, seq = str(row["pk"]), int(row["seq"])
+        if pk not in newest or seq > newest[pk][0]:
+            newest[pk] = (seq, None if row["op"] == "d" else row["after"])
+    return newest
+
+
+def _decide(
+    part: Sequence[RepairKey],
+    source: dict[str, str],
+    touched: set[str],
+    logged: dict[str, tuple[int, str | None]],
+    mirror_seq: int,
+) -> tuple[list[tuple[str, str]], list[str], int]:
+    """(upserts, deletes, keys needing nothing) for one batch of suspects.
+
+    A key the segment touched is left to the binlog. A key whose newest change-log row came
+    after the mirror's compared state and already says what the source says only lagged.
+    Everything else is repaired with the source's state: ``r`` if it has the row, else ``d``.
+    """
+    upserts: list[tuple[str, str]] = []
+    deletes: list[str] = []
+    skipped = 0
+    wanted = set()
+    for key in part:
+        pk = key.pk
+        wanted.add(pk)
+        if pk in touched:
+            skipped += 1
+            continue
+        image = source.get(pk)
+        logged_row = logged.get(pk)
+        if logged_row is not None and logged_row[0] > mirror_seq and logged_row[1] == image:
+            skipped += 1
+            continue
+        if image is None:
+            deletes.append(pk)
+        else:
+            upserts.append((pk, image))
+    # rows the SELECT returned under another spelling of a suspected key: their true state
+    upserts.extend(
+        (pk, image) for pk, image in source.items() if pk not in wanted and pk not in touched
+    )
+    return upserts, deletes, skipped
+
+
+def repair_keys(  # noqa: PLR0915 - one loop over batches; its context is all here
+    name: str,
+    config: InstanceConfig,
+    table_uri: str,
+    tables: Sequence[RepairTable],
+    *,
+    epoch: int,
+    commit_gate: Callable[[], None],
+    password: SecretStr | None = None,
+    maintenance: MaintenancePolicy | None = None,
+    storage_options: dict[str, str] | None = None,
+    keys_per_read: int = KEYS_PER_READ,
+    on_commit: Callable[[CommitReport], None] | None = None,
+) -> RepairResult:
+    """Write repair events for the suspected keys; see the module docstring.
+
+    ``commit_gate`` is called before every commit and must raise when the lease is not held
+    (e.g. :class:`~cdc_platform.errors.LeaseLostError`); the sink's epoch fence backs it up.
+    ``on_commit`` hears of every commit like the runtime's observers do (so the Dagster run
+    materializes the change log and the mirrors pick the repairs up).
+
+    Raises:
+        SourceError, SinkError, SnapshotError, LeaseLostError: nothing after the last
+            successful commit was written; rerunning the reconciliation is safe.
+    """
+    started = time.perf_counter()
+    result = RepairResult(epoch=epoch)
+    todo = [t for t in tables if t.keys]
+    if not todo:
+        return result
+    sink = DeltaChangeLog(
+        table_uri,
+        name,
+        maintenance=maintenance or MaintenancePolicy(),
+        storage_options=storage_options,
+    )
+    conn = connect_source(config, password)
+    stream: SegmentStream | None = None
+    try:
+        checkpoint = sink.recover()
+        if checkpoint is None:
+            raise SnapshotError(
+                f"{name}: the change log has no checkpoint yet; start the destination first"
+            )
+        batch_seq = checkpoint.batch_seq
+        resume = checkpoint.resume
+        source_config = config.source.model_copy(update={"heartbeat_seconds": _HEARTBEAT_SECONDS})
+        probe = BinlogSource(source_config, password=password)
+        stream = SegmentStream(BinlogSource(source_config, resume=resume, password=password))
+        for request in todo:
+            spec = describe_table(conn, request.db, request.table)
+            start = 0
+            while start < len(request.keys):
+                part = request.keys[start : start + keys_per_read]
+                probe.current_position()  # low watermark: the SELECT runs after it
+                found = read_keys(conn, spec, [decode_key(k.key) for k in part])
+                high = probe.current_position()
+                segment, cut = stream.until(high.binlog_position, resume)
+                altered = any(
+                    e.kind is EventKind.DDL and e.db == spec.db and e.table in (spec.table, "")
+                    for e in segment
+                )
+                if altered:
+                    # Read with the old or the new shape? Commit the segment, read again.
+                    spec = describe_table(conn, spec.db, spec.table)
+                    upserts: list[tuple[str, str]] = []
+                    deletes: list[str] = []
+                    in_flight = 0
+                else:
+                    touched = touched_keys(segment, spec.db, spec.table, spec.primary_key)
+                    upserts, deletes, in_flight = _decide(
+                        part,
+                        dict(found.rows),
+                        touched,
+                        _logged_states(table_uri, storage_options, spec, [k.pk for k in part]),
+                        request.mirror_seq,
+                    )
+                    start += keys_per_read
+                events = [*segment, *_repair_events(spec, upserts, deletes, cut)]
+                batch_seq += 1
+                commit_gate()
+                landed = sink.commit(events, batch_seq=batch_seq, resume=cut, epoch=epoch)
+                resume = cut
+                if on_commit is not None:
+                    on_commit(
+                        CommitReport(
+                            name,
+                            batch_seq,
+                            landed.version,
+                            landed.rows,
+                            len(events),
+                            cut,
+                            epoch,
+                            0.0,
+                            landed.seconds,
+                            partial=False,
+                        )
+                    )
+                result.batches.append(batch_seq)
+                result.streamed_events += sum(1 for e in segment if e.kind is not EventKind.COMMIT)
+                table = request.name
+                result.upserts[table] = result.upserts.get(table, 0) + len(upserts)
+                result.deletes[table] = result.deletes.get(table, 0) + len(deletes)
+                result.in_flight[table] = result.in_flight.get(table, 0) + in_flight
+                log.info(
+                    "%s: repaired %s: %d upserts, %d deletes, %d left to the binlog (batch %d)",
+                    name,
+                    table,
+                    len(upserts),
+                    len(deletes),
+                    in_flight,
+                    batch_seq,
+                )
+    finally:
+        if stream is not None:
+            stream.stop()
+        conn.close()
+        sink.close()
+    result.seconds = time.perf_counter() - started
+    return result

@@ -1,0 +1,265 @@
+"""One reconciliation of a destination: compare every table, then repair where the lease is.
+
+Used by ``cdc-platform reconcile`` and by the Dagster ``cdc_reconcile`` job alike.
+
+1. Compare (read-only, anywhere): each captured base table with a primary key against its
+   mirror (:mod:`.compare`).
+2. Repair (only under the destination's lease): if a process holds the lease (the normal
+   run), the suspected keys go to it through the inbox (:mod:`.inbox`) and it writes the
+   repair events; if nobody holds it, this process takes the lease, repairs, and releases
+   it. If the holder does not take the request in time, nothing is written and the report
+   says so (status ``not_repaired``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pyspark.sql import SparkSession
+
+from cdc_platform.config.loader import ConfigSet
+from cdc_platform.errors import LeaseLostError, ReconcileError, SnapshotError
+from cdc_platform.reconcile.compare import ChunkProgress, TableComparison, compare_table
+from cdc_platform.reconcile.inbox import RepairInbox, inbox_path
+from cdc_platform.reconcile.repair import RepairResult, RepairTable, connect_source, repair_keys
+from cdc_platform.sink.delta import DeltaChangeLog
+from cdc_platform.source.filters import TableFilter
+from cdc_platform.source.snapshot import describe_table
+from cdc_platform.spark.mirror import mirror_root
+
+__all__ = ["ReconcileReport", "reconcile_destination"]
+
+log = logging.getLogger(__name__)
+
+Status = Literal["clean", "repaired", "not_repaired", "skipped"]
+
+
+@dataclass
+class ReconcileReport:
+    """What one reconciliation found and did."""
+
+    destination: str
+    status: Status
+    message: str = ""
+    tables: list[TableComparison] = field(default_factory=list)
+    skipped_tables: dict[str, str] = field(default_factory=dict)
+    """Tables not compared, with why (no primary key, ...)."""
+    repair: RepairResult | None = None
+    repaired_by: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def differences(self) -> int:
+        """Rows the comparison found different over all tables (suspects: some may only have
+        lagged behind the source, see :attr:`repaired`)."""
+        return sum(t.differences for t in self.tables)
+
+    @property
+    def repaired(self) -> int:
+        """Repair events written: the differences confirmed against the source and the log."""
+        repair = self.repair
+        return sum(repair.upserts.values()) + sum(repair.deletes.values()) if repair else 0
+
+    def metadata(self) -> dict[str, Any]:
+        """Plain figures for reports and Dagster metadata."""
+        repair = self.repair
+        return {
+            "status": self.status,
+            "message": self.message,
+            "differences": self.differences,
+            "repaired": self.repaired,
+            "missing_in_mirror": sum(t.missing_in_mirror for t in self.tables),
+            "changed": sum(t.changed for t in self.tables),
+            "extra_in_mirror": sum(t.extra_in_mirror for t in self.tables),
+            "in_flight": sum(t.in_flight for t in self.tables),
+            "source_rows": sum(t.source_rows for t in self.tables),
+            "differing_chunks": sum(t.differing_chunks for t in self.tables),
+            "chunks": sum(t.chunks for t in self.tables),
+            "repair_upserts": sum(repair.upserts.values()) if repair else 0,
+            "repair_deletes": sum(repair.deletes.values()) if repair else 0,
+            "repair_left_to_binlog": sum(repair.in_flight.values()) if repair else 0,
+            "repaired_by": self.repaired_by,
+            "seconds": round(self.seconds, 3),
+            "tables": [t.summary() for t in self.tables],
+            "skipped_tables": self.skipped_tables,
+        }
+
+
+def _discover(conn: Any, include: Sequence[str], exclude: Sequence[str]) -> list[str]:
+    filt = TableFilter(list(include), list(exclude))
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
+            "WHERE TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN "
+            "('mysql', 'information_schema', 'performance_schema', 'sys') "
+            "ORDER BY TABLE_SCHEMA, TABLE_NAME"
+        )
+        return [f"{db}.{t}" for db, t in cur.fetchall() if filt.matches(str(db), str(t))]
+
+
+def reconcile_destination(  # noqa: PLR0912, PLR0915 - the two phases, with their knobs
+    config: ConfigSet,
+    destination: str,
+    spark: SparkSession,
+    *,
+    tables: Sequence[str] | None = None,
+    chunk_size: int | None = None,
+    max_suspects: int | None = None,
+    wait_seconds: float | None = None,
+    lease_timeout: float = 10.0,
+    address: str | None = None,
+    on_chunk: Callable[[ChunkProgress], None] | None = None,
+) -> ReconcileReport:
+    """Compare and repair one destination; see the module docstring.
+
+    Raises:
+        ReconcileError: unknown destination or table, or the holder's repair failed.
+        SourceError, SparkError, SinkError: reading or writing failed; rerun (it is safe).
+    """
+    from cdc_platform.ha.factory import open_lease  # noqa: PLC0415 (kazoo only when used)
+
+    started = time.perf_counter()
+    if destination not in config.destinations:
+        raise ReconcileError(f"unknown destination {destination!r}")
+    dest = config.destinations[destination]
+    if dest.config.source.mode != "binlog":
+        raise ReconcileError(
+            f"{destination}: reconciliation needs the binlog's watermarks; a destination in the "
+            "watch-by-id mode lists its tables itself (docs/id_watch.md)"
+        )
+    settings = config.platform.reconcile
+    chunk_size = chunk_size or settings.chunk_size
+    max_suspects = max_suspects or settings.max_repairs_per_table
+    wait_seconds = settings.wait_seconds if wait_seconds is None else wait_seconds
+    source = dest.config.source
+    report = ReconcileReport(destination, "clean")
+    table_uri = config.table_uri(destination)
+    root = mirror_root(config.lake_root, destination)
+    conn = connect_source(dest.config, None)
+    try:
+        if tables:
+            names = []
+            for name in tables:
+                db, sep, table = name.partition(".")
+                if not sep or not db or not table:
+                    raise ReconcileError(f"--table {name!r}: expected db.table")
+                names.append(name)
+        else:
+            names = _discover(conn, source.include_tables, source.exclude_tables)
+        for name in names:
+            db, table = name.split(".", 1)
+            try:
+                spec = describe_table(conn, db, table)
+            except SnapshotError as exc:
+                report.skipped_tables[name] = str(exc)
+                log.warning("%s: not reconciling %s: %s", destination, name, exc)
+                continue
+            comparison = compare_table(
+                spark,
+                conn,
+                spec,
+                change_log_uri=table_uri,
+                mirror_root=root,
+                chunk_size=chunk_size,
+                max_suspects=max_suspects,
+                on_chunk=on_chunk,
+            )
+            log.info("%s: compared %s: %s", destination, name, comparison.summary())
+            report.tables.append(comparison)
+    finally:
+        conn.close()
+    requests = [t.repair_request() for t in report.tables if t.suspects]
+    if not requests:
+        report.seconds = time.perf_counter() - started
+        return report
+    lease = open_lease(config.platform, config.conf_dir, destination, address=address)
+    lease.start()
+    try:
+        holder = lease.holder()
+        if holder is not None and holder.run_id != lease.run_id:
+            inbox = RepairInbox(inbox_path(config.lake_root, destination))
+            request_id = inbox.submit(requests, requester=lease.address)
+            log.info(
+                "%s: %d suspected keys sent to the lease holder %s (epoch %d), request %s",
+                destination,
+                sum(len(r.keys) for r in requests),
+                holder.address,
+                holder.epoch,
+                request_id,
+            )
+            result = inbox.wait(request_id, wait_seconds)
+            if result is None:
+                report.status = "not_repaired"
+                report.message = (
+                    f"the lease holder {holder.address} (epoch {holder.epoch}) did not take the "
+                    f"repair request within {wait_seconds:g} s; nothing was written. Only the "
+                    "holder may write the change log: is it a `cdc-platform run` / Dagster run "
+                    "(a snapshot in progress does not take requests)?"
+                )
+            else:
+                report.repair, report.repaired_by = result, f"{holder.address} (lease holder)"
+        else:
+            report.repair = _repair_with_own_lease(
+                config,
+                destination,
+                requests=requests,
+                lease=lease,
+                lease_timeout=lease_timeout,
+                report=report,
+            )
+    finally:
+        lease.close()
+    if report.repair is not None:
+        # Suspects that only lagged (or that the binlog carried meanwhile) need no repair.
+        report.status = "repaired" if report.repaired else "clean"
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _repair_with_own_lease(
+    config: ConfigSet,
+    destination: str,
+    *,
+    requests: list[RepairTable],
+    lease: Any,
+    lease_timeout: float,
+    report: ReconcileReport,
+) -> RepairResult | None:
+    """Nobody streams the destination: take its lease for the repair, then release it."""
+    uri = config.table_uri(destination)
+    sink = DeltaChangeLog(uri, destination)
+    try:
+        checkpoint = sink.recover()
+    finally:
+        sink.close()
+    floor = checkpoint.epoch + 1 if checkpoint is not None else 0
+    epoch = lease.acquire(timeout=lease_timeout, min_epoch=floor)
+    if epoch is None:
+        report.status = "not_repaired"
+        report.message = (
+            f"could not take the free lease of {destination} within {lease_timeout:g} s "
+            "(someone took it meanwhile); nothing was written"
+        )
+        return None
+
+    def gate() -> None:
+        if not lease.is_held():
+            raise LeaseLostError(destination, epoch, "lost during a reconciliation repair")
+
+    try:
+        result = repair_keys(
+            destination,
+            config.destinations[destination].config,
+            uri,
+            requests,
+            epoch=epoch,
+            commit_gate=gate,
+        )
+    finally:
+        lease.release()
+    report.repaired_by = f"{lease.address} (this process, epoch {epoch})"
+    return result

@@ -1,0 +1,62 @@
+"""The one place that picks a destination's source by ``source.mode``.
+
+Both sources offer what the runtime uses (:class:`Source`): ``check()``, ``current_position()``,
+``events()`` (whole transactions, each ended by a COMMIT event), ``stop()`` and ``reconnects``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol
+
+from pydantic import SecretStr
+
+from cdc_platform.config.models import SourceConfig
+from cdc_platform.events import ChangeEvent, ResumePosition
+from cdc_platform.source.binlog import BinlogSource
+from cdc_platform.source.id_watch import IdWatchSource
+
+__all__ = ["Source", "open_source"]
+
+
+class Source(Protocol):
+    """What :class:`~cdc_platform.runtime.instance.DestinationRuntime` needs from a source."""
+
+    reconnects: int
+
+    def check(self) -> object:
+        """Verify the server and settings; raises SourceError/ConfigError naming the fix."""
+        ...
+
+    def current_position(self) -> ResumePosition:
+        """Where a destination without a checkpoint starts."""
+        ...
+
+    def events(self) -> Iterator[ChangeEvent]:
+        """Blocking stream of whole transactions until :meth:`stop`."""
+        ...
+
+    def stop(self) -> None:
+        """End :meth:`events` promptly, from any thread."""
+        ...
+
+
+def open_source(
+    config: SourceConfig,
+    *,
+    resume: ResumePosition | None,
+    password: str | SecretStr | None = None,
+    table_uri: str | None = None,
+    storage_options: dict[str, str] | None = None,
+) -> Source:
+    """The source for ``config.mode``: the binlog reader, or the id watch, which reads the
+    change log at ``table_uri`` on start to rebuild what it already emitted."""
+    if config.mode == "id_watch":
+        return IdWatchSource(
+            config,
+            resume=resume,
+            password=password,
+            table_uri=table_uri,
+            storage_options=storage_options,
+        )
+    return BinlogSource(config, resume=resume, password=password)

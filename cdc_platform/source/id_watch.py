@@ -1,0 +1,938 @@
+"""The id-watch source: tables polled by increasing id, repaired by periodic full lists.
+
+For servers without binlog access (seed 004, SOFARegistry's table watch). Three mechanisms,
+all run by :meth:`IdWatchSource.events` in the reader thread, one after the other:
+
+* **watch** (every ``poll_interval_seconds``): per table, ``WHERE id > last ORDER BY id
+  LIMIT page``, emitted in id order up to (not including) the first row whose created time is
+  within ``stability_delay_seconds`` of the database's clock (seed 004's listStableEntries /
+  listToTail). An insert whose lower id commits after a higher one is still in that window
+  when the higher one is read, so the watch stops before it and reads both later.
+* **list** (at start, then after a delay drawn uniformly from ``list_interval_minutes``, like
+  SOFARegistry's ListLoop): the whole table in primary-key chunks, compared with the known
+  state (primary key -> digest of the row image) to emit what the watch cannot see: updates,
+  deletes, and rows the watch skipped (an insert slower than the stability delay).
+* **cleanup** (after each list, when ``expire`` is set): rows marked deleted and not modified
+  for ``after_seconds`` are deleted in batches of ``batch_size``, at most
+  ``max_batches_per_round`` per round; each batch's keys are re-read at once, so its deletes
+  reach the change log in the same transaction instead of waiting for the next list.
+
+What the change log gets (docs/id_watch.md):
+
+* a watch row whose key is new to the known state: op ``c``; a watch row whose key is known
+  with a different image: op ``r`` (a full after image, applied as an upsert); a known row with
+  the same image: nothing;
+* a list row that is new or changed: op ``r``; a known key the list no longer finds: op ``d``
+  whose ``before`` holds the key columns only (the source keeps digests, not images).
+
+The known state is rebuilt at start from the newest image per key in the change log, so a
+restart neither loses nor repeats rows; the position (per-table last id) is a
+:class:`~cdc_platform.events.ResumePosition` whose ``file`` holds the watch state as JSON
+(:class:`WatchPosition`) and whose ``pos`` counts the source's transactions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import pyarrow as pa
+import pymysql
+from deltalake import DeltaTable, QueryBuilder
+from deltalake.exceptions import DeltaError, TableNotFoundError
+from pydantic import SecretStr
+
+from cdc_platform.config.models import IdWatchConfig, IdWatchTableConfig, SourceConfig
+from cdc_platform.errors import (
+    CheckpointError,
+    ConfigError,
+    SnapshotError,
+    SourceConnectionError,
+    SourceError,
+    SourceSettingsError,
+)
+from cdc_platform.events import (
+    BinlogPosition,
+    ChangeEvent,
+    EventKind,
+    Op,
+    ResumePosition,
+    Transaction,
+)
+from cdc_platform.ha.lease import SYSTEM_CLOCK, Clock
+from cdc_platform.source.snapshot import SnapshotTable, describe_table, read_chunk
+from cdc_platform.source.values import dumps
+
+__all__ = [
+    "POSITION_FORMAT_VERSION",
+    "ROW_FILE",
+    "Change",
+    "IdWatchInfo",
+    "IdWatchSource",
+    "KnownState",
+    "ListSchedule",
+    "WatchPosition",
+    "WatchRow",
+    "load_known_state",
+    "next_list_delay",
+    "stable_prefix",
+]
+
+log = logging.getLogger("cdc_platform.source.id_watch")
+
+POSITION_FORMAT_VERSION = 1
+"""Version of the watch state stored in ``ResumePosition.file``."""
+
+_POSITION_PREFIX = "id_watch:"
+ROW_FILE = "id_watch"
+"""``binlog_file`` of every row this source writes (``binlog_pos`` is its transaction number)."""
+
+_TRANSIENT_CODES = frozenset({1040, 1053, 1205, 1213, 1927, 2003, 2006, 2013, 2055})
+"""Server errors after which a new connection (or the same round again) may succeed."""
+_BAD_FIELD = 1054
+"""A selected column is gone: the table changed under us; reconnecting re-reads its columns."""
+_ACCESS_DENIED = frozenset({1045, 1698})
+_NO_PRIVILEGE = frozenset({1044, 1142, 1143, 1227, 1370})
+_TIME_TYPES = frozenset({"datetime", "timestamp"})
+_INTEGER_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint"})
+_DIGEST_BYTES = 16
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+# -- position ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WatchPosition:
+    """Per-table last emitted id and the number of transactions emitted so far.
+
+    Serialised into a ResumePosition: ``file`` is ``id_watch:`` + JSON of the last ids,
+    ``pos`` the transaction number. Rows carry ``binlog_file = "id_watch"`` and
+    ``binlog_pos`` = their transaction number, so (file, pos, index) identifies each row.
+    """
+
+    last_ids: Mapping[str, int] = field(default_factory=dict)
+    txn: int = 0
+
+    def file(self) -> str:
+        """The ``file`` part: the last ids as versioned JSON."""
+        body = json.dumps(
+            {"v": POSITION_FORMAT_VERSION, "last": dict(sorted(self.last_ids.items()))},
+            separators=(",", ":"),
+            sort_keys=True,
+        )
+        return _POSITION_PREFIX + body
+
+    def to_resume(self) -> ResumePosition:
+        """As stored in the change log's commits."""
+        return ResumePosition(file=self.file(), pos=self.txn)
+
+    @classmethod
+    def from_resume(cls, resume: ResumePosition) -> WatchPosition:
+        """Parse what :meth:`to_resume` (or an event's ``resume_after``) produced.
+
+        ``skip_events`` needs no handling: a position inside a transaction carries the state
+        from before it, and the rows of that transaction already committed are in the known
+        state, so reading them again emits nothing.
+
+        Raises:
+            CheckpointError: the position was not written by this source (e.g. the change
+                log was filled by the binlog source) or is unreadable.
+        """
+        if not resume.file.startswith(_POSITION_PREFIX):
+            raise CheckpointError(
+                f"the change log resumes at {resume}, which is not an id_watch position: it "
+                "was written by another source mode. Give the id_watch destination its own "
+                "change-log table (sink.table) or a new destination name."
+            )
+        try:
+            data = json.loads(resume.file[len(_POSITION_PREFIX) :])
+            version = data.get("v")
+            if version != POSITION_FORMAT_VERSION:
+                raise ValueError(f"unsupported id_watch position format version {version!r}")
+            last = {str(k): int(v) for k, v in data["last"].items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise CheckpointError(f"unreadable id_watch position {resume.file!r}: {exc}") from None
+        return cls(last, resume.pos)
+
+
+# -- pure logic --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WatchRow:
+    """One row read by the watch: its id, primary key and image JSON, and whether its created
+    time is older than the stability delay."""
+
+    id: int
+    pk: str
+    image: str
+    stable: bool
+
+
+def stable_prefix(rows: Sequence[WatchRow]) -> tuple[list[WatchRow], bool]:
+    """The rows before the first unstable one, and whether an unstable row cut the page.
+
+    Everything after an unstable row waits too, even if stable itself: a lower id may still be
+    uncommitted, and emitting a higher one would move ``last`` past it for good.
+    """
+    for index, row in enumerate(rows):
+        if not row.stable:
+            return list(rows[:index]), True
+    return list(rows), False
+
+
+def _digest(image: str) -> bytes:
+    return hashlib.blake2b(image.encode(), digest_size=_DIGEST_BYTES).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One row change to emit: op, key JSON, and the after image (None for deletes)."""
+
+    op: Op
+    pk: str
+    after: str | None
+
+
+class KnownState:
+    """What the change log holds per table: primary-key JSON -> digest of the image JSON.
+
+    About 100 bytes per row in memory (the key text and a 16-byte digest), never the images.
+    """
+
+    def __init__(self) -> None:
+        self._tables: dict[str, dict[str, bytes]] = {}
+
+    def table(self, name: str) -> dict[str, bytes]:
+        """The state of one ``db.table`` (created empty)."""
+        return self._tables.setdefault(name, {})
+
+    def size(self, name: str) -> int:
+        """Rows known for ``db.table``."""
+        return len(self._tables.get(name, {}))
+
+    def diff(self, name: str, rows: Iterable[tuple[str, str]], *, new_op: Op) -> list[Change]:
+        """Changes that bring the known state to ``rows`` ((pk, image) pairs) for those keys:
+        ``new_op`` for unknown keys, ``r`` for a different image, nothing for the same."""
+        known = self.table(name)
+        changes: list[Change] = []
+        for pk, image in rows:
+            digest = known.get(pk)
+            if digest is None:
+                changes.append(Change(new_op, pk, image))
+            elif digest != _digest(image):
+                changes.append(Change(Op.SNAPSHOT, pk, image))
+        return changes
+
+    def gone(self, name: str, seen: set[str]) -> list[str]:
+        """Known keys of ``db.table`` not in ``seen``, in a stable order."""
+        return sorted(pk for pk in self.table(name) if pk not in seen)
+
+    def apply(self, name: str, changes: Iterable[Change]) -> None:
+        """Record changes once they are emitted."""
+        known = self.table(name)
+        for change in changes:
+            if change.after is None:
+                known.pop(change.pk, None)
+            else:
+                known[change.pk] = _digest(change.after)
+
+
+def next_list_delay(interval_minutes: tuple[float, float], rng: random.Random) -> float:
+    """Seconds until the next list, uniform in [min, max] minutes (SOFARegistry's ListLoop)."""
+    low, high = interval_minutes
+    return rng.uniform(low, high) * 60.0
+
+
+class ListSchedule:
+    """When the next full list is due: at once, then after randomized delays."""
+
+    def __init__(
+        self, interval_minutes: tuple[float, float], clock: Clock, rng: random.Random
+    ) -> None:
+        self._interval = interval_minutes
+        self._clock = clock
+        self._rng = rng
+        self.next_at = clock.monotonic()
+        """Monotonic time of the next list."""
+
+    def due(self) -> bool:
+        """True when a list should run now."""
+        return self._clock.monotonic() >= self.next_at
+
+    def listed(self) -> float:
+        """A list just finished: schedule the next one; returns its delay in seconds."""
+        delay = next_list_delay(self._interval, self._rng)
+        self.next_at = self._clock.monotonic() + delay
+        return delay
+
+
+def load_known_state(
+    table_uri: str, tables: Sequence[str], storage_options: dict[str, str] | None = None
+) -> KnownState:
+    """The newest image per key of ``tables`` (``db.table``) in the change log at
+    ``table_uri``; empty when the table does not exist yet.
+
+    One DataFusion query per table, pruned to the table's partition.
+
+    Raises:
+        SourceError: the change log exists but cannot be read.
+    """
+    state = KnownState()
+    try:
+        delta = DeltaTable(table_uri, storage_options=storage_options)
+    except TableNotFoundError:
+        return state
+    except (DeltaError, OSError, pa.ArrowException, RuntimeError) as exc:
+        raise SourceError(f"id_watch: cannot open the change log to rebuild state: {exc}") from exc
+    for name in tables:
+        db, table = name.split(".", 1)
+        sql = (
+            'SELECT pk, op, "after" FROM (SELECT pk, op, "after", ROW_NUMBER() OVER '  # noqa: S608
+            "(PARTITION BY pk ORDER BY seq DESC) AS rn FROM changes "
+            f'WHERE db = {_sql_text(db)} AND "table" = {_sql_text(table)} AND pk IS NOT NULL) '
+            "WHERE rn = 1"
+        )
+        try:
+            query = QueryBuilder().register("changes", delta)
+            result = pa.table(query.execute(sql))
+        except Exception as exc:  # DataFusion's errors are plain Exceptions
+            raise SourceError(
+                f"id_watch: cannot read {name}'s rows from the change log: {exc}"
+            ) from exc
+        known = state.table(name)
+        for pk, op, after in zip(
+            result.column("pk").to_pylist(),
+            result.column("op").to_pylist(),
+            result.column("after").to_pylist(),
+            strict=True,
+        ):
+            if op != Op.DELETE.value and after is not None:
+                known[pk] = _digest(after)
+    return state
+
+
+def _sql_text(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+# -- the source --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class IdWatchInfo:
+    """What :meth:`IdWatchSource.check` found."""
+
+    version: str
+    tables: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Table:
+    """A watched table: its settings and how to read it."""
+
+    settings: IdWatchTableConfig
+    spec: SnapshotTable
+    created_type: str
+    """``datetime`` or ``timestamp``: which clock reading the stability cut compares with."""
+    modified_type: str | None = None
+    """The same for ``expire.modified_column``."""
+
+    @property
+    def name(self) -> str:
+        return self.settings.table
+
+    def id_of(self, pk: str, image: str) -> int:
+        """The id of a row read as (pk JSON, image JSON), e.g. by the list."""
+        column = self.settings.id_column
+        source = pk if column in self.spec.primary_key else image
+        return int(json.loads(source)[column])
+
+
+class _Emitter:
+    """Builds whole transactions of ChangeEvents and advances the position with them."""
+
+    def __init__(self, position: WatchPosition, server_id: int, wall: Clock) -> None:
+        self.last_ids = dict(position.last_ids)
+        """Where the watch is; may run ahead of :attr:`emitted` while it reads known rows."""
+        self.emitted = dict(position.last_ids)
+        """The last ids carried by the newest COMMIT emitted."""
+        self.txn = position.txn
+        self._server_id = server_id
+        self._wall = wall
+
+    def position(self) -> WatchPosition:
+        return WatchPosition(dict(self.last_ids), self.txn)
+
+    def transaction(
+        self, table: _Table | None, changes: Sequence[Change], *, last_id: int | None = None
+    ) -> list[ChangeEvent]:
+        """ROW events for ``changes`` (of ``table``) then a COMMIT whose position holds the
+        state after them (``last_id`` moves the table's watch position)."""
+        before = WatchPosition(dict(self.emitted), self.txn)
+        if last_id is not None:
+            assert table is not None
+            self.last_ids[table.name] = last_id
+        self.emitted = dict(self.last_ids)
+        self.txn += 1
+        number = self.txn
+        txn = Transaction(
+            start=BinlogPosition(before.file(), number),
+            gtid=None,
+            gtid_set_before=None,
+            server_id=self._server_id,
+            timestamp=int(self._wall.time()),
+        )
+        row_position = BinlogPosition(ROW_FILE, number)
+        events: list[ChangeEvent] = []
+        if table is not None:
+            events = self._rows(table.spec, txn, row_position, changes)
+        events.append(
+            ChangeEvent(
+                kind=EventKind.COMMIT,
+                txn=txn,
+                position=BinlogPosition(self.position().file(), number),
+                index=len(events),
+            )
+        )
+        return events
+
+    @staticmethod
+    def _rows(
+        spec: SnapshotTable, txn: Transaction, position: BinlogPosition, changes: Sequence[Change]
+    ) -> list[ChangeEvent]:
+        return [
+            ChangeEvent(
+                kind=EventKind.ROW,
+                txn=txn,
+                position=position,
+                index=index,
+                db=spec.db,
+                table=spec.table,
+                op=change.op,
+                pk=change.pk,
+                before=change.pk if change.after is None else None,
+                after=change.after,
+                columns=spec.columns_json,
+            )
+            for index, change in enumerate(changes)
+        ]
+
+
+class IdWatchSource:
+    """Polls tables by id (watch), lists them fully now and then (list), and deletes expired
+    rows (cleanup); the same interface as :class:`~cdc_platform.source.binlog.BinlogSource`.
+
+    ``events()`` is a blocking generator for one reader thread; ``stop()`` may be called from
+    any thread. ``reconnects`` counts lost connections. ``table_uri`` (the destination's change
+    log) is read at start to rebuild the known state; without it the state starts empty and
+    the first list emits every row as ``r``. ``clock`` drives the poll pause, the list timer and
+    the back-off; ``rng`` the list interval; tests inject both.
+    """
+
+    def __init__(
+        self,
+        config: SourceConfig,
+        *,
+        resume: ResumePosition | None = None,
+        password: str | SecretStr | None = None,
+        table_uri: str | None = None,
+        storage_options: dict[str, str] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        rng: random.Random | None = None,
+    ) -> None:
+        if config.id_watch is None:
+            raise ConfigError("IdWatchSource needs source.id_watch (source.mode: id_watch)")
+        self.config = config
+        self.watch: IdWatchConfig = config.id_watch
+        self.resume = resume
+        self.reconnects = 0
+        self.rounds = 0
+        """Watch rounds completed (for tests and metrics)."""
+        self.lists = 0
+        """Full lists completed (for tests and metrics)."""
+        self.expired_deleted = 0
+        """Rows deleted by the expired-row cleanup."""
+        self._password = password
+        self._table_uri = table_uri
+        self._storage_options = storage_options
+        self._clock = clock
+        self._rng = rng or random.Random()  # noqa: S311 - a timer jitter, not a secret
+        self._stop = threading.Event()
+
+    # -- connections ---------------------------------------------------------------------------
+
+    def _secret(self) -> str:
+        if self._password is None:
+            self._password = self.config.password()
+        if isinstance(self._password, SecretStr):
+            return self._password.get_secret_value()
+        return self._password
+
+    def _where(self) -> str:
+        return f"{self.config.host}:{self.config.port} as {self.config.user!r}"
+
+    def _error(self, exc: BaseException, doing: str) -> SourceError:
+        """Translate a pymysql/socket error; the password never appears in the message."""
+        code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+        text = str(exc)
+        secret = self._secret()
+        if secret:
+            text = text.replace(secret, "***")
+        if code in _ACCESS_DENIED:
+            return SourceSettingsError(
+                f"access denied {doing} {self._where()}: {text}; check the user and the "
+                f"password in ${self.config.password_env}"
+            )
+        if code in _NO_PRIVILEGE:
+            return SourceSettingsError(
+                f"user {self.config.user!r} lacks a privilege {doing}: {text}; id_watch needs "
+                "SELECT on the watched tables, and DELETE on those with `expire`"
+            )
+        if code == _BAD_FIELD:
+            error = SourceError(f"a watched table changed its columns ({text}); re-reading them")
+            error.transient = True
+            return error
+        if _transient(exc):
+            return SourceConnectionError(
+                f"cannot reach MySQL/MariaDB {doing} {self._where()}: {text}"
+            )
+        return SourceError(f"id_watch failed {doing} {self._where()}: {text}")
+
+    def _connect(self) -> pymysql.connections.Connection[Any]:
+        try:
+            return pymysql.connect(
+                host=self.config.host,
+                port=self.config.port,
+                user=self.config.user,
+                password=self._secret(),
+                connect_timeout=self.config.connect_timeout_seconds,
+                read_timeout=max(60.0, self.config.connect_timeout_seconds),
+                autocommit=True,
+                charset="utf8mb4",
+                # TIMESTAMP text is the instant in UTC, as the binlog source writes it.
+                init_command="SET time_zone = '+00:00'",
+            )
+        except (pymysql.MySQLError, OSError) as exc:
+            raise self._error(exc, "connecting to") from None
+
+    # -- interface -----------------------------------------------------------------------------
+
+    def check(self) -> IdWatchInfo:
+        """Verify the resume position and every watched table: it exists, has a primary key,
+        an integer id column with a unique index, a DATETIME/TIMESTAMP created column, and
+        the expire columns. Raises ConfigError/SourceError naming the table and the fix."""
+        if self.resume is not None:
+            WatchPosition.from_resume(self.resume)
+        conn = self._connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT VERSION()")
+                row = cur.fetchone()
+            version = str(row[0]) if row else "?"
+            self._describe(conn)
+        except (pymysql.MySQLError, OSError) as exc:
+            raise self._error(exc, "checking the watched tables on") from None
+        finally:
+            conn.close()
+        return IdWatchInfo(version, tuple(t.table for t in self.watch.tables))
+
+    def current_position(self) -> ResumePosition:
+        """Where a new destination starts: before every row (last id 0 for every table), so
+        the watch copies the tables' existing rows first, as inserts."""
+        return WatchPosition({t.table: 0 for t in self.watch.tables}, 0).to_resume()
+
+    def stop(self) -> None:
+        """End :meth:`events` promptly (after the statement in flight), from any thread."""
+        self._stop.set()
+
+    @property
+    def stopped(self) -> bool:
+        """True once :meth:`stop` was called."""
+        return self._stop.is_set()
+
+    def events(self) -> Generator[ChangeEvent, None, None]:
+        """Whole transactions (ROW events, then a COMMIT) until :meth:`stop`.
+
+        A lost connection is retried forever with exponential back-off; the round in flight is
+        run again (a list from its start). Missing tables, columns or privileges raise
+        SourceError.
+        """
+        start = (
+            WatchPosition.from_resume(self.resume)
+            if self.resume is not None
+            else WatchPosition.from_resume(self.current_position())
+        )
+        names = [t.table for t in self.watch.tables]
+        position = WatchPosition({name: start.last_ids.get(name, 0) for name in names}, start.txn)
+        known = (
+            load_known_state(self._table_uri, names, self._storage_options)
+            if self._table_uri is not None
+            else KnownState()
+        )
+        log.info(
+            "id_watch: starting at %s with %d known rows",
+            position.file(),
+            sum(known.size(n) for n in names),
+        )
+        emitter = _Emitter(position, self.config.server_id, self._clock)
+        schedule = ListSchedule(self.watch.list_interval_minutes, self._clock, self._rng)
+        delay = self.config.reconnect_initial_seconds
+        conn: pymysql.connections.Connection[Any] | None = None
+        try:
+            while not self._stop.is_set():
+                try:
+                    if conn is None:
+                        conn = self._connect()
+                        tables = self._describe(conn)
+                    found = yield from self._watch_round(conn, tables, known, emitter)
+                    self.rounds += 1
+                    if schedule.due() and not self._stop.is_set():
+                        tables = self._describe(conn)  # a list picks up added columns
+                        yield from self._list(conn, tables, known, emitter)
+                        yield from self._cleanup(conn, tables, known, emitter)
+                        wait = schedule.listed()
+                        log.info("id_watch: list %d done; next in %.0f s", self.lists, wait)
+                    delay = self.config.reconnect_initial_seconds
+                except (pymysql.MySQLError, OSError, SourceError) as exc:
+                    if self._stop.is_set():
+                        return
+                    error = exc if isinstance(exc, SourceError) else self._error(exc, "reading")
+                    if not error.transient:
+                        raise error from None
+                    self.reconnects += 1
+                    log.warning(
+                        "id_watch: %s; reconnect %d in %.1f s", error, self.reconnects, delay
+                    )
+                    if conn is not None:
+                        _close_quietly(conn)
+                        conn = None
+                    if self._clock.sleep(delay, self._stop):
+                        return
+                    delay = min(delay * 2, self.config.reconnect_max_seconds)
+                    continue
+                if not found:
+                    self._clock.sleep(self.watch.poll_interval_seconds, self._stop)
+        finally:
+            if conn is not None:
+                _close_quietly(conn)
+
+    # -- tables --------------------------------------------------------------------------------
+
+    def _describe(self, conn: pymysql.connections.Connection[Any]) -> list[_Table]:
+        tables: list[_Table] = []
+        for settings in self.watch.tables:
+            try:
+                spec = describe_table(conn, settings.db, settings.name)
+            except SnapshotError as exc:
+                raise SourceError(f"id_watch: {exc}") from None
+            types = {c.name: str(c.described["type"]) for c in spec.columns}
+            problems: list[str] = []
+            id_type = types.get(settings.id_column)
+            if id_type is None:
+                problems.append(f"id_column {settings.id_column!r} does not exist")
+            elif id_type not in _INTEGER_TYPES:
+                problems.append(f"id_column {settings.id_column!r} is {id_type}, not an integer")
+            elif not _unique_index(conn, settings.db, settings.name, settings.id_column):
+                problems.append(
+                    f"id_column {settings.id_column!r} has no unique index of its own (the "
+                    "watch pages by `id > last`, which skips rows sharing an id)"
+                )
+            created_type = types.get(settings.created_column)
+            if created_type is None:
+                problems.append(f"created_column {settings.created_column!r} does not exist")
+            elif created_type not in _TIME_TYPES:
+                problems.append(
+                    f"created_column {settings.created_column!r} is {created_type}, "
+                    "not DATETIME or TIMESTAMP"
+                )
+            expire = settings.expire
+            if expire is not None:
+                for key, column in (
+                    ("deleted_column", expire.deleted_column),
+                    ("modified_column", expire.modified_column),
+                ):
+                    if column not in types:
+                        problems.append(f"expire.{key} {column!r} does not exist")
+                if types.get(expire.modified_column, "datetime") not in _TIME_TYPES:
+                    problems.append(
+                        f"expire.modified_column {expire.modified_column!r} is not DATETIME "
+                        "or TIMESTAMP"
+                    )
+            if problems:
+                raise ConfigError(
+                    f"id_watch table {settings.table}: " + "; ".join(problems) + " (fix "
+                    "source.id_watch.tables or the table)"
+                )
+            assert created_type is not None
+            modified_type = types.get(expire.modified_column) if expire is not None else None
+            tables.append(_Table(settings, spec, created_type, modified_type))
+        return tables
+
+    # -- watch ---------------------------------------------------------------------------------
+
+    def _watch_round(
+        self,
+        conn: pymysql.connections.Connection[Any],
+        tables: Sequence[_Table],
+        known: KnownState,
+        emitter: _Emitter,
+    ) -> Generator[ChangeEvent, None, bool]:
+        """One pass over every table, each read to its stable tail; True if anything moved."""
+        moved = False
+        for table in tables:
+            last = emitter.last_ids[table.name]
+            start = last
+            # One clock reading per table and round: an older "now" only makes the cut stricter.
+            now_local, now_utc = _db_now(conn)
+            while not self._stop.is_set():
+                rows = self._watch_page(conn, table, last, now_local, now_utc)
+                stable, cut = stable_prefix(rows)
+                changes = known.diff(
+                    table.name, ((r.pk, r.image) for r in stable), new_op=Op.INSERT
+                )
+                if stable:
+                    last = stable[-1].id
+                if changes:
+                    yield from emitter.transaction(table, changes, last_id=last)
+                    known.apply(table.name, changes)
+                else:
+                    emitter.last_ids[table.name] = last
+                if cut or len(rows) < table.settings.page_size:
+                    break
+            if last != start:
+                moved = True
+        if emitter.last_ids != emitter.emitted:
+            # Only known rows were read (e.g. after a restart): still store how far we got.
+            yield from emitter.transaction(None, ())
+        return moved
+
+    def _watch_page(
+        self,
+        conn: pymysql.connections.Connection[Any],
+        table: _Table,
+        last: int,
+        now_local: datetime,
+        now_utc: datetime,
+    ) -> list[WatchRow]:
+        settings = table.settings
+        delay = timedelta(seconds=settings.stability_delay_seconds)
+        cut = (now_utc if table.created_type == "timestamp" else now_local) - delay
+        created = _quote(settings.created_column)
+        id_col = _quote(settings.id_column)
+        extra = f"{id_col}, COALESCE({created} >= %s, 0)"
+        records = _select(
+            conn,
+            table.spec,
+            extra,
+            f"WHERE {id_col} > %s ORDER BY {id_col} LIMIT {int(settings.page_size)}",
+            (cut, last),
+        )
+        return [WatchRow(int(x[0]), pk, image, not int(x[1])) for pk, image, x in records]
+
+    # -- list ----------------------------------------------------------------------------------
+
+    def _list(
+        self,
+        conn: pymysql.connections.Connection[Any],
+        tables: Sequence[_Table],
+        known: KnownState,
+        emitter: _Emitter,
+    ) -> Iterator[ChangeEvent]:
+        """Every table in key chunks against the known state: ``r`` for new or changed rows,
+        then ``d`` for known keys not found (one transaction per chunk)."""
+        for table in tables:
+            seen: set[str] = set()
+            after: list[Any] | None = None
+            page = table.settings.page_size
+            last = emitter.last_ids[table.name]
+            started = time.monotonic()
+            emitted = 0
+            while True:
+                if self._stop.is_set():
+                    return  # an unfinished list cannot tell deletes: rerun it next time
+                chunk = read_chunk(conn, table.spec, after, page)
+                seen.update(pk for pk, _ in chunk.rows)
+                # Rows past the watch position are the watch's (as inserts), not the list's.
+                behind = [(pk, im) for pk, im in chunk.rows if table.id_of(pk, im) <= last]
+                changes = known.diff(table.name, behind, new_op=Op.SNAPSHOT)
+                if changes:
+                    yield from emitter.transaction(table, changes)
+                    known.apply(table.name, changes)
+                    emitted += len(changes)
+                if chunk.last_key is None or len(chunk.rows) < page:
+                    break
+                after = chunk.last_key
+            gone = known.gone(table.name, seen)
+            for index in range(0, len(gone), page):
+                deletes = [Change(Op.DELETE, pk, None) for pk in gone[index : index + page]]
+                yield from emitter.transaction(table, deletes)
+                known.apply(table.name, deletes)
+            log.info(
+                "id_watch: listed %s: %d rows, %d new or changed, %d gone (%.1f s)",
+                table.name,
+                len(seen),
+                emitted,
+                len(gone),
+                time.monotonic() - started,
+            )
+        self.lists += 1
+
+    # -- cleanup -------------------------------------------------------------------------------
+
+    def _cleanup(
+        self,
+        conn: pymysql.connections.Connection[Any],
+        tables: Sequence[_Table],
+        known: KnownState,
+        emitter: _Emitter,
+    ) -> Iterator[ChangeEvent]:
+        """Delete expired rows in bounded batches; each batch's keys are re-read at once and
+        the difference (normally all deletes) is one transaction."""
+        for table in tables:
+            expire = table.settings.expire
+            if expire is None:
+                continue
+            spec = table.spec
+            key_sql = ", ".join(_quote(k) for k in spec.primary_key)
+            where = f"{_quote(expire.deleted_column)} = 1 AND {_quote(expire.modified_column)} < %s"
+            now_local, now_utc = _db_now(conn)
+            now = now_utc if table.modified_type == "timestamp" else now_local
+            cutoff = now - timedelta(seconds=expire.after_seconds)
+            for _ in range(expire.max_batches_per_round):
+                if self._stop.is_set():
+                    return
+                target = f"{_quote(spec.db)}.{_quote(spec.table)}"
+                with conn.cursor() as cur:
+                    cur.execute(
+                        f"SELECT {key_sql} FROM {target} WHERE {where} "  # noqa: S608
+                        f"ORDER BY {key_sql} LIMIT {int(expire.batch_size)}",
+                        (cutoff,),
+                    )
+                    keys = [list(r) for r in cur.fetchall()]
+                    if not keys:
+                        break
+                    marks = "(" + ", ".join(["%s"] * len(spec.primary_key)) + ")"
+                    in_list = ", ".join([marks] * len(keys))
+                    # The expiry condition again: a row refreshed since the SELECT stays.
+                    deleted = cur.execute(
+                        f"DELETE FROM {target} WHERE {where} "  # noqa: S608
+                        f"AND ({key_sql}) IN ({in_list})",
+                        (cutoff, *(v for key in keys for v in key)),
+                    )
+                self.expired_deleted += deleted
+                present = _select(
+                    conn,
+                    spec,
+                    _quote(table.settings.id_column),
+                    f"WHERE ({key_sql}) IN ({in_list})",
+                    tuple(v for key in keys for v in key),
+                )
+                last = emitter.last_ids[table.name]
+                here = {pk for pk, _, _ in present}
+                rows = [(pk, image) for pk, image, extra in present if int(extra[0]) <= last]
+                wanted = {_key_json(spec, key) for key in keys}
+                changes = known.diff(table.name, rows, new_op=Op.SNAPSHOT)
+                changes += [
+                    Change(Op.DELETE, pk, None)
+                    for pk in sorted(wanted - here)
+                    if pk in known.table(table.name)
+                ]
+                if changes:
+                    yield from emitter.transaction(table, changes)
+                    known.apply(table.name, changes)
+                log.info("id_watch: cleanup deleted %d expired rows of %s", deleted, table.name)
+                if len(keys) < expire.batch_size:
+                    break
+
+
+def _select(
+    conn: pymysql.connections.Connection[Any],
+    spec: SnapshotTable,
+    extra: str,
+    tail: str,
+    args: tuple[Any, ...],
+) -> list[tuple[str, str, tuple[Any, ...]]]:
+    """(pk JSON, image JSON, extra values) per row, with the snapshot's column encoders, so
+    the JSON is the same text the binlog and snapshot sources write."""
+    select = ", ".join(c.select for c in spec.columns)
+    if extra:
+        select += ", " + extra
+    sql = f"SELECT {select} FROM {_quote(spec.db)}.{_quote(spec.table)} {tail}"  # noqa: S608
+    width = len(spec.columns)
+    out: list[tuple[str, str, tuple[Any, ...]]] = []
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+        for record in cur.fetchall():
+            image: dict[str, Any] = {}
+            for column, value in zip(spec.columns, record[:width], strict=True):
+                image[column.name] = None if value is None else column.convert(value)
+            pk = dumps({k: image[k] for k in spec.primary_key})
+            out.append((pk, dumps(image), tuple(record[width:])))
+    return out
+
+
+def _key_json(spec: SnapshotTable, raw: Sequence[Any]) -> str:
+    """The pk JSON of a raw key, through the same encoders (reads no row)."""
+    converters = {c.name: c.convert for c in spec.columns}
+    return dumps(
+        {
+            name: None if value is None else converters[name](value)
+            for name, value in zip(spec.primary_key, raw, strict=True)
+        }
+    )
+
+
+def _db_now(conn: pymysql.connections.Connection[Any]) -> tuple[datetime, datetime]:
+    """The database's clock now, in its default time zone (what DATETIME columns set with
+    NOW() hold) and in UTC (what TIMESTAMP columns compare with in this UTC session)."""
+    with conn.cursor() as cur:
+        cur.execute("SET time_zone = @@global.time_zone")
+        try:
+            cur.execute("SELECT NOW(6)")
+            row = cur.fetchone()
+        finally:
+            cur.execute("SET time_zone = '+00:00'")
+        cur.execute("SELECT NOW(6)")
+        utc = cur.fetchone()
+    assert row is not None
+    assert utc is not None
+    return row[0], utc[0]
+
+
+def _unique_index(
+    conn: pymysql.connections.Connection[Any], db: str, table: str, column: str
+) -> bool:
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
+            "AND TABLE_NAME = %s AND NON_UNIQUE = 0 GROUP BY INDEX_NAME "
+            "HAVING COUNT(*) = 1 AND MAX(COLUMN_NAME) = %s",
+            (db, table, column),
+        )
+        return cur.fetchone() is not None
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, OSError | pymysql.err.InterfaceError):
+        return True
+    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+    return code in _TRANSIENT_CODES
+
+
+def _close_quietly(conn: pymysql.connections.Connection[Any]) -> None:
+    with contextlib.suppress(pymysql.MySQLError, OSError):
+        conn.close()

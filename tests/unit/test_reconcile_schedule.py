@@ -1,0 +1,228 @@
+"""The reconciliation's randomized schedule, its sensor, and the repair inbox (no servers)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from dagster import (
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
+    SensorResult,
+    SkipReason,
+    build_sensor_context,
+    instance_for_test,
+)
+
+from cdc_platform.errors import ReconcileError
+from cdc_platform.reconcile.inbox import RepairInbox
+from cdc_platform.reconcile.repair import RepairKey, RepairResult, RepairTable
+from cdc_platform.reconcile.schedule import DueState, next_interval
+from dagster_defs.cdc_job import DESTINATION_TAG, cdc_destination
+from dagster_defs.reconcile import RECONCILE_JOB, RECONCILE_TAG, build_reconcile_schedule, check_key
+from dagster_defs.resources import PlatformResource
+
+pytestmark = pytest.mark.unit
+
+
+def test_interval_is_uniform_between_min_and_max() -> None:
+    assert next_interval((15, 30), lambda: 0.0) == 15 * 60
+    assert next_interval((15, 30), lambda: 1.0) == 30 * 60
+    assert next_interval((15, 30), lambda: 0.5) == 22.5 * 60
+
+
+def test_due_state_first_sight_waits_then_fires_and_forgets_removed() -> None:
+    state = DueState()
+    assert state.due(["a", "b"], 1000.0, (1, 2), lambda: 0.0) == []  # first sight: scheduled
+    assert state.next_due == {"a": 1060.0, "b": 1060.0}
+    assert state.due(["a", "b"], 1059.0, (1, 2), lambda: 0.0) == []
+    assert state.due(["a", "b"], 1060.0, (1, 2), lambda: 0.0) == ["a", "b"]
+    state.reschedule("a", 1060.0, (1, 2), lambda: 1.0)
+    assert state.next_due["a"] == 1180.0
+    assert state.due(["a"], 1061.0, (1, 2)) == []
+    assert set(state.next_due) == {"a"}
+    again = DueState.from_cursor(state.to_cursor())
+    assert again.next_due == state.next_due
+    assert DueState.from_cursor("not json").next_due == {}
+
+
+def test_config_rejects_inverted_interval(tmp_path: Path) -> None:
+    from cdc_platform.config import load_config  # noqa: PLC0415
+
+    conf = tmp_path / "conf"
+    (conf / "destinations").mkdir(parents=True)
+    (conf / "platform.yaml").write_text("reconcile: {interval_minutes: [30, 15]}\n")
+    with pytest.raises(Exception, match="interval_minutes"):
+        load_config(conf)
+
+
+# -- the sensor ------------------------------------------------------------------------------
+
+INSTANCE = """\
+source:
+  user: cdc
+  password_env: CDC_SOURCE_PASSWORD
+  server_id: {server_id}
+"""
+
+
+@pytest.fixture
+def instance() -> Iterator[DagsterInstance]:
+    with instance_for_test() as inst:
+        yield inst
+
+
+@pytest.fixture
+def conf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("CDC_SOURCE_PASSWORD", "x")
+    root = tmp_path / "conf"
+    for i, name in enumerate(["a", "b"]):
+        (root / "destinations" / name).mkdir(parents=True)
+        (root / "destinations" / name / "instance.yaml").write_text(
+            INSTANCE.format(server_id=i + 1)
+        )
+    (root / "platform.yaml").write_text("reconcile: {interval_minutes: [15, 30]}\n")
+    return root
+
+
+def add_run(instance: DagsterInstance, job: str, tags: dict[str, str]) -> None:
+    instance.add_run(
+        DagsterRun(
+            job_name=job, run_id=str(uuid.uuid4()), status=DagsterRunStatus.STARTED, tags=tags
+        )
+    )
+
+
+def test_sensor_requests_only_where_the_lease_is_held_after_a_random_wait(
+    instance: DagsterInstance, conf: Path
+) -> None:
+    now = [10_000.0]
+    sensor = build_reconcile_schedule(clock=lambda: now[0], rand=lambda: 0.5)
+
+    def tick(cursor: str | None) -> SensorResult:
+        context = build_sensor_context(
+            instance=instance,
+            cursor=cursor,
+            resources={"platform": PlatformResource(conf_dir=str(conf))},
+        )
+        result = sensor(context)
+        assert isinstance(result, SensorResult)
+        return result
+
+    first = tick(None)
+    assert not first.run_requests
+    assert json.loads(first.cursor or "{}") == {"a": 10_000 + 22.5 * 60, "b": 10_000 + 22.5 * 60}
+
+    add_run(instance, cdc_destination.name, {DESTINATION_TAG: "a"})  # a streams, b does not
+    now[0] += 22.5 * 60
+    second = tick(first.cursor)
+    assert second.run_requests is not None
+    assert [r.tags[RECONCILE_TAG] for r in second.run_requests] == ["a"]
+    assert second.run_requests[0].asset_check_keys == [check_key("a")]
+    due = json.loads(second.cursor or "{}")
+    assert due["a"] == due["b"] == now[0] + 22.5 * 60  # b skipped and rescheduled too
+
+    # a reconciliation of `a` still running when `a` is due again: not launched twice
+    add_run(instance, RECONCILE_JOB, {RECONCILE_TAG: "a"})
+    now[0] += 22.5 * 60
+    third = tick(second.cursor)
+    assert not third.run_requests
+    assert isinstance(third.skip_reason, SkipReason)
+    assert "still running" in (third.skip_reason.skip_message or "")
+
+
+def test_sensor_disabled(instance: DagsterInstance, conf: Path) -> None:
+    (conf / "platform.yaml").write_text("reconcile: {enabled: false}\n")
+    context = build_sensor_context(
+        instance=instance, resources={"platform": PlatformResource(conf_dir=str(conf))}
+    )
+    result = build_reconcile_schedule()(context)
+    assert isinstance(result, SkipReason)
+
+
+# -- the inbox -------------------------------------------------------------------------------
+
+
+def test_inbox_claim_is_exclusive_and_results_travel(tmp_path: Path) -> None:
+    inbox = RepairInbox(tmp_path / "_reconcile")
+    assert not inbox.pending()
+    assert inbox.claim() is None
+    tables = [
+        RepairTable("db", "t", [RepairKey([1], '{"id":1}'), RepairKey([{"b64": "AA=="}], "x")])
+    ]
+    request_id = inbox.submit(tables)
+    assert inbox.pending()
+    other = RepairInbox(tmp_path / "_reconcile")
+    claimed = inbox.claim()
+    assert claimed is not None
+    assert claimed[0] == request_id
+    assert claimed[1] == tables
+    assert other.claim() is None  # only one claimer wins
+    assert not inbox.withdraw(request_id)  # claimed: cannot be withdrawn any more
+    inbox.finish(request_id, RepairResult(upserts={"db.t": 1}, batches=[7], epoch=3))
+    result = inbox.wait(request_id, timeout=0)
+    assert result is not None
+    assert result.upserts == {"db.t": 1}
+    assert result.batches == [7]
+    assert result.epoch == 3
+
+
+def test_inbox_unclaimed_request_is_withdrawn_and_errors_raise(tmp_path: Path) -> None:
+    inbox = RepairInbox(tmp_path / "_reconcile")
+    request_id = inbox.submit([RepairTable("db", "t", [RepairKey([1], '{"id":1}')])])
+    assert inbox.wait(request_id, timeout=0, poll=0) is None
+    assert not inbox.pending()
+    second = inbox.submit([RepairTable("db", "t", [RepairKey([2], '{"id":2}')])])
+    claimed = inbox.claim()
+    assert claimed is not None
+    inbox.finish(second, error="source unreachable")
+    with pytest.raises(ReconcileError, match="source unreachable"):
+        inbox.wait(second, timeout=0)
+
+
+# -- the repair decision -----------------------------------------------------------------------
+
+
+def test_repair_decision_skips_touched_and_lagging_keys() -> None:
+    from cdc_platform.reconcile.repair import _decide  # noqa: PLC0415
+
+    keys = [RepairKey([i], f'{{"id":{i}}}') for i in range(1, 7)]
+    source = {
+        '{"id":1}': "img1",  # touched by the binlog segment: left to it
+        '{"id":2}': "img2",  # log is newer than the mirror and equal: only lagged
+        '{"id":3}': "img3",  # log equal but not newer than the mirror: the mirror lost it
+        '{"id":4}': "img4-quiet",  # changed behind the binlog's back
+        # 5: gone from the source, the log still has it
+        # 6: gone from the source, the log deleted it after the mirror's state: lagged
+        '{"id":9}': "img9",  # returned under another spelling of a suspect: true state
+    }
+    logged = {
+        '{"id":1}': (50, "old1"),
+        '{"id":2}': (40, "img2"),
+        '{"id":3}': (20, "img3"),
+        '{"id":4}': (20, "img4"),
+        '{"id":5}': (10, "img5"),
+        '{"id":6}': (45, None),
+    }
+    upserts, deletes, skipped = _decide(keys, source, {'{"id":1}'}, logged, mirror_seq=30)
+    assert upserts == [('{"id":3}', "img3"), ('{"id":4}', "img4-quiet"), ('{"id":9}', "img9")]
+    assert deletes == ['{"id":5}']
+    assert skipped == 3
+
+
+def test_mirror_catch_up_decision() -> None:
+    from dagster_defs.mirror_catch_up import needs_catch_up  # noqa: PLC0415
+
+    def decide(changes: float | None, started: float | None, *, busy: bool = False) -> bool:
+        return needs_catch_up(changes, started, in_progress=busy, now=100.0, grace_seconds=20)
+
+    assert decide(50.0, 40.0)  # a commit reported after the mirrors run started
+    assert not decide(50.0, 60.0)  # the run started after it: included
+    assert not decide(90.0, 40.0)  # within the grace: eager automation goes first
+    assert not decide(50.0, 40.0, busy=True)  # a mirrors run is queued or running
+    assert decide(50.0, None)  # never mirrored
+    assert not decide(None, None)  # no change log yet
