@@ -30,17 +30,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow.compute as pc
-import pymysql
 from deltalake import DeltaTable
 from pydantic import SecretStr
 
 from cdc_platform.config.models import InstanceConfig
-from cdc_platform.errors import SnapshotError, SourceError
+from cdc_platform.errors import SnapshotError
 from cdc_platform.events import ChangeEvent, EventKind, Op, ResumePosition, Transaction
 from cdc_platform.runtime.instance import CommitReport
 from cdc_platform.runtime.snapshot import SegmentStream, touched_keys
 from cdc_platform.sink.delta import DeltaChangeLog, MaintenancePolicy
 from cdc_platform.source.binlog import BinlogSource
+from cdc_platform.source.connection import connect_source
 from cdc_platform.source.snapshot import (
     SnapshotTable,
     decode_key,
@@ -141,26 +141,6 @@ class RepairResult:
             epoch=item.get("epoch"),
             seconds=float(item.get("seconds", 0.0)),
         )
-
-
-def connect_source(
-    config: InstanceConfig, password: SecretStr | None
-) -> pymysql.connections.Connection[Any]:
-    source = config.source
-    secret = (password or source.password()).get_secret_value()
-    try:
-        return pymysql.connect(
-            host=source.host,
-            port=source.port,
-            user=source.user,
-            password=secret,
-            connect_timeout=source.connect_timeout_seconds,
-            autocommit=True,
-            charset="utf8mb4",
-            init_command="SET time_zone = '+00:00'",
-        )
-    except (pymysql.MySQLError, OSError) as exc:
-        raise SourceError(f"repair: cannot connect to {source.host}:{source.port}: {exc}") from None
 
 
 def _repair_events(
@@ -305,7 +285,7 @@ def repair_keys(  # noqa: PLR0915 - one loop over batches; its context is all he
         maintenance=maintenance or MaintenancePolicy(),
         storage_options=storage_options,
     )
-    conn = connect_source(config, password)
+    conn = connect_source(config.source, password, purpose="reconciliation repair")
     stream: SegmentStream | None = None
     try:
         checkpoint = sink.recover()
@@ -354,17 +334,8 @@ def repair_keys(  # noqa: PLR0915 - one loop over batches; its context is all he
                 resume = cut
                 if on_commit is not None:
                     on_commit(
-                        CommitReport(
-                            name,
-                            batch_seq,
-                            landed.version,
-                            landed.rows,
-                            len(events),
-                            cut,
-                            epoch,
-                            0.0,
-                            landed.seconds,
-                            partial=False,
+                        CommitReport.of_side_commit(
+                            name, batch_seq, landed, events=len(events), resume=cut, epoch=epoch
                         )
                     )
                 result.batches.append(batch_seq)

@@ -25,10 +25,10 @@ from cdc_platform.config.loader import ConfigSet
 from cdc_platform.errors import LeaseLostError, ReconcileError, SnapshotError
 from cdc_platform.reconcile.compare import ChunkProgress, TableComparison, compare_table
 from cdc_platform.reconcile.inbox import RepairInbox, inbox_path
-from cdc_platform.reconcile.repair import RepairResult, RepairTable, connect_source, repair_keys
+from cdc_platform.reconcile.repair import RepairResult, RepairTable, repair_keys
 from cdc_platform.sink.delta import DeltaChangeLog
-from cdc_platform.source.filters import TableFilter
-from cdc_platform.source.snapshot import describe_table
+from cdc_platform.source.connection import connect_source
+from cdc_platform.source.snapshot import base_tables, describe_table
 from cdc_platform.spark.mirror import mirror_root
 
 __all__ = ["ReconcileReport", "reconcile_destination"]
@@ -89,18 +89,6 @@ class ReconcileReport:
         }
 
 
-def _discover(conn: Any, include: Sequence[str], exclude: Sequence[str]) -> list[str]:
-    filt = TableFilter(list(include), list(exclude))
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
-            "WHERE TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN "
-            "('mysql', 'information_schema', 'performance_schema', 'sys') "
-            "ORDER BY TABLE_SCHEMA, TABLE_NAME"
-        )
-        return [f"{db}.{t}" for db, t in cur.fetchall() if filt.matches(str(db), str(t))]
-
-
 def reconcile_destination(  # noqa: PLR0912, PLR0915 - the two phases, with their knobs
     config: ConfigSet,
     destination: str,
@@ -139,7 +127,7 @@ def reconcile_destination(  # noqa: PLR0912, PLR0915 - the two phases, with thei
     report = ReconcileReport(destination, "clean")
     table_uri = config.table_uri(destination)
     root = mirror_root(config.lake_root, destination)
-    conn = connect_source(dest.config, None)
+    conn = connect_source(source, purpose="reconciliation")
     try:
         if tables:
             names = []
@@ -149,7 +137,7 @@ def reconcile_destination(  # noqa: PLR0912, PLR0915 - the two phases, with thei
                     raise ReconcileError(f"--table {name!r}: expected db.table")
                 names.append(name)
         else:
-            names = _discover(conn, source.include_tables, source.exclude_tables)
+            names = base_tables(conn, source.include_tables, source.exclude_tables)
         for name in names:
             db, table = name.split(".", 1)
             try:

@@ -20,6 +20,7 @@ from cdc_platform.config.models import InstanceConfig
 from cdc_platform.errors import CdcError, CommitRefusedError, SinkError, SourceError
 from cdc_platform.events import EventKind, ResumePosition
 from cdc_platform.sink import Checkpoint, DeltaChangeLog, FencedCommitError, MaintenancePolicy
+from cdc_platform.sink.delta import CommitResult
 from cdc_platform.source import BinlogSource  # noqa: F401 - tests patch it through this module
 from cdc_platform.source.factory import Source, open_source
 from cdc_platform.store import Batch, EventStore, StoreClosedError
@@ -44,6 +45,31 @@ class CommitReport:
     """Commit time minus the binlog timestamp of the batch's last transaction."""
     commit_seconds: float
     partial: bool
+
+    @classmethod
+    def of_side_commit(
+        cls,
+        destination: str,
+        batch_seq: int,
+        landed: CommitResult,
+        *,
+        events: int,
+        resume: ResumePosition,
+        epoch: int,
+    ) -> CommitReport:
+        """A commit written beside the stream (snapshot chunk, repair): no binlog lag."""
+        return cls(
+            destination,
+            batch_seq,
+            landed.version,
+            landed.rows,
+            events,
+            resume,
+            epoch,
+            0.0,
+            landed.seconds,
+            partial=False,
+        )
 
 
 @dataclass(frozen=True, slots=True)

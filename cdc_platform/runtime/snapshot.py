@@ -60,9 +60,10 @@ from cdc_platform.events import (
 from cdc_platform.runtime.instance import CommitReport
 from cdc_platform.sink.delta import Checkpoint, DeltaChangeLog, MaintenancePolicy
 from cdc_platform.source.binlog import BinlogSource
-from cdc_platform.source.filters import TableFilter
+from cdc_platform.source.connection import connect_source
 from cdc_platform.source.snapshot import (
     SnapshotTable,
+    base_tables,
     decode_key,
     describe_table,
     encode_key,
@@ -303,25 +304,7 @@ class SnapshotRunner:
     # -- run -----------------------------------------------------------------------------------
 
     def _connect(self) -> pymysql.connections.Connection[Any]:
-        source = self.config.source
-        password = self._password if self._password is not None else source.password()
-        secret = password.get_secret_value() if isinstance(password, SecretStr) else password
-        try:
-            conn = pymysql.connect(
-                host=source.host,
-                port=source.port,
-                user=source.user,
-                password=secret,
-                connect_timeout=source.connect_timeout_seconds,
-                autocommit=True,
-                charset="utf8mb4",
-                init_command="SET time_zone = '+00:00'",
-            )
-        except (pymysql.MySQLError, OSError) as exc:
-            raise SourceError(
-                f"snapshot: cannot connect to {source.host}:{source.port}: {exc}"
-            ) from None
-        return conn
+        return connect_source(self.config.source, self._password, purpose="snapshot")
 
     def _discover(self, conn: pymysql.connections.Connection[Any]) -> list[str]:
         source = self.config.source
@@ -333,15 +316,7 @@ class SnapshotRunner:
                     raise SnapshotError(f"--table {name!r}: expected db.table")
                 names.append(name)
             return names
-        filt = TableFilter(source.include_tables, source.exclude_tables)
-        with conn.cursor() as cur:
-            cur.execute(
-                "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
-                "WHERE TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN "
-                "('mysql', 'information_schema', 'performance_schema', 'sys') "
-                "ORDER BY TABLE_SCHEMA, TABLE_NAME"
-            )
-            return [f"{db}.{t}" for db, t in cur.fetchall() if filt.matches(str(db), str(t))]
+        return base_tables(conn, source.include_tables, source.exclude_tables)
 
     def captured_tables(self) -> list[str]:
         """Every base table the destination's filters capture now (``db.table``)."""
@@ -537,17 +512,8 @@ class SnapshotRunner:
             landed = sink.commit(events, batch_seq=batch_seq, resume=cut, epoch=epoch)
             if self._on_commit is not None:
                 self._on_commit(
-                    CommitReport(
-                        self.name,
-                        batch_seq,
-                        landed.version,
-                        landed.rows,
-                        len(events),
-                        cut,
-                        epoch,
-                        0.0,
-                        landed.seconds,
-                        partial=False,
+                    CommitReport.of_side_commit(
+                        self.name, batch_seq, landed, events=len(events), resume=cut, epoch=epoch
                     )
                 )
             state.update(index=next_index, after=next_after, pending=None)

@@ -26,11 +26,13 @@ from typing import Any
 import pymysql
 
 from cdc_platform.errors import SnapshotError
+from cdc_platform.source.filters import TableFilter
 from cdc_platform.source.values import dumps
 
 __all__ = [
     "ChunkRows",
     "SnapshotTable",
+    "base_tables",
     "decode_key",
     "describe_table",
     "encode_key",
@@ -248,6 +250,22 @@ class SnapshotTable:
     def name(self) -> str:
         """``db.table``."""
         return f"{self.db}.{self.table}"
+
+
+def base_tables(
+    conn: pymysql.connections.Connection[Any], include: Sequence[str], exclude: Sequence[str]
+) -> list[str]:
+    """Every base table (``db.table``) outside the system schemas that the destination's
+    ``include_tables`` / ``exclude_tables`` regexes capture, sorted."""
+    filt = TableFilter(list(include), list(exclude))
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
+            "WHERE TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN "
+            "('mysql', 'information_schema', 'performance_schema', 'sys') "
+            "ORDER BY TABLE_SCHEMA, TABLE_NAME"
+        )
+        return [f"{db}.{t}" for db, t in cur.fetchall() if filt.matches(str(db), str(t))]
 
 
 def describe_table(conn: pymysql.connections.Connection[Any], db: str, table: str) -> SnapshotTable:
