@@ -1,0 +1,214 @@
+"""Table maps: which columns a rows event carries and how to decode them.
+
+Built from the binlog's table-map events (with `binlog_row_metadata=FULL`) plus, where the
+metadata cannot say, the catalog (information_schema); used by the transaction assembler
+to turn rows events into row images (FACTS.md lists what the library alone gets wrong).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.json_binary import parse_json
+
+from cdc_platform.errors import (
+    SourceError,
+    SourceSettingsError,
+)
+from cdc_platform.source.filters import TableFilter
+from cdc_platform.source.values import ColumnSpec, FieldType, RowDecoder, python_codec
+
+log = logging.getLogger("cdc_platform.source")
+
+
+__all__ = ["JSON_VALID_CHECK", "Catalog", "TablePlans", "enum_labels"]
+
+
+@dataclass
+class Catalog:
+    """Column facts from information_schema: MariaDB UUID/INET4/INET6/JSON columns (the binlog
+    says BINARY(n) or LONGTEXT) and ENUM/SET labels (the library decodes the table map's
+    labels as UTF-8 only, so labels in other charsets come out as '')."""
+
+    logical: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+_LABEL = re.compile(r"'((?:[^']|'')*)'")
+
+
+def enum_labels(column_type: str) -> tuple[str, ...]:
+    """Labels of "enum('a','it''s')" (information_schema doubles quotes)."""
+    inner = column_type[column_type.index("(") + 1 : column_type.rindex(")")]
+    return tuple(m.group(1).replace("''", "'") for m in _LABEL.finditer(inner))
+
+
+JSON_VALID_CHECK = re.compile(r"json_valid\(`((?:[^`]|``)+)`\)", re.IGNORECASE)
+
+
+# -- table maps ---------------------------------------------------------------------------------
+
+_CHARACTER_TYPES = frozenset(
+    {
+        FieldType.STRING,
+        FieldType.VARCHAR,
+        FieldType.VAR_STRING,
+        FieldType.BLOB,
+        FieldType.TINY_BLOB,
+        FieldType.MEDIUM_BLOB,
+        FieldType.LONG_BLOB,
+    }
+)
+
+
+def _mysql_json(raw: bytes) -> Any:
+    """MySQL's binary JSON through the library's parser, with its bytes made text."""
+    return _json_safe(parse_json(raw[0], raw[1:]))
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if isinstance(value, dict):
+        return {_json_safe(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+class TablePlans:
+    """table id -> RowDecoder for captured tables (None for filtered ones).
+
+    The reader runs with ``freeze_schema=True``: the library then parses a table map only the
+    first time it sees the table id, which is most of its per-event cost when transactions
+    are single rows. A table gets a new id when its definition changes and ids are only
+    meaningful within one server run, but to be safe both maps, the library's and this one,
+    are cleared on every rotation (a restart starts a new binlog file) and on every statement
+    that is not transaction control (DDL), so the next table map is parsed again.
+    """
+
+    def __init__(
+        self,
+        tables: TableFilter,
+        catalog: Callable[[str, str], Catalog],
+        *,
+        is_mariadb: bool,
+    ) -> None:
+        self._tables = tables
+        self._lookup = catalog
+        self._mariadb = is_mariadb
+        self._by_id: dict[int, tuple[tuple[Any, ...], RowDecoder] | None] = {}
+        self._catalogs: dict[tuple[str, str], Catalog] = {}
+        self._reader: Any = None
+
+    def attach(self, reader: BinLogStreamReader) -> None:
+        """A new reader starts with an empty table map; so does this one."""
+        self._reader = reader
+        self._by_id.clear()
+
+    def get(self, table_id: int) -> RowDecoder | None:
+        """The decoder of a captured table, None for a filtered one."""
+        try:
+            entry = self._by_id[table_id]
+        except KeyError:
+            raise SourceError(
+                f"rows event for table id {table_id} without a table map before it"
+            ) from None
+        return None if entry is None else entry[1]
+
+    def clear(self) -> None:
+        self._by_id.clear()
+        if self._reader is not None:
+            self._reader.table_map = {}
+
+    def invalidate(self) -> None:
+        """After DDL: table definitions (and the MariaDB type lookups) may have changed."""
+        self.clear()
+        self._catalogs.clear()
+
+    def table_map(self, event: Any) -> None:
+        schema: str = event.schema
+        table: str = event.table
+        if not self._tables.matches(schema, table):
+            self._by_id[event.table_id] = None
+            return
+        columns = event.columns
+        signature = (schema, table, tuple(c.type for c in columns), tuple(c.name for c in columns))
+        cached = self._by_id.get(event.table_id)
+        if cached is not None and cached[0] == signature:
+            return
+        self._by_id[event.table_id] = (signature, self._build(event, schema, table))
+
+    def _build(self, event: Any, schema: str, table: str) -> RowDecoder:
+        catalog = Catalog()
+        if any((self._mariadb and _may_be_logical(c)) or _labels_lost(c) for c in event.columns):
+            key = (schema, table)
+            if key not in self._catalogs:
+                self._catalogs[key] = self._lookup(schema, table)
+            catalog = self._catalogs[key]
+        specs = [_column_spec(c, catalog, schema, table) for c in event.columns]
+        metadata = getattr(event, "optional_metadata", None)
+        primary_key: list[int] = list(getattr(metadata, "simple_primary_key_list", None) or [])
+        if not primary_key:
+            primary_key = list((getattr(metadata, "primary_keys_with_prefix", None) or {}).keys())
+        return RowDecoder(schema, table, specs, primary_key, mysql_json=_mysql_json)
+
+
+def _may_be_logical(column: Any) -> bool:
+    if column.type == FieldType.STRING:
+        return column.character_set_name == "binary" and column.max_length in (4, 16)
+    return column.type == FieldType.BLOB and getattr(column, "length_size", 0) == 4
+
+
+def _labels_lost(column: Any) -> bool:
+    """ENUM/SET labels that were not UTF-8 in the table map come out of the library as ''."""
+    labels = (column.enum_values or [""])[1:] + list(column.set_values or [])
+    return column.type in (FieldType.ENUM, FieldType.SET) and "" in labels
+
+
+def _column_spec(column: Any, catalog: Catalog, schema: str, table: str) -> ColumnSpec:
+    if not column.name:
+        raise SourceSettingsError(
+            f"the table map of {schema}.{table} has no column names; set "
+            "binlog_row_metadata=FULL in the server config"
+        )
+    encoding: str | None = None
+    if column.type in _CHARACTER_TYPES:
+        charset = column.character_set_name or "utf8mb4"
+        codec = python_codec(charset)
+        if codec is None:
+            raise SourceError(
+                f"{schema}.{table}.{column.name} uses charset {charset}, which cannot be "
+                "decoded; convert the column to utf8mb4 or exclude the table"
+            )
+        encoding = codec or None
+    enum_values = tuple(column.enum_values[1:]) if column.enum_values else ()
+    set_values = tuple(column.set_values or ())
+    labels = catalog.labels.get(column.name)
+    if labels is not None and _labels_lost(column):
+        count = len(enum_values or set_values)
+        if len(labels) == count:  # the same definition as the binlog's; else keep the binlog's
+            enum_values, set_values = (labels, ()) if enum_values else ((), labels)
+    return ColumnSpec(
+        name=column.name,
+        type=column.type,
+        unsigned=bool(column.unsigned),
+        encoding=encoding,
+        max_length=getattr(column, "max_length", 0),
+        length_size=getattr(column, "length_size", 0),
+        fsp=getattr(column, "fsp", 0),
+        precision=getattr(column, "precision", 0),
+        scale=getattr(column, "decimals", 0),
+        bits=getattr(column, "bits", 0),
+        size=getattr(column, "size", 0),
+        enum_values=enum_values,
+        set_values=set_values,
+        logical=catalog.logical.get(column.name),
+    )

@@ -1,0 +1,432 @@
+"""Transaction assembly: binlog events in, ChangeEvents with exact transaction boundaries out.
+
+MariaDB sends a GTID event instead of BEGIN; an XidEvent or a ``COMMIT`` query ends a
+transaction; DDL is its own transaction. The assembler also tracks the resume position after
+every boundary, so the source can restart from the last transaction it fully emitted.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from pymysqlreplication.event import (
+    GtidEvent,
+    HeartbeatLogEvent,
+    MariadbGtidEvent,
+    NotImplementedEvent,
+    QueryEvent,
+    RotateEvent,
+    XAPrepareEvent,
+    XidEvent,
+)
+from pymysqlreplication.row_event import (
+    DeleteRowsEvent,
+    PartialUpdateRowsEvent,
+    TableMapEvent,
+    UpdateRowsEvent,
+    WriteRowsEvent,
+)
+
+from cdc_platform.errors import (
+    SourceError,
+    SourceSettingsError,
+)
+from cdc_platform.events import (
+    BinlogPosition,
+    ChangeEvent,
+    EventKind,
+    Op,
+    ResumePosition,
+    Transaction,
+)
+from cdc_platform.source.filters import Statement, StatementKind, TableFilter, classify_statement
+from cdc_platform.source.table_maps import TablePlans
+
+log = logging.getLogger("cdc_platform.source")
+
+
+_MARIADB_COMPRESSED_EVENTS = frozenset(range(0xA5, 0xAC))
+"""QUERY_COMPRESSED and the six *_ROWS_COMPRESSED events (log_bin_compress=ON)."""
+_MYSQL_TRANSACTION_PAYLOAD = 0x28
+_INCIDENT_EVENT = 0x1A
+_ANONYMOUS_GTID_EVENT = 0x22
+_MARIADB_FL_STANDALONE = 0x01
+"""MariaDB GTID flag: the group is one statement with no COMMIT (DDL and the like)."""
+
+GAP_ADVICE = (
+    "the change log cannot be continued without loss; take a new snapshot "
+    "(cdc-platform snapshot) or reset the checkpoint"
+)
+
+_TABLE_STATEMENTS = frozenset({StatementKind.DDL, StatementKind.ADMIN, StatementKind.DML})
+"""Statements after which table ids may describe other table definitions."""
+
+_QUIET_COMMIT_INTERVAL = 1.0
+"""Seconds between COMMIT events of transactions whose rows were all filtered out."""
+
+
+__all__ = ["GAP_ADVICE", "TransactionAssembler"]
+
+# -- transactions -------------------------------------------------------------------------------
+
+
+class TransactionAssembler:
+    """Turns the library's events into ChangeEvents with transaction boundaries and indices.
+
+    Keeps what a restart needs: the last boundary fully emitted (file, end position, GTID
+    state) or, inside a transaction, its start and how many of its events were emitted.
+    """
+
+    def __init__(
+        self,
+        start: ResumePosition,
+        tables: TableFilter,
+        plans: TablePlans,
+        *,
+        is_mariadb: bool,
+        clock: Callable[[], float],
+    ) -> None:
+        self._tables = tables
+        self._plans = plans
+        self._mariadb = is_mariadb
+        self._clock = clock
+        self._file = start.file
+        self._boundary = BinlogPosition(start.file, start.pos)
+        self._gtid_state = start.gtid_set if is_mariadb else None
+        self._skip = start.skip_events
+        self._txn: Transaction | None = None
+        self._index = 0
+        self._standalone = False
+        self._pending_ddl: list[tuple[str, str, str]] = []
+        self._last_quiet = float("-inf")
+        self._idle_commit: ChangeEvent | None = None
+        self._handlers: dict[type, Callable[[Any], list[ChangeEvent]]] = {
+            WriteRowsEvent: self._write_rows,
+            UpdateRowsEvent: self._update_rows,
+            DeleteRowsEvent: self._delete_rows,
+            TableMapEvent: self._table_map,
+            XidEvent: self._end,
+            MariadbGtidEvent: self._mariadb_gtid,
+            QueryEvent: self._query,
+            RotateEvent: self._rotate,
+            HeartbeatLogEvent: self._heartbeat,
+            GtidEvent: self._mysql_gtid,
+            NotImplementedEvent: self._unknown,
+            XAPrepareEvent: self._xa_prepare,
+            PartialUpdateRowsEvent: self._partial_update,
+        }
+
+    def restart(self) -> ResumePosition:
+        """Where a new reader starts after a loss; resets the per-stream state."""
+        txn = self._txn
+        if txn is not None:
+            position = ResumePosition(
+                txn.start.file, txn.start.pos, txn.gtid_set_before, self._index
+            )
+        else:
+            position = ResumePosition(
+                self._boundary.file, self._boundary.pos, self._gtid_state, self._skip
+            )
+        self._txn = None
+        self._index = 0
+        self._skip = position.skip_events
+        self._pending_ddl = []
+        self._plans.clear()
+        return position
+
+    def feed(self, event: Any) -> list[ChangeEvent]:
+        """The change events one library event produces (mostly none or one rows event's)."""
+        handler = self._handlers.get(type(event))
+        return handler(event) if handler is not None else []
+
+    def _table_map(self, event: Any) -> list[ChangeEvent]:
+        self._plans.table_map(event)
+        return []
+
+    def _mariadb_gtid(self, event: Any) -> list[ChangeEvent]:
+        return self._begin(event, event.gtid, bool(event.flags & _MARIADB_FL_STANDALONE))
+
+    def _mysql_gtid(self, event: Any) -> list[ChangeEvent]:
+        # MySQL: a BEGIN query follows for DML; DDL comes alone.
+        return self._begin(event, None, standalone=True)
+
+    def _heartbeat(self, event: Any) -> list[ChangeEvent]:
+        return self._idle()
+
+    def _partial_update(self, event: Any) -> list[ChangeEvent]:
+        raise SourceSettingsError(
+            f"partial JSON rows event at {self._here(event)}: binlog_row_value_options must "
+            "be empty for full row images"
+        )
+
+    def _here(self, event: Any) -> BinlogPosition:
+        return BinlogPosition(self._file, event.packet.log_pos)
+
+    # -- transaction boundaries -----------------------------------------------------------------
+
+    def _begin(self, event: Any, gtid: str | None, standalone: bool) -> list[ChangeEvent]:
+        out: list[ChangeEvent] = []
+        start = BinlogPosition(self._file, event.packet.log_pos - event.packet.event_size)
+        if self._txn is not None:
+            log.warning(
+                "transaction %s at %s has no end event before %s; treating it as committed",
+                self._txn.gtid,
+                self._txn.start,
+                start,
+            )
+            out = self._finish(start, None)
+        self._txn = Transaction(
+            start=start,
+            gtid=gtid if self._mariadb else None,
+            gtid_set_before=self._gtid_state,
+            server_id=event.packet.server_id,
+            timestamp=event.timestamp,
+        )
+        self._index = 0
+        self._standalone = standalone
+        self._pending_ddl = []
+        return out
+
+    def _end(self, event: Any) -> list[ChangeEvent]:
+        return self._finish(self._here(event), None)
+
+    def _finish(
+        self, position: BinlogPosition, ddl: tuple[str, str, str] | None
+    ) -> list[ChangeEvent]:
+        """End the open transaction at ``position`` with a DDL or COMMIT event."""
+        txn = self._txn
+        if txn is None:
+            self._boundary = position
+            return []
+        if ddl is None and self._pending_ddl:
+            first_db, first_table, _ = self._pending_ddl[0]
+            ddl = (first_db, first_table, ";\n".join(sql for _, _, sql in self._pending_ddl))
+        out: list[ChangeEvent] = []
+        event: ChangeEvent | None
+        if ddl is not None:
+            db, table, sql = ddl
+            event = ChangeEvent(
+                EventKind.DDL, txn, position, self._index, db=db, table=table, op=Op.DDL, ddl=sql
+            )
+        else:
+            event = ChangeEvent(EventKind.COMMIT, txn, position, self._index)
+            if self._index == 0:
+                event = self._quiet(event)
+        if event is not None and event.index >= self._skip:
+            self._idle_commit = None
+            out.append(event)
+        self._boundary = position
+        if self._mariadb:
+            self._gtid_state = txn.gtid_set_after
+        self._txn = None
+        self._index = 0
+        self._skip = 0
+        self._pending_ddl = []
+        return out
+
+    def _quiet(self, commit: ChangeEvent) -> ChangeEvent | None:
+        """The COMMIT of a transaction with nothing captured: at most one per second, so the
+        checkpoint advances under unrelated traffic without flooding the store."""
+        now = self._clock()
+        if now - self._last_quiet >= _QUIET_COMMIT_INTERVAL:
+            self._last_quiet = now
+            return commit
+        self._idle_commit = commit
+        return None
+
+    def _idle(self) -> list[ChangeEvent]:
+        """Heartbeat: the server is idle; hand out a held-back quiet COMMIT now."""
+        commit = self._idle_commit
+        if commit is None or self._txn is not None:
+            return []
+        self._idle_commit = None
+        self._last_quiet = self._clock()
+        return [commit]
+
+    def _rotate(self, event: Any) -> list[ChangeEvent]:
+        self._file = event.next_binlog
+        if event.timestamp != 0 and self._txn is None:
+            # A real rotation at the end of a file (not the fake one each connection starts
+            # with): the next boundary is the start of the new file.
+            self._boundary = BinlogPosition(event.next_binlog, event.position)
+        self._plans.clear()
+        return []
+
+    def _ensure_txn(self, event: Any) -> Transaction:
+        if self._txn is None:
+            # MySQL without GTIDs, or a stream that started oddly: open one here.
+            self._begin(event, None, standalone=False)
+        assert self._txn is not None
+        return self._txn
+
+    # -- rows ------------------------------------------------------------------------------
+
+    def _write_rows(self, event: Any) -> list[ChangeEvent]:
+        return self._rows(event, WriteRowsEvent)
+
+    def _update_rows(self, event: Any) -> list[ChangeEvent]:
+        return self._rows(event, UpdateRowsEvent)
+
+    def _delete_rows(self, event: Any) -> list[ChangeEvent]:
+        return self._rows(event, DeleteRowsEvent)
+
+    def _rows(self, event: Any, kind: type) -> list[ChangeEvent]:
+        decoder = self._plans.get(event.table_id)
+        if decoder is None:
+            return []  # filtered: the rows are never decoded
+        txn = self._txn if self._txn is not None else self._ensure_txn(event)
+        packet = event.packet
+        data: bytes = packet.read(event.event_size - packet.read_bytes)
+        position = BinlogPosition(self._file, packet.log_pos)
+        db, table, columns = decoder.db, decoder.table, decoder.columns_json
+        index, skip = self._index, self._skip
+        out: list[ChangeEvent] = []
+        append = out.append
+        if kind is UpdateRowsEvent:
+            for before, after, pk in decoder.updates(
+                data, event.columns_present_bitmap, event.columns_present_bitmap2
+            ):
+                if index >= skip:
+                    append(
+                        ChangeEvent(
+                            EventKind.ROW, txn, position, index, db, table, Op.UPDATE, pk,
+                            before, after, columns=columns,
+                        )
+                    )  # fmt: skip
+                index += 1
+        else:
+            insert = kind is WriteRowsEvent
+            op = Op.INSERT if insert else Op.DELETE
+            for image, pk in decoder.images(data, event.columns_present_bitmap):
+                if index >= skip:
+                    append(
+                        ChangeEvent(
+                            EventKind.ROW, txn, position, index, db, table, op, pk,
+                            None if insert else image, image if insert else None,
+                            columns=columns,
+                        )
+                    )  # fmt: skip
+                index += 1
+        self._index = index
+        if out:
+            self._idle_commit = None
+        return out
+
+    # -- statements --------------------------------------------------------------------------
+
+    def _query(self, event: Any) -> list[ChangeEvent]:
+        schema = event.schema
+        default_db = schema.decode("utf-8", "replace") if isinstance(schema, bytes) else schema
+        sql: str = event.query
+        statement = classify_statement(sql, default_db)
+        kind = statement.kind
+        if kind in _TABLE_STATEMENTS:
+            self._plans.invalidate()
+        if kind is StatementKind.DDL:
+            return self._ddl(event, statement, sql)
+        if kind is StatementKind.BEGIN:
+            self._ensure_txn(event)
+            self._standalone = False
+            return []
+        if kind is StatementKind.SAVEPOINT:
+            return []
+        if kind is StatementKind.XA:
+            return self._xa_query(event, sql)
+        if kind is StatementKind.ROLLBACK:
+            log.warning(
+                "ROLLBACK ends the binlog transaction at %s; its logged changes (on "
+                "non-transactional tables) are kept",
+                self._here(event),
+            )
+        elif kind is StatementKind.DML:
+            self._refuse_statement_dml(event, statement, sql)
+        if kind is StatementKind.COMMIT or kind is StatementKind.ROLLBACK:
+            return self._end(event)
+        return self._statement_done(event)  # DML on tables not captured, ADMIN
+
+    def _statement_done(self, event: Any) -> list[ChangeEvent]:
+        """A statement that emits nothing; it ends its group if the group is that statement."""
+        if self._txn is None or self._standalone:
+            self._ensure_txn(event)
+            return self._end(event)
+        return []
+
+    def _ddl(self, event: Any, statement: Statement, sql: str) -> list[ChangeEvent]:
+        tables = self._captured(statement)
+        if tables is None:
+            return self._statement_done(event)
+        txn_open = self._txn is not None
+        self._ensure_txn(event)
+        if not txn_open:
+            self._standalone = True
+        if sql.rstrip().upper().endswith("START TRANSACTION"):
+            self._standalone = False  # MySQL 8 atomic CREATE TABLE ... SELECT
+        db, table = tables
+        if self._standalone:
+            return self._finish(self._here(event), (db, table, sql))
+        # DDL inside a transaction (MariaDB CREATE TABLE ... SELECT): a DDL event ends a
+        # transaction, so it is emitted at the transaction's end, after its rows.
+        self._pending_ddl.append((db, table, sql))
+        return []
+
+    def _captured(self, statement: Statement) -> tuple[str, str] | None:
+        """(db, table) to report for a captured DDL statement, or None when filtered out."""
+        tables = self._tables
+        if statement.tables:
+            for db, table in statement.tables:
+                if tables.matches(db, table):
+                    return db, table
+            return None
+        if tables.matches_database(statement.database):
+            return statement.database, ""
+        return None
+
+    def _refuse_statement_dml(self, event: Any, statement: Statement, sql: str) -> None:
+        tables = self._tables
+        if statement.tables and not any(tables.matches(db, t) for db, t in statement.tables):
+            return
+        raise SourceSettingsError(
+            f"statement-based DML at {self._here(event)} ({sql[:80]!r}): its rows are not in "
+            "the binlog; every session must use binlog_format=ROW (a session set "
+            "binlog_format=STATEMENT or MIXED); take a new snapshot of the affected tables"
+        )
+
+    def _xa_query(self, event: Any, sql: str) -> list[ChangeEvent]:
+        words = sql.split()
+        verb = words[1].upper() if len(words) > 1 else ""
+        if verb in ("START", "BEGIN"):
+            self._ensure_txn(event)
+            self._standalone = False
+            return []
+        if verb in ("COMMIT", "ROLLBACK"):
+            if self._txn is not None and not self._standalone:
+                return self._end(event)  # one-phase XA inside its own group
+            return self._statement_done(event)
+        return []
+
+    def _xa_prepare(self, event: Any) -> list[ChangeEvent]:
+        if self._index > 0:
+            raise SourceError(
+                f"two-phase XA transaction with changes to captured tables at "
+                f"{self._here(event)}: prepared XA transactions are not supported"
+            )
+        return self._end(event)
+
+    def _unknown(self, event: Any) -> list[ChangeEvent]:
+        event_type = event.packet.event_type
+        if event_type in _MARIADB_COMPRESSED_EVENTS or event_type == _MYSQL_TRANSACTION_PAYLOAD:
+            raise SourceSettingsError(
+                f"compressed binlog event (type {event_type:#x}) at {self._here(event)}: set "
+                "log_bin_compress=OFF (MariaDB) / binlog_transaction_compression=OFF (MySQL) "
+                "and take a new snapshot"
+            )
+        if event_type == _INCIDENT_EVENT:
+            raise SourceError(
+                f"the server logged an INCIDENT at {self._here(event)}: changes may be missing "
+                f"from its binlog; {GAP_ADVICE}"
+            )
+        if event_type == _ANONYMOUS_GTID_EVENT:
+            return self._begin(event, None, standalone=True)
+        return []
