@@ -23,7 +23,9 @@ the epoch and a commit gate, exactly as for a snapshot.
 
 from __future__ import annotations
 
+import json
 import logging
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,9 +37,9 @@ from pydantic import SecretStr
 
 from cdc_platform.config.models import InstanceConfig
 from cdc_platform.errors import SnapshotError
-from cdc_platform.events import ChangeEvent, EventKind, Op, ResumePosition, Transaction
+from cdc_platform.events import ChangeEvent, EventKind, Op
 from cdc_platform.runtime.instance import CommitReport
-from cdc_platform.runtime.snapshot import SegmentStream, touched_keys
+from cdc_platform.runtime.snapshot import SegmentStream, events_at_cut, touched_keys
 from cdc_platform.sink.delta import DeltaChangeLog, MaintenancePolicy
 from cdc_platform.source.binlog import BinlogSource
 from cdc_platform.source.connection import connect_source
@@ -47,6 +49,7 @@ from cdc_platform.source.snapshot import (
     describe_table,
     read_keys,
 )
+from cdc_platform.source.values import dumps
 
 __all__ = ["RepairKey", "RepairResult", "RepairTable", "repair_keys"]
 
@@ -143,54 +146,6 @@ class RepairResult:
         )
 
 
-def _repair_events(
-    spec: SnapshotTable,
-    upserts: Sequence[tuple[str, str]],
-    deletes: Sequence[str],
-    cut: ResumePosition,
-) -> list[ChangeEvent]:
-    """``r`` and ``d`` events placed at the cut, like snapshot rows (server_id 0, no GTID)."""
-    txn = Transaction(
-        start=cut.binlog_position,
-        gtid=None,
-        gtid_set_before=cut.gtid_set,
-        server_id=0,
-        timestamp=int(time.time()),
-    )
-    position = cut.binlog_position
-    events = [
-        ChangeEvent(
-            EventKind.ROW,
-            txn,
-            position,
-            i,
-            db=spec.db,
-            table=spec.table,
-            op=Op.SNAPSHOT,
-            pk=pk,
-            after=image,
-            columns=spec.columns_json,
-        )
-        for i, (pk, image) in enumerate(upserts)
-    ]
-    events.extend(
-        ChangeEvent(
-            EventKind.ROW,
-            txn,
-            position,
-            len(upserts) + i,
-            db=spec.db,
-            table=spec.table,
-            op=Op.DELETE,
-            pk=pk,
-            before=pk,
-            columns=spec.columns_json,
-        )
-        for i, pk in enumerate(deletes)
-    )
-    return events
-
-
 def _logged_states(
     table_uri: str, storage_options: dict[str, str] | None, spec: SnapshotTable, pks: list[str]
 ) -> dict[str, tuple[int, str | None]]:
@@ -208,6 +163,27 @@ def _logged_states(
         if pk not in newest or seq > newest[pk][0]:
             newest[pk] = (seq, None if row["op"] == "d" else row["after"])
     return newest
+
+
+_COMMITTED_NOW = sys.maxsize
+"""``seq`` noted for rows this repair committed: newer than any compared mirror state."""
+
+
+def _note_committed(
+    logged: dict[str, tuple[int, str | None]], events: Sequence[ChangeEvent], spec: SnapshotTable
+) -> None:
+    """Keep :func:`_logged_states` current with rows just committed (the repair is the only
+    writer), instead of reading the change log again for every batch."""
+    for event in events:
+        if event.kind is not EventKind.ROW or event.db != spec.db or event.table != spec.table:
+            continue
+        if event.before is not None and event.op is not Op.DELETE:
+            old = json.loads(event.before)
+            old_pk = dumps({k: old.get(k) for k in spec.primary_key})
+            if old_pk != event.pk:  # the update changed the key: the old key is gone
+                logged[old_pk] = (_COMMITTED_NOW, None)
+        if event.pk is not None:
+            logged[event.pk] = (_COMMITTED_NOW, None if event.op is Op.DELETE else event.after)
 
 
 def _decide(
@@ -300,6 +276,8 @@ def repair_keys(  # noqa: PLR0915 - one loop over batches; its context is all he
         stream = SegmentStream(BinlogSource(source_config, resume=resume, password=password))
         for request in todo:
             spec = describe_table(conn, request.db, request.table)
+            # Read once per table; what this repair commits meanwhile is noted in memory.
+            logged = _logged_states(table_uri, storage_options, spec, [k.pk for k in request.keys])
             start = 0
             while start < len(request.keys):
                 part = request.keys[start : start + keys_per_read]
@@ -323,15 +301,16 @@ def repair_keys(  # noqa: PLR0915 - one loop over batches; its context is all he
                         part,
                         dict(found.rows),
                         touched,
-                        _logged_states(table_uri, storage_options, spec, [k.pk for k in part]),
+                        logged,
                         request.mirror_seq,
                     )
                     start += keys_per_read
-                events = [*segment, *_repair_events(spec, upserts, deletes, cut)]
+                events = [*segment, *events_at_cut(spec, cut, upserts, deletes)]
                 batch_seq += 1
                 commit_gate()
                 landed = sink.commit(events, batch_seq=batch_seq, resume=cut, epoch=epoch)
                 resume = cut
+                _note_committed(logged, events, spec)
                 if on_commit is not None:
                     on_commit(
                         CommitReport.of_side_commit(

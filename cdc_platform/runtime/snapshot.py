@@ -77,6 +77,7 @@ __all__ = [
     "SnapshotResult",
     "SnapshotRunner",
     "captured_tables_path",
+    "events_at_cut",
     "snapshot_new_tables",
     "state_path",
     "touched_keys",
@@ -503,7 +504,7 @@ class SnapshotRunner:
                 spec = describe_table(conn, spec.db, spec.table)
                 kept, done, counted = [], False, 0
                 next_index, next_after = state["index"], state["after"]
-            events = [*segment, *self._snapshot_events(spec, kept, cut)]
+            events = [*segment, *events_at_cut(spec, cut, kept)]
             batch_seq += 1
             state["pending"] = {"batch_seq": batch_seq, "index": next_index, "after": next_after}
             self._save_state(state)
@@ -558,34 +559,44 @@ class SnapshotRunner:
                 break
         return batch_seq, resume
 
-    @staticmethod
-    def _snapshot_events(
-        spec: SnapshotTable, rows: Sequence[tuple[str, str]], cut: ResumePosition
-    ) -> list[ChangeEvent]:
-        """op ``r`` events placed at the cut (their binlog columns say where they belong)."""
-        txn = Transaction(
-            start=cut.binlog_position,
-            gtid=None,
-            gtid_set_before=cut.gtid_set,
-            server_id=0,
-            timestamp=int(time.time()),
+
+def events_at_cut(
+    spec: SnapshotTable,
+    cut: ResumePosition,
+    upserts: Sequence[tuple[str, str]],
+    deletes: Sequence[str] = (),
+) -> list[ChangeEvent]:
+    """Rows read from the table, placed at the cut (their binlog columns say where they
+    belong; server_id 0, no GTID): op ``r`` for (pk, image) pairs, then op ``d`` with
+    ``before`` = the key for keys the table no longer has (reconciliation repairs)."""
+    txn = Transaction(
+        start=cut.binlog_position,
+        gtid=None,
+        gtid_set_before=cut.gtid_set,
+        server_id=0,
+        timestamp=int(time.time()),
+    )
+    position = cut.binlog_position
+    rows: list[tuple[Op, str, str | None, str | None]] = [
+        (Op.SNAPSHOT, pk, None, image) for pk, image in upserts
+    ]
+    rows += [(Op.DELETE, pk, pk, None) for pk in deletes]
+    return [
+        ChangeEvent(
+            EventKind.ROW,
+            txn,
+            position,
+            i,
+            db=spec.db,
+            table=spec.table,
+            op=op,
+            pk=pk,
+            before=before,
+            after=after,
+            columns=spec.columns_json,
         )
-        position = cut.binlog_position
-        return [
-            ChangeEvent(
-                EventKind.ROW,
-                txn,
-                position,
-                i,
-                db=spec.db,
-                table=spec.table,
-                op=Op.SNAPSHOT,
-                pk=pk,
-                after=image,
-                columns=spec.columns_json,
-            )
-            for i, (pk, image) in enumerate(rows)
-        ]
+        for i, (op, pk, before, after) in enumerate(rows)
+    ]
 
 
 def _read_captured(path: Path) -> set[str] | None:

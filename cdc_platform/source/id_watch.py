@@ -75,7 +75,7 @@ from cdc_platform.source.id_watch_state import (
     next_list_delay,
     stable_prefix,
 )
-from cdc_platform.source.snapshot import SnapshotTable, describe_table, read_chunk
+from cdc_platform.source.snapshot import SnapshotTable, describe_table, read_chunk, select_rows
 from cdc_platform.source.values import dumps
 
 __all__ = [
@@ -517,7 +517,7 @@ class IdWatchSource:
         created = _quote(settings.created_column)
         id_col = _quote(settings.id_column)
         extra = f"{id_col}, COALESCE({created} >= %s, 0)"
-        records = _select(
+        records = select_rows(
             conn,
             table.spec,
             extra,
@@ -617,7 +617,7 @@ class IdWatchSource:
                         (cutoff, *(v for key in keys for v in key)),
                     )
                 self.expired_deleted += deleted
-                present = _select(
+                present = select_rows(
                     conn,
                     spec,
                     _quote(table.settings.id_column),
@@ -640,32 +640,6 @@ class IdWatchSource:
                 log.info("id_watch: cleanup deleted %d expired rows of %s", deleted, table.name)
                 if len(keys) < expire.batch_size:
                     break
-
-
-def _select(
-    conn: pymysql.connections.Connection[Any],
-    spec: SnapshotTable,
-    extra: str,
-    tail: str,
-    args: tuple[Any, ...],
-) -> list[tuple[str, str, tuple[Any, ...]]]:
-    """(pk JSON, image JSON, extra values) per row, with the snapshot's column encoders, so
-    the JSON is the same text the binlog and snapshot sources write."""
-    select = ", ".join(c.select for c in spec.columns)
-    if extra:
-        select += ", " + extra
-    sql = f"SELECT {select} FROM {_quote(spec.db)}.{_quote(spec.table)} {tail}"  # noqa: S608
-    width = len(spec.columns)
-    out: list[tuple[str, str, tuple[Any, ...]]] = []
-    with conn.cursor() as cur:
-        cur.execute(sql, args)
-        for record in cur.fetchall():
-            image: dict[str, Any] = {}
-            for column, value in zip(spec.columns, record[:width], strict=True):
-                image[column.name] = None if value is None else column.convert(value)
-            pk = dumps({k: image[k] for k in spec.primary_key})
-            out.append((pk, dumps(image), tuple(record[width:])))
-    return out
 
 
 def _key_json(spec: SnapshotTable, raw: Sequence[Any]) -> str:

@@ -38,6 +38,7 @@ __all__ = [
     "encode_key",
     "read_chunk",
     "read_keys",
+    "select_rows",
 ]
 
 Convert = Callable[[Any], Any]
@@ -326,6 +327,41 @@ class ChunkRows:
     """Every row's raw key (as pymysql returned it), in row order."""
 
 
+def select_rows(
+    conn: pymysql.connections.Connection[Any],
+    spec: SnapshotTable,
+    extra: str,
+    tail: str,
+    args: tuple[Any, ...] = (),
+) -> list[tuple[str, str, tuple[Any, ...]]]:
+    """``SELECT <columns>, <extra> FROM <table> <tail>``: per row the ``pk`` JSON, the image
+    JSON (the same text the binlog source writes) and the values of ``extra``.
+
+    The one place that turns selected rows into change-log JSON (snapshot, reconciliation,
+    id watch). One autocommit SELECT: no lock, one consistent read.
+    """
+    select = ", ".join(c.select for c in spec.columns)
+    if extra:
+        select += ", " + extra
+    sql = f"SELECT {select} FROM {_quote(spec.db)}.{_quote(spec.table)} {tail}"  # noqa: S608
+    width = len(spec.columns)
+    out: list[tuple[str, str, tuple[Any, ...]]] = []
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+        for record in cur.fetchall():
+            image: dict[str, Any] = {}
+            for column, value in zip(spec.columns, record[:width], strict=True):
+                image[column.name] = None if value is None else column.convert(value)
+            pk = dumps({k: image[k] for k in spec.primary_key})
+            out.append((pk, dumps(image), tuple(record[width:])))
+    return out
+
+
+def _chunk(records: list[tuple[str, str, tuple[Any, ...]]]) -> ChunkRows:
+    keys = [list(raw) for _, _, raw in records]
+    return ChunkRows([(pk, image) for pk, image, _ in records], keys[-1] if keys else None, keys)
+
+
 def read_chunk(
     conn: pymysql.connections.Connection[Any],
     spec: SnapshotTable,
@@ -338,30 +374,14 @@ def read_chunk(
     the caller takes the binlog watermarks around it.
     """
     key_sql = ", ".join(_quote(k) for k in spec.primary_key)
-    select = ", ".join(c.select for c in spec.columns)
-    raw_key = ", ".join(_quote(k) for k in spec.primary_key)
-    sql = f"SELECT {select}, {raw_key} FROM {_quote(spec.db)}.{_quote(spec.table)}"  # noqa: S608
+    tail = ""
     args: tuple[Any, ...] = ()
     if after is not None:
         marks = ", ".join(["%s"] * len(spec.primary_key))
-        sql += f" WHERE ({key_sql}) > ({marks})"
+        tail = f"WHERE ({key_sql}) > ({marks}) "
         args = tuple(after)
-    sql += f" ORDER BY {key_sql} LIMIT {int(limit)}"
-    width = len(spec.columns)
-    out: list[tuple[str, str]] = []
-    keys: list[list[Any]] = []
-    last: list[Any] | None = None
-    pk_names = spec.primary_key
-    with conn.cursor() as cur:
-        cur.execute(sql, args)
-        for record in cur.fetchall():
-            image: dict[str, Any] = {}
-            for column, value in zip(spec.columns, record[:width], strict=True):
-                image[column.name] = None if value is None else column.convert(value)
-            out.append((dumps({k: image[k] for k in pk_names}), dumps(image)))
-            last = list(record[width:])
-            keys.append(last)
-    return ChunkRows(out, last, keys)
+    tail += f"ORDER BY {key_sql} LIMIT {int(limit)}"
+    return _chunk(select_rows(conn, spec, key_sql, tail, args))
 
 
 def encode_key(values: Sequence[Any]) -> list[Any]:
@@ -400,7 +420,7 @@ def read_keys(
     """The rows whose primary key is one of ``keys`` (raw values), in key order.
 
     Like :func:`read_chunk`, one autocommit SELECT without locks; keys that have no row are
-    simply absent from the result. ``last_key`` is the last row's raw key.
+    simply absent from the result.
     """
     if not keys:
         return ChunkRows([], None)
@@ -411,22 +431,7 @@ def read_keys(
                 f"{spec.name}: a key has {len(key)} values, the primary key has {width_key}"
             )
     key_sql = ", ".join(_quote(k) for k in spec.primary_key)
-    select = ", ".join(c.select for c in spec.columns)
     row_marks = "(" + ", ".join(["%s"] * width_key) + ")"
-    sql = (
-        f"SELECT {select}, {key_sql} FROM {_quote(spec.db)}.{_quote(spec.table)} "  # noqa: S608
-        f"WHERE ({key_sql}) IN ({', '.join([row_marks] * len(keys))}) ORDER BY {key_sql}"
-    )
+    tail = f"WHERE ({key_sql}) IN ({', '.join([row_marks] * len(keys))}) ORDER BY {key_sql}"
     args = tuple(value for key in keys for value in key)
-    width = len(spec.columns)
-    out: list[tuple[str, str]] = []
-    last: list[Any] | None = None
-    with conn.cursor() as cur:
-        cur.execute(sql, args)
-        for record in cur.fetchall():
-            image: dict[str, Any] = {}
-            for column, value in zip(spec.columns, record[:width], strict=True):
-                image[column.name] = None if value is None else column.convert(value)
-            out.append((dumps({k: image[k] for k in spec.primary_key}), dumps(image)))
-            last = list(record[width:])
-    return ChunkRows(out, last)
+    return _chunk(select_rows(conn, spec, key_sql, tail, args))

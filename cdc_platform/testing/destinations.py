@@ -54,10 +54,12 @@ def write_conf(
     lake_root: Path,
     server_id: int = 1001,
     extra_store: str = "",
+    extra_platform: str = "",
 ) -> None:
-    """A conf directory with one destination capturing every table of ``database``."""
+    """A conf directory with one destination capturing every table of ``database``;
+    ``extra_platform`` is appended to platform.yaml (lease, reconcile, ... settings)."""
     (conf / "destinations" / destination).mkdir(parents=True, exist_ok=True)
-    (conf / "platform.yaml").write_text(f"lake_root: {lake_root}\n")
+    (conf / "platform.yaml").write_text(f"lake_root: {lake_root}\n{extra_platform}")
     (conf / "destinations" / destination / "instance.yaml").write_text(
         f"""\
 source:

@@ -68,12 +68,9 @@ def destination(
         database=mariadb.name,
         lake_root=lake_root,
         server_id=3101,
-    )
-    (conf / "platform.yaml").write_text(
-        f"lake_root: {lake_root}\n"
-        f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/lease.db', "
+        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/lease.db', "
         "renew_interval_seconds: 0.2, expiry_seconds: 1.5}\n"
-        "reconcile: {chunk_size: 400}\n"
+        "reconcile: {chunk_size: 400}\n",
     )
     config = load_config(conf)
     assert not config.errors, config.errors
@@ -373,8 +370,8 @@ def test_reconciliation_fills_in_rows_from_before_the_start(
         database=mariadb.name,
         lake_root=lake_root,
         server_id=3102,
+        extra_platform="reconcile: {chunk_size: 50}\n",
     )
-    (conf / "platform.yaml").write_text(f"lake_root: {lake_root}\nreconcile: {{chunk_size: 50}}\n")
     config = load_config(conf)
     workload = Workload(mariadb.server, mariadb.name, seed=9)
     workload.create_schema()

@@ -302,9 +302,7 @@ def test_destination_run_snapshots_new_tables_itself(
         database=mariadb.name,
         lake_root=lake_root,
         server_id=2111,
-    )
-    (conf / "platform.yaml").write_text(
-        f"lake_root: {lake_root}\nlease: {{backend: database, url: 'sqlite:///{tmp_path}/l.db'}}\n"
+        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/l.db'}}\n",
     )
     instance_file = conf / "destinations" / "d" / "instance.yaml"
     text = instance_file.read_text()

@@ -18,7 +18,7 @@ from dagster import (
     instance_for_test,
 )
 
-from cdc_platform.errors import ReconcileError
+from cdc_platform.errors import ConfigError, ReconcileError
 from cdc_platform.reconcile.inbox import RepairInbox
 from cdc_platform.reconcile.repair import RepairKey, RepairResult, RepairTable
 from cdc_platform.reconcile.schedule import DueState, next_interval
@@ -56,7 +56,7 @@ def test_config_rejects_inverted_interval(tmp_path: Path) -> None:
     conf = tmp_path / "conf"
     (conf / "destinations").mkdir(parents=True)
     (conf / "platform.yaml").write_text("reconcile: {interval_minutes: [30, 15]}\n")
-    with pytest.raises(Exception, match="interval_minutes"):
+    with pytest.raises(ConfigError, match="interval_minutes"):
         load_config(conf)
 
 
@@ -226,3 +226,46 @@ def test_mirror_catch_up_decision() -> None:
     assert not decide(50.0, 40.0, busy=True)  # a mirrors run is queued or running
     assert decide(50.0, None)  # never mirrored
     assert not decide(None, None)  # no change log yet
+
+
+def test_repair_notes_its_own_commits_instead_of_rereading_the_log() -> None:
+    from cdc_platform.events import BinlogPosition, ChangeEvent, EventKind, Op, Transaction  # noqa: PLC0415
+    from cdc_platform.reconcile.repair import _COMMITTED_NOW, _note_committed  # noqa: PLC0415
+    from cdc_platform.source.snapshot import SnapshotTable  # noqa: PLC0415
+
+    spec = SnapshotTable("db", "t", (), ("id",), "[]")
+    at = BinlogPosition("b.000001", 4)
+    txn = Transaction(start=at, gtid=None, gtid_set_before=None, server_id=1, timestamp=0)
+
+    def row(
+        op: Op, pk: str, before: str | None, after: str | None, table: str = "t"
+    ) -> ChangeEvent:
+        return ChangeEvent(
+            EventKind.ROW,
+            txn,
+            at,
+            0,
+            db="db",
+            table=table,
+            op=op,
+            pk=pk,
+            before=before,
+            after=after,
+        )
+
+    logged = {'{"id":1}': (5, "old1"), '{"id":9}': (5, "img9")}
+    _note_committed(
+        logged,
+        [
+            row(Op.UPDATE, '{"id":2}', '{"id":1,"v":0}', '{"id":2,"v":1}'),  # key 1 -> 2
+            row(Op.DELETE, '{"id":3}', '{"id":3}', None),
+            row(Op.INSERT, '{"id":9}', None, "other table", table="u"),  # not this table
+        ],
+        spec,
+    )
+    assert logged == {
+        '{"id":1}': (_COMMITTED_NOW, None),
+        '{"id":2}': (_COMMITTED_NOW, '{"id":2,"v":1}'),
+        '{"id":3}': (_COMMITTED_NOW, None),
+        '{"id":9}': (5, "img9"),
+    }
