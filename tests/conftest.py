@@ -6,7 +6,9 @@ When a test fails, the server's log tail is printed in its report.
 
 from __future__ import annotations
 
+import logging
 import re
+import traceback
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,6 +18,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
+from cdc_platform.testing.secrets import REPLICATION_PASSWORD, leaked_secrets
 from cdc_platform.testing.zookeeper import ZooKeeperServer
 
 
@@ -25,6 +28,27 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     setattr(item, f"rep_{report.when}", report)
     return report
+
+
+@pytest.fixture(autouse=True)
+def _no_secret_in_logs(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """Every test also checks that no log record of the platform holds one of the suite's
+    secrets (the replication password, the planted one), whatever went wrong in it."""
+    caplog.set_level(logging.INFO, logger="cdc_platform")
+    yield
+    leaks = [
+        (record.name, record.levelname)
+        for record in caplog.records
+        if leaked_secrets(_rendered(record))
+    ]
+    assert not leaks, f"a secret reached the log: {leaks}"
+
+
+def _rendered(record: logging.LogRecord) -> str:
+    text = record.getMessage()
+    if record.exc_info and record.exc_info[1] is not None:
+        text += "\n" + "".join(traceback.format_exception(record.exc_info[1]))
+    return text
 
 
 def _failed(request: pytest.FixtureRequest) -> bool:
@@ -48,7 +72,7 @@ def mariadb_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDB
 @pytest.fixture(scope="session")
 def replication_user(mariadb_server: MariaDBServer) -> ReplicationUser:
     """A user with only SELECT, REPLICATION SLAVE, REPLICATION CLIENT."""
-    return mariadb_server.create_replication_user("cdc", "cdc-secret")
+    return mariadb_server.create_replication_user("cdc", REPLICATION_PASSWORD)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from cdc_platform.config.urls import parse_database_url, redact_url, url_has_secret
 from cdc_platform.errors import ConfigError
 from cdc_platform.store.ring_buffer import BatchMode
 
@@ -299,6 +300,12 @@ class DatabaseLeaseConfig(_Model):
     """After a manual release, stay away this long so a standby takes over
     (default 2 x renew interval + 1 s)."""
 
+    @field_validator("url")
+    @classmethod
+    def _database_url(cls, value: str) -> str:
+        parse_database_url(value)  # its ValueError never quotes a password
+        return value
+
     @model_validator(mode="after")
     def _renew_before_expiry(self) -> DatabaseLeaseConfig:
         margin = min(1.0, self.expiry_seconds / 4)
@@ -324,7 +331,9 @@ class SparkConfig(_Model):
     mode: Literal["embedded", "connect", "classic"] = "embedded"
     """embedded: in-process Sail; connect: a Spark Connect URL; classic: PySpark + delta-spark."""
     connect_url: str | None = None
-    """`sc://host:15002`, for mode=connect."""
+    """`sc://host:15002`, for mode=connect (no token here: see `token_env`)."""
+    token_env: str | None = None
+    """mode=connect: environment variable holding the Spark Connect bearer token, if any."""
     master: str = "local[2]"
     """Master URL, for mode=classic."""
     app_name: str = "cdc-platform"
@@ -339,6 +348,20 @@ class SparkConfig(_Model):
     """mode=classic: add delta-spark's Maven package with `configure_spark_with_delta_pip`.
     Set false when the Delta jars come another way (`spark.jars` in `conf`, a cluster image),
     e.g. where Maven Central is unreachable."""
+
+    @field_validator("connect_url")
+    @classmethod
+    def _no_token_in_url(cls, value: str | None) -> str | None:
+        if value is not None and url_has_secret(value):
+            raise ValueError(
+                f"{redact_url(value)!r} must not contain a token or password: put it in an "
+                "environment variable and name it in token_env"
+            )
+        return value
+
+    def token(self) -> SecretStr | None:
+        """The Spark Connect token from the environment, or None."""
+        return read_secret(self.token_env) if self.token_env else None
 
 
 class DagsterSettings(_Model):
@@ -364,6 +387,14 @@ class WatchConfig(_Model):
     """Environment variable holding that database's password, if any."""
     history: int = Field(default=1000, ge=1)
     """Events kept for watchers that reconnect; older ones mean "re-list"."""
+
+    @field_validator("url")
+    @classmethod
+    def _database_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_database_url(value)  # its ValueError never quotes a password
+        return value
+
     publish_interval_seconds: float = Field(default=1.0, gt=0)
     """Each process writes its status at most this often."""
 

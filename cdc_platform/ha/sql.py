@@ -24,10 +24,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import unquote, urlsplit
 
 from pydantic import SecretStr
 
+from cdc_platform.config.urls import DatabaseKind, DatabaseUrl, parse_database_url
 from cdc_platform.errors import CdcError, ConfigError, LeaseBackendError
 
 __all__ = [
@@ -118,63 +118,8 @@ POSTGRESQL = Dialect(
 """``clock_timestamp()``, not ``now()``: the latter is frozen at transaction start."""
 
 
-@dataclass(frozen=True, slots=True)
-class DatabaseUrl:
-    """A parsed lease/state database URL (never holds the password)."""
-
-    dialect: Dialect
-    path: Path | None = None
-    host: str = "127.0.0.1"
-    port: int | None = None
-    user: str | None = None
-    database: str | None = None
-
-    def display(self) -> str:
-        """The URL for messages."""
-        if self.dialect is SQLITE:
-            return f"sqlite:///{self.path}"
-        user = f"{self.user}@" if self.user else ""
-        port = f":{self.port}" if self.port else ""
-        return f"{self.dialect.name}://{user}{self.host}{port}/{self.database or ''}"
-
-
-def parse_database_url(url: str, base_dir: Path | None = None) -> DatabaseUrl:
-    """``sqlite:///rel/path`` (relative to ``base_dir``), ``sqlite:////abs/path``,
-    ``mysql://user@host:port/db`` (also ``mariadb://``), ``postgresql://user@host:port/db``.
-
-    A password in the URL is refused: secrets come from an environment variable.
-    """
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    if scheme == "sqlite":
-        raw = url[len("sqlite://") :]
-        if not raw.startswith("/") or raw == "/":
-            raise ConfigError(f"lease database URL {url!r}: expected sqlite:///path")
-        path = Path(raw[1:])
-        if not path.is_absolute() and base_dir is not None:
-            path = base_dir / path
-        return DatabaseUrl(SQLITE, path=path)
-    dialects = {"mysql": MYSQL, "mariadb": MYSQL, "postgresql": POSTGRESQL, "postgres": POSTGRESQL}
-    if scheme not in dialects:
-        raise ConfigError(
-            f"lease database URL {url!r}: unknown scheme {parts.scheme!r} "
-            "(use sqlite, mysql, mariadb or postgresql)"
-        )
-    if parts.password:
-        raise ConfigError(
-            "lease database URL must not contain a password: put it in an environment "
-            "variable and name it in password_env"
-        )
-    database = parts.path.lstrip("/") or None
-    if database is None:
-        raise ConfigError(f"lease database URL {url!r}: no database name")
-    return DatabaseUrl(
-        dialects[scheme],
-        host=parts.hostname or "127.0.0.1",
-        port=parts.port,
-        user=unquote(parts.username) if parts.username else None,
-        database=database,
-    )
+DIALECTS: dict[DatabaseKind, Dialect] = {"sqlite": SQLITE, "mysql": MYSQL, "postgresql": POSTGRESQL}
+"""The dialect of each kind of database URL."""
 
 
 class _Cursor(Protocol):
@@ -243,8 +188,14 @@ class Database:
         timeout: float = 5.0,
         error: ErrorFactory = LeaseBackendError,
     ) -> None:
-        self.url = url if isinstance(url, DatabaseUrl) else parse_database_url(url, base_dir)
-        self.dialect = self.url.dialect
+        if isinstance(url, DatabaseUrl):
+            self.url = url
+        else:
+            try:
+                self.url = parse_database_url(url, base_dir)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+        self.dialect = DIALECTS[self.url.kind]
         self._password = password
         self._db_clock = db_clock
         self._timeout = timeout

@@ -26,6 +26,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from cdc_platform.config.models import SparkConfig
+from cdc_platform.config.urls import redact_url
 from cdc_platform.errors import SparkSessionError
 
 __all__ = [
@@ -131,7 +132,7 @@ def _settings(config: SparkConfig) -> dict[str, str]:
 def connect_builder(url: str, config: SparkConfig) -> SparkSession.Builder:
     """A Spark Connect builder for ``url`` with the platform's settings (creates nothing)."""
     if not url.startswith("sc://"):
-        raise SparkSessionError(f"a Spark Connect URL starts with sc://, not {url!r}")
+        raise SparkSessionError(f"a Spark Connect URL starts with sc://, not {redact_url(url)!r}")
     builder = SparkSession.Builder().remote(url)
     for key, value in _settings(config).items():
         builder = builder.config(key, value)
@@ -179,7 +180,10 @@ class SparkSessionFactory:
         if config.mode == "connect":
             if not config.connect_url:
                 raise SparkSessionError("spark.mode is connect but spark.connect_url is not set")
-            return config.connect_url
+            token = config.token()
+            if token is None:
+                return config.connect_url
+            return f"{config.connect_url.rstrip('/')}/;token={token.get_secret_value()}"
         return None
 
     def _builder(self, url: str | None) -> SparkSession.Builder:
@@ -203,14 +207,21 @@ class SparkSessionFactory:
                 for key, value in SESSION_CONF.items():
                     session.conf.set(key, value)
             except Exception as exc:  # py4j, grpc and pyspark errors have no common base
+                # Not chained: the driver's own error may quote the URL with its token.
                 raise SparkSessionError(
                     f"no Spark session in mode {self.config.mode!r}: {type(exc).__name__}: "
-                    f"{exc}{self._hint(builder)}"
-                ) from exc
+                    f"{self._redact(str(exc))}{self._hint(builder)}"
+                ) from None
             if self.config.mode == "embedded":
                 _EMBEDDED.register(session)
             self._session, self._session_url = session, url
             return session
+
+    def _redact(self, text: str) -> str:
+        token = self.config.token() if self.config.mode == "connect" else None
+        if token is not None and token.get_secret_value():
+            text = text.replace(token.get_secret_value(), "***")
+        return redact_url(text)
 
     def _hint(self, builder: SparkSession.Builder) -> str:
         packages = getattr(builder, "_options", {}).get("spark.jars.packages")

@@ -26,6 +26,7 @@ from cdc_platform.testing.processes import (
     tail_of,
     wait_until,
 )
+from cdc_platform.testing.secrets import REPLICATION_PASSWORD
 
 __all__ = ["MariaDBServer", "ReplicationUser"]
 
@@ -204,7 +205,7 @@ class MariaDBServer:
     def create_replication_user(
         self,
         name: str = "cdc",
-        password: str = "cdc-secret",  # noqa: S107 (a private test server)
+        password: str = REPLICATION_PASSWORD,
     ) -> ReplicationUser:
         """Create (or reset) a user with exactly the grants CDC needs."""
         self.execute(

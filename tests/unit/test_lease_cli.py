@@ -10,11 +10,11 @@ import pytest
 from cdc_platform.cli import main
 from cdc_platform.config import load_config
 from cdc_platform.config.models import DatabaseLeaseConfig, PlatformConfig, ZooKeeperLeaseConfig
-from cdc_platform.errors import ConfigError, ConfigFileError
+from cdc_platform.config.urls import parse_database_url, redact_url
+from cdc_platform.errors import ConfigFileError
 from cdc_platform.events import ResumePosition
 from cdc_platform.ha.db_lease import DatabaseLease
 from cdc_platform.ha.factory import open_lease, open_registry, open_state_store
-from cdc_platform.ha.sql import parse_database_url
 from cdc_platform.ha.zookeeper import ZooKeeperLease
 from cdc_platform.sink import DeltaChangeLog
 
@@ -91,20 +91,43 @@ def test_database_urls() -> None:
     assert parse_database_url("sqlite:////abs/l.db").path == Path("/abs/l.db")
     assert parse_database_url("sqlite:///rel/l.db", Path("/base")).path == Path("/base/rel/l.db")
     url = parse_database_url("mariadb://cdc@db.example:3307/leases")
-    assert (url.dialect.name, url.host, url.port, url.user, url.database) == (
+    assert (url.kind, url.host, url.port, url.user, url.database) == (
         "mysql",
         "db.example",
         3307,
         "cdc",
         "leases",
     )
-    assert parse_database_url("postgres://u@h/d").dialect.name == "postgresql"
-    with pytest.raises(ConfigError, match="password"):
-        parse_database_url("mysql://u:secret@h/d")
-    with pytest.raises(ConfigError, match="scheme"):
+    assert parse_database_url("postgres://u@h/d").kind == "postgresql"
+    with pytest.raises(ValueError, match="password") as refused:
+        parse_database_url("mysql://u:s3cr/t@x@h/d")
+    assert "s3cr" not in str(refused.value)
+    with pytest.raises(ValueError, match="password") as unknown:
+        parse_database_url("myslq://u:hunter2@h/d")
+    assert "hunter2" not in str(unknown.value)
+    with pytest.raises(ValueError, match="scheme"):
         parse_database_url("oracle://h/d")
-    with pytest.raises(ConfigError, match="database name"):
+    with pytest.raises(ValueError, match="database name"):
         parse_database_url("mysql://u@h")
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("mysql://u:pw@h/d", "mysql://u:***@h/d"),
+        ("mysql://u:p/w@x@h:3306/d", "mysql://u:***@h:3306/d"),
+        ("u:pw@h", "u:***@h"),
+        ("sc://h:15002/;token=abc;user_id=x", "sc://h:15002/;token=***;user_id=x"),
+        (
+            "postgresql://h/d?password=abc&sslmode=require",
+            "postgresql://h/d?password=***&sslmode=require",
+        ),
+        ("mysql://u@h:3306/d", "mysql://u@h:3306/d"),
+        ("sc://h:15002", "sc://h:15002"),
+    ],
+)
+def test_redact_url(text: str, shown: str) -> None:
+    assert redact_url(text) == shown
 
 
 def test_status_and_release_commands(conf: Path, capsys: pytest.CaptureFixture[str]) -> None:
