@@ -19,6 +19,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_platform.config import ConfigSet, load_config
+from cdc_platform.errors import ReconcileError
 from cdc_platform.ha.factory import open_lease
 from cdc_platform.reconcile.inbox import RepairInbox, inbox_path
 from cdc_platform.reconcile.service import ReconcileReport, reconcile_destination
@@ -394,3 +395,59 @@ def test_reconciliation_fills_in_rows_from_before_the_start(
         apply_changes(spark, config.table_uri("d"), root, mariadb.name, table)
     again = reconcile_destination(config, "d", spark)
     assert again.differences == 0, again.metadata()
+
+
+def forge_request(inbox: RepairInbox, request_id: str, tables: list[dict[str, object]]) -> None:
+    """A request file written by hand, in the inbox's format, without the platform's key."""
+    inbox.requests.mkdir(parents=True, exist_ok=True)
+    item = {
+        "format": 1,
+        "id": request_id,
+        "requester": "someone",
+        "submitted_at": 0,
+        "tables": tables,
+        "signature": "00" * 32,
+    }
+    (inbox.requests / f"{request_id}.json").write_text(json.dumps(item))
+
+
+def test_hand_written_repair_requests_are_refused_and_delete_nothing(
+    spark: SparkSession,
+    destination: ConfigSet,
+    mariadb: MariaDBDatabase,
+    streaming: LeaseSupervisor,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The inbox is an authority to write deletes: only the platform's own requests count."""
+    caplog.set_level("INFO")
+    mariadb.server.execute(
+        "SET sql_log_bin = 0", "DELETE FROM items WHERE id = 13", database=mariadb.name
+    )
+    inbox = RepairInbox(inbox_path(destination.lake_root, "d"))
+    key = {"key": [13], "pk": '{"id":13}'}
+    forge_request(
+        inbox, "000000000000001-forged01", [{"db": mariadb.name, "table": "items", "keys": [key]}]
+    )
+    with pytest.raises(ReconcileError, match="refused"):
+        inbox.wait("000000000000001-forged01", 60)
+    forge_request(  # a table the destination does not capture, however it is signed
+        inbox, "000000000000002-forged02", [{"db": "mysql", "table": "user", "keys": [key]}]
+    )
+    with pytest.raises(ReconcileError, match="refused"):
+        inbox.wait("000000000000002-forged02", 60)
+    assert streaming.repairs == 0
+    assert "refused" in caplog.text
+    deletes = [
+        row
+        for row in DeltaTable(destination.table_uri("d")).to_pyarrow_table().to_pylist()
+        if row["op"] == "d"
+    ]
+    assert deletes == [], "a hand-written request made the holder write deletes"
+
+    apply_mirrors(spark, destination, mariadb.name)  # the mirror still has id 13
+    report = reconcile_destination(destination, "d", spark, wait_seconds=60)
+    assert report.status == "repaired", report.metadata()
+    assert "lease holder" in (report.repaired_by or "")
+    assert report.repair is not None
+    assert report.repair.deletes[f"{mariadb.name}.items"] == 1
+    assert streaming.repairs == 1
