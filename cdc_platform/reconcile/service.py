@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 from cdc_platform.config.loader import ConfigSet
 from cdc_platform.errors import LeaseLostError, ReconcileError, SnapshotError
 from cdc_platform.reconcile.compare import ChunkProgress, TableComparison, compare_table
-from cdc_platform.reconcile.inbox import RepairInbox, inbox_path
+from cdc_platform.reconcile.inbox import destination_inbox
 from cdc_platform.reconcile.repair import RepairResult, RepairTable, repair_keys
 from cdc_platform.sink.delta import DeltaChangeLog
 from cdc_platform.source.connection import connect_source
@@ -169,7 +169,7 @@ def reconcile_destination(  # noqa: PLR0912, PLR0915 - the two phases, with thei
     try:
         holder = lease.holder()
         if holder is not None and holder.run_id != lease.run_id:
-            inbox = RepairInbox(inbox_path(config.lake_root, destination))
+            inbox = destination_inbox(config.lake_root, destination, source)
             request_id = inbox.submit(requests, requester=lease.address)
             log.info(
                 "%s: %d suspected keys sent to the lease holder %s (epoch %d), request %s",

@@ -652,7 +652,7 @@ def supervised_destination(
             open_state_store(platform, config.conf_dir),
             interval=platform.watch.publish_interval_seconds,
         )
-        from cdc_platform.reconcile.inbox import RepairInbox, inbox_path  # noqa: PLC0415
+        from cdc_platform.reconcile.inbox import destination_inbox  # noqa: PLC0415
 
         yield LeaseSupervisor(
             destination.name,
@@ -664,7 +664,7 @@ def supervised_destination(
             config_hash=destination.content_hash,
             on_commit=on_commit,
             metrics_interval_seconds=metrics_interval_seconds,
-            inbox=RepairInbox(inbox_path(config.lake_root, destination.name)),
+            inbox=destination_inbox(config.lake_root, destination.name, destination.config.source),
             lake_root=config.lake_root,
             on_snapshot_progress=on_snapshot_progress,
         )
