@@ -21,12 +21,14 @@ from pyspark.sql import SparkSession
 from cdc_platform.config import ConfigSet, load_config
 from cdc_platform.errors import ReconcileError
 from cdc_platform.ha.factory import open_lease
-from cdc_platform.reconcile.inbox import RepairInbox, inbox_path
+from cdc_platform.reconcile.inbox import RepairInbox, destination_inbox, inbox_path
+from cdc_platform.reconcile.repair import RepairKey, RepairTable
 from cdc_platform.reconcile.service import ReconcileReport, reconcile_destination
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.runtime.supervisor import LeaseSupervisor, supervised_destination
 from cdc_platform.spark.mirror import apply_changes, mirror_root, mirror_uri
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
+from cdc_platform.testing.ha import wait_for
 from cdc_platform.testing.replay import replay
 from cdc_platform.testing.workload import source_rows
 from tests.conftest import MariaDBDatabase
@@ -451,3 +453,47 @@ def test_hand_written_repair_requests_are_refused_and_delete_nothing(
     assert report.repair is not None
     assert report.repair.deletes[f"{mariadb.name}.items"] == 1
     assert streaming.repairs == 1
+
+
+def test_a_lost_lease_interrupts_a_repair_blocked_on_the_source(
+    destination: ConfigSet, mariadb: MariaDBDatabase, streaming: LeaseSupervisor
+) -> None:
+    """A repair whose read hangs on the source (here a table lock; a partition looks the same
+    to the reader) ends as soon as the lease goes, and its requester hears of it."""
+    mariadb.server.execute(
+        "SET sql_log_bin = 0", "DELETE FROM items WHERE id = 13", database=mariadb.name
+    )
+    source = destination.destinations["d"].config.source
+    inbox = destination_inbox(destination.lake_root, "d", source)
+    locker = mariadb.server.connect(mariadb.name)
+    try:
+        with locker.cursor() as cur:
+            cur.execute("LOCK TABLES items WRITE")
+        request_id = inbox.submit(
+            [RepairTable(mariadb.name, "items", [RepairKey([13], '{"id":13}')])]
+        )
+        wait_for(
+            lambda: not (inbox.requests / f"{request_id}.json").exists(),
+            "the holder to claim the request",
+        )
+        operator = open_lease(destination.platform, destination.conf_dir, "d", address="operator")
+        try:
+            assert operator.request_release() is not None
+        finally:
+            operator.close()
+        wait_for(
+            (inbox.results / f"{request_id}.json").exists,
+            "the repair to be interrupted by the lost lease and answer",
+            timeout=30,
+        )
+        with pytest.raises(ReconcileError, match="lease"):
+            inbox.wait(request_id, 0)
+    finally:
+        locker.close()  # ends the lock
+    assert streaming.repairs == 0
+    deletes = [
+        row
+        for row in DeltaTable(destination.table_uri("d")).to_pyarrow_table().to_pylist()
+        if row["op"] == "d"
+    ]
+    assert deletes == [], "the deposed holder wrote its repair"
