@@ -12,6 +12,11 @@ not pile up; one claimed late is still safe to serve (repairs re-read the source
 Files only, no server: the lake root must be a local (or mounted) file system, as for the
 snapshot's progress file.
 
+The holder touches its claimed file every :data:`HEARTBEAT_SECONDS` while it repairs; the
+requester waits for the result as long as those signs of life come, and gives up (an error,
+nothing more is expected) when they stop for :data:`STALE_AFTER_SECONDS` (the holder died or
+hangs) or when the request vanished. So no wait is unbounded, however long a repair takes.
+
 A request is an authority to write the change log, deletes included, so the holder honours
 only requests this platform's reconciliation wrote: each is signed with an HMAC-SHA256 whose
 key is derived from the destination's source password (a secret both sides already read from
@@ -22,14 +27,16 @@ filters is refused: logged with the reason, answered with an error result, never
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
 import logging
 import os
+import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +57,10 @@ MAX_REQUEST_AGE_SECONDS = 24 * 3600.0
 """A signed request older than this (by its signed submission time) is refused: a copy of an
 old request replayed later is not an order from a current reconciliation."""
 _MAX_CLOCK_AHEAD_SECONDS = 300.0
+HEARTBEAT_SECONDS = 5.0
+"""How often the holder shows it still works on a claimed request."""
+STALE_AFTER_SECONDS = 60.0
+"""A claimed request without a sign of life for this long is given up by its requester."""
 """Tolerated skew between the requester's and the holder's wall clocks."""
 
 
@@ -106,12 +117,14 @@ class RepairInbox:
         allowed: Callable[[str, str], bool] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
         max_age: float = MAX_REQUEST_AGE_SECONDS,
     ) -> None:
         self.root = root
         self._key = key
         self._allowed = allowed
         self._clock = clock
+        self._sleep = sleep
         self._wall_clock = wall_clock
         self._max_age = max_age
 
@@ -235,14 +248,49 @@ class RepairInbox:
             return False
         return True
 
-    def wait(self, request_id: str, timeout: float, *, poll: float = 0.2) -> RepairResult | None:
+    @contextlib.contextmanager
+    def keep_alive(self, request_id: str, *, interval: float = HEARTBEAT_SECONDS) -> Iterator[None]:
+        """While the block runs, touch the claimed file every ``interval`` seconds (the
+        requester's sign that the holder still works on it)."""
+        done = threading.Event()
+        path = self.claimed / f"{request_id}.json"
+
+        def beat() -> None:
+            while not done.wait(interval):
+                try:
+                    os.utime(path)
+                except OSError:
+                    return  # finished (or the inbox is gone): nothing left to show
+
+        thread = threading.Thread(target=beat, name=f"cdc-repair-alive-{request_id}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join(timeout=interval + 1.0)
+
+    def wait(
+        self,
+        request_id: str,
+        timeout: float,
+        *,
+        poll: float = 0.2,
+        stale_after: float = STALE_AFTER_SECONDS,
+    ) -> RepairResult | None:
         """The request's result, or None when it was not claimed within ``timeout``.
 
-        Once claimed, waits for the result however long the repair takes (the holder is
-        working on it). Raises ReconcileError when the holder reported a failure.
+        Once claimed, waits for the result as long as the holder shows signs of life (its
+        claimed file changes at least every ``stale_after`` seconds).
+
+        Raises:
+            ReconcileError: the holder reported a failure (or refused the request), stopped
+                showing signs of life, or the request vanished without a result.
         """
         deadline = self._clock() + timeout
         result_file = self.results / f"{request_id}.json"
+        claimed_file = self.claimed / f"{request_id}.json"
+        last_sign: tuple[float, float] | None = None  # (mtime seen, when seen)
         while True:
             if result_file.exists():
                 item = json.loads(result_file.read_text(encoding="utf-8"))
@@ -250,6 +298,25 @@ class RepairInbox:
                 if item.get("error"):
                     raise ReconcileError(f"the lease holder's repair failed: {item['error']}")
                 return RepairResult.from_json(item["result"])
-            if self._clock() >= deadline and self.withdraw(request_id):
-                return None
-            time.sleep(poll)
+            now = self._clock()
+            try:
+                mtime = claimed_file.stat().st_mtime
+            except FileNotFoundError:
+                mtime = None
+            if mtime is not None:
+                if last_sign is None or mtime != last_sign[0]:
+                    last_sign = (mtime, now)
+                elif now - last_sign[1] >= stale_after:
+                    raise ReconcileError(
+                        f"repair request {request_id}: the lease holder claimed it but showed "
+                        f"no sign of life for {stale_after:g} s (it died or hangs); nothing "
+                        "more is expected from it: rerun the reconciliation"
+                    )
+            elif now >= deadline:
+                if self.withdraw(request_id):
+                    return None
+                if not claimed_file.exists() and not result_file.exists():
+                    raise ReconcileError(
+                        f"repair request {request_id} left the inbox without a result"
+                    )
+            self._sleep(poll)

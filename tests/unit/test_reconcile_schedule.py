@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -229,6 +231,40 @@ def test_inbox_refuses_unsigned_tampered_foreign_and_stale_requests(tmp_path: Pa
     refused(stale, "outside the accepted age")
     fresh = requester.submit(table)
     assert holder.claim() == (fresh, table)
+
+
+def test_inbox_wait_ends_when_a_claimed_request_shows_no_sign_of_life(tmp_path: Path) -> None:
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    requester = RepairInbox(tmp_path / "_reconcile", key=KEY, clock=lambda: now[0], sleep=sleep)
+    holder = RepairInbox(tmp_path / "_reconcile", key=KEY)
+    request_id = requester.submit([RepairTable("db", "t", [RepairKey([1], '{"id":1}')])])
+    assert holder.claim() is not None  # ... and the holder dies
+    with pytest.raises(ReconcileError, match="no sign of life for 60 s"):
+        requester.wait(request_id, timeout=5, poll=1)
+    assert 60 <= now[0] <= 62, "it waited past the claim deadline, as long as stale_after"
+
+    gone = requester.submit([RepairTable("db", "t", [RepairKey([1], '{"id":1}')])])
+    assert holder.claim() is not None
+    (tmp_path / "_reconcile" / "claimed" / f"{gone}.json").unlink()  # removed by hand
+    with pytest.raises(ReconcileError, match="without a result"):
+        requester.wait(gone, timeout=5, poll=1)
+
+
+def test_inbox_keep_alive_touches_the_claim(tmp_path: Path) -> None:
+    inbox = RepairInbox(tmp_path / "_reconcile", key=KEY)
+    request_id = inbox.submit([RepairTable("db", "t", [RepairKey([1], '{"id":1}')])])
+    assert inbox.claim() is not None
+    path = tmp_path / "_reconcile" / "claimed" / f"{request_id}.json"
+    os.utime(path, (1.0, 1.0))
+    with inbox.keep_alive(request_id, interval=0.01):
+        deadline = time.monotonic() + 30
+        while path.stat().st_mtime == 1.0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert path.stat().st_mtime != 1.0
 
 
 # -- the repair decision -----------------------------------------------------------------------
