@@ -50,7 +50,7 @@ from pydantic import SecretStr
 from cdc_platform.errors import ConfigError, LeaseBackendError
 from cdc_platform.ha.lease import SYSTEM_CLOCK, Clock, HolderInfo, Lease, MemberInfo
 
-__all__ = ["RunningData", "SwitchRules", "ZooKeeperLease"]
+__all__ = ["RunningData", "SwitchRules", "ZooKeeperLease", "stop_client"]
 
 log = logging.getLogger("cdc_platform.ha")
 
@@ -240,7 +240,7 @@ class ZooKeeperLease(Lease):
             try:
                 client.start(timeout=self.connect_timeout)
             except (KazooTimeoutError, KazooException, OSError) as exc:
-                _stop_client(client)
+                stop_client(client, timeout=self.session_timeout)
                 raise LeaseBackendError(
                     f"{self.destination}: cannot connect to ZooKeeper at {self.hosts}: "
                     f"{type(exc).__name__}: {exc}"
@@ -248,7 +248,7 @@ class ZooKeeperLease(Lease):
             try:
                 self._ensure_paths(client)
             except LeaseBackendError:
-                _stop_client(client)
+                stop_client(client, timeout=self.session_timeout)
                 raise
             self._client = client
         # Outside the connect lock: the first callback runs in this thread and takes _lock.
@@ -358,15 +358,10 @@ class ZooKeeperLease(Lease):
         for _ in range(5):
             if self._is_suspended():
                 return None
-            try:
-                raw, _stat = self._op("read", client.get_async, self.running_path)
-                with self._lock:
-                    self._rules.observe(RunningData.parse(raw) or _UNKNOWN)
+            if not self._running_absent(client):
                 return None
-            except NoNodeError:
-                with self._lock:
-                    self._rules.observe(None)
-                    allowed = self._rules.may_grab()
+            with self._lock:
+                allowed = self._rules.may_grab()
             if not allowed:
                 return None
             try:
@@ -396,6 +391,25 @@ class ZooKeeperLease(Lease):
                 continue  # someone else bumped the epoch: read it again
             raise LeaseBackendError(f"{self.destination}: acquisition failed: {results}")
         return None
+
+    def _running_absent(self, client: Any) -> bool:
+        """Read the running node into the switch rules: True when it is absent."""
+        try:
+            raw, _stat = self._op("read", client.get_async, self.running_path)
+        except NoNodeError:
+            with self._lock:
+                self._rules.observe(None)
+            return True
+        data = RunningData.parse(raw)
+        if data is not None and data.run_id == self.run_id:
+            # Ours, yet we hold no term: a release that could not reach ZooKeeper left it
+            # behind, and our live session would keep it forever. The data watch reports the
+            # deletion and the next attempt takes the lease at once.
+            self._delete_if_ours(client, None)
+            return False
+        with self._lock:
+            self._rules.observe(data or _UNKNOWN)
+        return False
 
     def renew(self) -> bool:  # noqa: PLR0911
         """Re-confirm the running node is ours (no write; ZooKeeper keeps it with the session)."""
@@ -437,24 +451,57 @@ class ZooKeeperLease(Lease):
         self._lose("released by an operator (manual switch-over)", epoch)
 
     def release(self) -> None:
-        """Delete our running node (if it is still ours)."""
+        """Stop the term now; delete our running node if ZooKeeper answers in time.
+
+        Never blocks longer than two operation timeouts, and not at all while the connection
+        is down (a request would only queue): the term ends locally at once, and a node left
+        behind goes with the session (closed by :meth:`close`, or expired by the server), or
+        is removed by this process's next acquisition.
+        """
         with self._lock:
             term = self._term
             if term is None:
                 return
             epoch = term.epoch
             self._end_term()
+            usable = self._usable()
         client = self._client
         if client is None:
             return
+        if not usable:
+            log.warning(
+                "%s: could not delete the running node (epoch %d): ZooKeeper is unreachable; "
+                "it goes when the session ends",
+                self.destination,
+                epoch,
+            )
+            return
+        try:
+            self._delete_if_ours(client, epoch)
+        except LeaseBackendError as exc:
+            log.warning(
+                "%s: could not delete the running node (epoch %d): %s; it goes when the "
+                "session ends",
+                self.destination,
+                epoch,
+                exc,
+            )
+            return
+        log.info("%s: lease released by %s (epoch %d)", self.destination, self.address, epoch)
+
+    def _delete_if_ours(self, client: Any, epoch: int | None) -> None:
+        """Delete the running node if this lease object wrote it (of ``epoch``, if given)."""
         try:
             raw, stat = self._op("read", client.get_async, self.running_path)
             data = RunningData.parse(raw)
-            if data is not None and data.run_id == self.run_id and data.epoch == epoch:
+            if (
+                data is not None
+                and data.run_id == self.run_id
+                and (epoch is None or data.epoch == epoch)
+            ):
                 self._op("delete", client.delete_async, self.running_path, version=stat.version)
         except (NoNodeError, BadVersionError):
             pass
-        log.info("%s: lease released by %s (epoch %d)", self.destination, self.address, epoch)
 
     def _join(self, client: Any) -> None:
         """Create this process's ephemeral member node under the persistent cluster node."""
@@ -584,21 +631,60 @@ class ZooKeeperLease(Lease):
         return found
 
     def _close_backend(self) -> None:
+        """Drop the member node and the session, each within a bound (see :func:`stop_client`)."""
         with self._lock:
+            usable = self._usable()
             client, self._client = self._client, None
             self._participating = False
         if client is None:
             return
         if self._member:
-            with contextlib.suppress(KazooException, KazooTimeoutError, OSError):
-                client.delete(self.member_path)  # the session's end removes it anyway
             self._member = False
-        _stop_client(client)
+            problem: str | None = "ZooKeeper is unreachable"
+            if usable:
+                try:
+                    self._op("delete", client.delete_async, self.member_path)
+                    problem = None
+                except NoNodeError:
+                    problem = None
+                except (LeaseBackendError, BadVersionError) as exc:
+                    problem = str(exc)
+            if problem is not None:
+                log.warning(
+                    "%s: could not delete the member node %s (%s); it goes when the session ends",
+                    self.destination,
+                    self.member_path,
+                    problem,
+                )
+        stop_client(client, timeout=self.session_timeout, what=f"{self.destination}: lease")
 
 
-def _stop_client(client: Any) -> None:
-    try:
-        client.stop()
-        client.close()
-    except (KazooException, KazooTimeoutError, OSError) as exc:
-        log.debug("stopping the ZooKeeper client failed: %s", exc)
+def stop_client(client: Any, *, timeout: float = 10.0, what: str = "ZooKeeper client") -> bool:
+    """Stop and close a kazoo client, waiting at most ``timeout`` seconds; True when done.
+
+    ``KazooClient.stop`` sends a close request and waits for its writer thread (at least 10 s
+    whatever the session timeout); with the server frozen or gone that is as long as a stop
+    path may take in all. So it runs in a daemon thread: after ``timeout`` this logs that the
+    session could not be closed (the server expires it, removing its ephemeral nodes) and
+    returns, and the thread dies with the process.
+    """
+
+    def stop() -> None:
+        try:
+            client.stop()
+            client.close()
+        except (KazooException, KazooTimeoutError, OSError) as exc:
+            log.debug("%s: stopping the ZooKeeper client failed: %s", what, exc)
+
+    thread = threading.Thread(target=stop, name="cdc-zookeeper-stop", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        log.warning(
+            "%s: could not close the ZooKeeper session within %g s (server unreachable); "
+            "the server expires it and its ephemeral nodes",
+            what,
+            timeout,
+        )
+        return False
+    return True

@@ -18,25 +18,32 @@ which keys to look at.
 
 This is the destination's only writer while it runs: the caller holds the lease (the
 supervisor pauses its streaming runtime for it, or the CLI took the free lease) and passes
-the epoch and a commit gate, exactly as for a snapshot.
+the epoch and a commit gate, exactly as for a snapshot. The gate only runs before commits, so
+the caller also passes a :class:`RepairStop`: when the lease goes (or the process stops) it
+cuts the source connection, so a read blocked on a partitioned or locked source ends at once
+instead of when the server answers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow.compute as pc
+import pymysql
 from deltalake import DeltaTable
 from pydantic import SecretStr
 
 from cdc_platform.config.models import InstanceConfig
-from cdc_platform.errors import SnapshotError
+from cdc_platform.errors import CdcError, LeaseLostError, SnapshotError, SourceError
 from cdc_platform.events import ChangeEvent, EventKind, Op
 from cdc_platform.runtime.instance import CommitReport
 from cdc_platform.runtime.snapshot import SegmentStream, events_at_cut, touched_keys
@@ -51,7 +58,7 @@ from cdc_platform.source.snapshot import (
 )
 from cdc_platform.source.values import dumps
 
-__all__ = ["RepairKey", "RepairResult", "RepairTable", "repair_keys"]
+__all__ = ["RepairKey", "RepairResult", "RepairStop", "RepairTable", "repair_keys"]
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +153,63 @@ class RepairResult:
         )
 
 
+class RepairStop:
+    """Interrupts a running :func:`repair_keys` from another thread (a lease callback).
+
+    :meth:`request_stop` marks the repair stopped and shuts the socket of its source
+    connection down, so a read blocked in it fails now; the repair then raises
+    LeaseLostError with the reason, never commits again, and its caller answers the request.
+    """
+
+    def __init__(self, destination: str, epoch: int | None) -> None:
+        self.destination = destination
+        self.epoch = epoch
+        self._lock = threading.Lock()
+        self._reason: str | None = None
+        self._conn: pymysql.connections.Connection[Any] | None = None
+
+    @property
+    def reason(self) -> str | None:
+        """Why the repair was stopped, or None while it may go on."""
+        return self._reason
+
+    def attach(self, conn: pymysql.connections.Connection[Any] | None) -> None:
+        """The connection to cut on a stop (None: detach); cut at once if already stopped."""
+        with self._lock:
+            self._conn = conn
+            stopped = self._reason is not None
+        if stopped and conn is not None:
+            _cut(conn)
+
+    def request_stop(self, reason: str) -> None:
+        """Stop the repair now (idempotent; quick: callable from a lease callback)."""
+        with self._lock:
+            if self._reason is None:
+                self._reason = reason
+            conn = self._conn
+        if conn is not None:
+            _cut(conn)
+
+    def error(self) -> LeaseLostError:
+        """The error the interrupted repair raises."""
+        return LeaseLostError(
+            self.destination, self.epoch, f"repair interrupted: {self._reason or 'stopped'}"
+        )
+
+    def check(self) -> None:
+        """Raise :meth:`error` if a stop was requested."""
+        if self._reason is not None:
+            raise self.error()
+
+
+def _cut(conn: pymysql.connections.Connection[Any]) -> None:
+    """Shut a connection's socket down: a read blocked on it returns with an error."""
+    sock = getattr(conn, "_sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
 def _logged_states(
     table_uri: str, storage_options: dict[str, str] | None, spec: SnapshotTable, pks: list[str]
 ) -> dict[str, tuple[int, str | None]]:
@@ -225,7 +289,7 @@ def _decide(
     return upserts, deletes, skipped
 
 
-def repair_keys(  # noqa: PLR0915 - one loop over batches; its context is all here
+def repair_keys(
     name: str,
     config: InstanceConfig,
     table_uri: str,
@@ -238,6 +302,7 @@ def repair_keys(  # noqa: PLR0915 - one loop over batches; its context is all he
     storage_options: dict[str, str] | None = None,
     keys_per_read: int = KEYS_PER_READ,
     on_commit: Callable[[CommitReport], None] | None = None,
+    stop: RepairStop | None = None,
 ) -> RepairResult:
     """Write repair events for the suspected keys; see the module docstring.
 
@@ -246,10 +311,51 @@ def repair_keys(  # noqa: PLR0915 - one loop over batches; its context is all he
     ``on_commit`` hears of every commit like the runtime's observers do (so the Dagster run
     materializes the change log and the mirrors pick the repairs up).
 
+    ``stop`` (see :class:`RepairStop`) interrupts it from another thread.
+
     Raises:
         SourceError, SinkError, SnapshotError, LeaseLostError: nothing after the last
             successful commit was written; rerunning the reconciliation is safe.
     """
+    stop = stop or RepairStop(name, epoch)
+    try:
+        return _repair(
+            name,
+            config,
+            table_uri,
+            tables,
+            epoch=epoch,
+            commit_gate=commit_gate,
+            password=password,
+            maintenance=maintenance,
+            storage_options=storage_options,
+            keys_per_read=keys_per_read,
+            on_commit=on_commit,
+            stop=stop,
+        )
+    except (CdcError, pymysql.MySQLError, OSError) as exc:
+        if stop.reason is not None:
+            raise stop.error() from None
+        if isinstance(exc, CdcError):
+            raise
+        raise SourceError(f"{name}: reading the source for a repair failed: {exc}") from None
+
+
+def _repair(  # noqa: PLR0915 - one loop over batches; its context is all here
+    name: str,
+    config: InstanceConfig,
+    table_uri: str,
+    tables: Sequence[RepairTable],
+    *,
+    epoch: int,
+    commit_gate: Callable[[], None],
+    password: SecretStr | None,
+    maintenance: MaintenancePolicy | None,
+    storage_options: dict[str, str] | None,
+    keys_per_read: int,
+    on_commit: Callable[[CommitReport], None] | None,
+    stop: RepairStop,
+) -> RepairResult:
     started = time.perf_counter()
     result = RepairResult(epoch=epoch)
     todo = [t for t in tables if t.keys]
@@ -262,8 +368,10 @@ def repair_keys(  # noqa: PLR0915 - one loop over batches; its context is all he
         storage_options=storage_options,
     )
     conn = connect_source(config.source, password, purpose="reconciliation repair")
+    stop.attach(conn)
     stream: SegmentStream | None = None
     try:
+        stop.check()
         checkpoint = sink.recover()
         if checkpoint is None:
             raise SnapshotError(
@@ -280,6 +388,7 @@ def repair_keys(  # noqa: PLR0915 - one loop over batches; its context is all he
             logged = _logged_states(table_uri, storage_options, spec, [k.pk for k in request.keys])
             start = 0
             while start < len(request.keys):
+                stop.check()
                 part = request.keys[start : start + keys_per_read]
                 probe.current_position()  # low watermark: the SELECT runs after it
                 found = read_keys(conn, spec, [decode_key(k.key) for k in part])
@@ -307,6 +416,7 @@ def repair_keys(  # noqa: PLR0915 - one loop over batches; its context is all he
                     start += keys_per_read
                 events = [*segment, *events_at_cut(spec, cut, upserts, deletes)]
                 batch_seq += 1
+                stop.check()
                 commit_gate()
                 landed = sink.commit(events, batch_seq=batch_seq, resume=cut, epoch=epoch)
                 resume = cut
@@ -333,9 +443,11 @@ def repair_keys(  # noqa: PLR0915 - one loop over batches; its context is all he
                     batch_seq,
                 )
     finally:
+        stop.attach(None)
         if stream is not None:
             stream.stop()
-        conn.close()
+        with contextlib.suppress(pymysql.MySQLError, OSError):
+            conn.close()
         sink.close()
     result.seconds = time.perf_counter() - started
     return result

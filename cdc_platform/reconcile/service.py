@@ -24,8 +24,8 @@ from pyspark.sql import SparkSession
 from cdc_platform.config.loader import ConfigSet
 from cdc_platform.errors import LeaseLostError, ReconcileError, SnapshotError
 from cdc_platform.reconcile.compare import ChunkProgress, TableComparison, compare_table
-from cdc_platform.reconcile.inbox import RepairInbox, inbox_path
-from cdc_platform.reconcile.repair import RepairResult, RepairTable, repair_keys
+from cdc_platform.reconcile.inbox import destination_inbox
+from cdc_platform.reconcile.repair import RepairResult, RepairStop, RepairTable, repair_keys
 from cdc_platform.sink.delta import DeltaChangeLog
 from cdc_platform.source.connection import connect_source
 from cdc_platform.source.snapshot import base_tables, describe_table
@@ -169,7 +169,7 @@ def reconcile_destination(  # noqa: PLR0912, PLR0915 - the two phases, with thei
     try:
         holder = lease.holder()
         if holder is not None and holder.run_id != lease.run_id:
-            inbox = RepairInbox(inbox_path(config.lake_root, destination))
+            inbox = destination_inbox(config.lake_root, destination, source)
             request_id = inbox.submit(requests, requester=lease.address)
             log.info(
                 "%s: %d suspected keys sent to the lease holder %s (epoch %d), request %s",
@@ -238,6 +238,8 @@ def _repair_with_own_lease(
         if not lease.is_held():
             raise LeaseLostError(destination, epoch, "lost during a reconciliation repair")
 
+    stop = RepairStop(destination, epoch)
+    lease.on_lost(lambda error: stop.request_stop(f"lease lost: {error.reason}"))
     try:
         result = repair_keys(
             destination,
@@ -246,6 +248,7 @@ def _repair_with_own_lease(
             requests,
             epoch=epoch,
             commit_gate=gate,
+            stop=stop,
         )
     finally:
         lease.release()

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from cdc_platform.reconcile.inbox import RepairInbox
+    from cdc_platform.reconcile.repair import RepairResult, RepairStop
     from cdc_platform.runtime.snapshot import SnapshotProgress, SnapshotRunner
 
 __all__ = ["LeaseSupervisor", "state_keys", "supervised_destination"]
@@ -115,6 +116,7 @@ class LeaseSupervisor:
         self._lake_root = lake_root
         self._on_snapshot_progress = on_snapshot_progress
         self._snapshot_runner: SnapshotRunner | None = None
+        self._repair_stop: RepairStop | None = None
         self.snapshot_progress: SnapshotProgress | None = None
         """The newest progress of an automatic snapshot (config `snapshot.new_tables`)."""
         self.repairs = 0
@@ -140,10 +142,13 @@ class LeaseSupervisor:
             self._stop.set()
             runtime = self._runtime
             snapshot = self._snapshot_runner
+            repair = self._repair_stop
         if runtime is not None:
             runtime.request_stop(reason)
         if snapshot is not None:
             snapshot.request_stop()
+        if repair is not None:
+            repair.request_stop(reason)
 
     @property
     def runtime(self) -> DestinationRuntime | None:
@@ -156,10 +161,13 @@ class LeaseSupervisor:
         with self._lock:
             runtime = self._runtime
             snapshot = self._snapshot_runner
+            repair = self._repair_stop
         if runtime is not None:
             runtime.request_stop(f"lease lost: {error.reason}")
         if snapshot is not None:
             snapshot.request_stop()
+        if repair is not None:
+            repair.request_stop(f"lease lost: {error.reason}")
 
     # -- the gate and the claim ------------------------------------------------------------------
 
@@ -556,35 +564,57 @@ class LeaseSupervisor:
         return thread
 
     def _serve_inbox(self, epoch: int) -> None:
-        """Serve every waiting repair request under this term's epoch and gate."""
-        from cdc_platform.reconcile.repair import repair_keys  # noqa: PLC0415 (no cycle)
+        """Serve every waiting repair request under this term's epoch and gate.
+
+        Whatever happens, the requester gets an answer: a failure (an unexpected one too) is
+        written as the request's error result. A lost lease or a stop interrupts the repair
+        at once (:class:`~cdc_platform.reconcile.repair.RepairStop` cuts its source reads).
+        """
+        from cdc_platform.reconcile.repair import RepairStop, repair_keys  # noqa: PLC0415
 
         inbox = self._inbox
         assert inbox is not None
         while not self._stop.is_set() and not self._term_lost.is_set():
-            claimed = inbox.claim()
+            try:
+                claimed = inbox.claim()
+            except OSError as exc:
+                log.warning("%s: cannot read the repair inbox: %s", self.name, exc)
+                return
             if claimed is None:
                 return
             request_id, tables = claimed
+            stop = RepairStop(self.name, epoch)
+            with self._lock:
+                self._repair_stop = stop
+            if self._stop.is_set() or self._term_lost.is_set():  # raced with the callbacks
+                stop.request_stop("stopping" if self._stop.is_set() else "lease lost")
             try:
-                result = repair_keys(
-                    self.name,
-                    self.config,
-                    self.table_uri,
-                    tables,
-                    epoch=epoch,
-                    commit_gate=self._gate,
-                    password=self._password,
-                    maintenance=self._maintenance,
-                    storage_options=self._storage_options,
-                    on_commit=self._committed,
-                )
-            except CdcError as exc:
-                log.error("%s: repair request %s failed: %s", self.name, request_id, exc)
-                inbox.finish(request_id, error=str(exc))
+                with inbox.keep_alive(request_id):
+                    result = repair_keys(
+                        self.name,
+                        self.config,
+                        self.table_uri,
+                        tables,
+                        epoch=epoch,
+                        commit_gate=self._gate,
+                        password=self._password,
+                        maintenance=self._maintenance,
+                        storage_options=self._storage_options,
+                        on_commit=self._committed,
+                        stop=stop,
+                    )
+            except Exception as exc:  # the requester must hear of any failure
+                if isinstance(exc, CdcError):
+                    log.error("%s: repair request %s failed: %s", self.name, request_id, exc)
+                else:
+                    log.exception("%s: repair request %s failed", self.name, request_id)
+                self._answer(inbox, request_id, None, f"{type(exc).__name__}: {exc}")
                 return
+            finally:
+                with self._lock:
+                    self._repair_stop = None
             self.repairs += 1
-            inbox.finish(request_id, result)
+            self._answer(inbox, request_id, result, None)
             log.info(
                 "%s: repair request %s done: %d upserts, %d deletes, %d left to the binlog",
                 self.name,
@@ -593,6 +623,16 @@ class LeaseSupervisor:
                 sum(result.deletes.values()),
                 sum(result.in_flight.values()),
             )
+
+    def _answer(
+        self, inbox: RepairInbox, request_id: str, result: RepairResult | None, error: str | None
+    ) -> None:
+        """Write a request's result; a file system failure is logged (the requester's wait
+        then ends on its own when the claim shows no more sign of life)."""
+        try:
+            inbox.finish(request_id, result, error=error)
+        except OSError as exc:
+            log.error("%s: cannot answer repair request %s: %s", self.name, request_id, exc)
 
     def _summary(self, summaries: list[RunSummary], final: RunSummary | None) -> RunSummary:
         """Totals over all terms; the error only of a term that ended the run (a lost term
@@ -652,7 +692,7 @@ def supervised_destination(
             open_state_store(platform, config.conf_dir),
             interval=platform.watch.publish_interval_seconds,
         )
-        from cdc_platform.reconcile.inbox import RepairInbox, inbox_path  # noqa: PLC0415
+        from cdc_platform.reconcile.inbox import destination_inbox  # noqa: PLC0415
 
         yield LeaseSupervisor(
             destination.name,
@@ -664,7 +704,7 @@ def supervised_destination(
             config_hash=destination.content_hash,
             on_commit=on_commit,
             metrics_interval_seconds=metrics_interval_seconds,
-            inbox=RepairInbox(inbox_path(config.lake_root, destination.name)),
+            inbox=destination_inbox(config.lake_root, destination.name, destination.config.source),
             lake_root=config.lake_root,
             on_snapshot_progress=on_snapshot_progress,
         )

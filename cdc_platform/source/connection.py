@@ -16,14 +16,22 @@ from pydantic import SecretStr
 from cdc_platform.config.models import SourceConfig
 from cdc_platform.errors import SourceError
 
-__all__ = ["connect_source"]
+__all__ = ["SIDE_READ_TIMEOUT_SECONDS", "connect_source"]
+
+SIDE_READ_TIMEOUT_SECONDS = 120.0
+"""Longest wait for the server's answer on a side connection (snapshot, reconciliation,
+repair): a partitioned server fails the read instead of blocking it forever."""
 
 
 def connect_source(
-    source: SourceConfig, password: SecretStr | str | None = None, *, purpose: str
+    source: SourceConfig,
+    password: SecretStr | str | None = None,
+    *,
+    purpose: str,
+    read_timeout: float | None = SIDE_READ_TIMEOUT_SECONDS,
 ) -> pymysql.connections.Connection[Any]:
     """A connection for ``purpose`` (named in errors); the password from the environment
-    unless given.
+    unless given. Reads and writes wait at most ``read_timeout`` seconds (None: forever).
 
     Raises:
         SourceError: the server cannot be reached or refused the login (no password shown).
@@ -37,6 +45,8 @@ def connect_source(
             user=source.user,
             password=text,
             connect_timeout=source.connect_timeout_seconds,
+            read_timeout=read_timeout,
+            write_timeout=read_timeout,
             autocommit=True,
             charset="utf8mb4",
             init_command="SET time_zone = '+00:00'",

@@ -25,7 +25,8 @@ What the change log gets (docs/id_watch.md):
 * a list row that is new or changed: op ``r``; a known key the list no longer finds: op ``d``
   whose ``before`` holds the key columns only (the source keeps digests, not images).
 
-The known state is rebuilt at start from the newest image per key in the change log, so a
+The known state is rebuilt at start from the newest image's digest per key in the change log
+(streamed, never the images: :func:`load_known_state`), so a
 restart neither loses nor repeats rows; the position (per-table last id) is a
 :class:`~cdc_platform.events.ResumePosition` whose ``file`` holds the watch state as JSON
 (:class:`WatchPosition`) and whose ``pos`` counts the source's transactions.

@@ -36,7 +36,8 @@ POSITION_FORMAT_VERSION = 1
 """Version of the watch state stored in ``ResumePosition.file``."""
 
 _POSITION_PREFIX = "id_watch:"
-_DIGEST_BYTES = 16
+LOAD_BATCH_ROWS = 8192
+"""Rows of (key, digest) handed from the change-log query to Python at a time at start."""
 
 
 # -- position ----------------------------------------------------------------------------------
@@ -123,7 +124,9 @@ def stable_prefix(rows: Sequence[WatchRow]) -> tuple[list[WatchRow], bool]:
 
 
 def _digest(image: str) -> bytes:
-    return hashlib.blake2b(image.encode(), digest_size=_DIGEST_BYTES).digest()
+    """16 bytes that tell images apart (not a security measure); the same function as the
+    change-log query's ``digest(after, 'md5')``, so the start never reads images."""
+    return hashlib.md5(image.encode(), usedforsecurity=False).digest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,12 +212,18 @@ class ListSchedule:
 
 
 def load_known_state(
-    table_uri: str, tables: Sequence[str], storage_options: dict[str, str] | None = None
+    table_uri: str,
+    tables: Sequence[str],
+    storage_options: dict[str, str] | None = None,
+    *,
+    batch_rows: int = LOAD_BATCH_ROWS,
 ) -> KnownState:
-    """The newest image per key of ``tables`` (``db.table``) in the change log at
-    ``table_uri``; empty when the table does not exist yet.
+    """The digest of the newest image per key of ``tables`` (``db.table``) in the change log
+    at ``table_uri``; empty when the table does not exist yet.
 
-    One DataFusion query per table, pruned to the table's partition.
+    One DataFusion query per table, pruned to the table's partition, that digests the images
+    itself and streams (key, digest) in batches of ``batch_rows``: Python never holds an image,
+    only the state it keeps anyway plus one batch.
 
     Raises:
         SourceError: the change log exists but cannot be read.
@@ -229,27 +238,30 @@ def load_known_state(
     for name in tables:
         db, table = name.split(".", 1)
         sql = (
-            'SELECT pk, op, "after" FROM (SELECT pk, op, "after", ROW_NUMBER() OVER '  # noqa: S608
-            "(PARTITION BY pk ORDER BY seq DESC) AS rn FROM changes "
-            f'WHERE db = {_sql_text(db)} AND "table" = {_sql_text(table)} AND pk IS NOT NULL) '
-            "WHERE rn = 1"
+            "SELECT pk, h FROM (SELECT pk, op, h, ROW_NUMBER() OVER "  # noqa: S608
+            "(PARTITION BY pk ORDER BY seq DESC) AS rn FROM "
+            "(SELECT pk, seq, op, digest(\"after\", 'md5') AS h FROM changes "
+            f'WHERE db = {_sql_text(db)} AND "table" = {_sql_text(table)} AND pk IS NOT NULL)) '
+            f"WHERE rn = 1 AND op <> '{Op.DELETE.value}' AND h IS NOT NULL"
         )
+        known = state.table(name)
         try:
             query = QueryBuilder().register("changes", delta)
-            result = pa.table(query.execute(sql))
+            reader = pa.RecordBatchReader.from_stream(query.execute(sql))
+            for batch in reader:
+                for offset in range(0, batch.num_rows, batch_rows):
+                    part = batch.slice(offset, batch_rows)
+                    known.update(
+                        zip(
+                            part.column("pk").to_pylist(),
+                            part.column("h").to_pylist(),
+                            strict=True,
+                        )
+                    )
         except Exception as exc:  # DataFusion's errors are plain Exceptions
             raise SourceError(
                 f"id_watch: cannot read {name}'s rows from the change log: {exc}"
             ) from exc
-        known = state.table(name)
-        for pk, op, after in zip(
-            result.column("pk").to_pylist(),
-            result.column("op").to_pylist(),
-            result.column("after").to_pylist(),
-            strict=True,
-        ):
-            if op != Op.DELETE.value and after is not None:
-                known[pk] = _digest(after)
     return state
 
 

@@ -7,6 +7,8 @@ session-timeout floor 1 s, so a killed client's ephemeral node goes within ~2 s.
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 from pathlib import Path
@@ -132,6 +134,16 @@ class ZooKeeperServer:
         """Stop and start on the same port and data directory (sessions survive, FACTS.md)."""
         self.stop()
         self.start()
+
+    def pause(self) -> None:
+        """kill -STOP: the port stays open but nothing answers (a frozen or partitioned server)."""
+        if self._proc is not None and self._proc.poll() is None:
+            os.kill(self._proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """kill -CONT after :meth:`pause`."""
+        if self._proc is not None and self._proc.poll() is None:
+            os.kill(self._proc.pid, signal.SIGCONT)
 
     @property
     def running(self) -> bool:

@@ -295,3 +295,19 @@ def test_state_store_in_zookeeper_serialises_concurrent_writers(zk_hosts: str) -
     finally:
         for store in stores:
             store.close()
+
+
+def test_a_running_node_left_behind_by_an_unreachable_release_is_taken_back(
+    make_lease: MakeLease, admin: KazooClient
+) -> None:
+    """A release that could not reach ZooKeeper leaves our node behind (our session keeps
+    it); our next acquisition must not wait for it forever."""
+    a = make_lease("a", switch_delay=30.0)
+    a.start()
+    admin.ensure_path("/cdc/destinations/shop")
+    admin.create("/cdc/destinations/shop/running", RunningData("a", a.run_id, True, 4).to_bytes())
+    assert a.acquire(timeout=20) is not None
+    raw, _stat = admin.get("/cdc/destinations/shop/running")
+    data = RunningData.parse(raw)
+    assert data is not None
+    assert data.run_id == a.run_id

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import tracemalloc
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,9 +25,11 @@ from cdc_platform.config.models import (
     StoreConfig,
 )
 from cdc_platform.errors import ConfigError, SourceError
+from cdc_platform.events import Op
 from cdc_platform.runtime import DestinationRuntime, RunSummary
 from cdc_platform.runtime.instance import CommitReport
 from cdc_platform.source.id_watch import IdWatchSource
+from cdc_platform.source.id_watch_state import load_known_state
 from cdc_platform.testing.destinations import PASSWORD_ENV
 from cdc_platform.testing.replay import RowKey, replay
 from tests.conftest import MariaDBDatabase
@@ -475,3 +478,47 @@ def test_lost_connection_is_survived(mariadb: MariaDBDatabase, lake_root: Path) 
         )
         assert source_of(runtime).reconnects >= 1
     assert_replay_equals_source(mariadb, uri)
+
+
+@pytest.mark.usefixtures("env_password")
+def test_a_start_over_a_large_table_does_not_hold_its_images(
+    mariadb: MariaDBDatabase, lake_root: Path
+) -> None:
+    """The known state is rebuilt from the change log at start: a digest per key is held,
+    never the table's images (Python-side memory stays far below their size)."""
+    server, db = mariadb.server, mariadb.name
+    server.execute(TABLE, "ALTER TABLE items ADD body MEDIUMTEXT", database=db)
+    rows = 1500
+    for start in range(0, rows, 250):
+        server.execute(
+            "INSERT INTO items (name, body, created) VALUES "
+            + ", ".join(
+                f"('n{i}', REPEAT('{i % 10}', 8000), {OLD})" for i in range(start, start + 250)
+            ),
+            database=db,
+        )
+    uri = str(lake_root / "d" / "changes")
+    summary = DestinationRuntime("d", config(mariadb, page_size=500), uri).run(
+        exit_when_idle_seconds=1.0
+    )
+    assert summary.error is None, summary
+    image_bytes = sum(len(r["after"]) for r in rows_of(uri, "c"))
+    assert image_bytes > rows * 8000
+
+    tracemalloc.start()
+    try:
+        state = load_known_state(uri, [f"{db}.items"])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert state.size(f"{db}.items") == rows
+    assert peak < image_bytes / 8, f"{peak} bytes held to load {image_bytes} bytes of images"
+    # the state still tells a known image from a changed one
+    known = {r["pk"]: r["after"] for r in rows_of(uri, "c")}
+    pk, image = next(iter(known.items()))
+    assert state.diff(f"{db}.items", [(pk, image)], new_op=Op.INSERT) == []
+    assert len(state.diff(f"{db}.items", [(pk, image + " ")], new_op=Op.INSERT)) == 1
+
+    second = DestinationRuntime("d", config(mariadb, page_size=500), uri)
+    assert second.run(exit_when_idle_seconds=1.0).error is None
+    assert Counter(ids_in(uri, "c")) == Counter(range(1, rows + 1)), "a restart repeats nothing"

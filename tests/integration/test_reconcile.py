@@ -19,13 +19,16 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_platform.config import ConfigSet, load_config
+from cdc_platform.errors import ReconcileError
 from cdc_platform.ha.factory import open_lease
-from cdc_platform.reconcile.inbox import RepairInbox, inbox_path
+from cdc_platform.reconcile.inbox import RepairInbox, destination_inbox, inbox_path
+from cdc_platform.reconcile.repair import RepairKey, RepairTable
 from cdc_platform.reconcile.service import ReconcileReport, reconcile_destination
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.runtime.supervisor import LeaseSupervisor, supervised_destination
 from cdc_platform.spark.mirror import apply_changes, mirror_root, mirror_uri
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
+from cdc_platform.testing.ha import wait_for
 from cdc_platform.testing.replay import replay
 from cdc_platform.testing.workload import source_rows
 from tests.conftest import MariaDBDatabase
@@ -394,3 +397,103 @@ def test_reconciliation_fills_in_rows_from_before_the_start(
         apply_changes(spark, config.table_uri("d"), root, mariadb.name, table)
     again = reconcile_destination(config, "d", spark)
     assert again.differences == 0, again.metadata()
+
+
+def forge_request(inbox: RepairInbox, request_id: str, tables: list[dict[str, object]]) -> None:
+    """A request file written by hand, in the inbox's format, without the platform's key."""
+    inbox.requests.mkdir(parents=True, exist_ok=True)
+    item = {
+        "format": 1,
+        "id": request_id,
+        "requester": "someone",
+        "submitted_at": 0,
+        "tables": tables,
+        "signature": "00" * 32,
+    }
+    (inbox.requests / f"{request_id}.json").write_text(json.dumps(item))
+
+
+def test_hand_written_repair_requests_are_refused_and_delete_nothing(
+    spark: SparkSession,
+    destination: ConfigSet,
+    mariadb: MariaDBDatabase,
+    streaming: LeaseSupervisor,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The inbox is an authority to write deletes: only the platform's own requests count."""
+    caplog.set_level("INFO")
+    mariadb.server.execute(
+        "SET sql_log_bin = 0", "DELETE FROM items WHERE id = 13", database=mariadb.name
+    )
+    inbox = RepairInbox(inbox_path(destination.lake_root, "d"))
+    key = {"key": [13], "pk": '{"id":13}'}
+    forge_request(
+        inbox, "000000000000001-forged01", [{"db": mariadb.name, "table": "items", "keys": [key]}]
+    )
+    with pytest.raises(ReconcileError, match="refused"):
+        inbox.wait("000000000000001-forged01", 60)
+    forge_request(  # a table the destination does not capture, however it is signed
+        inbox, "000000000000002-forged02", [{"db": "mysql", "table": "user", "keys": [key]}]
+    )
+    with pytest.raises(ReconcileError, match="refused"):
+        inbox.wait("000000000000002-forged02", 60)
+    assert streaming.repairs == 0
+    assert "refused" in caplog.text
+    deletes = [
+        row
+        for row in DeltaTable(destination.table_uri("d")).to_pyarrow_table().to_pylist()
+        if row["op"] == "d"
+    ]
+    assert deletes == [], "a hand-written request made the holder write deletes"
+
+    apply_mirrors(spark, destination, mariadb.name)  # the mirror still has id 13
+    report = reconcile_destination(destination, "d", spark, wait_seconds=60)
+    assert report.status == "repaired", report.metadata()
+    assert "lease holder" in (report.repaired_by or "")
+    assert report.repair is not None
+    assert report.repair.deletes[f"{mariadb.name}.items"] == 1
+    assert streaming.repairs == 1
+
+
+def test_a_lost_lease_interrupts_a_repair_blocked_on_the_source(
+    destination: ConfigSet, mariadb: MariaDBDatabase, streaming: LeaseSupervisor
+) -> None:
+    """A repair whose read hangs on the source (here a table lock; a partition looks the same
+    to the reader) ends as soon as the lease goes, and its requester hears of it."""
+    mariadb.server.execute(
+        "SET sql_log_bin = 0", "DELETE FROM items WHERE id = 13", database=mariadb.name
+    )
+    source = destination.destinations["d"].config.source
+    inbox = destination_inbox(destination.lake_root, "d", source)
+    locker = mariadb.server.connect(mariadb.name)
+    try:
+        with locker.cursor() as cur:
+            cur.execute("LOCK TABLES items WRITE")
+        request_id = inbox.submit(
+            [RepairTable(mariadb.name, "items", [RepairKey([13], '{"id":13}')])]
+        )
+        wait_for(
+            lambda: not (inbox.requests / f"{request_id}.json").exists(),
+            "the holder to claim the request",
+        )
+        operator = open_lease(destination.platform, destination.conf_dir, "d", address="operator")
+        try:
+            assert operator.request_release() is not None
+        finally:
+            operator.close()
+        wait_for(
+            (inbox.results / f"{request_id}.json").exists,
+            "the repair to be interrupted by the lost lease and answer",
+            timeout=30,
+        )
+        with pytest.raises(ReconcileError, match="lease"):
+            inbox.wait(request_id, 0)
+    finally:
+        locker.close()  # ends the lock
+    assert streaming.repairs == 0
+    deletes = [
+        row
+        for row in DeltaTable(destination.table_uri("d")).to_pyarrow_table().to_pylist()
+        if row["op"] == "d"
+    ]
+    assert deletes == [], "the deposed holder wrote its repair"
