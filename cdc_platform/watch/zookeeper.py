@@ -28,7 +28,7 @@ from kazoo.security import make_digest_acl
 from pydantic import SecretStr
 
 from cdc_platform.errors import TooFarBehindError, WatchError
-from cdc_platform.ha.zookeeper import CONNECTION_RETRY
+from cdc_platform.ha.zookeeper import CONNECTION_RETRY, stop_client
 from cdc_platform.watch.store import (
     DEFAULT_HISTORY,
     Entry,
@@ -90,9 +90,7 @@ class ZooKeeperStateStore(StateStore):
             with contextlib.suppress(NodeExistsError):
                 client.create(self._meta, json.dumps({"index": 0, "floor": 0}).encode())
         except _ZK_ERRORS as exc:
-            with contextlib.suppress(*_ZK_ERRORS):
-                client.stop()
-                client.close()
+            stop_client(client, timeout=self._session_timeout, what="state watch")
             raise WatchError(f"state watch: cannot use ZooKeeper at {self.hosts}: {exc!r}") from exc
         self._client = client
         return client
@@ -229,9 +227,7 @@ class ZooKeeperStateStore(StateStore):
         """Stop the client."""
         client, self._client = self._client, None
         if client is not None:
-            with contextlib.suppress(*_ZK_ERRORS):
-                client.stop()
-                client.close()
+            stop_client(client, timeout=self._session_timeout, what="state watch")
 
 
 def _entry(key: str, data: dict[str, Any]) -> Entry:

@@ -119,5 +119,5 @@ def test_spark_token_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv(SECRET_ENV, PLANTED_SECRET)
     config = SparkConfig(mode="connect", connect_url="sc://127.0.0.1:1", token_env=SECRET_ENV)
     factory = SparkSessionFactory(config)
-    assert f";token={PLANTED_SECRET}" in str(factory.builder()._options)  # noqa: SLF001
+    assert f";token={PLANTED_SECRET}" in str(factory.builder()._options)
     assert not leaked_secrets(repr(config) + repr(factory.config))
