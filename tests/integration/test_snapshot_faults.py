@@ -82,7 +82,7 @@ def table_rows(db: MariaDBDatabase, table: str, key: list[str]) -> dict[RowKey, 
     """A table's rows keyed like replay (any identifiers)."""
     quoted = "`" + table.replace("`", "``") + "`"
     with db.server.connect(db.name) as conn, conn.cursor(pymysql.cursors.DictCursor) as cur:
-        cur.execute(f"SELECT * FROM {quoted}")  # noqa: S608 - test identifiers
+        cur.execute(f"SELECT * FROM {quoted}")
         rows = cur.fetchall()
     return {tuple((k, row[k]) for k in key): dict(row) for row in rows}
 
@@ -281,12 +281,12 @@ def test_backlog_larger_than_the_segment_cap_is_committed_in_bounded_parts(
 def test_identifiers_with_backticks_dots_and_spaces(
     mariadb: MariaDBDatabase, lake_root: Path
 ) -> None:
-    """A table named we`ird.t ab with columns id`x, a.b, sp ace: snapshotted in several
+    """A table named we`ird.t ab with columns id`x, a.b, sp ace, 50%: snapshotted in several
     chunks, then streamed; replay equals the source."""
     db = mariadb
     db.server.execute(
-        "CREATE TABLE `we``ird.t ab` (`id``x` INT PRIMARY KEY, `a.b` VARCHAR(10), `sp ace` INT)",
-        "INSERT INTO `we``ird.t ab` SELECT seq, CONCAT('v', seq), seq FROM seq_1_to_95",
+        "CREATE TABLE `we``ird.t ab` (`id``x` INT PRIMARY KEY, `a.b` VARCHAR(10), `sp ace` INT, `50%` INT)",
+        "INSERT INTO `we``ird.t ab` SELECT seq, CONCAT('v', seq), seq, -seq FROM seq_1_to_95",
         database=db.name,
     )
     uri = str(lake_root / "d" / "changes")
@@ -303,7 +303,7 @@ def test_identifiers_with_backticks_dots_and_spaces(
     db.server.execute(
         "UPDATE `we``ird.t ab` SET `sp ace` = -1 WHERE `id``x` < 5",
         "DELETE FROM `we``ird.t ab` WHERE `id``x` = 50",
-        "INSERT INTO `we``ird.t ab` VALUES (1000, 'new', 0)",
+        "INSERT INTO `we``ird.t ab` VALUES (1000, 'new', 0, 0)",
         database=db.name,
     )
     stream(db, uri)

@@ -1,0 +1,157 @@
+"""Which tables a destination already holds a complete copy of (automatic snapshots).
+
+``<lake_root>/<destination>/_captured_tables.json`` (format ``v`` 2) keeps
+
+* ``tables``: every table the change log holds completely, by a snapshot or from its
+  ``CREATE TABLE`` on; a table is added as soon as its own snapshot finishes, so a later
+  interruption does not copy it again;
+* ``ended``: tables whose copy was ended or refused, with why (no primary key, dropped or
+  renamed while its snapshot was pending);
+* ``after_batch`` and ``filters``: the change log's batch and the capture filters when the
+  tables were last listed. A table that appears later and whose ``CREATE TABLE`` the log holds
+  after that batch was captured from its creation (every row of it is in the log already), so
+  it needs no snapshot. The mark is dropped when the filters change: a table excluded for a
+  while has a gap the log cannot show.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+from cdc_platform.errors import SnapshotError
+from cdc_platform.source.filters import StatementKind, classify_statement
+
+__all__ = ["CapturedTables", "created_in_log", "current_batch"]
+
+RECORD_VERSION = 2
+
+_PLAIN_CREATE = re.compile(
+    r"\s*CREATE\s+(?:OR\s+REPLACE\s+)?TABLE\s+(?!IF\s+NOT\s+EXISTS\b)", re.IGNORECASE
+)
+"""A CREATE TABLE that always makes a new table (not TEMPORARY, not IF NOT EXISTS)."""
+_KEEPS_TABLE = re.compile(r"\s*(?:ALTER|TRUNCATE)\b", re.IGNORECASE)
+_RENAME = re.compile(r"\bRENAME\b", re.IGNORECASE)
+
+
+@dataclass
+class CapturedTables:
+    """The record; see the module docstring."""
+
+    path: Path
+    tables: set[str] = field(default_factory=set)
+    ended: dict[str, str] = field(default_factory=dict)
+    after_batch: int | None = None
+    filters: list[list[str]] | None = None
+    exists: bool = False
+
+    @classmethod
+    def load(cls, path: Path) -> CapturedTables:
+        """The record at ``path`` (an empty one if there is none; v1 files are read too)."""
+        try:
+            data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return cls(path)
+        except ValueError as exc:
+            raise SnapshotError(f"{path}: unreadable record of captured tables: {exc}") from None
+        version = data.get("v", 1)
+        if version not in (1, RECORD_VERSION):
+            raise SnapshotError(f"{path}: unknown record version {version!r}")
+        after = data.get("after_batch")
+        return cls(
+            path,
+            set(data.get("tables", [])),
+            dict(data.get("ended", {})),
+            None if after is None else int(after),
+            data.get("filters"),
+            exists=True,
+        )
+
+    def save(self) -> None:
+        """Write atomically (temporary file, fsync, rename)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        data = {
+            "v": RECORD_VERSION,
+            "tables": sorted(self.tables),
+            "ended": dict(sorted(self.ended.items())),
+            "after_batch": self.after_batch,
+            "filters": self.filters,
+        }
+        with tmp.open("w", encoding="utf-8") as handle:
+            json.dump(data, handle, sort_keys=True)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, self.path)
+        self.exists = True
+
+    def done(self, table: str, reason: str | None = None) -> None:
+        """Record that ``table`` needs no more copying (``reason``: it was not copied)."""
+        self.tables.add(table)
+        if reason is not None:
+            self.ended[table] = reason
+        else:
+            self.ended.pop(table, None)
+        self.save()
+
+
+def current_batch(table_uri: str, destination: str) -> int:
+    """The change log's last batch (0 when it does not exist yet)."""
+    try:
+        version = DeltaTable(table_uri).transaction_version(destination)
+    except TableNotFoundError:
+        return 0
+    return int(version or 0)
+
+
+def created_in_log(table_uri: str, after_batch: int, candidates: Iterable[str]) -> set[str]:
+    """The ``candidates`` (``db.table``) whose plain ``CREATE TABLE`` is in the change log after
+    ``after_batch`` and not followed by a DROP / RENAME naming them.
+
+    Conservative: any other statement that may name a candidate (DROP, RENAME, a multi-statement
+    group, CREATE ... IF NOT EXISTS) counts against it; a candidate wrongly left out is only
+    snapshotted once more (its `r` rows repeat the state the log already has).
+    """
+    wanted = set(candidates)
+    if not wanted:
+        return set()
+    try:
+        dataset = DeltaTable(table_uri).to_pyarrow_dataset()
+    except TableNotFoundError:
+        return set()
+    rows = (
+        dataset.to_table(
+            columns=["db", "ddl", "seq"],
+            filter=(pc.field("op") == "ddl") & (pc.field("batch_seq") > after_batch),
+        )
+        .sort_by("seq")
+        .to_pylist()
+    )
+    created: set[str] = set()
+    for row in rows:
+        text = str(row["ddl"] or "")
+        statement = classify_statement(text, str(row["db"] or ""))
+        if statement.kind is not StatementKind.DDL:
+            continue
+        names = {f"{db}.{table}" for db, table in statement.tables}
+        if _PLAIN_CREATE.match(text) and ";\n" not in text and statement.tables:
+            db, table = statement.tables[0]
+            if f"{db}.{table}" in wanted:
+                created.add(f"{db}.{table}")
+            continue
+        if _KEEPS_TABLE.match(text) and not _RENAME.search(text):
+            continue
+        for name in list(created):
+            table = name.split(".", 1)[1]
+            if name in names or table in text:
+                created.discard(name)
+    return created
