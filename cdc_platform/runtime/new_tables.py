@@ -1,4 +1,7 @@
-"""Which tables a destination already holds a complete copy of (automatic snapshots).
+"""Automatic snapshots of the tables a destination has no complete copy of yet.
+
+The destination's run (``snapshot.new_tables``) calls :func:`snapshot_new_tables` under its
+lease before it streams.
 
 ``<lake_root>/<destination>/_captured_tables.json`` (format ``v`` 2) keeps
 
@@ -17,9 +20,10 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,11 +31,24 @@ from typing import Any
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
+from pydantic import SecretStr
 
+from cdc_platform.config.models import InstanceConfig
 from cdc_platform.errors import SnapshotError
+from cdc_platform.runtime.instance import CommitReport
+from cdc_platform.runtime.snapshot import (
+    SnapshotProgress,
+    SnapshotResult,
+    SnapshotRunner,
+    captured_tables_path,
+    state_path,
+)
+from cdc_platform.sink.delta import MaintenancePolicy
 from cdc_platform.source.filters import StatementKind, classify_statement
 
-__all__ = ["CapturedTables", "created_in_log", "current_batch"]
+__all__ = ["CapturedTables", "created_in_log", "current_batch", "snapshot_new_tables"]
+
+log = logging.getLogger(__name__)
 
 RECORD_VERSION = 2
 
@@ -155,3 +172,100 @@ def created_in_log(table_uri: str, after_batch: int, candidates: Iterable[str]) 
             if name in names or table in text:
                 created.discard(name)
     return created
+
+
+def snapshot_new_tables(
+    name: str,
+    config: InstanceConfig,
+    table_uri: str,
+    lake_root: Path,
+    *,
+    epoch: int,
+    commit_gate: Callable[[], None],
+    password: SecretStr | None = None,
+    maintenance: MaintenancePolicy | None = None,
+    on_progress: Callable[[SnapshotProgress], None] | None = None,
+    on_runner: Callable[[SnapshotRunner | None], None] | None = None,
+    on_commit: Callable[[CommitReport], None] | None = None,
+) -> SnapshotResult | None:
+    """Snapshot what the destination does not have a copy of yet, under the caller's lease.
+
+    The record of copied tables is described in the module docstring. First
+    an interrupted snapshot is finished (a table it can no longer copy ends with a reason);
+    then every base table the filters match that is neither recorded nor created (``CREATE
+    TABLE`` in the change log) since the last listing is snapshotted (all of them at the first
+    start). Each table is recorded as soon as its snapshot finishes. Tables without a primary
+    key cannot be copied consistently: they are logged and recorded with the reason, so they
+    are not retried at each start (their changes are captured from the binlog all the same).
+    ``on_runner`` receives the runner while it works (so a stop request can reach it) and
+    None afterwards.
+
+    Returns the last snapshot's result, or None when there was nothing to copy.
+    """
+    state_file = state_path(lake_root, name)
+    record = CapturedTables.load(captured_tables_path(lake_root, name))
+    source = config.source
+    filters = [list(source.include_tables), list(source.exclude_tables)]
+    if record.exists and record.filters != filters:
+        # Tables excluded until now may have changes the log lacks: no shortcut this time.
+        record.after_batch, record.filters = None, filters
+        record.save()
+
+    def runner(tables: Sequence[str] | None) -> SnapshotRunner:
+        made = SnapshotRunner(
+            name,
+            config,
+            table_uri,
+            state_file,
+            tables=tables,
+            chunk_size=config.snapshot.chunk_size,
+            segment_events=config.snapshot.segment_events,
+            epoch=epoch,
+            password=password,
+            on_progress=on_progress,
+            commit_gate=commit_gate,
+            maintenance=maintenance,
+            on_commit=on_commit,
+            on_table_done=record.done,
+        )
+        if on_runner is not None:
+            on_runner(made)
+        return made
+
+    result: SnapshotResult | None = None
+    try:
+        if state_file.exists():
+            log.info("%s: finishing an interrupted snapshot", name)
+            result = runner(None).run()
+            if state_file.exists():
+                return result  # stopped: finished at the next start
+        listed_after = current_batch(table_uri, name)
+        probe = runner([])
+        new = sorted(set(probe.captured_tables()) - record.tables)
+        if new and record.after_batch is not None:
+            created = created_in_log(table_uri, record.after_batch, new)
+            if created:
+                log.info(
+                    "%s: captured from their CREATE TABLE, no snapshot needed: %s",
+                    name,
+                    ", ".join(sorted(created)),
+                )
+                record.tables |= created
+                new = [t for t in new if t not in created]
+        refused = probe.keyless(new)
+        for table, why in refused.items():
+            log.warning("%s: not snapshotting %s: %s", name, table, why)
+            record.ended[table] = why
+        copy = [t for t in new if t not in refused]
+        if copy:
+            log.info("%s: snapshotting %d new table(s): %s", name, len(copy), ", ".join(copy))
+            result = runner(copy).run()
+            if state_file.exists():
+                return result  # stopped: finished at the next start
+        record.tables |= set(new)
+        record.after_batch, record.filters = listed_after, filters
+        record.save()
+        return result
+    finally:
+        if on_runner is not None:
+            on_runner(None)

@@ -15,6 +15,11 @@ each primary-key chunk of a table,
 6. commits the segment's events followed by the remaining rows as op ``r``, with the
    segment's end as the resume position, in one Delta commit.
 
+A long segment (the backlog before the first chunk) is committed in parts of about
+``segment_events`` events before the chunk's commit; only the chunk's keys it touched are
+kept, so memory stays bounded. The parts precede the chunk's rows in ``seq`` order exactly as
+if they were in its commit.
+
 Why it is exact: all events up to the cut precede the ``r`` rows in ``seq`` order and all
 later events follow them. A row left in the chunk had no event in the segment, so its state
 at the cut is what the SELECT read (the SELECT ran inside the segment's time span); a row
@@ -26,7 +31,9 @@ Progress lives in a small JSON file next to the change log, written before each 
 *pending* and confirmed after it; on restart a pending chunk whose batch is in the change
 log counts as done, otherwise it is read again. So a kill -9 costs at most one chunk and
 never duplicates or loses a change. Once every table is done the file is removed and the
-normal run resumes from the change log's checkpoint, which now sits after the snapshot.
+normal run resumes from the change log's checkpoint, which now sits after the snapshot. A
+table that cannot be copied any more (dropped, renamed, its key removed) ends with a reason in
+the file and the result instead of failing every rerun.
 """
 
 from __future__ import annotations
@@ -57,7 +64,6 @@ from cdc_platform.events import (
     Transaction,
 )
 from cdc_platform.runtime.instance import CommitReport
-from cdc_platform.runtime.new_tables import CapturedTables, created_in_log, current_batch
 from cdc_platform.runtime.segments import SegmentStream, altered, touched_keys
 from cdc_platform.sink.delta import Checkpoint, DeltaChangeLog, MaintenancePolicy
 from cdc_platform.source.binlog import BinlogSource
@@ -81,7 +87,6 @@ __all__ = [
     "SnapshotRunner",
     "captured_tables_path",
     "events_at_cut",
-    "snapshot_new_tables",
     "state_path",
     "touched_keys",
 ]
@@ -649,100 +654,3 @@ def events_at_cut(
         )
         for i, (op, pk, before, after) in enumerate(rows)
     ]
-
-
-def snapshot_new_tables(
-    name: str,
-    config: InstanceConfig,
-    table_uri: str,
-    lake_root: Path,
-    *,
-    epoch: int,
-    commit_gate: Callable[[], None],
-    password: SecretStr | None = None,
-    maintenance: MaintenancePolicy | None = None,
-    on_progress: Callable[[SnapshotProgress], None] | None = None,
-    on_runner: Callable[[SnapshotRunner | None], None] | None = None,
-    on_commit: Callable[[CommitReport], None] | None = None,
-) -> SnapshotResult | None:
-    """Snapshot what the destination does not have a copy of yet, under the caller's lease.
-
-    The record of copied tables is described in :mod:`cdc_platform.runtime.new_tables`. First
-    an interrupted snapshot is finished (a table it can no longer copy ends with a reason);
-    then every base table the filters match that is neither recorded nor created (``CREATE
-    TABLE`` in the change log) since the last listing is snapshotted (all of them at the first
-    start). Each table is recorded as soon as its snapshot finishes. Tables without a primary
-    key cannot be copied consistently: they are logged and recorded with the reason, so they
-    are not retried at each start (their changes are captured from the binlog all the same).
-    ``on_runner`` receives the runner while it works (so a stop request can reach it) and
-    None afterwards.
-
-    Returns the last snapshot's result, or None when there was nothing to copy.
-    """
-    state_file = state_path(lake_root, name)
-    record = CapturedTables.load(captured_tables_path(lake_root, name))
-    source = config.source
-    filters = [list(source.include_tables), list(source.exclude_tables)]
-    if record.exists and record.filters != filters:
-        # Tables excluded until now may have changes the log lacks: no shortcut this time.
-        record.after_batch, record.filters = None, filters
-        record.save()
-
-    def runner(tables: Sequence[str] | None) -> SnapshotRunner:
-        made = SnapshotRunner(
-            name,
-            config,
-            table_uri,
-            state_file,
-            tables=tables,
-            chunk_size=config.snapshot.chunk_size,
-            segment_events=config.snapshot.segment_events,
-            epoch=epoch,
-            password=password,
-            on_progress=on_progress,
-            commit_gate=commit_gate,
-            maintenance=maintenance,
-            on_commit=on_commit,
-            on_table_done=record.done,
-        )
-        if on_runner is not None:
-            on_runner(made)
-        return made
-
-    result: SnapshotResult | None = None
-    try:
-        if state_file.exists():
-            log.info("%s: finishing an interrupted snapshot", name)
-            result = runner(None).run()
-            if state_file.exists():
-                return result  # stopped: finished at the next start
-        listed_after = current_batch(table_uri, name)
-        probe = runner([])
-        new = sorted(set(probe.captured_tables()) - record.tables)
-        if new and record.after_batch is not None:
-            created = created_in_log(table_uri, record.after_batch, new)
-            if created:
-                log.info(
-                    "%s: captured from their CREATE TABLE, no snapshot needed: %s",
-                    name,
-                    ", ".join(sorted(created)),
-                )
-                record.tables |= created
-                new = [t for t in new if t not in created]
-        refused = probe.keyless(new)
-        for table, why in refused.items():
-            log.warning("%s: not snapshotting %s: %s", name, table, why)
-            record.ended[table] = why
-        copy = [t for t in new if t not in refused]
-        if copy:
-            log.info("%s: snapshotting %d new table(s): %s", name, len(copy), ", ".join(copy))
-            result = runner(copy).run()
-            if state_file.exists():
-                return result  # stopped: finished at the next start
-        record.tables |= set(new)
-        record.after_batch, record.filters = listed_after, filters
-        record.save()
-        return result
-    finally:
-        if on_runner is not None:
-            on_runner(None)

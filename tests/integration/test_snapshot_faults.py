@@ -15,12 +15,12 @@ from deltalake import DeltaTable
 from cdc_platform.config.models import InstanceConfig, SnapshotSettings
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.runtime.instance import CommitReport
+from cdc_platform.runtime.new_tables import snapshot_new_tables
 from cdc_platform.runtime.snapshot import (
     SnapshotProgress,
     SnapshotResult,
     SnapshotRunner,
     captured_tables_path,
-    snapshot_new_tables,
     state_path,
 )
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config
@@ -285,7 +285,8 @@ def test_identifiers_with_backticks_dots_and_spaces(
     chunks, then streamed; replay equals the source."""
     db = mariadb
     db.server.execute(
-        "CREATE TABLE `we``ird.t ab` (`id``x` INT PRIMARY KEY, `a.b` VARCHAR(10), `sp ace` INT, `50%` INT)",
+        "CREATE TABLE `we``ird.t ab` "
+        "(`id``x` INT PRIMARY KEY, `a.b` VARCHAR(10), `sp ace` INT, `50%` INT)",
         "INSERT INTO `we``ird.t ab` SELECT seq, CONCAT('v', seq), seq, -seq FROM seq_1_to_95",
         database=db.name,
     )
