@@ -239,6 +239,8 @@ def snapshot_new_tables(
             result = runner(None).run()
             if state_file.exists():
                 return result  # stopped: finished at the next start
+            record.tables |= set(result.tables)  # also those finished before an upgrade
+            record.save()
         listed_after = current_batch(table_uri, name)
         probe = runner([])
         new = sorted(set(probe.captured_tables()) - record.tables)
