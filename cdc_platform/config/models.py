@@ -238,6 +238,9 @@ class SnapshotSettings(_Model):
     to match. Off: only changes from the start position on (as Canal does)."""
     chunk_size: int = Field(default=2000, ge=1)
     """Rows per snapshot chunk (one Delta commit each)."""
+    segment_events: int = Field(default=20_000, ge=1)
+    """Binlog events the snapshot holds at most between two commits (a longer backlog is
+    committed in parts; a single larger transaction is kept whole)."""
 
 
 class InstanceConfig(_Model):

@@ -15,6 +15,11 @@ each primary-key chunk of a table,
 6. commits the segment's events followed by the remaining rows as op ``r``, with the
    segment's end as the resume position, in one Delta commit.
 
+A long segment (the backlog before the first chunk) is committed in parts of about
+``segment_events`` events before the chunk's commit; only the chunk's keys it touched are
+kept, so memory stays bounded. The parts precede the chunk's rows in ``seq`` order exactly as
+if they were in its commit.
+
 Why it is exact: all events up to the cut precede the ``r`` rows in ``seq`` order and all
 later events follow them. A row left in the chunk had no event in the segment, so its state
 at the cut is what the SELECT read (the SELECT ran inside the segment's time span); a row
@@ -26,7 +31,9 @@ Progress lives in a small JSON file next to the change log, written before each 
 *pending* and confirmed after it; on restart a pending chunk whose batch is in the change
 log counts as done, otherwise it is read again. So a kill -9 costs at most one chunk and
 never duplicates or loses a change. Once every table is done the file is removed and the
-normal run resumes from the change log's checkpoint, which now sits after the snapshot.
+normal run resumes from the change log's checkpoint, which now sits after the snapshot. A
+table that cannot be copied any more (dropped, renamed, its key removed) ends with a reason in
+the file and the result instead of failing every rerun.
 """
 
 from __future__ import annotations
@@ -34,11 +41,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +54,7 @@ from deltalake import DeltaTable
 from pydantic import SecretStr
 
 from cdc_platform.config.models import InstanceConfig
-from cdc_platform.errors import CdcError, SnapshotError, SourceError
+from cdc_platform.errors import SnapshotError
 from cdc_platform.events import (
     BinlogPosition,
     ChangeEvent,
@@ -58,10 +64,12 @@ from cdc_platform.events import (
     Transaction,
 )
 from cdc_platform.runtime.instance import CommitReport
+from cdc_platform.runtime.segments import SegmentStream, altered, touched_keys
 from cdc_platform.sink.delta import Checkpoint, DeltaChangeLog, MaintenancePolicy
 from cdc_platform.source.binlog import BinlogSource
 from cdc_platform.source.connection import connect_source
 from cdc_platform.source.snapshot import (
+    ChunkRows,
     SnapshotTable,
     base_tables,
     decode_key,
@@ -69,16 +77,16 @@ from cdc_platform.source.snapshot import (
     encode_key,
     read_chunk,
 )
-from cdc_platform.source.values import dumps
+from cdc_platform.source.sql import is_missing_table, mysql_error, qualified_name
 
 __all__ = [
+    "DEFAULT_SEGMENT_EVENTS",
     "SegmentStream",
     "SnapshotProgress",
     "SnapshotResult",
     "SnapshotRunner",
     "captured_tables_path",
     "events_at_cut",
-    "snapshot_new_tables",
     "state_path",
     "touched_keys",
 ]
@@ -86,9 +94,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 STATE_VERSION = 1
-_IDLE_CUT_SECONDS = 1.0
-"""Cut the segment when the stream stays quiet this long before reaching the high watermark
-(e.g. the binlog rotated after the last transaction). Safe: see the module docstring."""
+DEFAULT_SEGMENT_EVENTS = 20_000
+"""Binlog events held at most per segment part (and read ahead): a longer segment is
+committed in parts, at transaction boundaries."""
 _SNAPSHOT_HEARTBEAT_SECONDS = 0.25
 """Short server heartbeat, so a held-back quiet COMMIT reaches the cut without delay."""
 
@@ -133,104 +141,8 @@ class SnapshotResult:
     last_batch_seq: int = 0
     resume: ResumePosition | None = None
     per_table: dict[str, int] = field(default_factory=dict)
-
-
-class SegmentStream:
-    """The binlog from the checkpoint on, read by a thread into a queue."""
-
-    def __init__(self, source: BinlogSource) -> None:
-        self.source = source
-        self.queue: queue.Queue[ChangeEvent | BaseException | None] = queue.Queue(maxsize=100_000)
-        self._thread = threading.Thread(target=self._run, name="cdc-snapshot-binlog", daemon=True)
-        self._held: ChangeEvent | None = None
-        self._front: list[ChangeEvent] = []
-        """Events handed back by an idle cut inside a transaction, in order."""
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            for event in self.source.events():
-                self.queue.put(event)
-        except BaseException as exc:  # handed to the main thread
-            self.queue.put(exc)
-            return
-        self.queue.put(None)
-
-    def until(
-        self, high: BinlogPosition, cut: ResumePosition
-    ) -> tuple[list[ChangeEvent], ResumePosition]:
-        """Whole transactions from the last cut up to ``high`` (or until the stream idles),
-        and the resume position after them."""
-        segment: list[ChangeEvent] = []
-        open_txn: list[ChangeEvent] = []
-        resume = cut
-        if not cut.binlog_position < high:
-            return segment, resume
-        while True:
-            event = self._held
-            self._held = None
-            if event is None and self._front:
-                event = self._front.pop(0)
-            if event is None:
-                try:
-                    item = self.queue.get(timeout=_IDLE_CUT_SECONDS)
-                except queue.Empty:
-                    break
-                if isinstance(item, BaseException):
-                    if isinstance(item, CdcError):
-                        raise item
-                    raise SourceError(f"binlog stream failed: {item!r}") from item
-                if item is None:
-                    raise SourceError("binlog stream ended during the snapshot")
-                event = item
-            if not open_txn and event.txn.start >= high:
-                self._held = event  # the first transaction after the high watermark
-                break
-            open_txn.append(event)
-            if event.ends_transaction:
-                segment.extend(open_txn)
-                open_txn = []
-                resume = event.resume_after()
-                if event.position >= high:
-                    break
-        if open_txn:
-            # Stopped inside a transaction (idle cut): keep it for the next segment.
-            self._pushback(open_txn)
-        return segment, resume
-
-    def _pushback(self, events: list[ChangeEvent]) -> None:
-        """Give an incomplete transaction back; it is read again first next time."""
-        if self._held is not None:
-            self._front.append(self._held)
-            self._held = None
-        self._front[:0] = events
-
-    def stop(self) -> None:
-        self.source.stop()
-        self._thread.join(timeout=10)
-
-
-def touched_keys(
-    events: Sequence[ChangeEvent], db: str, table: str, key: Sequence[str]
-) -> set[str]:
-    """pk JSON of every row of ``db.table`` that an event changed, old keys included."""
-    keys: set[str] = set()
-    for event in events:
-        if event.kind is not EventKind.ROW or event.db != db or event.table != table:
-            continue
-        if event.pk is not None:
-            keys.add(event.pk)
-        if event.before is not None:
-            before = json.loads(event.before)
-            keys.add(dumps({k: before.get(k) for k in key}))
-    return keys
-
-
-def _altered(events: Sequence[ChangeEvent], spec: SnapshotTable) -> bool:
-    """Whether a DDL in ``events`` may concern the table (same db; same or unnamed table)."""
-    return any(
-        e.kind is EventKind.DDL and e.db == spec.db and e.table in (spec.table, "") for e in events
-    )
+    ended: dict[str, str] = field(default_factory=dict)
+    """Tables whose snapshot ended without copying them (dropped, renamed, no key), and why."""
 
 
 class SnapshotRunner:
@@ -249,15 +161,19 @@ class SnapshotRunner:
         *,
         tables: Sequence[str] | None = None,
         chunk_size: int = 2000,
+        segment_events: int = DEFAULT_SEGMENT_EVENTS,
         epoch: int | None = None,
         password: SecretStr | str | None = None,
         on_progress: Callable[[SnapshotProgress], None] | None = None,
         commit_gate: Callable[[], None] | None = None,
         maintenance: MaintenancePolicy | None = None,
         on_commit: Callable[[CommitReport], None] | None = None,
+        on_table_done: Callable[[str, str | None], None] | None = None,
     ) -> None:
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, not {chunk_size}")
+        if segment_events < 1:
+            raise ValueError(f"segment_events must be >= 1, not {segment_events}")
         if config.source.mode != "binlog":
             raise SnapshotError(
                 f"{name}: the snapshot merges chunks with the binlog; a destination in the "
@@ -269,10 +185,12 @@ class SnapshotRunner:
         self.state_file = state_file
         self.requested = list(tables) if tables else None
         self.chunk_size = chunk_size
+        self.segment_events = segment_events
         self._epoch = epoch
         self._password = password
         self._on_progress = on_progress
         self._on_commit = on_commit
+        self._on_table_done = on_table_done
         self._gate = commit_gate
         self._maintenance = maintenance
         self._stop = threading.Event()
@@ -344,10 +262,20 @@ class SnapshotRunner:
     def run(self) -> SnapshotResult:
         """Snapshot every requested table (or resume the one in progress) and return a summary.
 
+        A table of a resumed snapshot that can no longer be copied (dropped, renamed, without
+        a primary key now) ends with a logged reason in ``SnapshotResult.ended`` and the state;
+        the other tables go on.
+
         Raises:
             SnapshotError: no primary key, unreadable column, another snapshot in progress.
             SourceError, SinkError: the source or the change log failed; rerun to continue.
         """
+        try:
+            return self._run()
+        except pymysql.MySQLError as exc:
+            raise mysql_error(exc, f"{self.name}: snapshot") from exc
+
+    def _run(self) -> SnapshotResult:
         started = time.perf_counter()
         sink = DeltaChangeLog(
             self.table_uri, self.name, maintenance=self._maintenance or MaintenancePolicy()
@@ -371,6 +299,7 @@ class SnapshotRunner:
                     "index": 0,
                     "after": None,
                     "pending": None,
+                    "ended": {},
                 }
             else:
                 if self.requested and list(self.requested) != list(state["tables"]):
@@ -391,7 +320,11 @@ class SnapshotRunner:
                     len(state["tables"]),
                     state["after"],
                 )
-            specs = [describe_table(conn, *name.split(".", 1)) for name in state["tables"]]
+            state.setdefault("ended", {})
+            specs = [
+                self._describe(conn, name, pending=resumed or i < state["index"])
+                for i, name in enumerate(state["tables"])
+            ]
             source_config = self.config.source.model_copy(
                 update={"heartbeat_seconds": _SNAPSHOT_HEARTBEAT_SECONDS}
             )
@@ -401,22 +334,19 @@ class SnapshotRunner:
             source = BinlogSource(
                 source_config, resume=resume, password=self._password_for_source()
             )
-            stream = SegmentStream(source)
+            stream = SegmentStream(source, read_ahead=self.segment_events)
             result = SnapshotResult(tables=list(state["tables"]), resumed=resumed)
             while state["index"] < len(specs) and not self._stop.is_set():
                 spec = specs[state["index"]]
+                if isinstance(spec, str):
+                    self._end(state, state["tables"][state["index"]], spec, result)
+                    continue
                 batch_seq, resume = self._table(
-                    conn,
-                    probe,
-                    stream,
-                    sink,
+                    _Chunking(conn, probe, stream, sink, epoch, result, started),
                     spec,
                     state,
                     batch_seq,
                     resume,
-                    epoch,
-                    result,
-                    started,
                 )
             result.last_batch_seq = batch_seq
             result.resume = resume
@@ -429,6 +359,28 @@ class SnapshotRunner:
                 stream.stop()
             conn.close()
             sink.close()
+
+    def _describe(
+        self, conn: pymysql.connections.Connection[Any], name: str, *, pending: bool
+    ) -> SnapshotTable | str:
+        """The table's spec; for a snapshot already under way, why it cannot go on instead
+        of an error (a fresh request for a table that cannot be copied is refused)."""
+        try:
+            return describe_table(conn, *name.split(".", 1))
+        except SnapshotError as exc:
+            if not pending:
+                raise
+            return str(exc)
+
+    def _end(self, state: dict[str, Any], name: str, reason: str, result: SnapshotResult) -> None:
+        """End one table's snapshot without copying the rest of it; the others go on."""
+        log.warning("%s: ending the snapshot of %s: %s", self.name, name, reason)
+        state["ended"][name] = reason
+        state.update(index=state["index"] + 1, after=None, pending=None)
+        self._save_state(state)
+        result.ended[name] = reason
+        if self._on_table_done is not None:
+            self._on_table_done(name, reason)
 
     def _landed(self, checkpoint: Checkpoint | None, batch_seq: int, state: dict[str, Any]) -> bool:
         """Whether the interrupted chunk's commit is in the change log.
@@ -458,35 +410,90 @@ class SnapshotRunner:
             return self._password
         return SecretStr(self._password)
 
-    def _table(  # noqa: PLR0917 - one chunk loop's whole context, private
+    def _commit(
         self,
-        conn: pymysql.connections.Connection[Any],
-        probe: BinlogSource,
-        stream: SegmentStream,
-        sink: DeltaChangeLog,
+        ctx: _Chunking,
+        events: list[ChangeEvent],
+        batch_seq: int,
+        cut: ResumePosition,
+    ) -> None:
+        """One Delta commit under the gate, reported to ``on_commit``."""
+        if self._gate is not None:
+            self._gate()
+        landed = ctx.sink.commit(events, batch_seq=batch_seq, resume=cut, epoch=ctx.epoch)
+        if self._on_commit is not None:
+            self._on_commit(
+                CommitReport.of_side_commit(
+                    self.name, batch_seq, landed, events=len(events), resume=cut, epoch=ctx.epoch
+                )
+            )
+
+    def _segment(
+        self,
+        ctx: _Chunking,
+        spec: SnapshotTable,
+        *,
+        chunk_keys: set[str],
+        high: BinlogPosition,
+        batch_seq: int,
+        resume: ResumePosition,
+    ) -> tuple[list[ChangeEvent], ResumePosition, set[str], bool, int]:
+        """Read the segment up to ``high``, committing full parts of it on the way.
+
+        Returns the last part and the cut after it, the chunk's keys the whole segment
+        touched, whether a DDL may have changed the table, and the last batch committed.
+        Committing a part early keeps it before the chunk's rows in ``seq`` order, as if it
+        were in the chunk's commit, so the merge rule holds unchanged.
+        """
+        touched: set[str] = set()
+        changed = False
+        while True:
+            part, cut, complete = ctx.stream.part(high, resume, self.segment_events)
+            touched |= touched_keys(part, spec.db, spec.table, spec.primary_key) & chunk_keys
+            changed = changed or altered(part, spec)
+            ctx.result.streamed_events += sum(1 for e in part if e.kind is not EventKind.COMMIT)
+            if complete:
+                return part, cut, touched, changed, batch_seq
+            batch_seq += 1
+            self._commit(ctx, part, batch_seq, cut)
+            resume = cut
+
+    def _table(
+        self,
+        ctx: _Chunking,
         spec: SnapshotTable,
         state: dict[str, Any],
         batch_seq: int,
         resume: ResumePosition,
-        epoch: int,
-        result: SnapshotResult,
-        started: float,
     ) -> tuple[int, ResumePosition]:
-        """Chunks of one table until it is done or a stop is requested."""
-        with conn.cursor() as cur:
-            cur.execute(f"SELECT COUNT(*) FROM `{spec.db}`.`{spec.table}`")  # noqa: S608
-            row = cur.fetchone()
-            estimated = int(row[0]) if row else 0
-        chunks = rows_read = rows_written = rows_dropped = 0
+        """Chunks of one table until it is done, ended, or a stop is requested."""
+        conn, result = ctx.conn, ctx.result
+        gone = f"table {spec.name} does not exist (dropped or renamed during its snapshot)"
+        try:
+            estimated = _count(conn, spec)
+        except pymysql.MySQLError as exc:
+            if not is_missing_table(exc):
+                raise
+            self._end(state, spec.name, gone, result)
+            return batch_seq, resume
+        tally = SnapshotProgress(spec.name, state["index"], len(state["tables"]), *[0] * 7)
+        tally.estimated_rows = estimated
         while not self._stop.is_set():
-            after = state["after"]
-            low = probe.current_position()
-            chunk = read_chunk(
-                conn, spec, None if after is None else decode_key(after), self.chunk_size
+            low = ctx.probe.current_position()
+            chunk = self._read(conn, spec, state["after"])
+            if chunk is None:
+                # Nothing of the segment was read: the DROP lands with the next table's chunks.
+                self._end(state, spec.name, gone, result)
+                break
+            high = ctx.probe.current_position()
+            segment, cut, touched, changed, batch_seq = self._segment(
+                ctx,
+                spec,
+                chunk_keys={pk for pk, _ in chunk.rows},
+                high=high.binlog_position,
+                batch_seq=batch_seq,
+                resume=resume,
             )
-            high = probe.current_position()
-            segment, cut = stream.until(high.binlog_position, resume)
-            touched = touched_keys(segment, spec.db, spec.table, spec.primary_key)
             kept = [(pk, image) for pk, image in chunk.rows if pk not in touched]
             done = len(chunk.rows) < self.chunk_size
             next_index, next_after = (
@@ -495,69 +502,119 @@ class SnapshotRunner:
                 else (state["index"], encode_key(chunk.last_key or []))
             )
             counted = len(chunk.rows)
-            if _altered(segment, spec):
+            ended: str | None = None
+            if changed:
                 # The table changed shape inside the segment: the chunk may have been read
-                # with either schema. Commit the segment alone and read the chunk again.
-                log.info(
-                    "%s: %s changed by DDL during a chunk; reading it again", self.name, spec.name
+                # with either schema. Commit the segment alone and read the chunk again
+                # (or end the table if it cannot be copied any more).
+                kept, counted = [], 0
+                spec, ended = self._reshaped(conn, spec)
+                done = ended is not None
+                next_index, next_after = (
+                    (state["index"] + 1, None) if done else (state["index"], state["after"])
                 )
-                spec = describe_table(conn, spec.db, spec.table)
-                kept, done, counted = [], False, 0
-                next_index, next_after = state["index"], state["after"]
             events = [*segment, *events_at_cut(spec, cut, kept)]
             batch_seq += 1
             state["pending"] = {"batch_seq": batch_seq, "index": next_index, "after": next_after}
             self._save_state(state)
-            if self._gate is not None:
-                self._gate()
-            landed = sink.commit(events, batch_seq=batch_seq, resume=cut, epoch=epoch)
-            if self._on_commit is not None:
-                self._on_commit(
-                    CommitReport.of_side_commit(
-                        self.name, batch_seq, landed, events=len(events), resume=cut, epoch=epoch
-                    )
-                )
+            self._commit(ctx, events, batch_seq, cut)
+            if ended is not None:
+                log.warning("%s: ending the snapshot of %s: %s", self.name, spec.name, ended)
+                state["ended"][spec.name] = ended
+                result.ended[spec.name] = ended
             state.update(index=next_index, after=next_after, pending=None)
             self._save_state(state)
             resume = cut
-            chunks += 1
-            rows_read += counted
-            rows_written += len(kept)
-            rows_dropped += counted - len(kept)
-            result.chunks += 1
-            result.rows_written += len(kept)
-            result.rows_dropped += counted - len(kept)
-            result.streamed_events += sum(1 for e in segment if e.kind is not EventKind.COMMIT)
-            result.per_table[spec.name] = result.per_table.get(spec.name, 0) + len(kept)
+            self._account(
+                ctx, tally, state, counted=counted, kept=len(kept), batch_seq=batch_seq, done=done
+            )
             log.debug(
                 "%s: %s chunk %d: low %s high %s cut %s, %d rows, %d dropped",
                 self.name,
                 spec.name,
-                chunks,
+                tally.chunks,
                 low,
                 high,
                 cut,
-                len(chunk.rows),
-                len(chunk.rows) - len(kept),
+                counted,
+                counted - len(kept),
             )
-            if self._on_progress is not None:
-                self._on_progress(
-                    SnapshotProgress(
-                        table=spec.name,
-                        table_index=state["index"] if not done else state["index"] - 1,
-                        tables=len(state["tables"]),
-                        chunks=chunks,
-                        rows_read=rows_read,
-                        rows_written=rows_written,
-                        rows_dropped=rows_dropped,
-                        estimated_rows=estimated,
-                        batch_seq=batch_seq,
-                        seconds=time.perf_counter() - started,
-                    )
-                )
             if done:
+                if self._on_table_done is not None:
+                    self._on_table_done(spec.name, ended)
                 break
         return batch_seq, resume
+
+    def _reshaped(
+        self, conn: pymysql.connections.Connection[Any], spec: SnapshotTable
+    ) -> tuple[SnapshotTable, str | None]:
+        """The table's new shape after a DDL, or why it cannot be copied any more."""
+        log.info("%s: %s changed by DDL during a chunk; reading it again", self.name, spec.name)
+        try:
+            return describe_table(conn, spec.db, spec.table), None
+        except SnapshotError as exc:  # dropped, renamed, key removed
+            return spec, str(exc)
+
+    def _read(
+        self, conn: pymysql.connections.Connection[Any], spec: SnapshotTable, after: Any
+    ) -> ChunkRows | None:
+        """The next chunk, or None when the table no longer exists."""
+        try:
+            return read_chunk(
+                conn, spec, None if after is None else decode_key(after), self.chunk_size
+            )
+        except pymysql.MySQLError as exc:
+            if not is_missing_table(exc):
+                raise
+            return None
+
+    def _account(
+        self,
+        ctx: _Chunking,
+        tally: SnapshotProgress,
+        state: dict[str, Any],
+        *,
+        counted: int,
+        kept: int,
+        batch_seq: int,
+        done: bool,
+    ) -> None:
+        """Add one committed chunk to the table's tally and the result; report progress."""
+        result = ctx.result
+        tally.chunks += 1
+        tally.rows_read += counted
+        tally.rows_written += kept
+        tally.rows_dropped += counted - kept
+        tally.batch_seq = batch_seq
+        tally.table_index = state["index"] if not done else state["index"] - 1
+        tally.seconds = time.perf_counter() - ctx.started
+        result.chunks += 1
+        result.rows_written += kept
+        result.rows_dropped += counted - kept
+        result.per_table[tally.table] = result.per_table.get(tally.table, 0) + kept
+        if self._on_progress is not None:
+            self._on_progress(replace(tally))
+
+
+@dataclass(frozen=True, slots=True)
+class _Chunking:
+    """What every chunk of one run shares."""
+
+    conn: pymysql.connections.Connection[Any]
+    probe: BinlogSource
+    stream: SegmentStream
+    sink: DeltaChangeLog
+    epoch: int
+    result: SnapshotResult
+    started: float
+
+
+def _count(conn: pymysql.connections.Connection[Any], spec: SnapshotTable) -> int:
+    """The table's row count (for progress only)."""
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT COUNT(*) FROM {qualified_name(spec.db, spec.table)}")  # noqa: S608
+        row = cur.fetchone()
+    return int(row[0]) if row else 0
 
 
 def events_at_cut(
@@ -597,99 +654,3 @@ def events_at_cut(
         )
         for i, (op, pk, before, after) in enumerate(rows)
     ]
-
-
-def _read_captured(path: Path) -> set[str] | None:
-    try:
-        return set(json.loads(path.read_text(encoding="utf-8"))["tables"])
-    except FileNotFoundError:
-        return None
-
-
-def _write_captured(path: Path, tables: set[str]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"tables": sorted(tables)}), encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def snapshot_new_tables(
-    name: str,
-    config: InstanceConfig,
-    table_uri: str,
-    lake_root: Path,
-    *,
-    epoch: int,
-    commit_gate: Callable[[], None],
-    password: SecretStr | None = None,
-    maintenance: MaintenancePolicy | None = None,
-    on_progress: Callable[[SnapshotProgress], None] | None = None,
-    on_runner: Callable[[SnapshotRunner | None], None] | None = None,
-    on_commit: Callable[[CommitReport], None] | None = None,
-) -> SnapshotResult | None:
-    """Snapshot what the destination does not have a copy of yet, under the caller's lease.
-
-    ``<lake_root>/<name>/_captured_tables.json`` lists the tables already copied (or
-    captured from their creation). First an interrupted snapshot is finished; then every base
-    table the filters match that is not in the list is snapshotted (all of them at the first
-    start), and added to the list once done. Tables without a primary key cannot be copied
-    consistently: they are logged and listed, so they are not retried at each start (their
-    changes are captured from the binlog all the same). ``on_runner`` receives the runner
-    while it works (so a stop request can reach it) and None afterwards.
-
-    Returns the last snapshot's result, or None when there was nothing to copy.
-    """
-    state_file = state_path(lake_root, name)
-    record = captured_tables_path(lake_root, name)
-    known = _read_captured(record)
-    chunk_size = config.snapshot.chunk_size
-
-    def runner(tables: Sequence[str] | None) -> SnapshotRunner:
-        made = SnapshotRunner(
-            name,
-            config,
-            table_uri,
-            state_file,
-            tables=tables,
-            chunk_size=chunk_size,
-            epoch=epoch,
-            password=password,
-            on_progress=on_progress,
-            commit_gate=commit_gate,
-            maintenance=maintenance,
-            on_commit=on_commit,
-        )
-        if on_runner is not None:
-            on_runner(made)
-        return made
-
-    result: SnapshotResult | None = None
-    try:
-        if state_file.exists():
-            log.info("%s: finishing an interrupted snapshot", name)
-            result = runner(None).run()
-            if state_file.exists():
-                return result  # stopped: finished at the next start
-            known = (known or set()) | set(result.tables)
-            _write_captured(record, known)
-        probe = runner([])
-        current = probe.captured_tables()
-        new = sorted(set(current) - (known or set()))
-        if not new:
-            if known is None:
-                _write_captured(record, set())
-            return result
-        refused = probe.keyless(new)
-        for table, why in refused.items():
-            log.warning("%s: not snapshotting %s: %s", name, table, why)
-        copy = [t for t in new if t not in refused]
-        if copy:
-            log.info("%s: snapshotting %d new table(s): %s", name, len(copy), ", ".join(copy))
-            result = runner(copy).run()
-            if state_file.exists():
-                return result  # stopped: finished at the next start
-        _write_captured(record, (known or set()) | set(new))
-        return result
-    finally:
-        if on_runner is not None:
-            on_runner(None)

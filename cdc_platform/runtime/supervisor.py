@@ -505,7 +505,7 @@ class LeaseSupervisor:
             return
         if self.config.source.mode != "binlog":
             return  # the watch-by-id source lists its tables itself
-        from cdc_platform.runtime.snapshot import snapshot_new_tables  # noqa: PLC0415
+        from cdc_platform.runtime.new_tables import snapshot_new_tables  # noqa: PLC0415
 
         def on_runner(runner: SnapshotRunner | None) -> None:
             with self._lock:

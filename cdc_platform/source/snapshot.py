@@ -27,6 +27,7 @@ import pymysql
 
 from cdc_platform.errors import SnapshotError
 from cdc_platform.source.filters import TableFilter
+from cdc_platform.source.sql import format_safe, qualified_name, quote_identifier
 from cdc_platform.source.values import dumps
 
 __all__ = [
@@ -128,10 +129,6 @@ class _Column:
     described: dict[str, Any]
 
 
-def _quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
 def _column(  # noqa: PLR0912, PLR0915 - one flat case per column type reads best
     row: dict[str, Any], logical_json: bool, pk: bool
 ) -> _Column:
@@ -139,7 +136,7 @@ def _column(  # noqa: PLR0912, PLR0915 - one flat case per column type reads bes
     name = str(row["COLUMN_NAME"])
     data_type = str(row["DATA_TYPE"]).lower()
     column_type = str(row["COLUMN_TYPE"]).lower()
-    q = _quote(name)
+    q = quote_identifier(name)
     as_char = f"CAST({q} AS CHAR)"
     precision: int | None = None
     scale: int | None = None
@@ -338,12 +335,14 @@ def select_rows(
     JSON (the same text the binlog source writes) and the values of ``extra``.
 
     The one place that turns selected rows into change-log JSON (snapshot, reconciliation,
-    id watch). One autocommit SELECT: no lock, one consistent read.
+    id watch). One autocommit SELECT: no lock, one consistent read. ``extra`` and ``tail`` are
+    executed with parameters: names in them go through ``format_safe(quote_identifier(...))``.
     """
-    select = ", ".join(c.select for c in spec.columns)
+    select = format_safe(", ".join(c.select for c in spec.columns))
     if extra:
         select += ", " + extra
-    sql = f"SELECT {select} FROM {_quote(spec.db)}.{_quote(spec.table)} {tail}"  # noqa: S608
+    table = format_safe(qualified_name(spec.db, spec.table))
+    sql = f"SELECT {select} FROM {table} {tail}"  # noqa: S608
     width = len(spec.columns)
     out: list[tuple[str, str, tuple[Any, ...]]] = []
     with conn.cursor() as cur:
@@ -373,7 +372,7 @@ def read_chunk(
     One autocommit SELECT on the key, so it holds no lock and reads one consistent view;
     the caller takes the binlog watermarks around it.
     """
-    key_sql = ", ".join(_quote(k) for k in spec.primary_key)
+    key_sql = format_safe(", ".join(quote_identifier(k) for k in spec.primary_key))
     tail = ""
     args: tuple[Any, ...] = ()
     if after is not None:
@@ -430,7 +429,7 @@ def read_keys(
             raise SnapshotError(
                 f"{spec.name}: a key has {len(key)} values, the primary key has {width_key}"
             )
-    key_sql = ", ".join(_quote(k) for k in spec.primary_key)
+    key_sql = format_safe(", ".join(quote_identifier(k) for k in spec.primary_key))
     row_marks = "(" + ", ".join(["%s"] * width_key) + ")"
     tail = f"WHERE ({key_sql}) IN ({', '.join([row_marks] * len(keys))}) ORDER BY {key_sql}"
     args = tuple(value for key in keys for value in key)

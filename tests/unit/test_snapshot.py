@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from decimal import Decimal
 
+import pymysql
 import pytest
 
+from cdc_platform.errors import SourceConnectionError, SourceError
 from cdc_platform.events import (
     BinlogPosition,
     ChangeEvent,
@@ -25,6 +27,7 @@ from cdc_platform.source.snapshot import (
     decode_key,
     encode_key,
 )
+from cdc_platform.source.sql import format_safe, is_missing_table, mysql_error, quote_identifier
 
 pytestmark = pytest.mark.unit
 
@@ -92,3 +95,36 @@ def test_segment_ends_at_the_first_transaction_after_the_high_watermark() -> Non
     segment, cut = stream.until(BinlogPosition("b.000001", 300), cut)
     assert segment == events[2:]
     assert cut.pos == 300
+
+
+def test_segment_part_stops_at_a_transaction_end_once_the_limit_is_reached() -> None:
+    t1, t2, t3 = _txn(100), _txn(200), _txn(300)
+    events = [
+        _row(t1, 150, 0, 1),
+        _row(t1, 160, 1, 2),
+        _commit(t1, 200, 2),
+        _row(t2, 250, 0, 3),
+        _commit(t2, 300, 1),
+        _row(t3, 350, 0, 4),
+        _commit(t3, 400, 1),
+    ]
+    stream = SegmentStream(_FakeSource(events))  # type: ignore[arg-type]
+    high = BinlogPosition("b.000001", 400)
+    part, cut, complete = stream.part(high, ResumePosition("b.000001", 100), 2)
+    assert (part, cut.pos, complete) == (events[:3], 200, False)  # t1 kept whole
+    part, cut, complete = stream.part(high, cut, 2)
+    assert (part, cut.pos, complete) == (events[3:5], 300, False)
+    part, cut, complete = stream.part(high, cut, 2)
+    assert (part, cut.pos, complete) == (events[5:], 400, True)
+
+
+def test_identifiers_are_quoted_and_driver_errors_translated() -> None:
+    assert quote_identifier("we`ird.t ab") == "`we``ird.t ab`"
+    assert format_safe(quote_identifier("50%")) == "`50%%`"
+    lost = mysql_error(pymysql.err.OperationalError(2013, "Lost connection"), "snapshot")
+    assert isinstance(lost, SourceConnectionError)
+    assert lost.transient
+    syntax = mysql_error(pymysql.err.ProgrammingError(1064, "syntax"), "snapshot")
+    assert type(syntax) is SourceError
+    assert not syntax.transient
+    assert is_missing_table(pymysql.err.ProgrammingError(1146, "no such table"))

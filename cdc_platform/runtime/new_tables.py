@@ -1,0 +1,273 @@
+"""Automatic snapshots of the tables a destination has no complete copy of yet.
+
+The destination's run (``snapshot.new_tables``) calls :func:`snapshot_new_tables` under its
+lease before it streams.
+
+``<lake_root>/<destination>/_captured_tables.json`` (format ``v`` 2) keeps
+
+* ``tables``: every table the change log holds completely, by a snapshot or from its
+  ``CREATE TABLE`` on; a table is added as soon as its own snapshot finishes, so a later
+  interruption does not copy it again;
+* ``ended``: tables whose copy was ended or refused, with why (no primary key, dropped or
+  renamed while its snapshot was pending);
+* ``after_batch`` and ``filters``: the change log's batch and the capture filters when the
+  tables were last listed. A table that appears later and whose ``CREATE TABLE`` the log holds
+  after that batch was captured from its creation (every row of it is in the log already), so
+  it needs no snapshot. The mark is dropped when the filters change: a table excluded for a
+  while has a gap the log cannot show.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+from pydantic import SecretStr
+
+from cdc_platform.config.models import InstanceConfig
+from cdc_platform.errors import SnapshotError
+from cdc_platform.runtime.instance import CommitReport
+from cdc_platform.runtime.snapshot import (
+    SnapshotProgress,
+    SnapshotResult,
+    SnapshotRunner,
+    captured_tables_path,
+    state_path,
+)
+from cdc_platform.sink.delta import MaintenancePolicy
+from cdc_platform.source.filters import StatementKind, classify_statement
+
+__all__ = ["CapturedTables", "created_in_log", "current_batch", "snapshot_new_tables"]
+
+log = logging.getLogger(__name__)
+
+RECORD_VERSION = 2
+
+_PLAIN_CREATE = re.compile(
+    r"\s*CREATE\s+(?:OR\s+REPLACE\s+)?TABLE\s+(?!IF\s+NOT\s+EXISTS\b)", re.IGNORECASE
+)
+"""A CREATE TABLE that always makes a new table (not TEMPORARY, not IF NOT EXISTS)."""
+_KEEPS_TABLE = re.compile(r"\s*(?:ALTER|TRUNCATE)\b", re.IGNORECASE)
+_RENAME = re.compile(r"\bRENAME\b", re.IGNORECASE)
+
+
+@dataclass
+class CapturedTables:
+    """The record; see the module docstring."""
+
+    path: Path
+    tables: set[str] = field(default_factory=set)
+    ended: dict[str, str] = field(default_factory=dict)
+    after_batch: int | None = None
+    filters: list[list[str]] | None = None
+    exists: bool = False
+
+    @classmethod
+    def load(cls, path: Path) -> CapturedTables:
+        """The record at ``path`` (an empty one if there is none; v1 files are read too)."""
+        try:
+            data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return cls(path)
+        except ValueError as exc:
+            raise SnapshotError(f"{path}: unreadable record of captured tables: {exc}") from None
+        version = data.get("v", 1)
+        if version not in (1, RECORD_VERSION):
+            raise SnapshotError(f"{path}: unknown record version {version!r}")
+        after = data.get("after_batch")
+        return cls(
+            path,
+            set(data.get("tables", [])),
+            dict(data.get("ended", {})),
+            None if after is None else int(after),
+            data.get("filters"),
+            exists=True,
+        )
+
+    def save(self) -> None:
+        """Write atomically (temporary file, fsync, rename)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        data = {
+            "v": RECORD_VERSION,
+            "tables": sorted(self.tables),
+            "ended": dict(sorted(self.ended.items())),
+            "after_batch": self.after_batch,
+            "filters": self.filters,
+        }
+        with tmp.open("w", encoding="utf-8") as handle:
+            json.dump(data, handle, sort_keys=True)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, self.path)
+        self.exists = True
+
+    def done(self, table: str, reason: str | None = None) -> None:
+        """Record that ``table`` needs no more copying (``reason``: it was not copied)."""
+        self.tables.add(table)
+        if reason is not None:
+            self.ended[table] = reason
+        else:
+            self.ended.pop(table, None)
+        self.save()
+
+
+def current_batch(table_uri: str, destination: str) -> int:
+    """The change log's last batch (0 when it does not exist yet)."""
+    try:
+        version = DeltaTable(table_uri).transaction_version(destination)
+    except TableNotFoundError:
+        return 0
+    return int(version or 0)
+
+
+def created_in_log(table_uri: str, after_batch: int, candidates: Iterable[str]) -> set[str]:
+    """The ``candidates`` (``db.table``) whose plain ``CREATE TABLE`` is in the change log after
+    ``after_batch`` and not followed by a DROP / RENAME naming them.
+
+    Conservative: any other statement that may name a candidate (DROP, RENAME, a multi-statement
+    group, CREATE ... IF NOT EXISTS) counts against it; a candidate wrongly left out is only
+    snapshotted once more (its `r` rows repeat the state the log already has).
+    """
+    wanted = set(candidates)
+    if not wanted:
+        return set()
+    try:
+        dataset = DeltaTable(table_uri).to_pyarrow_dataset()
+    except TableNotFoundError:
+        return set()
+    rows = (
+        dataset.to_table(
+            columns=["db", "ddl", "seq"],
+            filter=(pc.field("op") == "ddl") & (pc.field("batch_seq") > after_batch),
+        )
+        .sort_by("seq")
+        .to_pylist()
+    )
+    created: set[str] = set()
+    for row in rows:
+        text = str(row["ddl"] or "")
+        statement = classify_statement(text, str(row["db"] or ""))
+        if statement.kind is not StatementKind.DDL:
+            continue
+        names = {f"{db}.{table}" for db, table in statement.tables}
+        if _PLAIN_CREATE.match(text) and ";\n" not in text and statement.tables:
+            db, table = statement.tables[0]
+            if f"{db}.{table}" in wanted:
+                created.add(f"{db}.{table}")
+            continue
+        if _KEEPS_TABLE.match(text) and not _RENAME.search(text):
+            continue
+        for name in list(created):
+            table = name.split(".", 1)[1]
+            if name in names or table in text:
+                created.discard(name)
+    return created
+
+
+def snapshot_new_tables(
+    name: str,
+    config: InstanceConfig,
+    table_uri: str,
+    lake_root: Path,
+    *,
+    epoch: int,
+    commit_gate: Callable[[], None],
+    password: SecretStr | None = None,
+    maintenance: MaintenancePolicy | None = None,
+    on_progress: Callable[[SnapshotProgress], None] | None = None,
+    on_runner: Callable[[SnapshotRunner | None], None] | None = None,
+    on_commit: Callable[[CommitReport], None] | None = None,
+) -> SnapshotResult | None:
+    """Snapshot what the destination does not have a copy of yet, under the caller's lease.
+
+    The record of copied tables is described in the module docstring. First
+    an interrupted snapshot is finished (a table it can no longer copy ends with a reason);
+    then every base table the filters match that is neither recorded nor created (``CREATE
+    TABLE`` in the change log) since the last listing is snapshotted (all of them at the first
+    start). Each table is recorded as soon as its snapshot finishes. Tables without a primary
+    key cannot be copied consistently: they are logged and recorded with the reason, so they
+    are not retried at each start (their changes are captured from the binlog all the same).
+    ``on_runner`` receives the runner while it works (so a stop request can reach it) and
+    None afterwards.
+
+    Returns the last snapshot's result, or None when there was nothing to copy.
+    """
+    state_file = state_path(lake_root, name)
+    record = CapturedTables.load(captured_tables_path(lake_root, name))
+    source = config.source
+    filters = [list(source.include_tables), list(source.exclude_tables)]
+    if record.exists and record.filters != filters:
+        # Tables excluded until now may have changes the log lacks: no shortcut this time.
+        record.after_batch, record.filters = None, filters
+        record.save()
+
+    def runner(tables: Sequence[str] | None) -> SnapshotRunner:
+        made = SnapshotRunner(
+            name,
+            config,
+            table_uri,
+            state_file,
+            tables=tables,
+            chunk_size=config.snapshot.chunk_size,
+            segment_events=config.snapshot.segment_events,
+            epoch=epoch,
+            password=password,
+            on_progress=on_progress,
+            commit_gate=commit_gate,
+            maintenance=maintenance,
+            on_commit=on_commit,
+            on_table_done=record.done,
+        )
+        if on_runner is not None:
+            on_runner(made)
+        return made
+
+    result: SnapshotResult | None = None
+    try:
+        if state_file.exists():
+            log.info("%s: finishing an interrupted snapshot", name)
+            result = runner(None).run()
+            if state_file.exists():
+                return result  # stopped: finished at the next start
+            record.tables |= set(result.tables)  # also those finished before an upgrade
+            record.save()
+        listed_after = current_batch(table_uri, name)
+        probe = runner([])
+        new = sorted(set(probe.captured_tables()) - record.tables)
+        if new and record.after_batch is not None:
+            created = created_in_log(table_uri, record.after_batch, new)
+            if created:
+                log.info(
+                    "%s: captured from their CREATE TABLE, no snapshot needed: %s",
+                    name,
+                    ", ".join(sorted(created)),
+                )
+                record.tables |= created
+                new = [t for t in new if t not in created]
+        refused = probe.keyless(new)
+        for table, why in refused.items():
+            log.warning("%s: not snapshotting %s: %s", name, table, why)
+            record.ended[table] = why
+        copy = [t for t in new if t not in refused]
+        if copy:
+            log.info("%s: snapshotting %d new table(s): %s", name, len(copy), ", ".join(copy))
+            result = runner(copy).run()
+            if state_file.exists():
+                return result  # stopped: finished at the next start
+        record.tables |= set(new)
+        record.after_batch, record.filters = listed_after, filters
+        record.save()
+        return result
+    finally:
+        if on_runner is not None:
+            on_runner(None)

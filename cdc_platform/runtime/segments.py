@@ -1,0 +1,162 @@
+"""The binlog between two snapshot cuts (the *segment*), read in bounded parts.
+
+The snapshot streams the binlog from the change log's checkpoint while it reads chunks. A
+thread reads events into a bounded queue; :meth:`SegmentStream.part` hands out whole
+transactions up to a chunk's high watermark, at most about ``limit`` events at a time, so a
+long backlog (the first segment after a pause) is committed in parts instead of being held in
+memory. Only the keys of the chunk that the segment touched need to be kept between parts.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from collections.abc import Sequence
+
+from cdc_platform.errors import CdcError, SourceError
+from cdc_platform.events import BinlogPosition, ChangeEvent, EventKind, ResumePosition
+from cdc_platform.source.binlog import BinlogSource
+from cdc_platform.source.snapshot import SnapshotTable
+from cdc_platform.source.values import dumps
+
+__all__ = ["SegmentStream", "altered", "touched_keys"]
+
+IDLE_CUT_SECONDS = 1.0
+"""Cut the segment when the stream stays quiet this long before reaching the high watermark
+(e.g. the binlog rotated after the last transaction). Safe: see runtime/snapshot.py."""
+
+_QUEUE_EVENTS = 100_000
+"""Events read ahead at most (fewer when the caller's part limit is smaller)."""
+
+
+class SegmentStream:
+    """The binlog from the checkpoint on, read by a thread into a bounded queue."""
+
+    def __init__(self, source: BinlogSource, *, read_ahead: int = _QUEUE_EVENTS) -> None:
+        self.source = source
+        self.queue: queue.Queue[ChangeEvent | BaseException | None] = queue.Queue(
+            maxsize=max(1, read_ahead)
+        )
+        self._thread = threading.Thread(target=self._run, name="cdc-snapshot-binlog", daemon=True)
+        self._held: ChangeEvent | None = None
+        self._front: list[ChangeEvent] = []
+        """Events handed back by an idle cut inside a transaction, in order."""
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            for event in self.source.events():
+                self.queue.put(event)
+        except BaseException as exc:  # handed to the main thread
+            self.queue.put(exc)
+            return
+        self.queue.put(None)
+
+    def until(
+        self, high: BinlogPosition, cut: ResumePosition
+    ) -> tuple[list[ChangeEvent], ResumePosition]:
+        """Whole transactions from the last cut up to ``high`` (or until the stream idles),
+        and the resume position after them."""
+        segment, resume, _complete = self.part(high, cut, None)
+        return segment, resume
+
+    def part(
+        self, high: BinlogPosition, cut: ResumePosition, limit: int | None
+    ) -> tuple[list[ChangeEvent], ResumePosition, bool]:
+        """Like :meth:`until`, but stops at the first transaction end once ``limit`` events
+        are gathered; the flag says whether ``high`` (or an idle cut) was reached.
+
+        A transaction is never split: one larger than ``limit`` is returned whole.
+        """
+        segment: list[ChangeEvent] = []
+        open_txn: list[ChangeEvent] = []
+        resume = cut
+        if not cut.binlog_position < high:
+            return segment, resume, True
+        complete = True
+        while True:
+            event = self._next(high, bool(open_txn))
+            if event is None:
+                break
+            open_txn.append(event)
+            if event.ends_transaction:
+                segment.extend(open_txn)
+                open_txn = []
+                resume = event.resume_after()
+                if event.position >= high:
+                    break
+                if limit is not None and len(segment) >= limit:
+                    complete = False
+                    break
+        if open_txn:
+            # Stopped inside a transaction (idle cut): keep it for the next segment.
+            self._pushback(open_txn)
+        return segment, resume, complete
+
+    def _next(self, high: BinlogPosition, in_txn: bool) -> ChangeEvent | None:
+        """The next event, or None at an idle cut or before the first transaction past
+        ``high`` (which is held back for the next segment)."""
+        event = self._held
+        self._held = None
+        if event is None and self._front:
+            event = self._front.pop(0)
+        if event is None:
+            try:
+                item = self.queue.get(timeout=IDLE_CUT_SECONDS)
+            except queue.Empty:
+                return None
+            if isinstance(item, BaseException):
+                if isinstance(item, CdcError):
+                    raise item
+                raise SourceError(f"binlog stream failed: {item!r}") from item
+            if item is None:
+                raise SourceError("binlog stream ended during the snapshot")
+            event = item
+        if not in_txn and event.txn.start >= high:
+            self._held = event  # the first transaction after the high watermark
+            return None
+        return event
+
+    def _pushback(self, events: list[ChangeEvent]) -> None:
+        """Give an incomplete transaction back; it is read again first next time."""
+        if self._held is not None:
+            self._front.append(self._held)
+            self._held = None
+        self._front[:0] = events
+
+    def stop(self) -> None:
+        """Stop the reader; drain the queue so a reader blocked on a full queue can end."""
+        self.source.stop()
+        for _ in range(100):
+            while True:
+                try:
+                    self.queue.get_nowait()
+                except queue.Empty:
+                    break
+            self._thread.join(timeout=0.1)
+            if not self._thread.is_alive():
+                return
+
+
+def touched_keys(
+    events: Sequence[ChangeEvent], db: str, table: str, key: Sequence[str]
+) -> set[str]:
+    """pk JSON of every row of ``db.table`` that an event changed, old keys included."""
+    keys: set[str] = set()
+    for event in events:
+        if event.kind is not EventKind.ROW or event.db != db or event.table != table:
+            continue
+        if event.pk is not None:
+            keys.add(event.pk)
+        if event.before is not None:
+            before = json.loads(event.before)
+            keys.add(dumps({k: before.get(k) for k in key}))
+    return keys
+
+
+def altered(events: Sequence[ChangeEvent], spec: SnapshotTable) -> bool:
+    """Whether a DDL in ``events`` may concern the table (same db; same or unnamed table)."""
+    return any(
+        e.kind is EventKind.DDL and e.db == spec.db and e.table in (spec.table, "") for e in events
+    )

@@ -1,0 +1,311 @@
+"""Snapshot faults: vanished tables, tables created while streaming, a large binlog backlog,
+identifiers that need quoting."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import pytest
+from deltalake import DeltaTable
+
+from cdc_platform.config.models import InstanceConfig, SnapshotSettings
+from cdc_platform.runtime import DestinationRuntime
+from cdc_platform.runtime.instance import CommitReport
+from cdc_platform.runtime.new_tables import snapshot_new_tables
+from cdc_platform.runtime.snapshot import (
+    SnapshotProgress,
+    SnapshotResult,
+    SnapshotRunner,
+    captured_tables_path,
+    state_path,
+)
+from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config
+from cdc_platform.testing.replay import RowKey, replay
+from tests.conftest import MariaDBDatabase
+
+pytestmark = pytest.mark.integration
+
+
+def instance(db: MariaDBDatabase, *, chunk_size: int = 100) -> InstanceConfig:
+    config = instance_config(db.server, db.user.name, [rf"{db.name}\..*"], server_id=2131)
+    return config.model_copy(
+        update={"snapshot": SnapshotSettings(new_tables=True, chunk_size=chunk_size)}
+    )
+
+
+@pytest.fixture(autouse=True)
+def env_password(mariadb: MariaDBDatabase, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
+
+
+def stream(db: MariaDBDatabase, uri: str) -> None:
+    """The destination's normal run until it is idle."""
+    summary = DestinationRuntime("d", instance(db), uri).run(exit_when_idle_seconds=1.5)
+    assert summary.error is None, summary
+
+
+def new_tables(
+    db: MariaDBDatabase,
+    lake_root: Path,
+    *,
+    stop_after_chunks: int | None = None,
+    on_progress: Callable[[SnapshotProgress], None] | None = None,
+) -> SnapshotResult | None:
+    """One term's automatic snapshot (what the supervisor runs before it streams)."""
+    runners: list[SnapshotRunner | None] = []
+
+    def progress(p: SnapshotProgress) -> None:
+        if on_progress is not None:
+            on_progress(p)
+        if stop_after_chunks is not None and p.chunks >= stop_after_chunks:
+            runner = runners[-1]
+            assert runner is not None
+            runner.request_stop()
+
+    return snapshot_new_tables(
+        "d",
+        instance(db),
+        str(lake_root / "d" / "changes"),
+        lake_root,
+        epoch=0,
+        commit_gate=lambda: None,
+        on_progress=progress,
+        on_runner=runners.append,
+    )
+
+
+def table_rows(db: MariaDBDatabase, table: str, key: list[str]) -> dict[RowKey, dict[str, Any]]:
+    """A table's rows keyed like replay (any identifiers)."""
+    quoted = "`" + table.replace("`", "``") + "`"
+    with db.server.connect(db.name) as conn, conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute(f"SELECT * FROM {quoted}")
+        rows = cur.fetchall()
+    return {tuple((k, row[k]) for k in key): dict(row) for row in rows}
+
+
+def r_keys(uri: str, table: str) -> list[str]:
+    rows = DeltaTable(uri).to_pyarrow_table(columns=["op", "table", "pk"]).to_pylist()
+    return [r["pk"] for r in rows if r["op"] == "r" and r["table"] == table]
+
+
+def assert_exact(db: MariaDBDatabase, uri: str, tables: dict[str, list[str]]) -> None:
+    result = replay(uri)
+    assert result.duplicates == []
+    assert result.seq_gaps == []
+    for table, key in tables.items():
+        expected = table_rows(db, table, key)
+        got = result.tables.get(f"{db.name}.{table}", {})
+        assert got == expected, f"{table}: {len(got)} replayed rows vs {len(expected)} in source"
+
+
+def two_tables(db: MariaDBDatabase) -> None:
+    db.server.execute(
+        "CREATE TABLE t1 (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO t1 SELECT seq, seq FROM seq_1_to_350",
+        "CREATE TABLE t2 (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO t2 SELECT seq, seq FROM seq_1_to_250",
+        database=db.name,
+    )
+
+
+# -- a table that vanishes while its snapshot is pending -------------------------------------
+
+_FAULTS = {
+    "dropped": ("DROP TABLE t1", "does not exist"),
+    "renamed": ("RENAME TABLE t1 TO t1_renamed", "does not exist"),
+    "key_dropped": ("ALTER TABLE t1 DROP PRIMARY KEY", "no primary key"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(_FAULTS))
+def test_interrupted_snapshot_of_a_vanished_table_ends_and_the_stream_goes_on(
+    mariadb: MariaDBDatabase, lake_root: Path, fault: str
+) -> None:
+    """Stopped after one chunk of t1; t1 is then dropped / renamed / loses its key. The next
+    start ends t1's snapshot with a reason, copies t2 (and the renamed table), and streams."""
+    db = mariadb
+    two_tables(db)
+    uri = str(lake_root / "d" / "changes")
+    new_tables(db, lake_root, stop_after_chunks=1)
+    assert state_path(lake_root, "d").exists(), "the snapshot was interrupted"
+    statement, reason = _FAULTS[fault]
+    db.server.execute(statement, database=db.name)
+
+    result = new_tables(db, lake_root)  # wedged here before: SnapshotError at every start
+    assert result is not None
+    assert not state_path(lake_root, "d").exists()
+    record = json.loads(captured_tables_path(lake_root, "d").read_text())
+    assert reason in record["ended"][f"{db.name}.t1"]
+    db.server.execute("INSERT INTO t2 VALUES (1000, 1)", database=db.name)
+    stream(db, uri)
+    expected = {"t2": ["id"]}
+    if fault == "renamed":
+        expected["t1_renamed"] = ["id"]
+    assert_exact(db, uri, expected)
+    assert new_tables(db, lake_root) is None, "nothing left to copy at the next start"
+
+
+def test_table_dropped_between_chunks_ends_its_snapshot(
+    mariadb: MariaDBDatabase, lake_root: Path
+) -> None:
+    """A table dropped while its snapshot runs: no raw driver error, the next table is copied."""
+    db = mariadb
+    two_tables(db)
+    uri = str(lake_root / "d" / "changes")
+
+    def drop_t1(progress: SnapshotProgress) -> None:
+        if progress.table == f"{db.name}.t1" and progress.chunks == 1:
+            db.server.execute("DROP TABLE t1", database=db.name)
+
+    result = new_tables(db, lake_root, on_progress=drop_t1)
+    assert result is not None
+    assert "does not exist" in result.ended[f"{db.name}.t1"]
+    stream(db, uri)
+    assert_exact(db, uri, {"t2": ["id"]})
+
+
+# -- tables created while the destination streams ---------------------------------------------
+
+
+def test_table_created_while_streaming_is_not_snapshotted_at_later_terms(
+    mariadb: MariaDBDatabase, lake_root: Path
+) -> None:
+    """Its CREATE TABLE and every row are in the change log already: no `r` rows later."""
+    db = mariadb
+    two_tables(db)
+    uri = str(lake_root / "d" / "changes")
+    new_tables(db, lake_root)  # term 1: copies t1, t2
+    db.server.execute(
+        "CREATE TABLE fresh (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO fresh SELECT seq, seq FROM seq_1_to_120",
+        database=db.name,
+    )
+    stream(db, uri)  # term 1 streams: the CREATE and the rows are captured
+    for _term in range(2):
+        new_tables(db, lake_root)
+        db.server.execute("UPDATE fresh SET v = v + 1 WHERE id < 10", database=db.name)
+        stream(db, uri)
+    assert r_keys(uri, "fresh") == []
+    assert_exact(db, uri, {"t1": ["id"], "t2": ["id"], "fresh": ["id"]})
+
+
+def test_tables_done_before_an_abandoned_snapshot_are_not_copied_again(
+    mariadb: MariaDBDatabase, lake_root: Path
+) -> None:
+    """Each finished table is recorded when it finishes, not when the whole snapshot ends."""
+    db = mariadb
+    two_tables(db)
+    uri = str(lake_root / "d" / "changes")
+    snapshot_state = state_path(lake_root, "d")
+    assert _run_until(db, lake_root, table=f"{db.name}.t2", chunks=1), "stopped inside t2"
+    assert snapshot_state.exists()
+    snapshot_state.unlink()  # the operator abandons the snapshot (docs/snapshot.md)
+    new_tables(db, lake_root)
+    keys = r_keys(uri, "t1")
+    assert len(keys) == len(set(keys)) == 350, "t1 was not copied a second time"
+    stream(db, uri)
+    assert_exact(db, uri, {"t1": ["id"], "t2": ["id"]})
+
+
+def _run_until(db: MariaDBDatabase, lake_root: Path, *, table: str, chunks: int) -> bool:
+    runners: list[SnapshotRunner | None] = []
+    stopped: list[bool] = []
+
+    def progress(p: SnapshotProgress) -> None:
+        if p.table == table and p.chunks >= chunks:
+            runner = runners[-1]
+            assert runner is not None
+            runner.request_stop()
+            stopped.append(True)
+
+    snapshot_new_tables(
+        "d",
+        instance(db),
+        str(lake_root / "d" / "changes"),
+        lake_root,
+        epoch=0,
+        commit_gate=lambda: None,
+        on_progress=progress,
+        on_runner=runners.append,
+    )
+    return bool(stopped)
+
+
+# -- a binlog backlog larger than the segment cap ----------------------------------------------
+
+
+def test_backlog_larger_than_the_segment_cap_is_committed_in_bounded_parts(
+    mariadb: MariaDBDatabase, lake_root: Path
+) -> None:
+    """3,000 transactions wait in the binlog when the snapshot starts; with a cap of 200
+    events no commit holds more than the cap plus one transaction, and the log is exact."""
+    db = mariadb
+    db.server.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO t SELECT seq, seq FROM seq_1_to_500",
+        database=db.name,
+    )
+    uri = str(lake_root / "d" / "changes")
+    stream(db, uri)  # the checkpoint: the backlog below is after it
+    statements = [f"UPDATE t SET v = v + 1 WHERE id = {1 + i % 500}" for i in range(3000)]
+    statements += ["INSERT INTO t SELECT seq, seq FROM seq_501_to_700"]  # one 200-row txn
+    db.server.execute(*statements, database=db.name)
+    commits: list[CommitReport] = []
+    result = SnapshotRunner(
+        "d",
+        instance(db),
+        uri,
+        state_path(lake_root, "d"),
+        tables=[f"{db.name}.t"],
+        chunk_size=150,
+        segment_events=200,
+        on_commit=commits.append,
+    ).run()
+    assert result.streamed_events >= 3000
+    largest_txn = 201  # 200 rows and a COMMIT, kept whole
+    assert max(c.events for c in commits) <= 200 + largest_txn + 150
+    assert len(commits) > 3000 * 2 // 400, "the backlog was committed in parts"
+    stream(db, uri)
+    keys = r_keys(uri, "t")
+    assert len(keys) == len(set(keys))
+    assert_exact(db, uri, {"t": ["id"]})
+
+
+# -- identifiers that need quoting -------------------------------------------------------------
+
+
+def test_identifiers_with_backticks_dots_and_spaces(
+    mariadb: MariaDBDatabase, lake_root: Path
+) -> None:
+    """A table named we`ird.t ab with columns id`x, a.b, sp ace, 50%: snapshotted in several
+    chunks, then streamed; replay equals the source."""
+    db = mariadb
+    db.server.execute(
+        "CREATE TABLE `we``ird.t ab` "
+        "(`id``x` INT PRIMARY KEY, `a.b` VARCHAR(10), `sp ace` INT, `50%` INT)",
+        "INSERT INTO `we``ird.t ab` SELECT seq, CONCAT('v', seq), seq, -seq FROM seq_1_to_95",
+        database=db.name,
+    )
+    uri = str(lake_root / "d" / "changes")
+    result = SnapshotRunner(
+        "d",
+        instance(db),
+        uri,
+        state_path(lake_root, "d"),
+        tables=[f"{db.name}.we`ird.t ab"],
+        chunk_size=20,
+    ).run()
+    assert result.rows_written == 95
+    assert result.chunks == 5
+    db.server.execute(
+        "UPDATE `we``ird.t ab` SET `sp ace` = -1 WHERE `id``x` < 5",
+        "DELETE FROM `we``ird.t ab` WHERE `id``x` = 50",
+        "INSERT INTO `we``ird.t ab` VALUES (1000, 'new', 0, 0)",
+        database=db.name,
+    )
+    stream(db, uri)
+    assert_exact(db, uri, {"we`ird.t ab": ["id`x"]})
