@@ -20,6 +20,7 @@ __all__ = [
     "LeaseLostError",
     "MirrorError",
     "ReconcileError",
+    "ResumeMismatchError",
     "SinkError",
     "SnapshotError",
     "SourceConnectionError",
@@ -199,3 +200,9 @@ class UnsupportedColumnTypeError(SparkError):
             f"{db}.{table}.{column}: column type {type_name!r} has no Spark type in the mirror; "
             "exclude the table from the destination or add the type to cdc_platform.spark.types"
         )
+
+
+class ResumeMismatchError(SourceError):
+    """A checkpoint inside a transaction (its first events committed in chunks) does not fit
+    what the binlog holds there: another transaction, or table filters that count its events
+    differently. Skipping would drop or repeat changes; the message says what to do."""

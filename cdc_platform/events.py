@@ -20,6 +20,7 @@ __all__ = [
     "ChangeEvent",
     "EventKind",
     "Op",
+    "PreparedXa",
     "ResumePosition",
     "Transaction",
 ]
@@ -97,6 +98,25 @@ class BinlogPosition:
 
 
 @dataclass(frozen=True, slots=True)
+class PreparedXa:
+    """A two-phase XA transaction prepared in the binlog but not yet committed or rolled back.
+
+    Its rows are in the group at ``file``/``pos`` (read again after a restart); they are
+    captured when the server's ``XA COMMIT`` of ``xid`` arrives.
+    """
+
+    xid: str
+    """As the server writes it in ``XA END``/``XA COMMIT`` (``X'..',X'..',format``)."""
+    file: str
+    pos: int
+    gtid: str | None = None
+
+    def to_list(self) -> list[Any]:
+        """Serialised form inside a resume position."""
+        return [self.xid, self.file, self.pos, self.gtid]
+
+
+@dataclass(frozen=True, slots=True)
 class ResumePosition:
     """Where a new binlog reader starts so that its first event is the first one not yet committed.
 
@@ -104,26 +124,37 @@ class ResumePosition:
     (MariaDB ``domain-server-seq`` list) of every transaction fully committed before it, used
     when resuming by GTID. ``skip_events`` counts the events of that transaction that are
     already committed: non-zero only after a transaction larger than the store was committed
-    in chunks.
+    in chunks. ``txn_gtid`` names that transaction, so a resume refuses to skip the events of
+    another one; ``filters`` fingerprints the table filters the skip was counted with.
+    ``xa_prepared`` lists the XA transactions prepared before this point and not yet resolved.
     """
 
     file: str
     pos: int
     gtid_set: str | None = None
     skip_events: int = 0
+    txn_gtid: str | None = None
+    filters: str | None = field(default=None, compare=False)
+    """Not part of the position's identity: the same place under any filters."""
+    xa_prepared: tuple[PreparedXa, ...] = ()
 
     def to_json(self) -> str:
         """Serialise with the format version, for commit metadata and change-log rows."""
-        return json.dumps(
-            {
-                "v": EVENT_FORMAT_VERSION,
-                "file": self.file,
-                "pos": self.pos,
-                "gtid_set": self.gtid_set,
-                "skip_events": self.skip_events,
-            },
-            sort_keys=True,
-        )
+        data: dict[str, Any] = {
+            "v": EVENT_FORMAT_VERSION,
+            "file": self.file,
+            "pos": self.pos,
+            "gtid_set": self.gtid_set,
+            "skip_events": self.skip_events,
+        }
+        # Optional keys only when set: older positions read the same and stay byte-identical.
+        if self.txn_gtid is not None:
+            data["txn_gtid"] = self.txn_gtid
+        if self.filters is not None:
+            data["filters"] = self.filters
+        if self.xa_prepared:
+            data["xa_prepared"] = [xa.to_list() for xa in self.xa_prepared]
+        return json.dumps(data, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> ResumePosition:
@@ -137,6 +168,11 @@ class ResumePosition:
             pos=int(data["pos"]),
             gtid_set=data.get("gtid_set"),
             skip_events=int(data.get("skip_events", 0)),
+            txn_gtid=data.get("txn_gtid"),
+            filters=data.get("filters"),
+            xa_prepared=tuple(
+                PreparedXa(str(x), str(f), int(p), g) for x, f, p, g in data.get("xa_prepared", [])
+            ),
         )
 
     @property
@@ -147,7 +183,8 @@ class ResumePosition:
     def __str__(self) -> str:
         extra = f" +{self.skip_events} events" if self.skip_events else ""
         gtid = f" gtid={self.gtid_set}" if self.gtid_set else ""
-        return f"{self.file}:{self.pos}{extra}{gtid}"
+        xa = f" xa_prepared={len(self.xa_prepared)}" if self.xa_prepared else ""
+        return f"{self.file}:{self.pos}{extra}{gtid}{xa}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,11 +200,24 @@ class Transaction:
     server_id: int
     timestamp: int
     """Binlog timestamp (seconds since the epoch) of the transaction's first event."""
+    filters: str | None = None
+    """Fingerprint of the table filters its events were selected with."""
+    xa_prepared: tuple[PreparedXa, ...] = ()
+    """XA transactions prepared and not resolved before this transaction."""
+    xa_resolves: str | None = None
+    """The XID this transaction commits (an ``XA COMMIT`` group), if any."""
 
     @property
     def gtid_set_after(self) -> str | None:
         """GTID state once this transaction is committed: its domain's entry replaced."""
         return merge_gtid(self.gtid_set_before, self.gtid)
+
+    @property
+    def xa_prepared_after(self) -> tuple[PreparedXa, ...]:
+        """Prepared XA transactions still open once this transaction is committed."""
+        if self.xa_resolves is None:
+            return self.xa_prepared
+        return tuple(xa for xa in self.xa_prepared if xa.xid != self.xa_resolves)
 
 
 def merge_gtid(gtid_set: str | None, gtid: str | None) -> str | None:
@@ -220,18 +270,24 @@ class ChangeEvent:
 
     def resume_after(self) -> ResumePosition:
         """The position to restart from once this event and all before it are committed."""
+        txn = self.txn
         if self.ends_transaction:
             return ResumePosition(
                 file=self.position.file,
                 pos=self.position.pos,
-                gtid_set=self.txn.gtid_set_after,
+                gtid_set=txn.gtid_set_after,
                 skip_events=0,
+                filters=txn.filters,
+                xa_prepared=txn.xa_prepared_after,
             )
         return ResumePosition(
-            file=self.txn.start.file,
-            pos=self.txn.start.pos,
-            gtid_set=self.txn.gtid_set_before,
+            file=txn.start.file,
+            pos=txn.start.pos,
+            gtid_set=txn.gtid_set_before,
             skip_events=self.index + 1,
+            txn_gtid=txn.gtid,
+            filters=txn.filters,
+            xa_prepared=txn.xa_prepared,
         )
 
     def sort_key(self) -> tuple[str, int, int, int]:

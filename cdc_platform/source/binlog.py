@@ -60,11 +60,16 @@ from cdc_platform.errors import (
 from cdc_platform.events import (
     BinlogPosition,
     ChangeEvent,
+    PreparedXa,
     ResumePosition,
 )
 from cdc_platform.source.filters import TableFilter
 from cdc_platform.source.table_maps import JSON_VALID_CHECK, Catalog, TablePlans, enum_labels
-from cdc_platform.source.transactions import GAP_ADVICE, TransactionAssembler
+from cdc_platform.source.transactions import (
+    GAP_ADVICE,
+    TransactionAssembler,
+    filter_fingerprint,
+)
 
 __all__ = ["BinlogSource", "SourceInfo"]
 
@@ -146,6 +151,7 @@ class BinlogSource:
         self._password = password
         self._clock = clock
         self._tables = TableFilter(config.include_tables, config.exclude_tables)
+        self._filters = filter_fingerprint(config.include_tables, config.exclude_tables)
         self._stop = threading.Event()
         self._sock_lock = threading.Lock()
         self._sock: socket.socket | None = None
@@ -374,7 +380,10 @@ class BinlogSource:
             plans,
             is_mariadb=self._mariadb(),
             clock=self._clock,
+            filters=self._filters,
         )
+        for xa in start.xa_prepared:
+            assembler.adopt_prepared(xa, self._read_prepared(xa))
         self._delay = self.config.reconnect_initial_seconds
         position = start
         while not self._stop.is_set():
@@ -419,6 +428,40 @@ class BinlogSource:
             out = feed(event)
             if out:
                 yield from out
+
+    def _read_prepared(self, xa: PreparedXa) -> list[ChangeEvent]:
+        """The rows of an XA transaction prepared before the resume position and committed
+        after it: its group is read again from its start, up to its XA PREPARE."""
+        start = ResumePosition(xa.file, xa.pos)
+        plans = TablePlans(self._tables, self._catalog, is_mariadb=self._mariadb())
+        assembler = TransactionAssembler(
+            start, self._tables, plans, is_mariadb=self._mariadb(), clock=self._clock,
+            filters=self._filters,
+        )  # fmt: skip
+        try:
+            reader = self._reader(start)
+        except _STREAM_LOST as exc:
+            raise self._error(exc, "reading a prepared XA transaction from") from None
+        plans.attach(reader)
+        try:
+            while not self._stop.is_set():
+                event = reader.fetchone()
+                if event is None:
+                    break
+                assembler.feed(event)
+                rows = assembler.prepared_rows(xa.xid)
+                if rows is not None:
+                    return rows
+                if isinstance(event, (XidEvent, XAPrepareEvent)):
+                    break  # the group at that position ended without preparing this XID
+        except _STREAM_LOST as exc:
+            raise self._error(exc, "reading a prepared XA transaction from") from None
+        finally:
+            self._close(reader, end_dump_thread=True)
+        raise SourceError(
+            f"XA transaction {xa.xid} is listed as prepared at {xa.file}:{xa.pos} in the "
+            f"checkpoint, but its XA PREPARE is not there; {GAP_ADVICE}"
+        )
 
     def _lost(self, exc: BaseException, assembler: TransactionAssembler) -> ResumePosition:
         """Where to reconnect after a loss; raises if reconnecting cannot help."""

@@ -3,12 +3,22 @@
 MariaDB sends a GTID event instead of BEGIN; an XidEvent or a ``COMMIT`` query ends a
 transaction; DDL is its own transaction. The assembler also tracks the resume position after
 every boundary, so the source can restart from the last transaction it fully emitted.
+
+Only committed transactions come out. The rows of a transaction are held back until its end
+event (up to a bound, beyond which a big transaction streams so the store can commit it in
+chunks), so a group the binlog never ends is dropped rather than captured. A two-phase XA
+transaction's rows are held until the server's ``XA COMMIT`` and then emitted as that group's
+rows; ``XA ROLLBACK`` drops them. A resume inside a transaction (``skip_events``) is checked
+against that transaction's identity and the table filters the skip was counted with.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from pymysqlreplication.event import (
@@ -30,6 +40,7 @@ from pymysqlreplication.row_event import (
 )
 
 from cdc_platform.errors import (
+    ResumeMismatchError,
     SourceError,
     SourceSettingsError,
 )
@@ -38,6 +49,7 @@ from cdc_platform.events import (
     ChangeEvent,
     EventKind,
     Op,
+    PreparedXa,
     ResumePosition,
     Transaction,
 )
@@ -54,6 +66,13 @@ _INCIDENT_EVENT = 0x1A
 _ANONYMOUS_GTID_EVENT = 0x22
 _MARIADB_FL_STANDALONE = 0x01
 """MariaDB GTID flag: the group is one statement with no COMMIT (DDL and the like)."""
+_MARIADB_FL_PREPARED_XA = 0x40
+"""MariaDB GTID flag: the group is an XA transaction that ends with XA PREPARE."""
+
+_HOLD_EVENTS = 4096
+_HOLD_BYTES = 16 << 20
+"""Rows of an open transaction held back until its end event; a bigger transaction streams
+(the store commits it in chunks) and can no longer be dropped if its end never comes."""
 
 GAP_ADVICE = (
     "the change log cannot be continued without loss; take a new snapshot "
@@ -67,7 +86,15 @@ _QUIET_COMMIT_INTERVAL = 1.0
 """Seconds between COMMIT events of transactions whose rows were all filtered out."""
 
 
-__all__ = ["GAP_ADVICE", "TransactionAssembler"]
+__all__ = ["GAP_ADVICE", "TransactionAssembler", "filter_fingerprint"]
+
+
+def filter_fingerprint(include: Sequence[str], exclude: Sequence[str]) -> str:
+    """A short digest of the table filters, stored in every checkpoint: a skip inside a
+    transaction counts the captured events, so it is only valid under the same filters."""
+    text = json.dumps({"include": list(include), "exclude": list(exclude)}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
 
 # -- transactions -------------------------------------------------------------------------------
 
@@ -87,15 +114,34 @@ class TransactionAssembler:
         *,
         is_mariadb: bool,
         clock: Callable[[], float],
+        filters: str | None = None,
     ) -> None:
         self._tables = tables
         self._plans = plans
         self._mariadb = is_mariadb
         self._clock = clock
+        self._filters = filters
         self._file = start.file
         self._boundary = BinlogPosition(start.file, start.pos)
         self._gtid_state = start.gtid_set if is_mariadb else None
         self._skip = start.skip_events
+        self._expect: ResumePosition | None = start if start.skip_events else None
+        """The transaction a non-zero skip belongs to, until the stream shows it."""
+        if self._expect is not None and start.filters not in (None, filters):
+            raise ResumeMismatchError(
+                f"the table filters changed (include_tables/exclude_tables) while the "
+                f"checkpoint is inside transaction {_name(start.txn_gtid, start.binlog_position)}"
+                f" with its first {start.skip_events} events committed: the skip counts events "
+                "under the old filters; restore the previous filters until that transaction is "
+                "complete (the checkpoint's skip_events is 0 again), then change them"
+            )
+        self._xa_pending = start.xa_prepared
+        self._prepared: dict[str, tuple[PreparedXa, list[ChangeEvent]]] = {}
+        self._xa_hold = False
+        self._xa_xid: str | None = None
+        self._held: list[ChangeEvent] = []
+        self._held_bytes = 0
+        self._streaming = False
         self._txn: Transaction | None = None
         self._index = 0
         self._standalone = False
@@ -119,22 +165,52 @@ class TransactionAssembler:
         }
 
     def restart(self) -> ResumePosition:
-        """Where a new reader starts after a loss; resets the per-stream state."""
+        """Where a new reader starts after a loss; resets the per-stream state.
+
+        Inside a transaction, the skip is what was emitted of it: never less than the skip
+        the stream started with (a loss while re-reading an already committed prefix).
+        """
         txn = self._txn
         if txn is not None:
+            emitted = self._held[0].index if self._held else self._index
             position = ResumePosition(
-                txn.start.file, txn.start.pos, txn.gtid_set_before, self._index
+                txn.start.file,
+                txn.start.pos,
+                txn.gtid_set_before,
+                max(emitted, self._skip),
+                txn_gtid=txn.gtid,
+                filters=self._filters,
+                xa_prepared=txn.xa_prepared,
             )
         else:
+            expect = self._expect
             position = ResumePosition(
-                self._boundary.file, self._boundary.pos, self._gtid_state, self._skip
+                self._boundary.file,
+                self._boundary.pos,
+                self._gtid_state,
+                self._skip,
+                txn_gtid=expect.txn_gtid if expect is not None else None,
+                filters=self._filters,
+                xa_prepared=self._xa_pending,
             )
         self._txn = None
         self._index = 0
         self._skip = position.skip_events
+        self._expect = position if position.skip_events else None
+        self._drop_held()
         self._pending_ddl = []
         self._plans.clear()
         return position
+
+    def adopt_prepared(self, xa: PreparedXa, rows: list[ChangeEvent]) -> None:
+        """Rows of a prepared XA transaction read before the stream's start (after a restart
+        from a checkpoint that lists it); they come out at its XA COMMIT."""
+        self._prepared[xa.xid] = (xa, rows)
+
+    def prepared_rows(self, xid: str) -> list[ChangeEvent] | None:
+        """The held rows of a prepared XA transaction seen by this assembler, if any."""
+        found = self._prepared.get(xid)
+        return None if found is None else found[1]
 
     def feed(self, event: Any) -> list[ChangeEvent]:
         """The change events one library event produces (mostly none or one rows event's)."""
@@ -146,7 +222,9 @@ class TransactionAssembler:
         return []
 
     def _mariadb_gtid(self, event: Any) -> list[ChangeEvent]:
-        return self._begin(event, event.gtid, bool(event.flags & _MARIADB_FL_STANDALONE))
+        out = self._begin(event, event.gtid, bool(event.flags & _MARIADB_FL_STANDALONE))
+        self._xa_hold = bool(event.flags & _MARIADB_FL_PREPARED_XA)
+        return out
 
     def _mysql_gtid(self, event: Any) -> list[ChangeEvent]:
         # MySQL: a BEGIN query follows for DML; DDL comes alone.
@@ -167,27 +245,76 @@ class TransactionAssembler:
     # -- transaction boundaries -----------------------------------------------------------------
 
     def _begin(self, event: Any, gtid: str | None, standalone: bool) -> list[ChangeEvent]:
-        out: list[ChangeEvent] = []
         start = BinlogPosition(self._file, event.packet.log_pos - event.packet.event_size)
         if self._txn is not None:
-            log.warning(
-                "transaction %s at %s has no end event before %s; treating it as committed",
-                self._txn.gtid,
-                self._txn.start,
-                start,
-            )
-            out = self._finish(start, None)
+            self._abandon(start)
+        gtid = gtid if self._mariadb else None
+        if self._expect is not None:
+            self._check_identity(self._expect, start, gtid)
         self._txn = Transaction(
             start=start,
-            gtid=gtid if self._mariadb else None,
+            gtid=gtid,
             gtid_set_before=self._gtid_state,
             server_id=event.packet.server_id,
             timestamp=event.timestamp,
+            filters=self._filters,
+            xa_prepared=self._xa_pending,
         )
         self._index = 0
         self._standalone = standalone
         self._pending_ddl = []
-        return out
+        self._xa_hold = False
+        self._xa_xid = None
+        return []
+
+    def _check_identity(
+        self, expect: ResumePosition, start: BinlogPosition, gtid: str | None
+    ) -> None:
+        """The first transaction after a resume inside one must be that transaction."""
+        if expect.txn_gtid is not None and gtid is not None:
+            same = gtid == expect.txn_gtid
+        else:
+            same = start == expect.binlog_position
+        if not same:
+            raise ResumeMismatchError(
+                f"the checkpoint is inside transaction "
+                f"{_name(expect.txn_gtid, expect.binlog_position)} with its first "
+                f"{expect.skip_events} events committed, but the binlog there holds "
+                f"{_name(gtid, start)}: it is not the transaction those events belong to "
+                f"(a rewritten binlog, another server or an edited checkpoint); skipping would "
+                f"drop changes; {GAP_ADVICE}"
+            )
+        self._expect = None
+
+    def _abandon(self, next_start: BinlogPosition) -> None:
+        """A group with no end event before the next one: the server never committed it in
+        its binlog (e.g. the binlog ends inside it), so none of its rows may be captured."""
+        txn = self._txn
+        assert txn is not None
+        if self._streaming or self._skip > 0:
+            raise SourceError(
+                f"transaction {_name(txn.gtid, txn.start)} has no end event before {next_start}, "
+                f"but it was larger than the source holds back and {max(self._index, self._skip)}"
+                " of its events were already passed on (and may be committed in chunks): the "
+                f"change log holds changes the server never committed; {GAP_ADVICE}"
+            )
+        log.warning(
+            "transaction %s has no end event before %s: the server never committed it in its "
+            "binlog; its %d captured events are dropped",
+            _name(txn.gtid, txn.start),
+            next_start,
+            len(self._held),
+        )
+        self._drop_held()
+        self._txn = None
+        self._index = 0
+        self._pending_ddl = []
+
+    def _drop_held(self) -> None:
+        self._held = []
+        self._held_bytes = 0
+        self._streaming = False
+        self._xa_hold = False
 
     def _end(self, event: Any) -> list[ChangeEvent]:
         return self._finish(self._here(event), None)
@@ -203,7 +330,7 @@ class TransactionAssembler:
         if ddl is None and self._pending_ddl:
             first_db, first_table, _ = self._pending_ddl[0]
             ddl = (first_db, first_table, ";\n".join(sql for _, _, sql in self._pending_ddl))
-        out: list[ChangeEvent] = []
+        out = self._held
         event: ChangeEvent | None
         if ddl is not None:
             db, table, sql = ddl
@@ -217,6 +344,16 @@ class TransactionAssembler:
         if event is not None and event.index >= self._skip:
             self._idle_commit = None
             out.append(event)
+        if out:
+            self._idle_commit = None
+        self._close(position, txn)
+        self._xa_pending = txn.xa_prepared_after
+        if txn.xa_resolves is not None:
+            self._prepared.pop(txn.xa_resolves, None)
+        return out
+
+    def _close(self, position: BinlogPosition, txn: Transaction) -> None:
+        """The open transaction ended at ``position``: the next boundary."""
         self._boundary = position
         if self._mariadb:
             self._gtid_state = txn.gtid_set_after
@@ -224,7 +361,11 @@ class TransactionAssembler:
         self._index = 0
         self._skip = 0
         self._pending_ddl = []
-        return out
+        self._held = []
+        self._held_bytes = 0
+        self._streaming = False
+        self._xa_hold = False
+        self._xa_xid = None
 
     def _quiet(self, commit: ChangeEvent) -> ChangeEvent | None:
         """The COMMIT of a transaction with nothing captured: at most one per second, so the
@@ -310,8 +451,18 @@ class TransactionAssembler:
                     )  # fmt: skip
                 index += 1
         self._index = index
-        if out:
+        if not out:
+            return []
+        if self._streaming:
             self._idle_commit = None
+            return out
+        self._held.extend(out)
+        self._held_bytes += sum(e.size for e in out)
+        if self._xa_hold or (len(self._held) < _HOLD_EVENTS and self._held_bytes < _HOLD_BYTES):
+            return []
+        out, self._held, self._held_bytes = self._held, [], 0
+        self._streaming = True
+        self._idle_commit = None
         return out
 
     # -- statements --------------------------------------------------------------------------
@@ -394,25 +545,73 @@ class TransactionAssembler:
         )
 
     def _xa_query(self, event: Any, sql: str) -> list[ChangeEvent]:
-        words = sql.split()
+        words = sql.split(None, 2)
         verb = words[1].upper() if len(words) > 1 else ""
+        xid = _xid(words[2]) if len(words) > 2 else ""
         if verb in ("START", "BEGIN"):
+            # MySQL: the group ends with XA PREPARE (held until XA COMMIT) or, one phase,
+            # with an XA_prepare event flagged one_phase (committed there).
             self._ensure_txn(event)
             self._standalone = False
+            self._xa_hold = True
             return []
-        if verb in ("COMMIT", "ROLLBACK"):
-            if self._txn is not None and not self._standalone:
-                return self._end(event)  # one-phase XA inside its own group
-            return self._statement_done(event)
-        return []
+        if verb == "END":
+            self._xa_xid = xid
+            return []
+        if verb not in ("COMMIT", "ROLLBACK"):
+            return []
+        if self._txn is not None and not self._standalone:
+            return self._end(event)  # one-phase XA inside its own group
+        return self._xa_resolve(event, verb, xid)
+
+    def _xa_resolve(self, event: Any, verb: str, xid: str) -> list[ChangeEvent]:
+        """The group that commits or rolls back an earlier XA PREPARE: a commit's rows are
+        the prepared ones, at this group's position, in the order the server commits."""
+        txn = self._ensure_txn(event)
+        prepared = self._prepared.get(xid)
+        if verb == "ROLLBACK":
+            self._txn = replace(txn, xa_resolves=xid)
+            return self._end(event)
+        if prepared is None:
+            log.warning(
+                "XA COMMIT %s at %s: its XA PREPARE is before where this destination started "
+                "reading, so its rows are not captured (re-snapshot the tables it changed)",
+                xid,
+                self._here(event),
+            )
+            return self._end(event)
+        txn = replace(txn, xa_resolves=xid)
+        self._txn = txn
+        here = self._here(event)
+        skip = self._skip
+        out = [
+            replace(row, txn=txn, position=here, index=i)
+            for i, row in enumerate(prepared[1])
+            if i >= skip
+        ]
+        self._index = len(prepared[1])
+        self._held = out
+        return self._end(event)
 
     def _xa_prepare(self, event: Any) -> list[ChangeEvent]:
-        if self._index > 0:
+        """End of an XA group: MySQL's one-phase commit, or a prepared transaction whose rows
+        wait for the XA COMMIT (they are not committed yet)."""
+        if event.one_phase:
+            return self._end(event)
+        txn = self._txn
+        if txn is None:
+            return []
+        if self._streaming:
             raise SourceError(
-                f"two-phase XA transaction with changes to captured tables at "
-                f"{self._here(event)}: prepared XA transactions are not supported"
+                f"XA transaction {_name(txn.gtid, txn.start)} was prepared at "
+                f"{self._here(event)} after its rows were passed on as committed"
             )
-        return self._end(event)
+        xid = self._xa_xid if self._xa_xid is not None else _xid(str(event.xid))
+        entry = PreparedXa(xid, txn.start.file, txn.start.pos, txn.gtid)
+        self._prepared[xid] = (entry, self._held)
+        self._xa_pending = (*(x for x in txn.xa_prepared if x.xid != xid), entry)
+        self._close(self._here(event), txn)
+        return []
 
     def _unknown(self, event: Any) -> list[ChangeEvent]:
         event_type = event.packet.event_type
@@ -430,3 +629,15 @@ class TransactionAssembler:
         if event_type == _ANONYMOUS_GTID_EVENT:
             return self._begin(event, None, standalone=True)
         return []
+
+
+def _name(gtid: str | None, start: BinlogPosition) -> str:
+    return f"{gtid} at {start}" if gtid else f"at {start}"
+
+
+def _xid(text: str) -> str:
+    """The XID of an XA statement as the server logs it, the same in XA END and XA COMMIT."""
+    text = " ".join(text.split())
+    if text.upper().endswith(" ONE PHASE"):
+        text = text[: -len(" ONE PHASE")]
+    return text.rstrip(";").strip()
