@@ -228,10 +228,12 @@ def test_uca1400_collations_decode_with_their_charset(mariadb: MariaDBDatabase) 
     columns = ", ".join(
         f"{col} VARCHAR(20) CHARACTER SET {cs} COLLATE {coll}, "
         f"{col}_c CHAR(8) CHARACTER SET {cs} COLLATE {coll}, "
-        f"{col}_e ENUM('x', '{text}') CHARACTER SET {cs} COLLATE {coll}"
+        f"{col}_e ENUM('x', '{text[:4]}') CHARACTER SET {cs} COLLATE {coll}"
         for col, (cs, coll, text) in UCA1400.items()
     )
-    values = ", ".join(f"'{text}', 'é ', '{text}'" for _, _, text in UCA1400.values())
+    # ENUM labels without 😀: information_schema, where labels the library cannot hand over
+    # come from, has no characters beyond the BMP (docs/types.md, limitations).
+    values = ", ".join(f"'{text}', 'é ', '{text[:4]}'" for _, _, text in UCA1400.values())
     start = BinlogSource(_config(mariadb), password=mariadb.user.password).current_position()
     server = mariadb.server
     server.execute(f"CREATE TABLE t (id INT PRIMARY KEY, {columns})", database=mariadb.name)
@@ -241,7 +243,7 @@ def test_uca1400_collations_decode_with_their_charset(mariadb: MariaDBDatabase) 
     for col, (_, _, text) in UCA1400.items():
         assert after[col] == text, col
         assert after[f"{col}_c"] == "é", col
-        assert after[f"{col}_e"] == text, col
+        assert after[f"{col}_e"] == text[:4], col
     snap = _snapshot(mariadb, "t")
     assert snap[1] == _after_by_table(events)["t"][1]
 
