@@ -75,9 +75,7 @@ def _snapshot(db: MariaDBDatabase, table: str) -> dict[int, str]:
 def _lossless(server_text: str, raw: bytes) -> str:
     """The documented form of a one-byte value: the server's text, or U+EF00 + byte for a byte
     the charset does not define (the server's CONVERT gives '?' or U+FFFD for those)."""
-    if len(raw) == 1 and (
-        (server_text == "?" and raw != b"?") or server_text == "\ufffd"
-    ):
+    if len(raw) == 1 and ((server_text == "?" and raw != b"?") or server_text == "\ufffd"):
         return chr(0xEF00 + raw[0])
     return server_text
 
@@ -132,9 +130,7 @@ def charsets(
                 )
                 cur.execute(
                     "SELECT id, "
-                    + ", ".join(
-                        f"CONVERT({c} USING utf8mb4), CAST({c} AS BINARY)" for c in "cvxe"
-                    )
+                    + ", ".join(f"CONVERT({c} USING utf8mb4), CAST({c} AS BINARY)" for c in "cvxe")
                     + f" FROM t_{cs}"
                 )
                 server[f"t_{cs}"] = {
@@ -255,7 +251,8 @@ def test_every_collation_id_of_the_server_resolves_to_its_charset(
     from cdc_platform.source.charsets import charset_of_collation  # noqa: PLC0415
 
     rows = mariadb.server.query(
-        "SELECT ID, CHARACTER_SET_NAME FROM information_schema.COLLATION_CHARACTER_SET_APPLICABILITY"
+        "SELECT ID, CHARACTER_SET_NAME "
+        "FROM information_schema.COLLATION_CHARACTER_SET_APPLICABILITY"
     )
     assert len(rows) > 1000
     wrong = [
