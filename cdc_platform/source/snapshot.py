@@ -26,6 +26,7 @@ from typing import Any
 import pymysql
 
 from cdc_platform.errors import SnapshotError
+from cdc_platform.source.charsets import server_text_is_exact, text_decoder
 from cdc_platform.source.filters import TableFilter
 from cdc_platform.source.sql import format_safe, qualified_name, quote_identifier
 from cdc_platform.source.values import dumps
@@ -167,7 +168,7 @@ def _column(  # noqa: PLR0912, PLR0915 - one flat case per column type reads bes
     elif data_type == "year":
         convert = _integer
     elif data_type in ("char", "varchar"):
-        select, convert = q, _text
+        select, convert = _character(q, row.get("CHARACTER_SET_NAME"))
         length = int(row["CHARACTER_OCTET_LENGTH"])
     elif data_type in ("binary", "varbinary"):
         convert = _b64
@@ -176,7 +177,8 @@ def _column(  # noqa: PLR0912, PLR0915 - one flat case per column type reads bes
         if logical_json:
             type_name, convert = "json", _json
         else:
-            type_name, convert = "text", _text
+            type_name = "text"
+            select, convert = _character(q, row.get("CHARACTER_SET_NAME"))
     elif data_type in _BLOB_TYPES:
         type_name, convert = "blob", _b64
     elif data_type == "json":  # MySQL 8 native JSON: the server's text, parsed
@@ -207,6 +209,17 @@ def _column(  # noqa: PLR0912, PLR0915 - one flat case per column type reads bes
         "values": values,
     }
     return _Column(name, select, convert, described)
+
+
+def _character(quoted: str, charset: Any) -> tuple[str, Convert]:
+    """CHAR/VARCHAR/TEXT: the server's text for utf8 columns; for other charsets the bytes,
+    decoded as the binlog source decodes them (the server's text has '?' for bytes the
+    charset does not define, and Python's codecs differ from MySQL's charsets)."""
+    name = str(charset or "utf8mb4")
+    decode = text_decoder(name)
+    if server_text_is_exact(name) or decode is None:
+        return quoted, _text
+    return f"CAST({quoted} AS BINARY)", lambda raw: decode(bytes(raw))
 
 
 def _labels(column_type: str) -> list[str]:
@@ -275,7 +288,8 @@ def describe_table(conn: pymysql.connections.Connection[Any], db: str, table: st
     with conn.cursor(pymysql.cursors.DictCursor) as cur:
         cur.execute(
             "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, NUMERIC_PRECISION, NUMERIC_SCALE, "
-            "DATETIME_PRECISION, CHARACTER_OCTET_LENGTH FROM information_schema.COLUMNS "
+            "DATETIME_PRECISION, CHARACTER_OCTET_LENGTH, CHARACTER_SET_NAME "
+            "FROM information_schema.COLUMNS "
             "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
             (db, table),
         )

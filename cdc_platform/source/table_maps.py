@@ -20,8 +20,9 @@ from cdc_platform.errors import (
     SourceError,
     SourceSettingsError,
 )
+from cdc_platform.source.charsets import charset_of_collation, text_decoder
 from cdc_platform.source.filters import TableFilter
-from cdc_platform.source.values import ColumnSpec, FieldType, RowDecoder, python_codec
+from cdc_platform.source.values import ColumnSpec, FieldType, RowDecoder
 
 log = logging.getLogger("cdc_platform.source")
 
@@ -148,17 +149,59 @@ class TablePlans:
 
     def _build(self, event: Any, schema: str, table: str) -> RowDecoder:
         catalog = Catalog()
-        if any((self._mariadb and _may_be_logical(c)) or _labels_lost(c) for c in event.columns):
+        charsets = _charsets(event, self._mariadb, schema, table)
+        if any(
+            (self._mariadb and _may_be_logical(c)) or _labels_lost(c, charsets[i])
+            for i, c in enumerate(event.columns)
+        ):
             key = (schema, table)
             if key not in self._catalogs:
                 self._catalogs[key] = self._lookup(schema, table)
             catalog = self._catalogs[key]
-        specs = [_column_spec(c, catalog, schema, table) for c in event.columns]
+        specs = [
+            _column_spec(c, catalog, schema, table, charsets[i])
+            for i, c in enumerate(event.columns)
+        ]
         metadata = getattr(event, "optional_metadata", None)
         primary_key: list[int] = list(getattr(metadata, "simple_primary_key_list", None) or [])
         if not primary_key:
             primary_key = list((getattr(metadata, "primary_keys_with_prefix", None) or {}).keys())
         return RowDecoder(schema, table, specs, primary_key, mysql_json=_mysql_json)
+
+
+_COLLATED_TEXT = frozenset(
+    {FieldType.STRING, FieldType.VAR_STRING, FieldType.VARCHAR, FieldType.BLOB}
+)
+"""Column types the table map lists in its charset metadata (plus GEOMETRY on MariaDB)."""
+
+
+def _charsets(event: Any, mariadb: bool, schema: str, table: str) -> list[str | None]:
+    """Each column's charset name, from the collation ids of the table map's metadata.
+
+    The library resolves the ids itself but falls back to utf8 for ids it does not know
+    (MariaDB's uca1400 collations), so the ids are resolved here, and an unknown id refused.
+    """
+    metadata = getattr(event, "optional_metadata", None)
+    text_ids = iter(list(getattr(metadata, "charset_collation_list", None) or []))
+    label_ids = iter(list(getattr(metadata, "enum_and_set_collation_list", None) or []))
+    out: list[str | None] = []
+    for column in event.columns:
+        collation: int | None = None
+        if column.type in _COLLATED_TEXT or (mariadb and column.type == FieldType.GEOMETRY):
+            collation = next(text_ids, None)
+        elif column.type in (FieldType.ENUM, FieldType.SET):
+            collation = next(label_ids, None)
+        if collation is None:
+            out.append(None)
+            continue
+        charset = charset_of_collation(int(collation), mariadb=mariadb)
+        if charset is None:
+            raise SourceError(
+                f"{schema}.{table}.{column.name} has collation id {collation}, which the "
+                "source does not know; it will not guess the charset"
+            )
+        out.append(charset)
+    return out
 
 
 def _may_be_logical(column: Any) -> bool:
@@ -167,13 +210,34 @@ def _may_be_logical(column: Any) -> bool:
     return column.type == FieldType.BLOB and getattr(column, "length_size", 0) == 4
 
 
-def _labels_lost(column: Any) -> bool:
+def _labels_in(charset: str | None, labels: list[str]) -> tuple[str, ...]:
+    """ENUM/SET labels in the column's charset. The library decodes the table map's label
+    bytes as UTF-8 whatever the charset ('' when that fails, see _labels_lost): re-encoding
+    gives back the bytes, which are then decoded with the right charset. A label with a byte
+    the charset does not define is left '' so it comes from information_schema, where the
+    server writes '?' for that byte, as the snapshot reads it (docs/types.md)."""
+    decode = text_decoder(charset) if charset and charset not in _UTF8 else None
+    if decode is None:
+        return tuple(labels)
+    out: list[str] = []
+    for label in labels:
+        text = decode(label.encode("utf-8"))
+        out.append("" if any(0xEF00 <= ord(ch) <= 0xEFFF for ch in text) else text)
+    return tuple(out)
+
+
+_UTF8 = frozenset({"utf8", "utf8mb3", "utf8mb4"})
+
+
+def _labels_lost(column: Any, charset: str | None) -> bool:
     """ENUM/SET labels that were not UTF-8 in the table map come out of the library as ''."""
-    labels = (column.enum_values or [""])[1:] + list(column.set_values or [])
+    labels = _labels_in(charset, (column.enum_values or [""])[1:] + list(column.set_values or []))
     return column.type in (FieldType.ENUM, FieldType.SET) and "" in labels
 
 
-def _column_spec(column: Any, catalog: Catalog, schema: str, table: str) -> ColumnSpec:
+def _column_spec(
+    column: Any, catalog: Catalog, schema: str, table: str, charset: str | None
+) -> ColumnSpec:
     if not column.name:
         raise SourceSettingsError(
             f"the table map of {schema}.{table} has no column names; set "
@@ -181,18 +245,17 @@ def _column_spec(column: Any, catalog: Catalog, schema: str, table: str) -> Colu
         )
     encoding: str | None = None
     if column.type in _CHARACTER_TYPES:
-        charset = column.character_set_name or "utf8mb4"
-        codec = python_codec(charset)
-        if codec is None:
+        name = charset or "utf8mb4"
+        if name != "binary" and text_decoder(name) is None:
             raise SourceError(
-                f"{schema}.{table}.{column.name} uses charset {charset}, which cannot be "
+                f"{schema}.{table}.{column.name} uses charset {name}, which cannot be "
                 "decoded; convert the column to utf8mb4 or exclude the table"
             )
-        encoding = codec or None
-    enum_values = tuple(column.enum_values[1:]) if column.enum_values else ()
-    set_values = tuple(column.set_values or ())
+        encoding = None if name == "binary" else name
+    enum_values = _labels_in(charset, column.enum_values[1:] if column.enum_values else [])
+    set_values = _labels_in(charset, column.set_values or [])
     labels = catalog.labels.get(column.name)
-    if labels is not None and _labels_lost(column):
+    if labels is not None and _labels_lost(column, charset):
         count = len(enum_values or set_values)
         if len(labels) == count:  # the same definition as the binlog's; else keep the binlog's
             enum_values, set_values = (labels, ()) if enum_values else ((), labels)

@@ -17,7 +17,6 @@ of a column that ``binlog.py`` builds from a table-map event.
 from __future__ import annotations
 
 import binascii
-import codecs
 import json
 import struct
 import time
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from cdc_platform.errors import SourceError, SourceSettingsError
+from cdc_platform.source.charsets import text_decoder
 
 __all__ = [
     "ColumnSpec",
@@ -34,7 +34,6 @@ __all__ = [
     "dumps",
     "format_inet6",
     "make_reader",
-    "python_codec",
 ]
 
 Reader = Callable[[bytes, int], tuple[Any, int]]
@@ -81,7 +80,8 @@ class FieldType:
 class ColumnSpec:
     """What the decoder needs to know about one column (from the table-map event).
 
-    ``encoding`` is a Python codec name for character columns and None for binary ones.
+    ``encoding`` is the MySQL charset name (``utf8mb4``, ``cp1250``...) of character columns
+    and None for binary ones; :mod:`cdc_platform.source.charsets` decodes it.
     ``logical`` names a MariaDB type stored under another binlog type: ``uuid``, ``inet4``,
     ``inet6`` (all BINARY(n) in the binlog) or ``json`` (LONGTEXT in the binlog); the binlog
     does not say, so the source looks it up in information_schema.
@@ -117,54 +117,6 @@ dumps: Callable[[Any], str] = json.JSONEncoder(
 
 
 # -- text -------------------------------------------------------------------------------------
-
-_CODECS = {
-    "utf8": "utf-8",
-    "utf8mb3": "utf-8",
-    "utf8mb4": "utf-8",
-    "cp1252": "mysql-latin1",
-    "latin1": "mysql-latin1",
-    "ucs2": "utf-16-be",
-    "utf16": "utf-16-be",
-    "utf16le": "utf-16-le",
-    "utf32": "utf-32-be",
-    "koi8r": "koi8_r",
-    "koi8u": "koi8_u",
-    "eucjpms": "euc_jp",
-    "macce": "mac_latin2",
-    "binary": "",
-}
-
-
-def python_codec(charset: str | None) -> str | None:
-    """The Python codec for a MySQL charset (or mysql-replication encoding) name.
-
-    Returns "" for the binary charset and None when Python has no codec for it (armscii8,
-    geostd8, keybcs2, dec8, hp8, swe7), which the source reports as unsupported.
-    MySQL's ucs2/utf16/utf32 are big-endian without a BOM, unlike Python's default.
-    """
-    if charset is None:
-        return None
-    name = charset.lower()
-    codec = _CODECS.get(name, name)
-    if codec in ("", "mysql-latin1"):
-        return codec
-    try:
-        codecs.lookup(codec)
-    except LookupError:
-        return None
-    return codec
-
-
-_MYSQL_LATIN1 = "".join(
-    chr(b) if b in (0x81, 0x8D, 0x8F, 0x90, 0x9D) else bytes((b,)).decode("cp1252")
-    for b in range(256)
-)
-"""MySQL's latin1 is cp1252 with its five undefined bytes mapped to the C1 controls."""
-
-
-def _decode_mysql_latin1(raw: bytes) -> str:
-    return codecs.charmap_decode(raw, "strict", _MYSQL_LATIN1)[0]
 
 
 def _b64(raw: bytes) -> str:
@@ -469,34 +421,30 @@ def _length_prefixed(prefix: int) -> Callable[[bytes, int], tuple[bytes, int]]:
     return read_n
 
 
-def _text_reader(prefix: int, codec: str) -> Reader:
-    if codec == "mysql-latin1":
-        raw_reader = _length_prefixed(prefix)
-
-        def read_latin1(data: bytes, pos: int) -> tuple[str, int]:
-            raw, end = raw_reader(data, pos)
-            return _decode_mysql_latin1(raw), end
-
-        return read_latin1
+def _text_reader(prefix: int, charset: str) -> Reader:
+    """Text in a column's charset, decoded as the server does (never fails: charsets.py)."""
+    decode = text_decoder(charset)
+    if decode is None:
+        raise SourceError(f"charset {charset!r} is not known")
     if prefix == 1:
 
         def read1(data: bytes, pos: int) -> tuple[str, int]:
             end = pos + 1 + data[pos]
-            return data[pos + 1 : end].decode(codec), end
+            return decode(data[pos + 1 : end]), end
 
         return read1
     if prefix == 2:
 
         def read2(data: bytes, pos: int) -> tuple[str, int]:
             end = pos + 2 + (data[pos] | data[pos + 1] << 8)
-            return data[pos + 2 : end].decode(codec), end
+            return decode(data[pos + 2 : end]), end
 
         return read2
     raw_reader = _length_prefixed(prefix)
 
     def read_n(data: bytes, pos: int) -> tuple[str, int]:
         raw, end = raw_reader(data, pos)
-        return raw.decode(codec), end
+        return decode(raw), end
 
     return read_n
 
@@ -575,9 +523,9 @@ def _logical_reader(prefix: int, fmt: Callable[[bytes], str]) -> Reader:
     return read
 
 
-def _json_text_reader(prefix: int, codec: str) -> Reader:
+def _json_text_reader(prefix: int, charset: str) -> Reader:
     """MariaDB JSON (LONGTEXT with a json_valid check) as the parsed JSON value."""
-    text_reader = _text_reader(prefix, codec)
+    text_reader = _text_reader(prefix, charset)
 
     def read(data: bytes, pos: int) -> tuple[Any, int]:
         text, end = text_reader(data, pos)

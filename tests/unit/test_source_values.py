@@ -25,7 +25,6 @@ from cdc_platform.source.values import (
     dumps,
     format_inet6,
     make_reader,
-    python_codec,
 )
 
 pytestmark = pytest.mark.unit
@@ -343,28 +342,22 @@ def test_varbinary_and_blobs_are_base64_and_empty_is_empty() -> None:
 
 
 def test_text_columns_use_their_charset() -> None:
-    utf8 = ColumnSpec("s", FieldType.VARCHAR, encoding="utf-8", max_length=40)
+    utf8 = ColumnSpec("s", FieldType.VARCHAR, encoding="utf8mb4", max_length=40)
     assert decode(utf8, b"\x04" + "😀".encode()) == "😀"
-    latin1 = ColumnSpec("s", FieldType.STRING, encoding="mysql-latin1", max_length=10)
+    latin1 = ColumnSpec("s", FieldType.STRING, encoding="latin1", max_length=10)
     assert decode(latin1, b"\x04caf\xe9") == "café"
     assert decode(latin1, b"\x02\x81\x80") == "\u0081€"  # MySQL latin1 is not cp1252
-    utf16 = ColumnSpec("s", FieldType.VARCHAR, encoding="utf-16-be", max_length=40)
+    utf16 = ColumnSpec("s", FieldType.VARCHAR, encoding="utf16", max_length=40)
     assert decode(utf16, b"\x04" + "hé".encode("utf-16-be")) == "hé"
-    text = ColumnSpec("t", FieldType.BLOB, encoding="utf-8", length_size=2)
+    text = ColumnSpec("t", FieldType.BLOB, encoding="utf8mb4", length_size=2)
     assert decode(text, b"\x00\x00") == ""
 
 
-def test_python_codec_names() -> None:
-    assert python_codec("utf8") == "utf-8"
-    assert python_codec("utf8mb4") == "utf-8"
-    assert python_codec("cp1252") == "mysql-latin1"
-    assert python_codec("binary") == ""
-    assert python_codec("ucs2") == "utf-16-be"
-    assert python_codec("utf32") == "utf-32-be"
-    assert python_codec("koi8r") == "koi8_r"
-    assert python_codec("cp1251") == "cp1251"
-    assert python_codec("swe7") is None
-    assert python_codec(None) is None
+def test_text_never_fails_on_a_byte_the_charset_does_not_define() -> None:
+    cp1250 = ColumnSpec("s", FieldType.STRING, encoding="cp1250", max_length=10)
+    assert decode(cp1250, b"\x03a\x81\x8a") == "a\uef81Š"  # Python's cp1250 rejects 0x81
+    swe7 = ColumnSpec("s", FieldType.VARCHAR, encoding="swe7", max_length=10)
+    assert decode(swe7, b"\x02[\x80") == "Ä\uef80"  # no Python codec at all
 
 
 # -- MariaDB types, JSON, geometry ---------------------------------------------------------------
@@ -408,7 +401,7 @@ def test_inet6_text_matches_mariadb(address: str, expected: str) -> None:
 
 
 def test_mariadb_json_is_parsed() -> None:
-    column = ColumnSpec("j", FieldType.BLOB, encoding="utf-8", length_size=4, logical="json")
+    column = ColumnSpec("j", FieldType.BLOB, encoding="utf8mb4", length_size=4, logical="json")
     text = '{"a": [1, 2.5, null, true], "é": "x"}'.encode()
     raw = len(text).to_bytes(4, "little") + text
     assert decode(column, raw) == {"a": [1, 2.5, None, True], "é": "x"}
@@ -435,7 +428,7 @@ def test_geometry_keeps_srid_and_wkb() -> None:
 
 COLUMNS = [
     ColumnSpec("id", FieldType.LONG),
-    ColumnSpec("name", FieldType.VARCHAR, encoding="utf-8", max_length=20),
+    ColumnSpec("name", FieldType.VARCHAR, encoding="utf8mb4", max_length=20),
     ColumnSpec("n", FieldType.SHORT, unsigned=True),
 ]
 
@@ -483,7 +476,10 @@ def test_rows_that_do_not_fill_the_event_exactly_are_an_error() -> None:
     with pytest.raises(SourceError, match="decoded 11 of 8 bytes"):
         decoder.images(image(0b100, b"\x01\0\0\0", b"\x05ab"), b"\x07")
     with pytest.raises(SourceError, match=r"cannot decode a row of db\.t"):
-        decoder.images(image(0, b"\x01\0\0\0", b"\x02\xff\xfe", b"\0\0"), b"\x07")
+        decoder.images(image(0, b"\x01\0\0\0", b"\x00", b"\x02"), b"\x07")  # cut short
+    # Text bytes the charset cannot decode are no error: they are escaped (docs/types.md).
+    [(row, _)] = decoder.images(image(0, b"\x01\0\0\0", b"\x02\xff\xfe", b"\0\0"), b"\x07")
+    assert json.loads(row)["name"] == "\uefff\ueffe"
 
 
 def test_unsupported_types_fail_at_the_table_map() -> None:
