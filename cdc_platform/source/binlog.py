@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pymysql
 from pydantic import SecretStr
@@ -53,6 +53,8 @@ from pymysqlreplication.row_event import (
 from cdc_platform.config.models import SourceConfig
 from cdc_platform.errors import (
     BinlogGapError,
+    BinlogReadError,
+    ServerIdConflictError,
     SourceConnectionError,
     SourceError,
     SourceSettingsError,
@@ -69,6 +71,8 @@ from cdc_platform.source.transactions import GAP_ADVICE, TransactionAssembler
 __all__ = ["BinlogSource", "SourceInfo"]
 
 log = logging.getLogger("cdc_platform.source")
+
+_R = TypeVar("_R")
 
 _READER_EVENTS = [
     RotateEvent,
@@ -92,7 +96,18 @@ default) so that event types the library cannot decode are noticed instead of dr
 _ACCESS_DENIED = frozenset({1045, 1698})
 _NO_PRIVILEGE = frozenset({1044, 1142, 1227, 1370})
 _BINLOG_DUMP_ERROR = 1236
+_SAME_SERVER_ID = 4052
+"""MariaDB's ER_SLAVE_SAME_ID, sent to the older of two dumps with one server_id."""
 _PARSE_ERROR = 1064
+_SAME_ID_TEXT = "same server_uuid/server_id"
+"""MySQL sends this conflict as error 1236 with this text."""
+_GAP_TEXT = re.compile(
+    r"could not find (first log file|gtid)|purged|impossible position"
+    r"|not in the master's binlog",
+    re.I,
+)
+"""1236 messages (MariaDB and MySQL) that mean the position is no longer, or never was, in the
+server's binlog; every other 1236 is a read error (see :func:`_dump_refusal`)."""
 
 
 class _StreamLostError(Exception):
@@ -166,10 +181,16 @@ class BinlogSource:
     def _where(self) -> str:
         return f"{self.config.host}:{self.config.port} as {self.config.user!r}"
 
-    def _error(self, exc: BaseException, doing: str) -> SourceError:
-        """Translate a pymysql/socket error; the password never appears in the message."""
+    def _error(
+        self, exc: BaseException, doing: str, position: ResumePosition | None = None
+    ) -> SourceError:
+        """Translate a pymysql/socket error; the password never appears in the message.
+
+        ``position`` is where the refused binlog read started, named in dump errors.
+        """
         code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
-        text = str(exc)
+        text = str(exc.args[1]) if code is not None and len(exc.args) > 1 else str(exc)
+        text = text.rstrip(".")
         secret = self._secret()
         if secret:
             text = text.replace(secret, "***")
@@ -185,8 +206,18 @@ class BinlogSource:
                 f"user {self.config.user!r} lacks a privilege {doing}: {text}; run GRANT "
                 f"SELECT, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO '{self.config.user}'@'%'"
             )
+        if code == _SAME_SERVER_ID or (code == _BINLOG_DUMP_ERROR and _SAME_ID_TEXT in text):
+            server_id = self.config.server_id
+            return ServerIdConflictError(
+                f"{self._where()} ended the binlog dump: another reader connected with the same "
+                f"server_id {server_id} (error {code}: {text}). Two readers with one server_id "
+                "end each other's dumps; give every destination and every replica its own "
+                "server_id (source.server_id), or stop the other process reading as this "
+                "destination",
+                server_id=server_id,
+            )
         if code == _BINLOG_DUMP_ERROR:
-            return BinlogGapError(f"the server refused the binlog position: {text}; {GAP_ADVICE}")
+            return _dump_refusal(self._where(), text, position)
         return SourceConnectionError(f"cannot reach MySQL/MariaDB {doing} {self._where()}: {text}")
 
     def _connect(self) -> pymysql.connections.Connection[Any]:
@@ -364,7 +395,9 @@ class BinlogSource:
         Ends when :meth:`stop` is called. Server loss is retried forever with exponential
         backoff (each attempt logged); a purged position or bad settings raise SourceError.
         """
-        start = self._prepare(self.resume or self.current_position())
+        start = self._until_reachable(lambda: self._prepare(self.resume or self.current_position()))
+        if start is None:
+            return
         if self.config.resume_by == "gtid" and not self._use_gtid(start):
             log.warning("no GTID state to resume from; resuming by file/position from %s", start)
         plans = TablePlans(self._tables, self._catalog, is_mariadb=self._mariadb())
@@ -388,7 +421,7 @@ class BinlogSource:
                 if self._stop.is_set():
                     return
                 lost = True
-                position = self._lost(exc, assembler)
+                position = self._lost(exc, assembler, position)
                 if self._stop.wait(self._delay):
                     return
                 self._delay = min(self._delay * 2, self.config.reconnect_max_seconds)
@@ -403,6 +436,20 @@ class BinlogSource:
             finally:
                 # Ending (stop, consumer gone, error): end the server's dump thread too.
                 self._close(reader, end_dump_thread=not lost)
+
+    def _until_reachable(self, step: Callable[[], _R]) -> _R | None:
+        """``step`` (queries before a binlog read), retried with the reconnect backoff while
+        the server cannot be reached; None once :meth:`stop` was called."""
+        while True:
+            try:
+                return step()
+            except SourceError as exc:
+                if not exc.transient or self._stop.is_set():
+                    raise
+                log.warning("%s; retrying in %.1fs", exc, self._delay)
+                if self._stop.wait(self._delay):
+                    return None
+                self._delay = min(self._delay * 2, self.config.reconnect_max_seconds)
 
     def _stream(
         self, reader: BinLogStreamReader, assembler: TransactionAssembler
@@ -420,11 +467,14 @@ class BinlogSource:
             if out:
                 yield from out
 
-    def _lost(self, exc: BaseException, assembler: TransactionAssembler) -> ResumePosition:
-        """Where to reconnect after a loss; raises if reconnecting cannot help."""
-        code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
-        if code in _ACCESS_DENIED or code in _NO_PRIVILEGE or code == _BINLOG_DUMP_ERROR:
-            raise self._error(exc, "streaming the binlog of") from None
+    def _lost(
+        self, exc: BaseException, assembler: TransactionAssembler, read_from: ResumePosition
+    ) -> ResumePosition:
+        """Where to reconnect after a loss; raises if reconnecting cannot help (bad grants,
+        a refused position, another reader with this server_id)."""
+        error = self._error(exc, "streaming the binlog of", read_from)
+        if not error.transient:
+            raise error from None
         position = assembler.restart()
         self.reconnects += 1
         log.warning(
@@ -668,6 +718,24 @@ def _missing_grants(grants: list[str]) -> list[str]:
         for name, accepted, need_global in _REQUIRED_GRANTS
         if not (accepted & (global_privs if need_global else any_privs))
     ]
+
+
+def _dump_refusal(where: str, text: str, position: ResumePosition | None) -> SourceError:
+    """Error 1236: a gap when the position is gone, otherwise a read error that a new
+    snapshot would not cure (the offset is no event start, the binlog is damaged, ...)."""
+    start = f" from {position.file}:{position.pos}" if position is not None else ""
+    text = text.rstrip(".")
+    if _GAP_TEXT.search(text):
+        return BinlogGapError(
+            f"{where} no longer has the binlog to read{start}: {text}; {GAP_ADVICE}"
+        )
+    return BinlogReadError(
+        f"{where} refused to send its binlog{start}: {text}. The binlog is not purged: the "
+        "position is not the start of an event in this server's binlog (a checkpoint made on "
+        "another server, or a damaged binlog), or an event is larger than max_allowed_packet. "
+        "Check the server's error log; the change log is intact and resumes from the same "
+        "position once the cause is fixed"
+    )
 
 
 def _parse_gtids(text: str) -> dict[int, int]:
