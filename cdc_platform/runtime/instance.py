@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from pydantic import SecretStr
 
@@ -28,6 +29,8 @@ from cdc_platform.store import Batch, EventStore, StoreClosedError
 __all__ = ["CommitReport", "DestinationRuntime", "RunSummary", "RuntimeMetrics"]
 
 log = logging.getLogger("cdc_platform.runtime")
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,8 +213,8 @@ class DestinationRuntime:
         """Recover, stream and commit until stopped; returns why it ended.
 
         Terminal errors (bad source settings, purged binlog, fencing) end the run with the
-        error in the summary and every committed batch intact; transient sink errors are
-        retried with backoff.
+        error in the summary and every committed batch intact; transient sink errors, and a
+        source that cannot be reached at start, are retried with backoff.
         """
         checkpoint = self.sink.recover()
         epoch = self._epoch if self._epoch is not None else (checkpoint.epoch if checkpoint else 0)
@@ -219,11 +222,16 @@ class DestinationRuntime:
         resume = checkpoint.resume if checkpoint else None
         self.source = self._open_source(resume)
         try:
-            self.source.check()
+            if self._until_reachable(self.source.check) is None:
+                self.sink.close()
+                return RunSummary(self.name, self._stop_reason, 0, 0, batch_seq, resume)
             if resume is None:
                 # Pin the start position durably before reading: otherwise a crash before the
                 # first commit would restart at a later "current" position and lose changes.
-                resume = self.source.current_position()
+                resume = self._until_reachable(self.source.current_position)
+                if resume is None:
+                    self.sink.close()
+                    return RunSummary(self.name, self._stop_reason, 0, 0, batch_seq, None)
                 batch_seq += 1
                 self._gate()
                 self.sink.commit((), batch_seq=batch_seq, resume=resume, epoch=epoch)
@@ -272,6 +280,37 @@ class DestinationRuntime:
             resume,
             error,
         )
+
+    def _until_reachable(self, step: Callable[[], T]) -> T | None:
+        """``step`` of the source's start-up, retried while the source is unreachable.
+
+        A server that is down when a run starts (a database restart during a deploy) is the
+        same transient fault as one lost mid-stream: the same backoff, each attempt logged with
+        the address (never the password). None when a stop was requested while waiting.
+        """
+        source = self.config.source
+        delay = source.reconnect_initial_seconds
+        attempt = 0
+        while True:
+            try:
+                return step()
+            except CdcError as exc:
+                if not exc.transient or self._stop.is_set():
+                    raise
+                attempt += 1
+                self._update(state="waiting for the source")
+                log.warning(
+                    "%s: source %s:%d not reachable at start (attempt %d): %s; retrying in %.1f s",
+                    self.name,
+                    source.host,
+                    source.port,
+                    attempt,
+                    exc,
+                    delay,
+                )
+                if self._stop.wait(delay):
+                    return None
+                delay = min(delay * 2, source.reconnect_max_seconds)
 
     def _open_source(self, resume: ResumePosition | None) -> Source:
         return open_source(
