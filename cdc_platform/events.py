@@ -21,6 +21,7 @@ __all__ = [
     "EventKind",
     "Op",
     "ResumePosition",
+    "ServerIdentity",
     "Transaction",
 ]
 
@@ -97,6 +98,56 @@ class BinlogPosition:
 
 
 @dataclass(frozen=True, slots=True)
+class ServerIdentity:
+    """The server whose binlog a file/position points into.
+
+    A file name and offset mean something only on the server that wrote them: a promoted
+    replica has a ``mysql-bin.000001`` of its own with other transactions in it. GTIDs, in
+    contrast, name the same transactions on every server of a replication topology.
+    """
+
+    server_id: int
+    server_uuid: str | None = None
+    """MySQL's ``@@server_uuid`` (unique per server); MariaDB has none."""
+    gtid_domain_id: int | None = None
+    """MariaDB's ``@@gtid_domain_id``."""
+
+    def same_server(self, other: ServerIdentity) -> bool:
+        """True when both describe one server, as far as the recorded fields can tell."""
+        if self.server_uuid and other.server_uuid:
+            return self.server_uuid == other.server_uuid
+        if self.server_id != other.server_id:
+            return False
+        domains = (self.gtid_domain_id, other.gtid_domain_id)
+        return None in domains or domains[0] == domains[1]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form kept in resume positions."""
+        return {
+            "server_id": self.server_id,
+            "server_uuid": self.server_uuid,
+            "gtid_domain_id": self.gtid_domain_id,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ServerIdentity:
+        """Parse what :meth:`to_dict` wrote."""
+        uuid, domain = data.get("server_uuid"), data.get("gtid_domain_id")
+        return cls(
+            server_id=int(data["server_id"]),
+            server_uuid=None if uuid is None else str(uuid),
+            gtid_domain_id=None if domain is None else int(domain),
+        )
+
+    def __str__(self) -> str:
+        if self.server_uuid:
+            return f"server_id {self.server_id} (server_uuid {self.server_uuid})"
+        if self.gtid_domain_id is not None:
+            return f"server_id {self.server_id} (gtid_domain_id {self.gtid_domain_id})"
+        return f"server_id {self.server_id}"
+
+
+@dataclass(frozen=True, slots=True)
 class ResumePosition:
     """Where a new binlog reader starts so that its first event is the first one not yet committed.
 
@@ -104,26 +155,28 @@ class ResumePosition:
     (MariaDB ``domain-server-seq`` list) of every transaction fully committed before it, used
     when resuming by GTID. ``skip_events`` counts the events of that transaction that are
     already committed: non-zero only after a transaction larger than the store was committed
-    in chunks.
+    in chunks. ``server`` is the server whose binlog ``file``/``pos`` point into (None in
+    checkpoints written before it was recorded); it is not part of the position's value.
     """
 
     file: str
     pos: int
     gtid_set: str | None = None
     skip_events: int = 0
+    server: ServerIdentity | None = field(default=None, compare=False)
 
     def to_json(self) -> str:
         """Serialise with the format version, for commit metadata and change-log rows."""
-        return json.dumps(
-            {
-                "v": EVENT_FORMAT_VERSION,
-                "file": self.file,
-                "pos": self.pos,
-                "gtid_set": self.gtid_set,
-                "skip_events": self.skip_events,
-            },
-            sort_keys=True,
-        )
+        data: dict[str, Any] = {
+            "v": EVENT_FORMAT_VERSION,
+            "file": self.file,
+            "pos": self.pos,
+            "gtid_set": self.gtid_set,
+            "skip_events": self.skip_events,
+        }
+        if self.server is not None:
+            data["server"] = self.server.to_dict()  # optional: older readers ignore it
+        return json.dumps(data, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> ResumePosition:
@@ -137,6 +190,7 @@ class ResumePosition:
             pos=int(data["pos"]),
             gtid_set=data.get("gtid_set"),
             skip_events=int(data.get("skip_events", 0)),
+            server=ServerIdentity.from_dict(data["server"]) if data.get("server") else None,
         )
 
     @property
@@ -147,7 +201,8 @@ class ResumePosition:
     def __str__(self) -> str:
         extra = f" +{self.skip_events} events" if self.skip_events else ""
         gtid = f" gtid={self.gtid_set}" if self.gtid_set else ""
-        return f"{self.file}:{self.pos}{extra}{gtid}"
+        server = f" on {self.server}" if self.server is not None else ""
+        return f"{self.file}:{self.pos}{extra}{gtid}{server}"
 
 
 @dataclass(frozen=True, slots=True)

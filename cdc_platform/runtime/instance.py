@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
@@ -19,7 +20,7 @@ from pydantic import SecretStr
 
 from cdc_platform.config.models import InstanceConfig
 from cdc_platform.errors import CdcError, CommitRefusedError, SinkError, SourceError
-from cdc_platform.events import EventKind, ResumePosition
+from cdc_platform.events import ChangeEvent, EventKind, ResumePosition, ServerIdentity
 from cdc_platform.sink import Checkpoint, DeltaChangeLog, FencedCommitError, MaintenancePolicy
 from cdc_platform.sink.delta import CommitResult
 from cdc_platform.source import BinlogSource  # noqa: F401 - tests patch it through this module
@@ -175,6 +176,10 @@ class DestinationRuntime:
             store_config.ddl_isolation,
         )
         self.source: Source | None = None
+        self._server: ServerIdentity | None = None
+        """The source server of the last committed position (None: not known)."""
+        self._server_changes: deque[tuple[ChangeEvent, ServerIdentity | None]] = deque()
+        """(first event read from a server, its identity), in stream order, not yet committed."""
 
     # -- control ---------------------------------------------------------------------------
 
@@ -220,6 +225,8 @@ class DestinationRuntime:
         epoch = self._epoch if self._epoch is not None else (checkpoint.epoch if checkpoint else 0)
         batch_seq = checkpoint.batch_seq if checkpoint else 0
         resume = checkpoint.resume if checkpoint else None
+        self._server = resume.server if resume is not None else None
+        self._server_changes.clear()
         self.source = self._open_source(resume)
         try:
             if self._until_reachable(self.source.check) is None:
@@ -323,9 +330,16 @@ class DestinationRuntime:
 
     def _read(self) -> None:
         """Source thread: binlog events into the store, until stopped or failed."""
-        assert self.source is not None
+        source = self.source
+        assert source is not None
+        server: ServerIdentity | None = None
         try:
-            for event in self.source.events():
+            for event in source.events():
+                # The source sets its server before the first event of each connection.
+                current: ServerIdentity | None = getattr(source, "server", None)
+                if current != server:
+                    server = current
+                    self._server_changes.append((event, current))
                 self.store.put((event,))
                 if self._stop.is_set():
                     break
@@ -402,6 +416,7 @@ class DestinationRuntime:
         """Commit one batch, retrying transient failures; None if stopped while retrying."""
         resume = batch.resume_position()
         assert resume is not None
+        resume = self._with_server(batch, resume)
         delay = self._retry_initial
         while True:
             try:
@@ -449,6 +464,14 @@ class DestinationRuntime:
             commit_seconds=seconds,
             partial=batch.partial,
         )
+
+    def _with_server(self, batch: Batch, resume: ResumePosition) -> ResumePosition:
+        """``resume`` stamped with the server the batch's last event was read from, so that a
+        file/position checkpoint is never resumed on another server (a switched primary)."""
+        changes = self._server_changes
+        while changes and any(event is changes[0][0] for event in batch.events):
+            self._server = changes.popleft()[1]
+        return resume if self._server is None else replace(resume, server=self._server)
 
     def _gate(self) -> None:
         if self._commit_gate is not None:

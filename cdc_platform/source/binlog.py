@@ -57,12 +57,14 @@ from cdc_platform.errors import (
     ServerIdConflictError,
     SourceConnectionError,
     SourceError,
+    SourceServerChangedError,
     SourceSettingsError,
 )
 from cdc_platform.events import (
     BinlogPosition,
     ChangeEvent,
     ResumePosition,
+    ServerIdentity,
 )
 from cdc_platform.source.filters import TableFilter
 from cdc_platform.source.table_maps import JSON_VALID_CHECK, Catalog, TablePlans, enum_labels
@@ -137,6 +139,8 @@ class SourceInfo:
     """The server's current binlog end (SHOW MASTER STATUS)."""
     gtid_binlog_pos: str | None
     gtid_current_pos: str | None
+    server: ServerIdentity | None = None
+    """Which server this is; recorded with every checkpoint (see :class:`ServerIdentity`)."""
 
 
 class BinlogSource:
@@ -144,7 +148,10 @@ class BinlogSource:
 
     ``events()`` is a blocking generator meant for one reader thread; ``stop()`` may be
     called from any thread and ends it promptly. ``reconnects`` counts the times the stream
-    was lost and re-established from the last fully emitted transaction boundary.
+    was lost and re-established from the last fully emitted transaction boundary. ``server``
+    is the identity of the server the events come from, set before the first event of each
+    connection: a file/position resume on another server is refused
+    (SourceServerChangedError), a GTID resume continues there.
     """
 
     def __init__(
@@ -168,6 +175,7 @@ class BinlogSource:
         self._control: pymysql.connections.Connection[Any] | None = None
         self._is_mariadb: bool | None = None
         self._delay = config.reconnect_initial_seconds
+        self.server: ServerIdentity | None = None
 
     # -- connections ---------------------------------------------------------------------------
 
@@ -262,10 +270,11 @@ class BinlogSource:
                 cur.execute("SHOW GRANTS")
                 grants = [str(row[0]) for row in cur.fetchall()]
                 status = self._status_if_allowed(cur) if variables.get("log_bin") == "ON" else None
+                is_mariadb = "mariadb" in str(version).lower()
+                self._is_mariadb = is_mariadb
+                server = _identity(cur, is_mariadb)
             except (pymysql.MySQLError, OSError) as exc:
                 raise self._error(exc, "checking") from None
-        is_mariadb = "mariadb" in str(version).lower()
-        self._is_mariadb = is_mariadb
         problems = _settings_problems(variables, is_mariadb)
         if int(server_id) == self.config.server_id:
             problems.append(
@@ -295,6 +304,7 @@ class BinlogSource:
             position=BinlogPosition(str(status[0]), int(status[1])),
             gtid_binlog_pos=variables.get("gtid_binlog_pos"),
             gtid_current_pos=variables.get("gtid_current_pos"),
+            server=server,
         )
 
     @staticmethod
@@ -333,12 +343,61 @@ class BinlogSource:
                     cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))
                     row = cur.fetchone()
                     gtid = None if row is None or row[0] is None else str(row[0])
+                server = _identity(cur, self._mariadb())
             except (pymysql.MySQLError, OSError) as exc:
                 raise self._error(exc, "reading the binlog position of") from None
-        return ResumePosition(file=file, pos=pos, gtid_set=gtid)
+        return ResumePosition(file=file, pos=pos, gtid_set=gtid, server=server)
+
+    def _server_identity(self) -> ServerIdentity:
+        with self._connect() as conn, conn.cursor() as cur:
+            try:
+                return _identity(cur, self._mariadb())
+            except (pymysql.MySQLError, OSError) as exc:
+                raise self._error(exc, "identifying") from None
+
+    def _same_server(
+        self, position: ResumePosition, recorded: ServerIdentity | None
+    ) -> ServerIdentity:
+        """Check that ``position`` may be read on the server now behind the address.
+
+        File/position coordinates recorded on another server are refused; with a GTID state
+        to resume from, reading continues on the new server (a promoted replica). Positions
+        recorded before identities were kept (``recorded`` None) are accepted as they are.
+        """
+        found = self._server_identity()
+        if recorded is not None and not recorded.same_server(found):
+            if not self._use_gtid(position):
+                raise SourceServerChangedError(
+                    f"{position.file}:{position.pos} is a position in the binlog of "
+                    f"{recorded}, but {self._where()} is {found}: the source primary was "
+                    f"switched, and a binlog of the same name on another server holds other "
+                    "transactions, so reading it from this position would lose or repeat "
+                    "changes. To continue on the new server, resume by GTID (source.resume_by: "
+                    "gtid, MariaDB; the checkpoint's GTID state is "
+                    f"{position.gtid_set or 'unknown'}), or take a new snapshot "
+                    "(cdc-platform snapshot); if this is the same server with a new server_id, "
+                    "reset the checkpoint",
+                    recorded=str(recorded),
+                    found=str(found),
+                )
+            log.warning(
+                "the binlog position %s was recorded on %s; %s is %s: continuing there by GTID",
+                position,
+                recorded,
+                self._where(),
+                found,
+            )
+        elif recorded is None and self.server is None:
+            log.info(
+                "%s has no server identity; recording %s from the next commit", position, found
+            )
+        self.server = found
+        return found
 
     def _prepare(self, start: ResumePosition) -> ResumePosition:
-        """Refuse a start position whose binlog is gone; fill in the GTID state if missing."""
+        """Refuse a start position whose binlog is gone or that another server recorded;
+        fill in the GTID state if missing."""
+        self._same_server(start, start.server)
         logs = {str(name): int(size) for name, size, *_ in self._query("SHOW BINARY LOGS")}
         if self._use_gtid(start):
             assert start.gtid_set is not None
@@ -411,6 +470,13 @@ class BinlogSource:
         self._delay = self.config.reconnect_initial_seconds
         position = start
         while not self._stop.is_set():
+            if self.reconnects:
+                # The address may lead to another server now (a switched primary).
+                checked = self._until_reachable(
+                    lambda: self._same_server(position, self.server)  # noqa: B023
+                )
+                if checked is None:
+                    return
             reader = self._reader(position)
             plans.attach(reader)
             lost = False
@@ -634,6 +700,17 @@ class BinlogSource:
 
 
 # -- settings helpers ---------------------------------------------------------------------------
+
+
+def _identity(cur: Any, is_mariadb: bool) -> ServerIdentity:
+    """The connected server's identity (see :class:`ServerIdentity`)."""
+    if is_mariadb:
+        cur.execute("SELECT @@server_id, @@gtid_domain_id")
+        server_id, domain = cur.fetchone()
+        return ServerIdentity(int(server_id), gtid_domain_id=int(domain))
+    cur.execute("SELECT @@server_id, @@server_uuid")
+    server_id, uuid = cur.fetchone()
+    return ServerIdentity(int(server_id), server_uuid=str(uuid))
 
 
 def _binlog_status(cur: Any) -> tuple[Any, ...] | None:
