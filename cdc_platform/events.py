@@ -226,13 +226,56 @@ class Transaction:
 
 
 def merge_gtid(gtid_set: str | None, gtid: str | None) -> str | None:
-    """Replace the entry of ``gtid``'s domain in a MariaDB GTID state list (one per domain)."""
+    """The GTID state once ``gtid`` is committed.
+
+    MariaDB (``domain-server-seq``): the entry of ``gtid``'s domain is replaced (one per
+    domain). MySQL (``uuid:gno``): ``gno`` is added to the executed set ``uuid:1-5:7,...``; an
+    unknown set stays unknown (one transaction's GTID is not the server's executed set).
+    """
     if gtid is None:
         return gtid_set
+    if ":" in gtid:
+        return None if gtid_set is None else _merge_mysql_gtid(gtid_set, gtid)
     domain = gtid.split("-", 1)[0]
     entries = [e for e in (gtid_set or "").split(",") if e and e.split("-", 1)[0] != domain]
     entries.append(gtid)
     return ",".join(sorted(entries, key=lambda e: int(e.split("-", 1)[0])))
+
+
+_MYSQL_INTERVAL = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def _merge_mysql_gtid(gtid_set: str, gtid: str) -> str | None:
+    """Add one MySQL GTID (untagged ``uuid:gno``) to an executed GTID set, in MySQL's form;
+    None (unknown) for a set this does not parse, e.g. with MySQL 8.3 tags."""
+    uuid, _, gno_text = gtid.strip().lower().rpartition(":")
+    gno = int(gno_text)
+    sets: dict[str, list[list[int]]] = {}
+    for entry in gtid_set.replace("\n", "").split(","):
+        source, *intervals = entry.strip().lower().split(":")
+        if not source:
+            continue
+        ranges = sets.setdefault(source, [])
+        for interval in intervals:
+            match = _MYSQL_INTERVAL.match(interval)
+            if match is None:
+                return None
+            first = int(match.group(1))
+            ranges.append([first, int(match.group(2) or first)])
+    ranges = sets.setdefault(uuid, [])
+    ranges.append([gno, gno])
+    ranges.sort()
+    merged: list[list[int]] = []
+    for first, last in ranges:
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], last)
+        else:
+            merged.append([first, last])
+    sets[uuid] = merged
+    return ",".join(
+        source + "".join(f":{a}" if a == b else f":{a}-{b}" for a, b in sets[source])
+        for source in sorted(sets)
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -343,6 +343,9 @@ class BinlogSource:
                     cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))
                     row = cur.fetchone()
                     gtid = None if row is None or row[0] is None else str(row[0])
+                elif len(status) > 4 and status[4]:
+                    # MySQL: Executed_Gtid_Set, read with file and position in one statement.
+                    gtid = "".join(str(status[4]).split())
                 server = _identity(cur, self._mariadb())
             except (pymysql.MySQLError, OSError) as exc:
                 raise self._error(exc, "reading the binlog position of") from None

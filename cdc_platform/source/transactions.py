@@ -94,7 +94,7 @@ class TransactionAssembler:
         self._clock = clock
         self._file = start.file
         self._boundary = BinlogPosition(start.file, start.pos)
-        self._gtid_state = start.gtid_set if is_mariadb else None
+        self._gtid_state = start.gtid_set
         self._skip = start.skip_events
         self._txn: Transaction | None = None
         self._index = 0
@@ -149,8 +149,9 @@ class TransactionAssembler:
         return self._begin(event, event.gtid, bool(event.flags & _MARIADB_FL_STANDALONE))
 
     def _mysql_gtid(self, event: Any) -> list[ChangeEvent]:
-        # MySQL: a BEGIN query follows for DML; DDL comes alone.
-        return self._begin(event, None, standalone=True)
+        # MySQL: a BEGIN query follows for DML; DDL comes alone. Its GTID ('uuid:gno') is kept
+        # like MariaDB's, so checkpoints carry the executed GTID set.
+        return self._begin(event, event.gtid, standalone=True)
 
     def _heartbeat(self, event: Any) -> list[ChangeEvent]:
         return self._idle()
@@ -179,7 +180,7 @@ class TransactionAssembler:
             out = self._finish(start, None)
         self._txn = Transaction(
             start=start,
-            gtid=gtid if self._mariadb else None,
+            gtid=gtid,
             gtid_set_before=self._gtid_state,
             server_id=event.packet.server_id,
             timestamp=event.timestamp,
@@ -218,8 +219,7 @@ class TransactionAssembler:
             self._idle_commit = None
             out.append(event)
         self._boundary = position
-        if self._mariadb:
-            self._gtid_state = txn.gtid_set_after
+        self._gtid_state = txn.gtid_set_after
         self._txn = None
         self._index = 0
         self._skip = 0
