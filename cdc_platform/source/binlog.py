@@ -584,7 +584,7 @@ class BinlogSource:
         }
         mode: dict[str, Any]
         if self._use_gtid(start):
-            # FACTS.md: is_mariadb=True ignores log_file/log_pos; it needs auto_position.
+            # The library ignores log_file/log_pos when is_mariadb=True; GTID needs auto_position.
             mode = {"is_mariadb": True, "auto_position": start.gtid_set}
         else:
             mode = {"is_mariadb": False, "log_file": start.file, "log_pos": start.pos}
