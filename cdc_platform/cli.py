@@ -24,14 +24,40 @@ def _config_check(args: argparse.Namespace) -> int:
     names = sorted({*config.destinations, *config.errors})
     if not names:
         print(f"no destinations under {Path(args.conf) / 'destinations'}")
+    unreachable = 0
     for name in names:
         if name in config.destinations:
             dest = config.destinations[name]
             state = "OK" if dest.config.enabled else "OK (disabled)"
             print(f"{name}: {state}  {dest.path}  sha256:{dest.content_hash[:12]}")
+            if args.connect:
+                line, ok = _connect_check(config, dest)
+                print(f"  {line}", flush=True)
+                unreachable += not ok
         else:
             print(f"{name}: ERROR {config.errors[name]}")
-    return 1 if config.errors else 0
+    return 1 if config.errors or unreachable else 0
+
+
+def _connect_check(config: ConfigSet, dest: Destination) -> tuple[str, bool]:
+    """Connect to one destination's source once (no retries: fail fast before a deploy) and
+    check its settings and grants; one line for the report and whether it passed."""
+    from cdc_platform.source.binlog import SourceInfo  # noqa: PLC0415 (keep `config check` light)
+    from cdc_platform.source.factory import open_source  # noqa: PLC0415
+
+    source = dest.config.source
+    where = f"source {source.host}:{source.port} ({source.mode})"
+    try:
+        found = open_source(source, resume=None, table_uri=config.table_uri(dest.name)).check()
+    except CdcError as exc:
+        return f"{where}: ERROR {exc}", False
+    if isinstance(found, SourceInfo):
+        detail = f"{found.version}, server_id {found.server_id}, binlog at {found.position}" + (
+            f", gtid {found.gtid_binlog_pos}" if found.gtid_binlog_pos else ""
+        )
+    else:
+        detail = "tables readable"
+    return f"{where}: connected, {detail}", True
 
 
 def _destination(args: argparse.Namespace) -> tuple[ConfigSet, Destination]:
@@ -298,6 +324,12 @@ def build_parser() -> argparse.ArgumentParser:
         "check", help="validate every destination; exit 1 if any is bad"
     )
     check.add_argument("--conf", default="conf", help="configuration directory (default: conf)")
+    check.add_argument(
+        "--connect",
+        action="store_true",
+        help="also connect to each destination's source and check its settings (exit 1 if any "
+        "cannot be used)",
+    )
     check.set_defaults(handler=_config_check)
 
     run = commands.add_parser("run", help="run one destination in the foreground")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "BinlogGapError",
+    "BinlogReadError",
     "CdcError",
     "CheckpointError",
     "CommitRefusedError",
@@ -21,10 +22,12 @@ __all__ = [
     "MirrorError",
     "ReconcileError",
     "ResumeMismatchError",
+    "ServerIdConflictError",
     "SinkError",
     "SnapshotError",
     "SourceConnectionError",
     "SourceError",
+    "SourceServerChangedError",
     "SourceSettingsError",
     "SparkError",
     "SparkSessionError",
@@ -68,6 +71,34 @@ class SourceSettingsError(SourceError):
 
 class BinlogGapError(SourceError):
     """The position to resume from is no longer on the server (purged binlog, GTID gap)."""
+
+
+class BinlogReadError(SourceError):
+    """The server refused to send its binlog from a position for a reason other than a purge
+    (error 1236: an offset that is not the start of an event, a damaged binlog, an event larger
+    than max_allowed_packet). The change log may still be continued once the cause is fixed;
+    retrying the same read gives the same answer."""
+
+
+class ServerIdConflictError(SourceError):
+    """Another reader connected to the source with this reader's ``server_id``; the server ended
+    this dump (MariaDB error 4052, MySQL 1236). Reconnecting would only end the other reader in
+    turn: every destination and replica needs its own server_id."""
+
+    def __init__(self, message: str, *, server_id: int) -> None:
+        self.server_id = server_id
+        super().__init__(message)
+
+
+class SourceServerChangedError(SourceError):
+    """A file/position checkpoint recorded on one server is being resumed on another server (a
+    switched primary): a binlog of the same name there holds other transactions. Resume by GTID
+    or take a new snapshot; retrying does not help."""
+
+    def __init__(self, message: str, *, recorded: str, found: str) -> None:
+        self.recorded = recorded
+        self.found = found
+        super().__init__(message)
 
 
 class SourceConnectionError(SourceError):

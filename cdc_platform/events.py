@@ -22,6 +22,7 @@ __all__ = [
     "Op",
     "PreparedXa",
     "ResumePosition",
+    "ServerIdentity",
     "Transaction",
 ]
 
@@ -117,6 +118,56 @@ class PreparedXa:
 
 
 @dataclass(frozen=True, slots=True)
+class ServerIdentity:
+    """The server whose binlog a file/position points into.
+
+    A file name and offset mean something only on the server that wrote them: a promoted
+    replica has a ``mysql-bin.000001`` of its own with other transactions in it. GTIDs, in
+    contrast, name the same transactions on every server of a replication topology.
+    """
+
+    server_id: int
+    server_uuid: str | None = None
+    """MySQL's ``@@server_uuid`` (unique per server); MariaDB has none."""
+    gtid_domain_id: int | None = None
+    """MariaDB's ``@@gtid_domain_id``."""
+
+    def same_server(self, other: ServerIdentity) -> bool:
+        """True when both describe one server, as far as the recorded fields can tell."""
+        if self.server_uuid and other.server_uuid:
+            return self.server_uuid == other.server_uuid
+        if self.server_id != other.server_id:
+            return False
+        domains = (self.gtid_domain_id, other.gtid_domain_id)
+        return None in domains or domains[0] == domains[1]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form kept in resume positions."""
+        return {
+            "server_id": self.server_id,
+            "server_uuid": self.server_uuid,
+            "gtid_domain_id": self.gtid_domain_id,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ServerIdentity:
+        """Parse what :meth:`to_dict` wrote."""
+        uuid, domain = data.get("server_uuid"), data.get("gtid_domain_id")
+        return cls(
+            server_id=int(data["server_id"]),
+            server_uuid=None if uuid is None else str(uuid),
+            gtid_domain_id=None if domain is None else int(domain),
+        )
+
+    def __str__(self) -> str:
+        if self.server_uuid:
+            return f"server_id {self.server_id} (server_uuid {self.server_uuid})"
+        if self.gtid_domain_id is not None:
+            return f"server_id {self.server_id} (gtid_domain_id {self.gtid_domain_id})"
+        return f"server_id {self.server_id}"
+
+
+@dataclass(frozen=True, slots=True)
 class ResumePosition:
     """Where a new binlog reader starts so that its first event is the first one not yet committed.
 
@@ -127,6 +178,8 @@ class ResumePosition:
     in chunks. ``txn_gtid`` names that transaction, so a resume refuses to skip the events of
     another one; ``filters`` fingerprints the table filters the skip was counted with.
     ``xa_prepared`` lists the XA transactions prepared before this point and not yet resolved.
+    ``server`` is the server whose binlog ``file``/``pos`` point into (None in
+    checkpoints written before it was recorded); it is not part of the position's value.
     """
 
     file: str
@@ -137,6 +190,7 @@ class ResumePosition:
     filters: str | None = field(default=None, compare=False)
     """Not part of the position's identity: the same place under any filters."""
     xa_prepared: tuple[PreparedXa, ...] = ()
+    server: ServerIdentity | None = field(default=None, compare=False)
 
     def to_json(self) -> str:
         """Serialise with the format version, for commit metadata and change-log rows."""
@@ -154,6 +208,8 @@ class ResumePosition:
             data["filters"] = self.filters
         if self.xa_prepared:
             data["xa_prepared"] = [xa.to_list() for xa in self.xa_prepared]
+        if self.server is not None:
+            data["server"] = self.server.to_dict()  # optional: older readers ignore it
         return json.dumps(data, sort_keys=True)
 
     @classmethod
@@ -173,6 +229,7 @@ class ResumePosition:
             xa_prepared=tuple(
                 PreparedXa(str(x), str(f), int(p), g) for x, f, p, g in data.get("xa_prepared", [])
             ),
+            server=ServerIdentity.from_dict(data["server"]) if data.get("server") else None,
         )
 
     @property
@@ -184,7 +241,8 @@ class ResumePosition:
         extra = f" +{self.skip_events} events" if self.skip_events else ""
         gtid = f" gtid={self.gtid_set}" if self.gtid_set else ""
         xa = f" xa_prepared={len(self.xa_prepared)}" if self.xa_prepared else ""
-        return f"{self.file}:{self.pos}{extra}{gtid}{xa}"
+        server = f" on {self.server}" if self.server is not None else ""
+        return f"{self.file}:{self.pos}{extra}{gtid}{xa}{server}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,13 +279,56 @@ class Transaction:
 
 
 def merge_gtid(gtid_set: str | None, gtid: str | None) -> str | None:
-    """Replace the entry of ``gtid``'s domain in a MariaDB GTID state list (one per domain)."""
+    """The GTID state once ``gtid`` is committed.
+
+    MariaDB (``domain-server-seq``): the entry of ``gtid``'s domain is replaced (one per
+    domain). MySQL (``uuid:gno``): ``gno`` is added to the executed set ``uuid:1-5:7,...``; an
+    unknown set stays unknown (one transaction's GTID is not the server's executed set).
+    """
     if gtid is None:
         return gtid_set
+    if ":" in gtid:
+        return None if gtid_set is None else _merge_mysql_gtid(gtid_set, gtid)
     domain = gtid.split("-", 1)[0]
     entries = [e for e in (gtid_set or "").split(",") if e and e.split("-", 1)[0] != domain]
     entries.append(gtid)
     return ",".join(sorted(entries, key=lambda e: int(e.split("-", 1)[0])))
+
+
+_MYSQL_INTERVAL = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def _merge_mysql_gtid(gtid_set: str, gtid: str) -> str | None:
+    """Add one MySQL GTID (untagged ``uuid:gno``) to an executed GTID set, in MySQL's form;
+    None (unknown) for a set this does not parse, e.g. with MySQL 8.3 tags."""
+    uuid, _, gno_text = gtid.strip().lower().rpartition(":")
+    gno = int(gno_text)
+    sets: dict[str, list[list[int]]] = {}
+    for entry in gtid_set.replace("\n", "").split(","):
+        source, *intervals = entry.strip().lower().split(":")
+        if not source:
+            continue
+        ranges = sets.setdefault(source, [])
+        for interval in intervals:
+            match = _MYSQL_INTERVAL.match(interval)
+            if match is None:
+                return None
+            first = int(match.group(1))
+            ranges.append([first, int(match.group(2) or first)])
+    ranges = sets.setdefault(uuid, [])
+    ranges.append([gno, gno])
+    ranges.sort()
+    merged: list[list[int]] = []
+    for first, last in ranges:
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], last)
+        else:
+            merged.append([first, last])
+    sets[uuid] = merged
+    return ",".join(
+        source + "".join(f":{a}" if a == b else f":{a}-{b}" for a, b in sets[source])
+        for source in sorted(sets)
+    )
 
 
 @dataclass(frozen=True, slots=True)

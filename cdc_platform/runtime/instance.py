@@ -11,14 +11,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from pydantic import SecretStr
 
 from cdc_platform.config.models import InstanceConfig
 from cdc_platform.errors import CdcError, CommitRefusedError, SinkError, SourceError
-from cdc_platform.events import EventKind, ResumePosition
+from cdc_platform.events import ChangeEvent, EventKind, ResumePosition, ServerIdentity
 from cdc_platform.sink import Checkpoint, DeltaChangeLog, FencedCommitError, MaintenancePolicy
 from cdc_platform.sink.delta import CommitResult
 from cdc_platform.source import BinlogSource  # noqa: F401 - tests patch it through this module
@@ -28,6 +30,8 @@ from cdc_platform.store import Batch, EventStore, StoreClosedError
 __all__ = ["CommitReport", "DestinationRuntime", "RunSummary", "RuntimeMetrics"]
 
 log = logging.getLogger("cdc_platform.runtime")
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +176,10 @@ class DestinationRuntime:
             store_config.ddl_isolation,
         )
         self.source: Source | None = None
+        self._server: ServerIdentity | None = None
+        """The source server of the last committed position (None: not known)."""
+        self._server_changes: deque[tuple[ChangeEvent, ServerIdentity | None]] = deque()
+        """(first event read from a server, its identity), in stream order, not yet committed."""
 
     # -- control ---------------------------------------------------------------------------
 
@@ -210,20 +218,27 @@ class DestinationRuntime:
         """Recover, stream and commit until stopped; returns why it ended.
 
         Terminal errors (bad source settings, purged binlog, fencing) end the run with the
-        error in the summary and every committed batch intact; transient sink errors are
-        retried with backoff.
+        error in the summary and every committed batch intact; transient sink errors, and a
+        source that cannot be reached at start, are retried with backoff.
         """
         checkpoint = self.sink.recover()
         epoch = self._epoch if self._epoch is not None else (checkpoint.epoch if checkpoint else 0)
         batch_seq = checkpoint.batch_seq if checkpoint else 0
         resume = checkpoint.resume if checkpoint else None
+        self._server = resume.server if resume is not None else None
+        self._server_changes.clear()
         self.source = self._open_source(resume)
         try:
-            self.source.check()
+            if self._until_reachable(self.source.check) is None:
+                self.sink.close()
+                return RunSummary(self.name, self._stop_reason, 0, 0, batch_seq, resume)
             if resume is None:
                 # Pin the start position durably before reading: otherwise a crash before the
                 # first commit would restart at a later "current" position and lose changes.
-                resume = self.source.current_position()
+                resume = self._until_reachable(self.source.current_position)
+                if resume is None:
+                    self.sink.close()
+                    return RunSummary(self.name, self._stop_reason, 0, 0, batch_seq, None)
                 batch_seq += 1
                 self._gate()
                 self.sink.commit((), batch_seq=batch_seq, resume=resume, epoch=epoch)
@@ -273,6 +288,37 @@ class DestinationRuntime:
             error,
         )
 
+    def _until_reachable(self, step: Callable[[], T]) -> T | None:
+        """``step`` of the source's start-up, retried while the source is unreachable.
+
+        A server that is down when a run starts (a database restart during a deploy) is the
+        same transient fault as one lost mid-stream: the same backoff, each attempt logged with
+        the address (never the password). None when a stop was requested while waiting.
+        """
+        source = self.config.source
+        delay = source.reconnect_initial_seconds
+        attempt = 0
+        while True:
+            try:
+                return step()
+            except CdcError as exc:
+                if not exc.transient or self._stop.is_set():
+                    raise
+                attempt += 1
+                self._update(state="waiting for the source")
+                log.warning(
+                    "%s: source %s:%d not reachable at start (attempt %d): %s; retrying in %.1f s",
+                    self.name,
+                    source.host,
+                    source.port,
+                    attempt,
+                    exc,
+                    delay,
+                )
+                if self._stop.wait(delay):
+                    return None
+                delay = min(delay * 2, source.reconnect_max_seconds)
+
     def _open_source(self, resume: ResumePosition | None) -> Source:
         return open_source(
             self.config.source,
@@ -284,9 +330,16 @@ class DestinationRuntime:
 
     def _read(self) -> None:
         """Source thread: binlog events into the store, until stopped or failed."""
-        assert self.source is not None
+        source = self.source
+        assert source is not None
+        server: ServerIdentity | None = None
         try:
-            for event in self.source.events():
+            for event in source.events():
+                # The source sets its server before the first event of each connection.
+                current: ServerIdentity | None = getattr(source, "server", None)
+                if current != server:
+                    server = current
+                    self._server_changes.append((event, current))
                 self.store.put((event,))
                 if self._stop.is_set():
                     break
@@ -363,6 +416,7 @@ class DestinationRuntime:
         """Commit one batch, retrying transient failures; None if stopped while retrying."""
         resume = batch.resume_position()
         assert resume is not None
+        resume = self._with_server(batch, resume)
         delay = self._retry_initial
         while True:
             try:
@@ -410,6 +464,14 @@ class DestinationRuntime:
             commit_seconds=seconds,
             partial=batch.partial,
         )
+
+    def _with_server(self, batch: Batch, resume: ResumePosition) -> ResumePosition:
+        """``resume`` stamped with the server the batch's last event was read from, so that a
+        file/position checkpoint is never resumed on another server (a switched primary)."""
+        changes = self._server_changes
+        while changes and any(event is changes[0][0] for event in batch.events):
+            self._server = changes.popleft()[1]
+        return resume if self._server is None else replace(resume, server=self._server)
 
     def _gate(self) -> None:
         if self._commit_gate is not None:

@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pymysql
 from pydantic import SecretStr
@@ -53,8 +53,11 @@ from pymysqlreplication.row_event import (
 from cdc_platform.config.models import SourceConfig
 from cdc_platform.errors import (
     BinlogGapError,
+    BinlogReadError,
+    ServerIdConflictError,
     SourceConnectionError,
     SourceError,
+    SourceServerChangedError,
     SourceSettingsError,
 )
 from cdc_platform.events import (
@@ -62,6 +65,7 @@ from cdc_platform.events import (
     ChangeEvent,
     PreparedXa,
     ResumePosition,
+    ServerIdentity,
 )
 from cdc_platform.source.filters import TableFilter
 from cdc_platform.source.table_maps import JSON_VALID_CHECK, Catalog, TablePlans, enum_labels
@@ -74,6 +78,8 @@ from cdc_platform.source.transactions import (
 __all__ = ["BinlogSource", "SourceInfo"]
 
 log = logging.getLogger("cdc_platform.source")
+
+_R = TypeVar("_R")
 
 _READER_EVENTS = [
     RotateEvent,
@@ -97,7 +103,18 @@ default) so that event types the library cannot decode are noticed instead of dr
 _ACCESS_DENIED = frozenset({1045, 1698})
 _NO_PRIVILEGE = frozenset({1044, 1142, 1227, 1370})
 _BINLOG_DUMP_ERROR = 1236
+_SAME_SERVER_ID = 4052
+"""MariaDB's ER_SLAVE_SAME_ID, sent to the older of two dumps with one server_id."""
 _PARSE_ERROR = 1064
+_SAME_ID_TEXT = "same server_uuid/server_id"
+"""MySQL sends this conflict as error 1236 with this text."""
+_GAP_TEXT = re.compile(
+    r"could not find (first log file|gtid)|purged|impossible position"
+    r"|not in the master's binlog",
+    re.I,
+)
+"""1236 messages (MariaDB and MySQL) that mean the position is no longer, or never was, in the
+server's binlog; every other 1236 is a read error (see :func:`_dump_refusal`)."""
 
 
 class _StreamLostError(Exception):
@@ -127,6 +144,8 @@ class SourceInfo:
     """The server's current binlog end (SHOW MASTER STATUS)."""
     gtid_binlog_pos: str | None
     gtid_current_pos: str | None
+    server: ServerIdentity | None = None
+    """Which server this is; recorded with every checkpoint (see :class:`ServerIdentity`)."""
 
 
 class BinlogSource:
@@ -134,7 +153,10 @@ class BinlogSource:
 
     ``events()`` is a blocking generator meant for one reader thread; ``stop()`` may be
     called from any thread and ends it promptly. ``reconnects`` counts the times the stream
-    was lost and re-established from the last fully emitted transaction boundary.
+    was lost and re-established from the last fully emitted transaction boundary. ``server``
+    is the identity of the server the events come from, set before the first event of each
+    connection: a file/position resume on another server is refused
+    (SourceServerChangedError), a GTID resume continues there.
     """
 
     def __init__(
@@ -159,6 +181,7 @@ class BinlogSource:
         self._control: pymysql.connections.Connection[Any] | None = None
         self._is_mariadb: bool | None = None
         self._delay = config.reconnect_initial_seconds
+        self.server: ServerIdentity | None = None
 
     # -- connections ---------------------------------------------------------------------------
 
@@ -172,10 +195,16 @@ class BinlogSource:
     def _where(self) -> str:
         return f"{self.config.host}:{self.config.port} as {self.config.user!r}"
 
-    def _error(self, exc: BaseException, doing: str) -> SourceError:
-        """Translate a pymysql/socket error; the password never appears in the message."""
+    def _error(
+        self, exc: BaseException, doing: str, position: ResumePosition | None = None
+    ) -> SourceError:
+        """Translate a pymysql/socket error; the password never appears in the message.
+
+        ``position`` is where the refused binlog read started, named in dump errors.
+        """
         code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
-        text = str(exc)
+        text = str(exc.args[1]) if code is not None and len(exc.args) > 1 else str(exc)
+        text = text.rstrip(".")
         secret = self._secret()
         if secret:
             text = text.replace(secret, "***")
@@ -191,8 +220,18 @@ class BinlogSource:
                 f"user {self.config.user!r} lacks a privilege {doing}: {text}; run GRANT "
                 f"SELECT, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO '{self.config.user}'@'%'"
             )
+        if code == _SAME_SERVER_ID or (code == _BINLOG_DUMP_ERROR and _SAME_ID_TEXT in text):
+            server_id = self.config.server_id
+            return ServerIdConflictError(
+                f"{self._where()} ended the binlog dump: another reader connected with the same "
+                f"server_id {server_id} (error {code}: {text}). Two readers with one server_id "
+                "end each other's dumps; give every destination and every replica its own "
+                "server_id (source.server_id), or stop the other process reading as this "
+                "destination",
+                server_id=server_id,
+            )
         if code == _BINLOG_DUMP_ERROR:
-            return BinlogGapError(f"the server refused the binlog position: {text}; {GAP_ADVICE}")
+            return _dump_refusal(self._where(), text, position)
         return SourceConnectionError(f"cannot reach MySQL/MariaDB {doing} {self._where()}: {text}")
 
     def _connect(self) -> pymysql.connections.Connection[Any]:
@@ -237,10 +276,11 @@ class BinlogSource:
                 cur.execute("SHOW GRANTS")
                 grants = [str(row[0]) for row in cur.fetchall()]
                 status = self._status_if_allowed(cur) if variables.get("log_bin") == "ON" else None
+                is_mariadb = "mariadb" in str(version).lower()
+                self._is_mariadb = is_mariadb
+                server = _identity(cur, is_mariadb)
             except (pymysql.MySQLError, OSError) as exc:
                 raise self._error(exc, "checking") from None
-        is_mariadb = "mariadb" in str(version).lower()
-        self._is_mariadb = is_mariadb
         problems = _settings_problems(variables, is_mariadb)
         if int(server_id) == self.config.server_id:
             problems.append(
@@ -270,6 +310,7 @@ class BinlogSource:
             position=BinlogPosition(str(status[0]), int(status[1])),
             gtid_binlog_pos=variables.get("gtid_binlog_pos"),
             gtid_current_pos=variables.get("gtid_current_pos"),
+            server=server,
         )
 
     @staticmethod
@@ -308,12 +349,64 @@ class BinlogSource:
                     cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))
                     row = cur.fetchone()
                     gtid = None if row is None or row[0] is None else str(row[0])
+                elif len(status) > 4 and status[4]:
+                    # MySQL: Executed_Gtid_Set, read with file and position in one statement.
+                    gtid = "".join(str(status[4]).split())
+                server = _identity(cur, self._mariadb())
             except (pymysql.MySQLError, OSError) as exc:
                 raise self._error(exc, "reading the binlog position of") from None
-        return ResumePosition(file=file, pos=pos, gtid_set=gtid)
+        return ResumePosition(file=file, pos=pos, gtid_set=gtid, server=server)
+
+    def _server_identity(self) -> ServerIdentity:
+        with self._connect() as conn, conn.cursor() as cur:
+            try:
+                return _identity(cur, self._mariadb())
+            except (pymysql.MySQLError, OSError) as exc:
+                raise self._error(exc, "identifying") from None
+
+    def _same_server(
+        self, position: ResumePosition, recorded: ServerIdentity | None
+    ) -> ServerIdentity:
+        """Check that ``position`` may be read on the server now behind the address.
+
+        File/position coordinates recorded on another server are refused; with a GTID state
+        to resume from, reading continues on the new server (a promoted replica). Positions
+        recorded before identities were kept (``recorded`` None) are accepted as they are.
+        """
+        found = self._server_identity()
+        if recorded is not None and not recorded.same_server(found):
+            if not self._use_gtid(position):
+                raise SourceServerChangedError(
+                    f"{position.file}:{position.pos} is a position in the binlog of "
+                    f"{recorded}, but {self._where()} is {found}: the source primary was "
+                    f"switched, and a binlog of the same name on another server holds other "
+                    "transactions, so reading it from this position would lose or repeat "
+                    "changes. To continue on the new server, resume by GTID (source.resume_by: "
+                    "gtid, MariaDB; the checkpoint's GTID state is "
+                    f"{position.gtid_set or 'unknown'}), or take a new snapshot "
+                    "(cdc-platform snapshot); if this is the same server with a new server_id, "
+                    "reset the checkpoint",
+                    recorded=str(recorded),
+                    found=str(found),
+                )
+            log.warning(
+                "the binlog position %s was recorded on %s; %s is %s: continuing there by GTID",
+                position,
+                recorded,
+                self._where(),
+                found,
+            )
+        elif recorded is None and self.server is None:
+            log.info(
+                "%s has no server identity; recording %s from the next commit", position, found
+            )
+        self.server = found
+        return found
 
     def _prepare(self, start: ResumePosition) -> ResumePosition:
-        """Refuse a start position whose binlog is gone; fill in the GTID state if missing."""
+        """Refuse a start position whose binlog is gone or that another server recorded;
+        fill in the GTID state if missing."""
+        self._same_server(start, start.server)
         logs = {str(name): int(size) for name, size, *_ in self._query("SHOW BINARY LOGS")}
         if self._use_gtid(start):
             assert start.gtid_set is not None
@@ -370,23 +463,23 @@ class BinlogSource:
         Ends when :meth:`stop` is called. Server loss is retried forever with exponential
         backoff (each attempt logged); a purged position or bad settings raise SourceError.
         """
-        start = self._prepare(self.resume or self.current_position())
+        start = self._until_reachable(lambda: self._prepare(self.resume or self.current_position()))
+        if start is None:
+            return
         if self.config.resume_by == "gtid" and not self._use_gtid(start):
             log.warning("no GTID state to resume from; resuming by file/position from %s", start)
         plans = TablePlans(self._tables, self._catalog, is_mariadb=self._mariadb())
-        assembler = TransactionAssembler(
-            start,
-            self._tables,
-            plans,
-            is_mariadb=self._mariadb(),
-            clock=self._clock,
-            filters=self._filters,
-        )
-        for xa in start.xa_prepared:
-            assembler.adopt_prepared(xa, self._read_prepared(xa))
+        assembler = self._assembler(start, plans)
         self._delay = self.config.reconnect_initial_seconds
         position = start
         while not self._stop.is_set():
+            if self.reconnects:
+                # The address may lead to another server now (a switched primary).
+                checked = self._until_reachable(
+                    lambda: self._same_server(position, self.server)  # noqa: B023
+                )
+                if checked is None:
+                    return
             reader = self._reader(position)
             plans.attach(reader)
             lost = False
@@ -397,7 +490,7 @@ class BinlogSource:
                 if self._stop.is_set():
                     return
                 lost = True
-                position = self._lost(exc, assembler)
+                position = self._lost(exc, assembler, position)
                 if self._stop.wait(self._delay):
                     return
                 self._delay = min(self._delay * 2, self.config.reconnect_max_seconds)
@@ -412,6 +505,35 @@ class BinlogSource:
             finally:
                 # Ending (stop, consumer gone, error): end the server's dump thread too.
                 self._close(reader, end_dump_thread=not lost)
+
+    def _assembler(self, start: ResumePosition, plans: TablePlans) -> TransactionAssembler:
+        """The assembler for a stream from ``start``, holding the rows of the XA transactions
+        prepared before it (read again from their prepared groups)."""
+        assembler = TransactionAssembler(
+            start,
+            self._tables,
+            plans,
+            is_mariadb=self._mariadb(),
+            clock=self._clock,
+            filters=self._filters,
+        )
+        for xa in start.xa_prepared:
+            assembler.adopt_prepared(xa, self._read_prepared(xa))
+        return assembler
+
+    def _until_reachable(self, step: Callable[[], _R]) -> _R | None:
+        """``step`` (queries before a binlog read), retried with the reconnect backoff while
+        the server cannot be reached; None once :meth:`stop` was called."""
+        while True:
+            try:
+                return step()
+            except SourceError as exc:
+                if not exc.transient or self._stop.is_set():
+                    raise
+                log.warning("%s; retrying in %.1fs", exc, self._delay)
+                if self._stop.wait(self._delay):
+                    return None
+                self._delay = min(self._delay * 2, self.config.reconnect_max_seconds)
 
     def _stream(
         self, reader: BinLogStreamReader, assembler: TransactionAssembler
@@ -441,7 +563,7 @@ class BinlogSource:
         try:
             reader = self._reader(start)
         except _STREAM_LOST as exc:
-            raise self._error(exc, "reading a prepared XA transaction from") from None
+            raise self._error(exc, "reading a prepared XA transaction from", start) from None
         plans.attach(reader)
         try:
             while not self._stop.is_set():
@@ -455,7 +577,7 @@ class BinlogSource:
                 if isinstance(event, (XidEvent, XAPrepareEvent)):
                     break  # the group at that position ended without preparing this XID
         except _STREAM_LOST as exc:
-            raise self._error(exc, "reading a prepared XA transaction from") from None
+            raise self._error(exc, "reading a prepared XA transaction from", start) from None
         finally:
             self._close(reader, end_dump_thread=True)
         raise SourceError(
@@ -463,11 +585,14 @@ class BinlogSource:
             f"checkpoint, but its XA PREPARE is not there; {GAP_ADVICE}"
         )
 
-    def _lost(self, exc: BaseException, assembler: TransactionAssembler) -> ResumePosition:
-        """Where to reconnect after a loss; raises if reconnecting cannot help."""
-        code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
-        if code in _ACCESS_DENIED or code in _NO_PRIVILEGE or code == _BINLOG_DUMP_ERROR:
-            raise self._error(exc, "streaming the binlog of") from None
+    def _lost(
+        self, exc: BaseException, assembler: TransactionAssembler, read_from: ResumePosition
+    ) -> ResumePosition:
+        """Where to reconnect after a loss; raises if reconnecting cannot help (bad grants,
+        a refused position, another reader with this server_id)."""
+        error = self._error(exc, "streaming the binlog of", read_from)
+        if not error.transient:
+            raise error from None
         position = assembler.restart()
         self.reconnects += 1
         log.warning(
@@ -508,7 +633,7 @@ class BinlogSource:
         }
         mode: dict[str, Any]
         if self._use_gtid(start):
-            # FACTS.md: is_mariadb=True ignores log_file/log_pos; it needs auto_position.
+            # The library ignores log_file/log_pos when is_mariadb=True; GTID needs auto_position.
             mode = {"is_mariadb": True, "auto_position": start.gtid_set}
         else:
             mode = {"is_mariadb": False, "log_file": start.file, "log_pos": start.pos}
@@ -629,6 +754,17 @@ class BinlogSource:
 # -- settings helpers ---------------------------------------------------------------------------
 
 
+def _identity(cur: Any, is_mariadb: bool) -> ServerIdentity:
+    """The connected server's identity (see :class:`ServerIdentity`)."""
+    if is_mariadb:
+        cur.execute("SELECT @@server_id, @@gtid_domain_id")
+        server_id, domain = cur.fetchone()
+        return ServerIdentity(int(server_id), gtid_domain_id=int(domain))
+    cur.execute("SELECT @@server_id, @@server_uuid")
+    server_id, uuid = cur.fetchone()
+    return ServerIdentity(int(server_id), server_uuid=str(uuid))
+
+
 def _binlog_status(cur: Any) -> tuple[Any, ...] | None:
     try:
         cur.execute("SHOW MASTER STATUS")
@@ -711,6 +847,24 @@ def _missing_grants(grants: list[str]) -> list[str]:
         for name, accepted, need_global in _REQUIRED_GRANTS
         if not (accepted & (global_privs if need_global else any_privs))
     ]
+
+
+def _dump_refusal(where: str, text: str, position: ResumePosition | None) -> SourceError:
+    """Error 1236: a gap when the position is gone, otherwise a read error that a new
+    snapshot would not cure (the offset is no event start, the binlog is damaged, ...)."""
+    start = f" from {position.file}:{position.pos}" if position is not None else ""
+    text = text.rstrip(".")
+    if _GAP_TEXT.search(text):
+        return BinlogGapError(
+            f"{where} no longer has the binlog to read{start}: {text}; {GAP_ADVICE}"
+        )
+    return BinlogReadError(
+        f"{where} refused to send its binlog{start}: {text}. The binlog is not purged: the "
+        "position is not the start of an event in this server's binlog (a checkpoint made on "
+        "another server, or a damaged binlog), or an event is larger than max_allowed_packet. "
+        "Check the server's error log; the change log is intact and resumes from the same "
+        "position once the cause is fixed"
+    )
 
 
 def _parse_gtids(text: str) -> dict[int, int]:

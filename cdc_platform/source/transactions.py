@@ -123,7 +123,7 @@ class TransactionAssembler:
         self._filters = filters
         self._file = start.file
         self._boundary = BinlogPosition(start.file, start.pos)
-        self._gtid_state = start.gtid_set if is_mariadb else None
+        self._gtid_state = start.gtid_set
         self._skip = start.skip_events
         self._expect: ResumePosition | None = start if start.skip_events else None
         """The transaction a non-zero skip belongs to, until the stream shows it."""
@@ -227,8 +227,9 @@ class TransactionAssembler:
         return out
 
     def _mysql_gtid(self, event: Any) -> list[ChangeEvent]:
-        # MySQL: a BEGIN query follows for DML; DDL comes alone.
-        return self._begin(event, None, standalone=True)
+        # MySQL: a BEGIN query follows for DML; DDL comes alone. Its GTID ('uuid:gno') is kept
+        # like MariaDB's, so checkpoints carry the executed GTID set.
+        return self._begin(event, event.gtid, standalone=True)
 
     def _heartbeat(self, event: Any) -> list[ChangeEvent]:
         return self._idle()
@@ -355,8 +356,7 @@ class TransactionAssembler:
     def _close(self, position: BinlogPosition, txn: Transaction) -> None:
         """The open transaction ended at ``position``: the next boundary."""
         self._boundary = position
-        if self._mariadb:
-            self._gtid_state = txn.gtid_set_after
+        self._gtid_state = txn.gtid_set_after
         self._txn = None
         self._index = 0
         self._skip = 0

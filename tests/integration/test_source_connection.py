@@ -1,0 +1,272 @@
+"""The source's connection faults end to end: a source that is down when a run starts, the
+fail-fast `config check --connect`, and resuming after the source primary was switched."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from cdc_platform.cli import main
+from cdc_platform.config.models import InstanceConfig
+from cdc_platform.errors import SourceServerChangedError
+from cdc_platform.events import ResumePosition, ServerIdentity
+from cdc_platform.runtime import CommitReport, DestinationRuntime, RunSummary
+from cdc_platform.sink import DeltaChangeLog
+from cdc_platform.source import BinlogSource
+from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
+from cdc_platform.testing.mariadb import MariaDBServer
+from cdc_platform.testing.replay import replay
+from tests.conftest import MariaDBDatabase
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+
+class Running:
+    """A runtime in a background thread, with its commit reports."""
+
+    def __init__(self, runtime: DestinationRuntime) -> None:
+        self.runtime = runtime
+        self.reports: list[CommitReport] = []
+        self.summary: RunSummary | None = None
+        runtime._on_commit = self.reports.append
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        self.summary = self.runtime.run()
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if not self.thread.is_alive():
+                raise AssertionError(f"runtime ended early: {self.summary}")
+            if time.monotonic() > deadline:
+                raise AssertionError("condition not met in time")
+            time.sleep(0.05)
+
+    def rows(self) -> int:
+        return sum(r.rows for r in self.reports)
+
+    def stop(self) -> RunSummary:
+        self.runtime.request_stop("test done")
+        self.thread.join(timeout=60)
+        assert self.summary is not None
+        return self.summary
+
+
+def _shop(server: MariaDBServer) -> str:
+    """A fresh server with a shop.t table and the CDC user; returns the user's password."""
+    server.start()
+    user = server.create_replication_user("cdc", "Pw-not-in-logs-42")
+    server.execute("CREATE DATABASE shop", "CREATE TABLE shop.t (id INT PRIMARY KEY)")
+    return user.password
+
+
+def _config(server: MariaDBServer, **store: object) -> InstanceConfig:
+    return instance_config(server, "cdc", [r"shop\..*"], server_id=2301, **store)
+
+
+# -- a source that is down when the run starts --------------------------------------------------
+
+
+def test_a_run_started_while_the_source_is_down_waits_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = MariaDBServer(tmp_path / "db")
+    password = _shop(server)
+    server.stop()
+    monkeypatch.setenv(PASSWORD_ENV, password)
+    uri = str(tmp_path / "lake" / "d" / "changes")
+    address = f"{server.host}:{server.port}"
+    try:
+        with caplog.at_level(logging.INFO):
+            running = Running(DestinationRuntime("d", _config(server), uri))
+
+            def retried() -> bool:
+                warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+                return sum(address in m for m in warnings) >= 2
+
+            running.wait_for(retried)
+            assert running.runtime.metrics().state == "waiting for the source"
+            server.start()  # the database is back (same address)
+            running.wait_for(lambda: Path(uri, "_delta_log").exists())
+            server.execute("INSERT INTO shop.t VALUES (1), (2)")
+            running.wait_for(lambda: running.rows() >= 2)
+            summary = running.stop()
+    finally:
+        server.stop()
+    assert summary.error is None
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    print("\n".join(warnings[:2]))
+    assert any("not reachable at start (attempt 1)" in m and address in m for m in warnings)
+    assert password not in caplog.text
+    result = replay(uri)
+    assert sorted(row["id"] for row in result.tables["shop.t"].values()) == [1, 2]
+
+
+def test_config_check_connect_reports_each_destination(
+    mariadb: MariaDBDatabase,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
+    conf, lake = tmp_path / "conf", tmp_path / "lake"
+    down = MariaDBServer(tmp_path / "never-started")
+    for name, server, server_id in (("up", mariadb.server, 2302), ("down", down, 2303)):
+        write_conf(
+            conf,
+            destination=name,
+            server=server,
+            user=mariadb.user,
+            database=mariadb.name,
+            lake_root=lake,
+            server_id=server_id,
+        )
+    # Without --connect the configuration alone is checked: both are fine.
+    assert main(["config", "check", "--conf", str(conf)]) == 0
+    capsys.readouterr()
+    assert main(["config", "check", "--conf", str(conf), "--connect"]) == 1
+    out = capsys.readouterr().out
+    print(out)
+    lines = out.splitlines()
+    up = lines.index(next(line for line in lines if line.startswith("up: OK")))
+    assert lines[up + 1].startswith(
+        f"  source {mariadb.server.host}:{mariadb.server.port} (binlog): connected, "
+    )
+    assert "server_id 1, binlog at mysql-bin." in lines[up + 1]
+    dn = lines.index(next(line for line in lines if line.startswith("down: OK")))
+    assert lines[dn + 1].startswith(
+        f"  source {down.host}:{down.port} (binlog): ERROR cannot reach"
+    )
+    assert mariadb.user.password not in out
+    assert not Path(lake, "down").exists(), "a check must not create anything"
+
+
+# -- a switched source primary ----------------------------------------------------------------
+
+
+def _replicate(replica: MariaDBServer, primary: MariaDBServer, password: str) -> None:
+    replica.execute(
+        f"CHANGE MASTER TO MASTER_HOST='{primary.host}', MASTER_PORT={primary.port}, "
+        f"MASTER_USER='cdc', MASTER_PASSWORD='{password}', MASTER_USE_GTID=slave_pos",
+        "START SLAVE",
+    )
+
+
+def _caught_up(replica: MariaDBServer, primary: MariaDBServer) -> bool:
+    wanted = primary.query("SELECT @@gtid_binlog_pos")[0][0]
+    return bool(replica.query("SELECT @@gtid_slave_pos")[0][0] == wanted)
+
+
+def _wait(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def _by_gtid(config: InstanceConfig) -> InstanceConfig:
+    source = config.source.model_copy(update={"resume_by": "gtid"})
+    return config.model_copy(update={"source": source})
+
+
+def _ids(uri: str) -> list[int]:
+    result = replay(uri)
+    assert not result.duplicates
+    assert not result.seq_gaps
+    return sorted(int(row["id"]) for row in result.tables["shop.t"].values())
+
+
+def test_a_switched_primary_refuses_file_positions_and_continues_by_gtid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint taken on primary A; B, a replica of A with a binlog of its own (same file
+    names, other contents), is promoted and the destination pointed at it."""
+    a = MariaDBServer(tmp_path / "a", server_id=11)
+    b = MariaDBServer(tmp_path / "b", server_id=12, extra_args=["--log-slave-updates=ON"])
+    try:
+        password = _shop(a)
+        b.start()
+        _replicate(b, a, password)
+        monkeypatch.setenv(PASSWORD_ENV, password)
+        uri = str(tmp_path / "lake" / "d" / "changes")
+        running = Running(DestinationRuntime("d", _config(a), uri))
+        running.wait_for(lambda: Path(uri, "_delta_log").exists())
+        a.execute("INSERT INTO shop.t VALUES (1), (2)", "INSERT INTO shop.t VALUES (3)")
+        running.wait_for(lambda: running.rows() >= 3)
+        assert running.stop().error is None
+        sink = DeltaChangeLog(uri, "d")
+        checkpoint = sink.recover()
+        assert checkpoint is not None
+        recorded = checkpoint.resume
+        _wait(lambda: _caught_up(b, a))
+        b.execute("STOP SLAVE")  # promoted
+        # The premise: B has a binlog of the same name, long enough to hold the position.
+        logs_b = {str(r[0]): int(r[1]) for r in b.query("SHOW BINARY LOGS")}
+        assert recorded.file in logs_b
+        assert recorded.pos <= logs_b[recorded.file], logs_b
+        version = DeltaTable(uri).version()
+
+        refused = DestinationRuntime("d", _config(b), uri).run(exit_when_idle_seconds=2)
+        print(f"file/pos resume on B: {refused.error!r}")
+        assert isinstance(refused.error, SourceServerChangedError)
+        assert refused.error.transient is False
+        message = str(refused.error)
+        assert (
+            f"{recorded.file}:{recorded.pos} is a position in the binlog of server_id 11" in message
+        )
+        assert f"{b.host}:{b.port} as 'cdc' is server_id 12" in message
+        assert "resume by GTID (source.resume_by: gtid" in message
+        assert DeltaTable(uri).version() == version, "a refused start must not write"
+        assert recorded.server == ServerIdentity(11, gtid_domain_id=0)
+
+        running = Running(DestinationRuntime("d", _by_gtid(_config(b)), uri))
+        b.execute("INSERT INTO shop.t VALUES (4)")
+        running.wait_for(lambda: running.rows() >= 1)
+        assert running.stop().error is None
+        assert _ids(uri) == [1, 2, 3, 4]
+        moved = sink.recover()
+        assert moved is not None
+        assert moved.resume.server == ServerIdentity(12, gtid_domain_id=0)
+        # From now on the checkpoint names B: file/pos resumes on B work again.
+        b.execute("INSERT INTO shop.t VALUES (5)")
+        again = DestinationRuntime("d", _config(b), uri).run(exit_when_idle_seconds=2)
+        assert again.error is None
+        assert _ids(uri) == [1, 2, 3, 4, 5]
+    finally:
+        b.stop()
+        a.stop()
+
+
+def test_a_checkpoint_without_server_identity_resumes_and_records_it(
+    mariadb: MariaDBDatabase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checkpoints written before identities were kept still resume; the next commit adds it."""
+    monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
+    server, db = mariadb.server, mariadb.name
+    server.execute("CREATE TABLE t (id INT PRIMARY KEY)", database=db)
+    config = instance_config(server, "cdc", [rf"{db}\..*"], server_id=2304)
+    here = BinlogSource(config.source, password=mariadb.user.password).current_position()
+    assert here.server is not None
+    old = ResumePosition(here.file, here.pos, here.gtid_set)
+    assert "server" not in old.to_json()
+    uri = str(tmp_path / "lake" / "d" / "changes")
+    sink = DeltaChangeLog(uri, "d")
+    sink.commit((), batch_seq=1, resume=old, epoch=0)
+    before = sink.recover()
+    assert before is not None
+    assert before.resume.server is None
+    server.execute("INSERT INTO t VALUES (1)", database=db)
+    summary = DestinationRuntime("d", config, uri).run(exit_when_idle_seconds=2)
+    assert summary.error is None
+    after = sink.recover()
+    assert after is not None
+    assert after.resume.server == ServerIdentity(1, gtid_domain_id=0)
+    assert replay(uri).tables[f"{db}.t"]
