@@ -249,7 +249,6 @@ class TransactionAssembler:
         start = BinlogPosition(self._file, event.packet.log_pos - event.packet.event_size)
         if self._txn is not None:
             self._abandon(start)
-        gtid = gtid if self._mariadb else None
         if self._expect is not None:
             self._check_identity(self._expect, start, gtid)
         self._txn = Transaction(
