@@ -1,8 +1,10 @@
 """Current-state mirrors of source tables, maintained from the change log by primary key.
 
-``apply_changes`` brings ``<mirror_root>/<db>.<table>`` up to the change log's newest row of
-that table. The mirror holds the source table's columns, typed (:mod:`.types`), and nothing
-else, so it compares column for column with the source.
+``apply_changes`` brings ``<mirror_root>/<db>.<table>`` (names encoded by
+:func:`.names.location_name`) up to the change log's newest row of that table. Tables without
+a primary key keep a count per identical row (:mod:`.multiset`). The mirror holds the source
+table's columns, typed (:mod:`.types`), and nothing else, so it compares column for column
+with the source.
 
 How far a mirror got is remembered in a small Delta table beside it,
 ``<mirror_root>/_cdc_state/<db>.<table>`` (one row per apply: last applied seq, the schema the
@@ -248,7 +250,7 @@ def delta_version(uri: str) -> int | None:
 
 
 def _delta_ref(uri: str) -> str:
-    return "delta.`" + uri.replace("`", "``") + "`"
+    return "delta." + quote_identifier(uri)
 
 
 def mirror_tables(spark: SparkSession, change_log_uri: str) -> list[tuple[str, str]]:

@@ -13,10 +13,14 @@ Steps, all Spark DataFrame operations that Apache Spark runs as Sail does:
    ``after`` image's key (insert, snapshot read, update) and a delete of the ``before`` image's
    key (delete, or an update that changed the primary key). Values are typed from the JSON
    text by :mod:`cdc_platform.spark.types`, for the target schema.
-4. :func:`latest_per_key`: the newest event per key (by ``seq``) and the kind of the first
-   one, which says whether the key existed before the range (for the counts).
+4. :func:`net_changes`: the newest event per key (by ``seq``) and the kind of the first
+   one, which says whether the key existed before the range (for the counts); for a table
+   without a primary key, the net count change per distinct row (:mod:`.multiset`).
 5. :func:`apply_plan`: base state minus every touched key, plus the surviving upserts (the
    DataFrame form of the merge, for rebuilds, as-of mirrors and engines without MERGE).
+
+Source column names may hold any character: every reference goes through
+:func:`cdc_platform.spark.names.col`.
 """
 
 from __future__ import annotations
