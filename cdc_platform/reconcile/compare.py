@@ -52,6 +52,7 @@ from cdc_platform.spark.mirror import (
     schema_signature,
     table_exists,
 )
+from cdc_platform.spark.names import col, location_name
 from cdc_platform.spark.plan import (
     DELETED,
     SEQ,
@@ -60,7 +61,13 @@ from cdc_platform.spark.plan import (
     read_change_log,
     timeline,
 )
-from cdc_platform.spark.types import TableSchema, parse_columns, raw_struct, typed_value
+from cdc_platform.spark.types import (
+    TableSchema,
+    parse_columns,
+    raw_struct,
+    spark_type,
+    typed_value,
+)
 
 __all__ = ["ChunkProgress", "TableComparison", "compare_table"]
 
@@ -195,8 +202,8 @@ def _stage_source(
 def _row_hash(names: Sequence[str]) -> Column:
     """xxhash64 of the typed columns and their null flags (xxhash64 skips nulls, so without
     the flags a value moving between two nullable columns would hash the same)."""
-    flags = F.array(*[F.col(n).isNull() for n in names])
-    return F.xxhash64(*[F.col(n) for n in names], flags)
+    flags = F.array(*[col(n).isNull() for n in names])
+    return F.xxhash64(*[col(n) for n in names], flags)
 
 
 def _sums(frame: DataFrame) -> dict[int | None, tuple[int, int]]:
@@ -220,13 +227,13 @@ def _mirror_pks(
     line = timeline(changes, db, table, lo=0, base=target)
     events = key_events(change_rows(changes, db, table, 0), line).where(~F.col(DELETED))
     newest = (
-        events.join(extras.select(*keys), on=keys, how="inner")
-        .groupBy(*keys)
+        events.join(extras.select(*[col(k) for k in keys]), on=keys, how="inner")
+        .groupBy(*[col(k) for k in keys])
         .agg(F.max(F.col(SEQ)).alias("seq"))
     )
     rows = (
         newest.join(change_rows(changes, db, table, 0).select(F.col("seq"), F.col("pk")), on="seq")
-        .select(*keys, "pk")
+        .select(*[col(k) for k in keys], F.col("pk"))
         .collect()
     )
     return {tuple(r[k] for k in keys): str(r["pk"]) for r in rows if r["pk"] is not None}
@@ -239,7 +246,61 @@ def _python_key(value: Any) -> Any:
     return value
 
 
-def compare_table(  # noqa: PLR0912, PLR0915 - the steps of the module docstring, in order
+def _stage_whole_table(
+    conn: pymysql.connections.Connection[Any],
+    spec: SnapshotTable,
+    staging: Path,
+    batch: int,
+    on_chunk: Callable[[ChunkProgress], None] | None,
+) -> int:
+    """Stream a table without a primary key (no key to chunk by) into Parquet files, as one
+    chunk: an unbuffered SELECT, so the rows never gather in memory. Returns the rows."""
+    staging.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    select = ", ".join(c.select for c in spec.columns)
+    sql = f"SELECT {select} FROM {_sql_quote(spec.db)}.{_sql_quote(spec.table)}"  # noqa: S608
+    rows = files = 0
+    with conn.cursor(pymysql.cursors.SSCursor) as cur:
+        cur.execute(sql)
+        while records := cur.fetchmany(batch):
+            images = [
+                dumps(
+                    {
+                        c.name: None if v is None else c.convert(v)
+                        for c, v in zip(spec.columns, record, strict=True)
+                    }
+                )
+                for record in records
+            ]
+            part = pa.table(
+                {
+                    _CHUNK: pa.array([0] * len(images), pa.int64()),
+                    "key": pa.array(["[]"] * len(images), pa.string()),
+                    "pk": pa.array(images, pa.string()),
+                    "after": pa.array(images, pa.string()),
+                }
+            )
+            pq.write_table(part, staging / f"part-{files:05d}.parquet")
+            files += 1
+            rows += len(images)
+            if on_chunk is not None:
+                on_chunk(ChunkProgress(spec.name, 1, rows, time.perf_counter() - started))
+    return rows
+
+
+def _sql_quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _mirror_types_differ(mirror: DataFrame, target: TableSchema, db: str, table: str) -> bool:
+    """Whether the mirror's stored column types are not the ones its schema gives today (a
+    mirror written by an earlier release, e.g. dates of a key before they were kept as text;
+    its next apply rebuilds it)."""
+    want = [spark_type(c, db=db, table=table) for c in target.columns]
+    return [f.dataType for f in mirror.schema.fields] != want
+
+
+def compare_table(
     spark: SparkSession,
     conn: pymysql.connections.Connection[Any],
     spec: SnapshotTable,
@@ -254,7 +315,8 @@ def compare_table(  # noqa: PLR0912, PLR0915 - the steps of the module docstring
 
     Returns a comparison with status ``no_mirror`` (nothing to compare with yet) or
     ``schema_differs`` (the mirror has not applied the table's latest DDL yet) without
-    reading the table; both resolve themselves once the mirror asset has run.
+    reading the table; both resolve themselves once the mirror asset has run. At most
+    ``max_suspects`` differing rows reach the driver; the counts cover all of them.
     """
     started = time.perf_counter()
     db, table = spec.db, spec.table
@@ -265,7 +327,10 @@ def compare_table(  # noqa: PLR0912, PLR0915 - the steps of the module docstring
             db, table, "no_mirror", "no mirror yet: materialize the mirrors asset first"
         )
     target = state.schema
-    if schema_signature(parse_columns(spec.columns_json)) != schema_signature(target):
+    mirror = spark.read.format("delta").load(uri)
+    if schema_signature(parse_columns(spec.columns_json)) != schema_signature(
+        target
+    ) or _mirror_types_differ(mirror, target, db, table):
         return TableComparison(
             db,
             table,
@@ -275,15 +340,23 @@ def compare_table(  # noqa: PLR0912, PLR0915 - the steps of the module docstring
             mirror_last_seq=state.last_seq,
         )
     result = TableComparison(db, table, "compared", mirror_last_seq=state.last_seq)
-    staging = Path(mirror_root) / STAGING_DIR / f"reconcile-{db}.{table}-{uuid.uuid4().hex[:12]}"
+    name = location_name(db, table)
+    staging = Path(mirror_root) / STAGING_DIR / f"reconcile-{name}-{uuid.uuid4().hex[:12]}"
+    keyed = target.has_primary_key
     try:
-        result.source_rows, result.chunks = _stage_source(conn, spec, staging, chunk_size, on_chunk)
+        if keyed:
+            result.source_rows, result.chunks = _stage_source(
+                conn, spec, staging, chunk_size, on_chunk
+            )
+        else:
+            result.source_rows = _stage_whole_table(conn, spec, staging, chunk_size, on_chunk)
+            result.chunks = 1 if result.source_rows else 0
         names, keys = target.names, target.key
+        key_cols = [col(k) for k in keys]
         where = {"db": db, "table": table}
         parsed = F.from_json(F.col("after"), raw_struct(names))
-        source = (
-            spark.read.parquet(str(staging))
-            .select(
+        typed = (
+            spark.read.parquet(str(staging)).select(
                 F.col(_CHUNK),
                 F.col("key"),
                 F.col("pk"),
@@ -292,102 +365,173 @@ def compare_table(  # noqa: PLR0912, PLR0915 - the steps of the module docstring
                     for c in target.columns
                 ],
             )
-            .select(F.col(_CHUNK), F.col("key"), F.col("pk"), *keys, _row_hash(names).alias(_HASH))
             if result.source_rows
             else None
         )
-        mirror = spark.read.format("delta").load(uri)
         result.mirror_rows = mirror.count()
-        mirror = mirror.select(*keys, _row_hash(names).alias(_HASH))
         changes = read_change_log(spark, change_log_uri)
         pending = change_rows(changes, db, table, state.last_seq)
+        flight: DataFrame | None = None
         if pending.limit(1).count() > 0:
             line = timeline(changes, db, table, lo=state.last_seq, base=target)
-            if line.target is not None and schema_signature(line.target) == schema_signature(
-                target
-            ):
-                flight = key_events(pending, line).select(*keys).distinct()
-                result.in_flight = flight.count()
-                mirror = mirror.join(flight, on=keys, how="left_anti")
-                if source is not None:
-                    source = source.join(flight, on=keys, how="left_anti")
-            else:
+            if line.target is None or schema_signature(line.target) != schema_signature(target):
                 result.status = "schema_differs"
                 result.message = "a DDL is waiting to be applied to the mirror"
                 return result
-        if source is None:
-            located = mirror.withColumn(_CHUNK, F.lit(None).cast("long"))
-            source_sums: dict[int | None, tuple[int, int]] = {}
-        else:
-            located = mirror.join(source.select(*keys, _CHUNK), on=keys, how="left")
-            source_sums = _sums(source)
-        mirror_sums = _sums(located)
-        differing = sorted(
-            c
-            for c in set(source_sums) | set(mirror_sums)
-            if c is not None and source_sums.get(c) != mirror_sums.get(c)
-        )
-        extra_rows = mirror_sums.get(None, (0, 0))[0]
-        result.differing_chunks = len(differing) + (1 if extra_rows else 0)
-        if not differing and not extra_rows:
+            # the keys (keyless: the rows) with changes the mirror has not applied yet
+            flight = key_events(pending, line).select(*key_cols).distinct()
+            result.in_flight = flight.count()
+        if not keyed:
+            _compare_multiset(result, typed, mirror, flight, target)
             return result
-        s = (
-            source.where(F.col(_CHUNK).isin(differing)).select(
-                *keys, F.col("key"), F.col("pk"), F.col(_HASH).alias("_h_source")
+        source = (
+            typed.select(
+                F.col(_CHUNK), F.col("key"), F.col("pk"), *key_cols, _row_hash(names).alias(_HASH)
             )
-            if source is not None and differing
+            if typed is not None
             else None
         )
-        m = located.where(F.col(_CHUNK).isin(differing) | F.col(_CHUNK).isNull()).select(
-            *keys, F.col(_HASH).alias("_h_mirror")
-        )
-        if s is None:
-            both = m.select(
-                *keys,
-                F.lit(None).cast("string").alias("key"),
-                F.lit(None).cast("string").alias("pk"),
-                F.lit(None).cast("long").alias("_h_source"),
-                F.col("_h_mirror"),
-            )
-        else:
-            both = s.join(m, on=keys, how="full_outer")
-        found = both.where(
-            F.col("_h_source").isNull()
-            | F.col("_h_mirror").isNull()
-            | (F.col("_h_source") != F.col("_h_mirror"))
-        ).collect()
-        extras = [r for r in found if r["_h_source"] is None]
-        pk_of: dict[tuple[Any, ...], str] = {}
-        if extras:
-            extra_keys = spark.createDataFrame(
-                [tuple(r[k] for k in keys) for r in extras],
-                schema=mirror.select(*keys).schema,
-            )
-            pk_of = _mirror_pks(changes, db, table, target, extra_keys)
-        for r in found:
-            if r["_h_source"] is None:
-                result.extra_in_mirror += 1
-                values = tuple(r[k] for k in keys)
-                pk = pk_of.get(values)
-                if pk is None:  # not from the change log: a key of simple values, spelled out
-                    pk = dumps({k: _python_key(v) for k, v in zip(keys, values, strict=True)})
-                raw = encode_key([_python_key(v) for v in values])
-            else:
-                if r["_h_mirror"] is None:
-                    result.missing_in_mirror += 1
-                else:
-                    result.changed += 1
-                pk, raw = str(r["pk"]), json.loads(r["key"])
-            if len(result.suspects) < max_suspects:
-                result.suspects.append(RepairKey(raw, pk))
-        if result.differences > max_suspects:
-            result.message = (
-                f"{result.differences} rows differ; only the first {max_suspects} are repaired "
-                "per run (`reconcile.max_repairs_per_table`). So many differences usually mean "
-                "the mirror or the change log lost data: consider a snapshot (`cdc-platform "
-                "snapshot --table`) instead"
-            )
+        mirror = mirror.select(*key_cols, _row_hash(names).alias(_HASH))
+        if flight is not None:
+            mirror = mirror.join(flight, on=keys, how="left_anti")
+            if source is not None:
+                source = source.join(flight, on=keys, how="left_anti")
+        _compare_by_key(spark, result, source, mirror, changes, target, max_suspects)
         return result
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         result.seconds = time.perf_counter() - started
+
+
+def _compare_multiset(
+    result: TableComparison,
+    source: DataFrame | None,
+    mirror: DataFrame,
+    flight: DataFrame | None,
+    target: TableSchema,
+) -> None:
+    """A table without a primary key: how often each distinct row is on each side.
+
+    One aggregation over the union of both sides (and the rows in flight, which are left
+    out), grouped by every column: grouping is null-safe, and only the totals reach the
+    driver. There is no key to re-read a row by, so there are no suspects either: the repair
+    cannot fix such a table (the service reports it as not repaired).
+    """
+    cols = [col(n) for n in target.names]
+    zero, one = F.lit(0).cast("long"), F.lit(1).cast("long")
+    sides = mirror.select(*cols, zero.alias("_s"), one.alias("_m"), zero.alias("_f"))
+    if source is not None:
+        sides = sides.unionByName(
+            source.select(*cols, one.alias("_s"), zero.alias("_m"), zero.alias("_f"))
+        )
+    if flight is not None:
+        sides = sides.unionByName(
+            flight.select(*cols, zero.alias("_s"), zero.alias("_m"), one.alias("_f"))
+        )
+    counted = (
+        sides.groupBy(*cols)
+        .agg(F.sum("_s").alias("_s"), F.sum("_m").alias("_m"), F.max("_f").alias("_f"))
+        .where(F.col("_f") == F.lit(0))
+    )
+    s, m = F.col("_s"), F.col("_m")
+    row = counted.agg(
+        F.sum(F.greatest(s - m, F.lit(0))).alias("missing"),
+        F.sum(F.greatest(m - s, F.lit(0))).alias("extra"),
+    ).collect()[0]
+    result.missing_in_mirror = int(row["missing"] or 0)
+    result.extra_in_mirror = int(row["extra"] or 0)
+    result.differing_chunks = 1 if result.differences else 0
+    if result.differences:
+        result.message = (
+            f"{result.differences} rows differ in a table without a primary key, which the "
+            "repair cannot re-read by key: a damaged mirror is rebuilt from the change log "
+            "when deleted (with its _cdc_state); writes behind the binlog need a primary key "
+            "and a snapshot"
+        )
+
+
+def _compare_by_key(  # noqa: PLR0917 (the comparison's frames and bounds)
+    spark: SparkSession,
+    result: TableComparison,
+    source: DataFrame | None,
+    mirror: DataFrame,
+    changes: DataFrame,
+    target: TableSchema,
+    max_suspects: int,
+) -> None:
+    """Per-chunk sums, then the differing chunks row by row; at most ``max_suspects`` rows
+    are collected, the counts are computed in Spark."""
+    keys = target.key
+    key_cols = [col(k) for k in keys]
+    if source is None:
+        located = mirror.withColumn(_CHUNK, F.lit(None).cast("long"))
+        source_sums: dict[int | None, tuple[int, int]] = {}
+    else:
+        located = mirror.join(source.select(*key_cols, F.col(_CHUNK)), on=keys, how="left")
+        source_sums = _sums(source)
+    mirror_sums = _sums(located)
+    differing = sorted(
+        c
+        for c in set(source_sums) | set(mirror_sums)
+        if c is not None and source_sums.get(c) != mirror_sums.get(c)
+    )
+    extra_rows = mirror_sums.get(None, (0, 0))[0]
+    result.differing_chunks = len(differing) + (1 if extra_rows else 0)
+    if not differing and not extra_rows:
+        return
+    s = (
+        source.where(F.col(_CHUNK).isin(differing)).select(
+            *key_cols, F.col("key"), F.col("pk"), F.col(_HASH).alias("_h_source")
+        )
+        if source is not None and differing
+        else None
+    )
+    m = located.where(F.col(_CHUNK).isin(differing) | F.col(_CHUNK).isNull()).select(
+        *key_cols, F.col(_HASH).alias("_h_mirror")
+    )
+    if s is None:
+        both = m.select(
+            *key_cols,
+            F.lit(None).cast("string").alias("key"),
+            F.lit(None).cast("string").alias("pk"),
+            F.lit(None).cast("long").alias("_h_source"),
+            F.col("_h_mirror"),
+        )
+    else:
+        both = s.join(m, on=keys, how="full_outer")
+    h_source, h_mirror = F.col("_h_source"), F.col("_h_mirror")
+    differ = both.where(h_source.isNull() | h_mirror.isNull() | (h_source != h_mirror))
+    totals = differ.agg(
+        F.count(F.when(h_mirror.isNull(), 1)).alias("missing"),
+        F.count(F.when(h_source.isNotNull() & h_mirror.isNotNull(), 1)).alias("changed"),
+        F.count(F.when(h_source.isNull(), 1)).alias("extra"),
+    ).collect()[0]
+    result.missing_in_mirror = int(totals["missing"])
+    result.changed = int(totals["changed"])
+    result.extra_in_mirror = int(totals["extra"])
+    found = differ.limit(max_suspects).collect() if max_suspects > 0 else []
+    extras = [r for r in found if r["_h_source"] is None]
+    pk_of: dict[tuple[Any, ...], str] = {}
+    if extras:
+        extra_keys = spark.createDataFrame(
+            [tuple(r[k] for k in keys) for r in extras],
+            schema=mirror.select(*key_cols).schema,
+        )
+        pk_of = _mirror_pks(changes, result.db, result.table, target, extra_keys)
+    for r in found:
+        if r["_h_source"] is None:
+            values = tuple(r[k] for k in keys)
+            pk = pk_of.get(values)
+            if pk is None:  # not from the change log: a key of simple values, spelled out
+                pk = dumps({k: _python_key(v) for k, v in zip(keys, values, strict=True)})
+            raw = encode_key([_python_key(v) for v in values])
+        else:
+            pk, raw = str(r["pk"]), json.loads(r["key"])
+        result.suspects.append(RepairKey(raw, pk))
+    if result.differences > max_suspects:
+        result.message = (
+            f"{result.differences} rows differ; only the first {max_suspects} are repaired "
+            "per run (`reconcile.max_repairs_per_table`). So many differences usually mean "
+            "the mirror or the change log lost data: consider a snapshot (`cdc-platform "
+            "snapshot --table`) instead"
+        )

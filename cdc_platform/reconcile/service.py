@@ -2,8 +2,9 @@
 
 Used by ``cdc-platform reconcile`` and by the Dagster ``cdc_reconcile`` job alike.
 
-1. Compare (read-only, anywhere): each captured base table with a primary key against its
-   mirror (:mod:`.compare`).
+1. Compare (read-only, anywhere): each captured base table against its mirror
+   (:mod:`.compare`); tables without a primary key as multisets of rows, which are reported
+   but cannot be repaired by key.
 2. Repair (only under the destination's lease): if a process holds the lease (the normal
    run), the suspected keys go to it through the inbox (:mod:`.inbox`) and it writes the
    repair events; if nobody holds it, this process takes the lease, repairs, and releases
@@ -141,7 +142,7 @@ def reconcile_destination(  # noqa: PLR0912, PLR0915 - the two phases, with thei
         for name in names:
             db, table = name.split(".", 1)
             try:
-                spec = describe_table(conn, db, table)
+                spec = describe_table(conn, db, table, require_key=False)
             except SnapshotError as exc:
                 report.skipped_tables[name] = str(exc)
                 log.warning("%s: not reconciling %s: %s", destination, name, exc)
@@ -161,6 +162,13 @@ def reconcile_destination(  # noqa: PLR0912, PLR0915 - the two phases, with thei
     finally:
         conn.close()
     requests = [t.repair_request() for t in report.tables if t.suspects]
+    keyless = [t.name for t in report.tables if t.differences and not t.suspects]
+    if keyless:
+        report.status = "not_repaired"
+        report.message = (
+            f"rows differ in {', '.join(keyless)}, which have no primary key: they cannot be "
+            "repaired by key (see each table's message)"
+        )
     if not requests:
         report.seconds = time.perf_counter() - started
         return report
@@ -201,7 +209,7 @@ def reconcile_destination(  # noqa: PLR0912, PLR0915 - the two phases, with thei
             )
     finally:
         lease.close()
-    if report.repair is not None:
+    if report.repair is not None and not keyless:
         # Suspects that only lagged (or that the binlog carried meanwhile) need no repair.
         report.status = "repaired" if report.repaired else "clean"
     report.seconds = time.perf_counter() - started

@@ -279,11 +279,17 @@ def base_tables(
         return [f"{db}.{t}" for db, t in cur.fetchall() if filt.matches(str(db), str(t))]
 
 
-def describe_table(conn: pymysql.connections.Connection[Any], db: str, table: str) -> SnapshotTable:
+def describe_table(
+    conn: pymysql.connections.Connection[Any], db: str, table: str, *, require_key: bool = True
+) -> SnapshotTable:
     """Read a table's columns and primary key from information_schema.
 
+    ``require_key=False`` describes a table without a primary key too (``primary_key`` empty),
+    for readers that do not chunk by key (the reconciliation of keyless tables).
+
     Raises:
-        SnapshotError: the table does not exist, has no primary key or an unreadable column.
+        SnapshotError: the table does not exist, has no primary key (unless allowed) or an
+            unreadable column.
     """
     with conn.cursor(pymysql.cursors.DictCursor) as cur:
         cur.execute(
@@ -312,7 +318,7 @@ def describe_table(conn: pymysql.connections.Connection[Any], db: str, table: st
             clause = str(r["CHECK_CLAUSE"]).strip()
             if clause.lower().startswith("json_valid(`") and clause.endswith("`)"):
                 json_columns.add(clause[len("json_valid(`") : -2].replace("``", "`"))
-    if not key:
+    if not key and require_key:
         raise SnapshotError(
             f"table {db}.{table} has no primary key: the snapshot chunks and merges by primary "
             "key, so it cannot copy this table consistently. Add a primary key, or exclude the "

@@ -1,8 +1,10 @@
 """Current-state mirrors of source tables, maintained from the change log by primary key.
 
-``apply_changes`` brings ``<mirror_root>/<db>.<table>`` up to the change log's newest row of
-that table. The mirror holds the source table's columns, typed (:mod:`.types`), and nothing
-else, so it compares column for column with the source.
+``apply_changes`` brings ``<mirror_root>/<db>.<table>`` (names encoded by
+:func:`.names.location_name`) up to the change log's newest row of that table. Tables without
+a primary key keep a count per identical row (:mod:`.multiset`). The mirror holds the source
+table's columns, typed (:mod:`.types`), and nothing else, so it compares column for column
+with the source.
 
 How far a mirror got is remembered in a small Delta table beside it,
 ``<mirror_root>/_cdc_state/<db>.<table>`` (one row per apply: last applied seq, the schema the
@@ -51,6 +53,8 @@ from pyspark.sql import functions as F  # noqa: N812 (the PySpark idiom)
 from pyspark.sql import types as T  # noqa: N812 (the PySpark idiom)
 
 from cdc_platform.errors import CdcError, MirrorError, UnsupportedColumnTypeError
+from cdc_platform.spark import multiset
+from cdc_platform.spark.names import location_name, quote_identifier
 from cdc_platform.spark.plan import (
     DELETED,
     FIRST_KIND,
@@ -59,7 +63,7 @@ from cdc_platform.spark.plan import (
     change_rows,
     key_condition,
     key_events,
-    latest_per_key,
+    net_changes,
     read_change_log,
     timeline,
 )
@@ -201,13 +205,13 @@ def mirror_root(lake_root: str | os.PathLike[str], destination: str) -> str:
 
 
 def mirror_uri(root: str, db: str, table: str) -> str:
-    """``<mirror_root>/<db>.<table>``."""
-    return f"{root.rstrip('/')}/{db}.{table}"
+    """``<mirror_root>/<db>.<table>`` (names encoded by :func:`.names.location_name`)."""
+    return f"{root.rstrip('/')}/{location_name(db, table)}"
 
 
 def state_uri(root: str, db: str, table: str) -> str:
-    """``<mirror_root>/_cdc_state/<db>.<table>``."""
-    return f"{root.rstrip('/')}/{STATE_DIR}/{db}.{table}"
+    """``<mirror_root>/_cdc_state/<db>.<table>`` (names encoded as for the mirror)."""
+    return f"{root.rstrip('/')}/{STATE_DIR}/{location_name(db, table)}"
 
 
 def _local_path(uri: str) -> Path | None:
@@ -246,7 +250,7 @@ def delta_version(uri: str) -> int | None:
 
 
 def _delta_ref(uri: str) -> str:
-    return "delta.`" + uri.replace("`", "``") + "`"
+    return "delta." + quote_identifier(uri)
 
 
 def mirror_tables(spark: SparkSession, change_log_uri: str) -> list[tuple[str, str]]:
@@ -315,13 +319,17 @@ def schema_signature(schema: TableSchema | None) -> list[tuple[str, str, bool]] 
 
 
 def _needs_rebuild(  # noqa: PLR0911 (one reason per return)
-    line: Timeline, state: MirrorState | None, mirror_exists: bool
+    line: Timeline, state: MirrorState | None, mirror_exists: bool, uri: str
 ) -> str | None:
     """Why the increment cannot be merged, or None when it can."""
     if state is None or state.schema is None:
         return "no state"
     if not mirror_exists:
         return "mirror missing"
+    keyless = line.target is not None and not line.target.has_primary_key
+    # counts are added, not set: a keyless mirror merges only onto the version its state saw
+    if keyless and (state.mirror_version is None or delta_version(uri) != state.mirror_version):
+        return "no primary key and the mirror is not at its remembered version"
     if line.reset_seq is not None:
         return "table truncated or dropped"
     if line.renamed:
@@ -368,7 +376,7 @@ class _Apply:
         line = timeline(changes, self.db, self.table, lo=last, base=base)
         if line.empty:
             return self._noop(state, last, change_log_version)
-        reason = _needs_rebuild(line, state, exists)
+        reason = _needs_rebuild(line, state, exists, self.uri)
         if reason is not None:
             if last > 0:  # rebuilds need the whole history's versions and resets
                 line = timeline(changes, self.db, self.table, lo=0, hi=line.hi)
@@ -382,7 +390,7 @@ class _Apply:
         assert line.target is not None
         lo = max(line.lo, line.reset_seq or 0)
         rows = change_rows(changes, self.db, self.table, lo, line.hi)
-        return latest_per_key(key_events(rows, line), line.target)
+        return net_changes(key_events(rows, line), line.target)
 
     def _merge(
         self,
@@ -400,17 +408,30 @@ class _Apply:
         # The newest change per key is written to a staging table first: the counts and the
         # MERGE then read it instead of parsing the JSON twice (Sail ignores cache()), and
         # MERGE from a table is ~5x faster on Sail than from the inline plan (measured).
-        staging = f"{self.root.rstrip('/')}/{STAGING_DIR}/{self.db}.{self.table}/{uuid.uuid4().hex}"
+        place = location_name(self.db, self.table)
+        staging = f"{self.root.rstrip('/')}/{STAGING_DIR}/{place}/{uuid.uuid4().hex}"
         self._final(changes, line).write.format("delta").mode("overwrite").save(staging)
         final = self.spark.read.format("delta").load(staging)
-        view = f"cdc_mirror_{uuid.uuid4().hex}"
-        final.createOrReplaceTempView(view)
-        try:
+        if target.has_primary_key:
             inserted, updated, deleted = _counts(final)
+            source, sql = final, _merge_sql
+        else:  # the MERGE's rows depend on the mirror's counts: staged before it changes
+            (inserted, deleted), updated = multiset.delta_counts(final), 0
+            mirror = self.spark.read.format("delta").load(self.uri)
+            rows = f"{staging}-rows"
+            multiset.merge_rows(mirror, final, target).write.format("delta").mode("overwrite").save(
+                rows
+            )
+            source, sql = self.spark.read.format("delta").load(rows), _multiset_merge_sql
+        view = f"cdc_mirror_{uuid.uuid4().hex}"
+        source.createOrReplaceTempView(view)
+        try:
             self.hook("computed")
-            self.spark.sql(_merge_sql(self.uri, view, target)).collect()
+            self.spark.sql(sql(self.uri, view, target)).collect()
         finally:
             self.spark.catalog.dropTempView(view)
+        if not target.has_primary_key:
+            _remove_staging(f"{staging}-rows")
         _remove_staging(staging)
         return self._finish(
             line,
@@ -570,26 +591,26 @@ def _counts(final: DataFrame) -> tuple[int, int, int]:
     return int(row["inserted"]), int(row["updated"]), int(row["deleted"])
 
 
-def _q(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
 def _merge_sql(uri: str, view: str, target: TableSchema) -> str:
     """MERGE of the newest change per key: delete, update the non-key columns, insert."""
     keys = set(target.key)
     names = target.names
     rest = [n for n in names if n not in keys]
-    clauses = [f"WHEN MATCHED AND s.{_q(DELETED)} THEN DELETE"]
+    clauses = [f"WHEN MATCHED AND s.{quote_identifier(DELETED)} THEN DELETE"]
     if rest:
-        sets = ", ".join(f"t.{_q(n)} = s.{_q(n)}" for n in rest)
+        sets = ", ".join(f"t.{quote_identifier(n)} = s.{quote_identifier(n)}" for n in rest)
         clauses.append(f"WHEN MATCHED THEN UPDATE SET {sets}")
-    columns = ", ".join(_q(n) for n in names)
-    values = ", ".join(f"s.{_q(n)}" for n in names)
+    columns = ", ".join(quote_identifier(n) for n in names)
+    values = ", ".join(f"s.{quote_identifier(n)}" for n in names)
     # every name is a quoted identifier; no value is spliced into the statement
     insert = f"INSERT ({columns}) VALUES ({values})"  # noqa: S608
-    clauses.append(f"WHEN NOT MATCHED AND NOT s.{_q(DELETED)} THEN {insert}")
-    head = f"MERGE INTO {_delta_ref(uri)} AS t USING {_q(view)} AS s "
+    clauses.append(f"WHEN NOT MATCHED AND NOT s.{quote_identifier(DELETED)} THEN {insert}")
+    head = f"MERGE INTO {_delta_ref(uri)} AS t USING {quote_identifier(view)} AS s "
     return head + f"ON {key_condition(target, 't', 's')} " + " ".join(clauses)
+
+
+def _multiset_merge_sql(uri: str, view: str, target: TableSchema) -> str:
+    return multiset.merge_sql(_delta_ref(uri), view, target)
 
 
 def _write_state(

@@ -13,10 +13,14 @@ Steps, all Spark DataFrame operations that Apache Spark runs as Sail does:
    ``after`` image's key (insert, snapshot read, update) and a delete of the ``before`` image's
    key (delete, or an update that changed the primary key). Values are typed from the JSON
    text by :mod:`cdc_platform.spark.types`, for the target schema.
-4. :func:`latest_per_key`: the newest event per key (by ``seq``) and the kind of the first
-   one, which says whether the key existed before the range (for the counts).
+4. :func:`net_changes`: the newest event per key (by ``seq``) and the kind of the first
+   one, which says whether the key existed before the range (for the counts); for a table
+   without a primary key, the net count change per distinct row (:mod:`.multiset`).
 5. :func:`apply_plan`: base state minus every touched key, plus the surviving upserts (the
    DataFrame form of the merge, for rebuilds, as-of mirrors and engines without MERGE).
+
+Source column names may hold any character: every reference goes through
+:func:`cdc_platform.spark.names.col`.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from pyspark.sql import types as T  # noqa: N812 (the PySpark idiom)
 
 from cdc_platform.errors import SparkError
 from cdc_platform.spark import ddl as ddl_parser
+from cdc_platform.spark.multiset import apply_counts, row_deltas
+from cdc_platform.spark.names import DELETED, FIRST_KIND, KIND, SEQ, col, quote_identifier
 from cdc_platform.spark.types import TableSchema, parse_columns, raw_struct, typed_value
 
 __all__ = [
@@ -48,6 +54,7 @@ __all__ = [
     "key_events",
     "latest_per_key",
     "name_mappings",
+    "net_changes",
     "read_change_log",
     "timeline",
 ]
@@ -57,10 +64,6 @@ _IF_NOT_EXISTS = re.compile(r"\bIF\s+NOT\s+EXISTS\b", re.IGNORECASE)
 ROW_OPS = ("c", "u", "d", "r")
 """Change-log ops that change rows (``ddl`` rows do not)."""
 
-DELETED = "_cdc_deleted"
-SEQ = "_cdc_seq"
-KIND = "_cdc_kind"
-FIRST_KIND = "_cdc_first_kind"
 _META = (DELETED, SEQ, KIND, FIRST_KIND)
 
 
@@ -246,10 +249,6 @@ def name_mappings(line: Timeline) -> dict[str | None, dict[str, str | None]]:
     return mappings
 
 
-def _quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
 def _raw(
     parsed: Column, target_name: str, mappings: dict[str | None, dict[str, str | None]]
 ) -> Column:
@@ -302,16 +301,16 @@ def key_events(rows: DataFrame, line: Timeline) -> DataFrame:
             for k in key_names
         ],
     )
-    same_key: Column = F.lit(True)
+    same_key: Column = F.lit(target.has_primary_key)  # keyless: an update is -1 and +1
     for k in key_names:
-        same_key = same_key & F.col(k).eqNullSafe(F.col("_before_" + k))
+        same_key = same_key & col(k).eqNullSafe(col("_before_" + k))
     op = F.col("op")
     pk_changed = (op == F.lit("u")) & ~same_key
     types = {c.name: typed_value(F.lit(None).cast("string"), c, **where) for c in target.columns}
     upsert = F.when(
         op.isin("c", "r", "u"),
         F.struct(
-            *[F.col(c).alias(c) for c in target.names],
+            *[col(c).alias(c) for c in target.names],
             F.lit(False).alias(DELETED),
             F.col("seq").alias(SEQ),
             F.when((op == F.lit("u")) & same_key, F.lit("update"))
@@ -322,10 +321,7 @@ def key_events(rows: DataFrame, line: Timeline) -> DataFrame:
     delete = F.when(
         (op == F.lit("d")) | pk_changed,
         F.struct(
-            *[
-                (F.col("_before_" + c) if c in key_names else types[c]).alias(c)
-                for c in target.names
-            ],
+            *[(col("_before_" + c) if c in key_names else types[c]).alias(c) for c in target.names],
             F.lit(True).alias(DELETED),
             F.col("seq").alias(SEQ),
             # same expression shape as the upsert's kind: Sail 0.7.2 panics when the
@@ -344,40 +340,48 @@ def latest_per_key(events: DataFrame, target: TableSchema) -> DataFrame:
     """Newest event per key, with ``_cdc_first_kind``: the kind of the key's first event."""
     keys = target.key
     rest = [n for n in target.names if n not in keys]
-    newest = F.max_by(F.struct(*[F.col(n) for n in rest], F.col(DELETED), F.col(SEQ)), F.col(SEQ))
+    newest = F.max_by(F.struct(*[col(n) for n in rest], F.col(DELETED), F.col(SEQ)), F.col(SEQ))
     return (
-        events.groupBy(*[F.col(k) for k in keys])
+        events.groupBy(*[col(k) for k in keys])
         .agg(newest.alias("_last"), F.min_by(F.col(KIND), F.col(SEQ)).alias(FIRST_KIND))
         .select(
-            *[F.col(k) for k in keys],
+            *[col(k) for k in keys],
             *[F.col("_last").getField(n).alias(n) for n in rest],
             F.col("_last").getField(DELETED).alias(DELETED),
             F.col("_last").getField(SEQ).alias(SEQ),
             F.col(FIRST_KIND),
         )
-        .select(*[F.col(n) for n in target.names], DELETED, SEQ, FIRST_KIND)
+        .select(*[col(n) for n in target.names], DELETED, SEQ, FIRST_KIND)
     )
 
 
+def net_changes(events: DataFrame, target: TableSchema) -> DataFrame:
+    """What a range of key events does to the table: the newest event per primary key, or
+    for a table without one the net count change per distinct row (:mod:`.multiset`)."""
+    if target.has_primary_key:
+        return latest_per_key(events, target)
+    return row_deltas(events, target)
+
+
 def key_condition(target: TableSchema, left: str, right: str) -> str:
-    """SQL join condition on the key; null-safe when the key is the whole row (no PK)."""
+    """SQL join condition on the primary key (tables without one merge by :mod:`.multiset`)."""
     operator = "=" if target.has_primary_key else "<=>"
-    return " AND ".join(f"{left}.{_quote(k)} {operator} {right}.{_quote(k)}" for k in target.key)
+    q = quote_identifier
+    return " AND ".join(f"{left}.{q(k)} {operator} {right}.{q(k)}" for k in target.key)
 
 
 def apply_plan(base: DataFrame | None, latest: DataFrame, target: TableSchema) -> DataFrame:
-    """State after the changes: ``base`` without every touched key, plus surviving upserts."""
-    upserts = latest.where(~F.col(DELETED)).select(*[F.col(n) for n in target.names])
+    """State after the changes (:func:`net_changes`): ``base`` without every touched key,
+    plus surviving upserts; for a table without a primary key, ``base`` with the counts."""
+    if not target.has_primary_key:
+        return apply_counts(base, latest, target)
+    upserts = latest.where(~F.col(DELETED)).select(*[col(n) for n in target.names])
     if base is None:
         return upserts
-    touched = latest.select(*[F.col(k).alias("_k_" + k) for k in target.key])
+    touched = latest.select(*[col(k).alias("_k_" + k) for k in target.key])
     condition: Column | None = None
     for k in target.key:
-        part = (
-            base[k] == touched["_k_" + k]
-            if target.has_primary_key
-            else base[k].eqNullSafe(touched["_k_" + k])
-        )
+        part = col(k) == col("_k_" + k)
         condition = part if condition is None else condition & part
     kept = base.join(touched, on=condition, how="left_anti")
-    return kept.select(*[F.col(n) for n in target.names]).unionByName(upserts)
+    return kept.select(*[col(n) for n in target.names]).unionByName(upserts)

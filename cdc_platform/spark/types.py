@@ -19,6 +19,7 @@ decimal(p,s)                decimal(p,s)            p > 38 (Spark's limit): stri
 float / double              float / double          exact: the JSON is the shortest round trip
 bit(n)                      long / decimal(20,0)    the '0'/'1' string read as a number (n=64)
 date                        date                    zero / partial dates become null
+date, datetime, timestamp   string                  in a primary key: the change log's text
 datetime                    timestamp_ntz           local date-time, as the source has no zone
 timestamp                   timestamp               the UTC instant; the zero value becomes null
 time                        string                  '[-]HH:MM:SS[.f]', beyond a day's range
@@ -90,6 +91,9 @@ _TEXT_TYPES = frozenset(
 """Kept as text. Geometry stays the change log's JSON: Sail 0.7.2 panics reading back a Delta
 struct column written from an expression (measured), and WKB text is what tools exchange."""
 _BINARY_TYPES = frozenset({"binary", "varbinary", "blob"})
+_TEMPORAL_TYPES = frozenset({"date", "datetime", "timestamp"})
+"""Types with zero and partial values (``0000-00-00``) no Spark type holds: they become null,
+so in a primary key they would collapse distinct rows; there they stay text."""
 _INTEGER_TYPES: dict[str, tuple[T.DataType, T.DataType]] = {
     "tinyint": (T.ByteType(), T.ShortType()),
     "smallint": (T.ShortType(), T.IntegerType()),
@@ -218,6 +222,8 @@ def spark_type(  # noqa: PLR0911 (one return per family of types)
 ) -> T.DataType:
     """The mirror's Spark type for a source column (see the module table)."""
     kind = spec.type
+    if spec.pk and kind in _TEMPORAL_TYPES:
+        return T.StringType()
     if kind in _INTEGER_TYPES:
         signed, unsigned = _INTEGER_TYPES[kind]
         return unsigned if spec.unsigned else signed
@@ -244,7 +250,7 @@ def typed_value(raw: Column, spec: ColumnSpec, *, db: str = "?", table: str = "?
 
     Numbers use strict casts: a value that does not parse is a defect worth stopping for.
     Dates and times use ``try_cast``, because MySQL's zero and partial dates are valid source
-    values that no Spark type can hold; they become null.
+    values that no Spark type can hold; they become null (primary-key columns keep the text).
     """
     target = spark_type(spec, db=db, table=table)
     kind = spec.type
@@ -252,12 +258,12 @@ def typed_value(raw: Column, spec: ColumnSpec, *, db: str = "?", table: str = "?
         return F.unbase64(raw)
     if kind == "bit":
         return F.conv(raw, 2, 10).cast(target)
-    if kind in {"date", "datetime", "timestamp"}:
+    if isinstance(target, T.StringType):
+        return raw
+    if kind in _TEMPORAL_TYPES:
         return raw.try_cast(target)
     if kind == "set":
         return F.from_json(raw, T.ArrayType(T.StringType()))
-    if isinstance(target, T.StringType):
-        return raw
     return raw.cast(target)
 
 

@@ -61,3 +61,9 @@ def test_columns_json_aliases_keys_and_errors() -> None:
     with pytest.raises(UnsupportedColumnTypeError, match=r"db\.t\.v: column type 'vector'") as info:
         spark_type(ColumnSpec("v", "vector"), db="db", table="t")
     assert (info.value.column, info.value.type_name) == ("v", "vector")
+
+
+def test_temporal_primary_key_columns_stay_text() -> None:
+    for kind in ("date", "datetime", "timestamp"):
+        assert spark_type(ColumnSpec("d", kind, pk=True)) == T.StringType()
+        assert spark_type(ColumnSpec("d", kind)) != T.StringType()
