@@ -19,6 +19,7 @@ from dagster import (
     Config,
     DagsterExecutionInterruptedError,
     Failure,
+    JobDefinition,
     OpExecutionContext,
     in_process_executor,
     job,
@@ -30,21 +31,31 @@ from cdc_platform.runtime import CommitReport, RunSummary
 from cdc_platform.runtime.snapshot import SnapshotProgress
 from cdc_platform.runtime.supervisor import LeaseSupervisor, supervised_destination
 from dagster_defs.resources import PlatformResource
+from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator
 
-__all__ = ["DESTINATION_TAG", "DestinationRunConfig", "cdc_destination", "change_log_key"]
+__all__ = [
+    "CDC_JOB",
+    "CONFIG_HASH_TAG",
+    "DESTINATION_TAG",
+    "HOST_TAG",
+    "PID_TAG",
+    "STREAM_OP",
+    "DestinationRunConfig",
+    "build_cdc_destination_job",
+]
 
+CDC_JOB = "cdc_destination"
+"""Name of the job (the monitors request it by name)."""
+STREAM_OP = "stream_destination"
+"""Name of its one op (run requests configure it by name)."""
 DESTINATION_TAG = "cdc/destination"
+"""Run tag naming the destination; the instance limits runs to one per value of this tag."""
 CONFIG_HASH_TAG = "cdc/config_hash"
 PID_TAG = "cdc/pid"
 HOST_TAG = "cdc/host"
 
 
-def change_log_key(destination: str) -> AssetKey:
-    """Asset key of a destination's change-log table."""
-    return AssetKey(["cdc", destination, "changes"])
-
-
-class DestinationRunConfig(Config):  # type: ignore[misc]
+class DestinationRunConfig(Config):
     """Which destination this run streams."""
 
     destination: str
@@ -60,9 +71,11 @@ class _Reporter:
     Dagster context; several batches in one interval become one materialization.
     """
 
-    def __init__(self, context: OpExecutionContext, destination: str, min_interval: float) -> None:
+    def __init__(
+        self, context: OpExecutionContext, asset_key: AssetKey, min_interval: float
+    ) -> None:
         self.context = context
-        self.destination = destination
+        self.asset_key = asset_key
         self.min_interval = min_interval
         self.queue: queue.SimpleQueue[CommitReport] = queue.SimpleQueue()
         self.total_rows = 0
@@ -87,7 +100,7 @@ class _Reporter:
         self.total_rows += self._rows
         self.context.log_event(
             AssetMaterialization(
-                asset_key=change_log_key(self.destination),
+                asset_key=self.asset_key,
                 description=f"{self._batches} batch(es), {self._rows} rows committed",
                 metadata={
                     "batch_seq": last.batch_seq,
@@ -189,7 +202,7 @@ def _supervise(
                 # Snapshot progress, visible on the change-log asset's page.
                 context.log_event(
                     AssetObservation(
-                        asset_key=change_log_key(supervisor.name),
+                        asset_key=reporter.asset_key,
                         metadata=_snapshot_metadata(progress),
                     )
                 )
@@ -209,17 +222,45 @@ def _supervise(
     return outcome[0] if outcome else None
 
 
-@op(description="Stream one destination's binlog into its Delta change log until stopped.")
-def stream_destination(
-    context: OpExecutionContext, config: DestinationRunConfig, platform: PlatformResource
+def build_cdc_destination_job(translator: CdcTranslator = DEFAULT_TRANSLATOR) -> JobDefinition:
+    """The `cdc_destination` job; its commits materialize ``translator.changes_key``."""
+
+    @op(
+        name=STREAM_OP,
+        description="Stream one destination's binlog into its Delta change log until stopped.",
+    )
+    def stream_destination(
+        context: OpExecutionContext, config: DestinationRunConfig, platform: PlatformResource
+    ) -> None:
+        """Run the destination's pipeline; materialize its change log as batches commit."""
+        _stream(context, config, platform.load(), translator)
+
+    @job(
+        name=CDC_JOB,
+        executor_def=in_process_executor,
+        description="The long-lived CDC run of one destination (requested by the monitors).",
+    )
+    def cdc_destination() -> None:
+        """One destination's stream, as long as it runs."""
+        stream_destination()
+
+    return cdc_destination
+
+
+def _stream(
+    context: OpExecutionContext,
+    config: DestinationRunConfig,
+    configset: ConfigSet,
+    translator: CdcTranslator,
 ) -> None:
-    """Run the destination's pipeline; materialize its change log as batches commit."""
-    configset = platform.load()
     destination = _destination(context, config, configset)
     name = destination.name
     settings = configset.platform.dagster
-    reporter = _Reporter(context, name, settings.materialization_min_interval_seconds)
-    context.log.info(f"{name}: streaming into {configset.table_uri(name)} (pid {os.getpid()})")
+    reporter = _Reporter(
+        context, translator.changes_key(name), settings.materialization_min_interval_seconds
+    )
+    uri = translator.change_log_uri(configset, name)
+    context.log.info(f"{name}: streaming into {uri} (pid {os.getpid()})")
     # The worker's pid and host, for operators (and the kill -9 test) to find the process.
     context.instance.add_run_tags(
         context.run_id, {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
@@ -243,12 +284,3 @@ def stream_destination(
             metadata={"last_batch_seq": summary.last_batch_seq, "position": str(summary.resume)},
         )
     context.log.info(f"{name}: stopped ({summary.reason}) after batch {summary.last_batch_seq}")
-
-
-@job(
-    executor_def=in_process_executor,
-    description="The long-lived CDC run of one destination (requested by the monitors).",
-)
-def cdc_destination() -> None:
-    """One destination's stream, as long as it runs."""
-    stream_destination()

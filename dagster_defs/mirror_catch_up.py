@@ -32,16 +32,14 @@ from dagster import (
 )
 
 from cdc_platform.errors import ConfigError
-from dagster_defs.cdc_job import change_log_key
 from dagster_defs.resources import PlatformResource
 from dagster_defs.sensors import LIVE_STATUSES
+from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator
 
-__all__ = ["build_mirror_catch_up", "needs_catch_up"]
+__all__ = ["CATCH_UP_TAG", "build_mirror_catch_up", "needs_catch_up"]
 
-
-def mirrors_key(destination: str) -> AssetKey:
-    """The mirrors asset of a destination."""
-    return AssetKey(["cdc", destination, "mirrors"])
+CATCH_UP_TAG = "cdc/catch_up"
+"""Run tag naming the destination whose mirrors a catch-up run materializes."""
 
 
 def needs_catch_up(
@@ -78,13 +76,14 @@ def build_mirror_catch_up(
     minimum_interval_seconds: int = 30,
     grace_seconds: float | None = None,
     clock: Callable[[], float] = time.time,
+    translator: CdcTranslator = DEFAULT_TRANSLATOR,
 ) -> SensorDefinition:
     """The `mirror_catch_up` sensor; see the module docstring."""
     grace = 2.0 * minimum_interval_seconds if grace_seconds is None else grace_seconds
 
     @sensor(
         name="mirror_catch_up",
-        asset_selection=AssetSelection.assets(*[mirrors_key(n) for n in destinations]),
+        asset_selection=AssetSelection.assets(*[translator.mirrors_key(n) for n in destinations]),
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=DefaultSensorStatus.RUNNING,
         description="Materializes a destination's mirrors again when change-log commits "
@@ -101,8 +100,8 @@ def build_mirror_catch_up(
         now = clock()
         requests = []
         for name in sorted(set(configset.destinations) & set(destinations)):
-            changes = instance.get_latest_materialization_event(change_log_key(name))
-            key = mirrors_key(name)
+            changes = instance.get_latest_materialization_event(translator.changes_key(name))
+            key = translator.mirrors_key(name)
             mirrored = instance.get_latest_materialization_event(key)
             started = _run_started_at(instance, mirrored.run_id) if mirrored else None
             if needs_catch_up(
@@ -113,7 +112,7 @@ def build_mirror_catch_up(
                 grace_seconds=grace,
             ):
                 requests.append(
-                    RunRequest(run_key=None, asset_selection=[key], tags={"cdc/catch_up": name})
+                    RunRequest(run_key=None, asset_selection=[key], tags={CATCH_UP_TAG: name})
                 )
         if not requests:
             return SkipReason("every mirrors run started after its change log's last commit")

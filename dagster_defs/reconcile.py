@@ -17,6 +17,7 @@ import random
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from typing import Any
 
 from dagster import (
     AssetCheckExecutionContext,
@@ -24,7 +25,6 @@ from dagster import (
     AssetCheckResult,
     AssetChecksDefinition,
     AssetCheckSeverity,
-    AssetKey,
     AssetSelection,
     DefaultSensorStatus,
     MetadataValue,
@@ -38,15 +38,14 @@ from dagster import (
     define_asset_job,
     sensor,
 )
-from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 from cdc_platform.config import ConfigSet
 from cdc_platform.errors import ConfigError
 from cdc_platform.reconcile.schedule import DueState
 from cdc_platform.reconcile.service import reconcile_destination
-from dagster_defs.resources import PlatformResource
+from dagster_defs.resources import PlatformResource, SparkResource
 from dagster_defs.sensors import LIVE_STATUSES, live_runs
-from dagster_defs.spark_assets import SparkResource
+from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator, destination_names
 
 __all__ = [
     "CHECK_NAME",
@@ -64,19 +63,14 @@ RECONCILE_TAG = "cdc/reconcile"
 concurrency limit of one belongs to the long-lived run, which must keep running)."""
 
 
-def mirrors_key(destination: str) -> AssetKey:
-    """The mirrors asset the check is attached to."""
-    return AssetKey(["cdc", destination, "mirrors"])
+def check_key(destination: str, translator: CdcTranslator = DEFAULT_TRANSLATOR) -> AssetCheckKey:
+    """The reconciliation check of one destination, on its mirrors asset."""
+    return AssetCheckKey(translator.mirrors_key(destination), CHECK_NAME)
 
 
-def check_key(destination: str) -> AssetCheckKey:
-    """The reconciliation check of one destination."""
-    return AssetCheckKey(mirrors_key(destination), CHECK_NAME)
-
-
-def _check(destination: str) -> AssetChecksDefinition:
+def _check(destination: str, translator: CdcTranslator) -> AssetChecksDefinition:
     @asset_check(
-        asset=mirrors_key(destination),
+        asset=translator.mirrors_key(destination),
         name=CHECK_NAME,
         blocking=False,
         description=f"Full-list reconciliation of {destination}: every captured table compared "
@@ -88,12 +82,12 @@ def _check(destination: str) -> AssetChecksDefinition:
         context: AssetCheckExecutionContext, platform: PlatformResource, spark: SparkResource
     ) -> AssetCheckResult:
         configset = platform.load()
-        session = spark.session(configset.platform.spark)
+        session = spark.session()
         report = reconcile_destination(configset, destination, session)
         meta = report.metadata()
         for table in report.tables:
             context.log.info(f"{table.name}: {table.summary()}")
-        metadata = {
+        metadata: dict[str, MetadataValue[Any] | int | float] = {
             key: value
             for key, value in meta.items()
             if isinstance(value, int | float) and not isinstance(value, bool)
@@ -130,13 +124,18 @@ def _check(destination: str) -> AssetChecksDefinition:
     return reconciled
 
 
-def reconcile_checks(configset: ConfigSet) -> list[AssetChecksDefinition]:
+def reconcile_checks(
+    configset: ConfigSet, translator: CdcTranslator = DEFAULT_TRANSLATOR
+) -> list[AssetChecksDefinition]:
     """One `reconciled` check per configured destination (invalid ones too, like the assets)."""
-    return [_check(name) for name in sorted({*configset.destinations, *configset.errors})]
+    return [_check(name, translator) for name in destination_names(configset)]
 
 
-def reconcile_job(checks: list[AssetChecksDefinition]) -> UnresolvedAssetJobDefinition:
-    """The job the schedule launches (one destination's check per run)."""
+def reconcile_job(checks: list[AssetChecksDefinition]) -> Any:
+    """The job the schedule launches (one destination's check per run).
+
+    Typed ``Any``: Dagster's public API does not name the type of an asset job.
+    """
     return define_asset_job(
         RECONCILE_JOB,
         selection=AssetSelection.checks(*checks) if checks else AssetSelection.keys(),
@@ -149,6 +148,7 @@ def build_reconcile_schedule(
     minimum_interval_seconds: int = 60,
     clock: Callable[[], float] = time.time,
     rand: Callable[[], float] = random.random,
+    translator: CdcTranslator = DEFAULT_TRANSLATOR,
 ) -> SensorDefinition:
     """The `reconcile_schedule` sensor; see the module docstring."""
 
@@ -196,7 +196,7 @@ def build_reconcile_schedule(
             requests.append(
                 RunRequest(
                     run_key=None,
-                    asset_check_keys=[check_key(name)],
+                    asset_check_keys=[check_key(name, translator)],
                     tags={RECONCILE_TAG: name},
                 )
             )

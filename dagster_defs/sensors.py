@@ -4,7 +4,7 @@
 start -> request a run; reload -> cancel the live run and request a new one in the same tick;
 stop -> cancel; a failed cancel is retried on the next tick. `running_monitor` makes sure
 every enabled destination has a live run and fails runs that Dagster still thinks are STARTED
-but that stopped showing signs of life (FACTS.md: such orphans stay STARTED forever).
+but that stopped showing signs of life (measured: otherwise such orphans stay STARTED forever).
 
 Run keys are not used: Dagster never forgets a run key, so a destination that comes back
 with the same content would never run again. Both sensors de-duplicate against live runs.
@@ -13,7 +13,7 @@ with the same content would never run again. Both sensors de-duplicate against l
 import json
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dagster import (
@@ -33,7 +33,7 @@ from cdc_platform.config import ConfigSet
 from cdc_platform.config.monitor import diff_destinations
 from cdc_platform.errors import CdcError, ConfigError
 from cdc_platform.ha.status import collect_status
-from dagster_defs.cdc_job import CONFIG_HASH_TAG, DESTINATION_TAG, cdc_destination
+from dagster_defs.cdc_job import CDC_JOB, CONFIG_HASH_TAG, DESTINATION_TAG, STREAM_OP
 from dagster_defs.resources import PlatformResource
 
 __all__ = [
@@ -57,9 +57,7 @@ LIVE_STATUSES = [
 
 def live_runs(context: SensorEvaluationContext) -> dict[str, list[DagsterRun]]:
     """Live `cdc_destination` runs, by destination tag."""
-    runs = context.instance.get_runs(
-        filters=RunsFilter(job_name=cdc_destination.name, statuses=LIVE_STATUSES)
-    )
+    runs = context.instance.get_runs(filters=RunsFilter(job_name=CDC_JOB, statuses=LIVE_STATUSES))
     by_destination: dict[str, list[DagsterRun]] = defaultdict(list)
     for run in runs:
         name = run.tags.get(DESTINATION_TAG)
@@ -74,9 +72,7 @@ def run_request(destination: str, content_hash: str, reason: str) -> RunRequest:
         run_key=None,
         run_config={
             "ops": {
-                "stream_destination": {
-                    "config": {"destination": destination, "config_hash": content_hash}
-                }
+                STREAM_OP: {"config": {"destination": destination, "config_hash": content_hash}}
             }
         },
         tags={DESTINATION_TAG: destination, CONFIG_HASH_TAG: content_hash, "cdc/reason": reason},
@@ -104,7 +100,7 @@ def build_config_monitor(
 
     @sensor(
         name="config_monitor",
-        job=cdc_destination,
+        job_name=CDC_JOB,
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=default_status,
         description="Starts, reloads and stops destination runs as conf/destinations changes.",
@@ -207,7 +203,7 @@ def build_running_monitor(
 
     @sensor(
         name="running_monitor",
-        job=cdc_destination,
+        job_name=CDC_JOB,
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=default_status,
         description="Keeps one live run per enabled destination; fails orphaned runs.",
@@ -296,8 +292,3 @@ def _healthy_runs(
         context.instance.report_run_failed(run, message)
         context.log.warning(message)
     return healthy
-
-
-def cursor_of(seen: Mapping[str, str]) -> str:
-    """A config_monitor cursor for tests and tools."""
-    return json.dumps({"seen": dict(seen), "cancel": []}, sort_keys=True)

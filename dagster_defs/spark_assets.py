@@ -11,7 +11,6 @@ from dagster import (
     AssetExecutionContext,
     AssetsDefinition,
     AutomationCondition,
-    ConfigurableResource,
     DailyPartitionsDefinition,
     MaterializeResult,
     MetadataValue,
@@ -19,36 +18,17 @@ from dagster import (
 )
 
 from cdc_platform.config import ConfigSet
-from cdc_platform.config.models import SparkConfig
 from cdc_platform.spark import (
-    SparkSessionFactory,
     apply_changes,
     daily_change_stats,
     mirror_as_of,
-    mirror_root,
     mirror_tables,
     mirror_uri,
 )
-from dagster_defs.cdc_job import change_log_key
-from dagster_defs.resources import PlatformResource
+from dagster_defs.resources import PlatformResource, SparkResource
+from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator, destination_names
 
-__all__ = ["SparkResource", "daily_partitions", "spark_assets"]
-
-_factories: dict[str, SparkSessionFactory] = {}
-
-
-class SparkResource(ConfigurableResource):  # type: ignore[misc]
-    """The Spark session chosen by `spark:` in platform.yaml (embedded Sail by default)."""
-
-    conf_dir: str
-
-    def session(self, config: SparkConfig) -> Any:
-        """One cached session per Spark configuration and process."""
-        key = config.model_dump_json()
-        factory = _factories.get(key)
-        if factory is None:
-            factory = _factories[key] = SparkSessionFactory(config)
-        return factory.session()
+__all__ = ["daily_partitions", "spark_assets"]
 
 
 def daily_partitions(configset: ConfigSet) -> DailyPartitionsDefinition:
@@ -59,11 +39,12 @@ def daily_partitions(configset: ConfigSet) -> DailyPartitionsDefinition:
     )
 
 
-def _mirror_asset(destination: str) -> AssetsDefinition:
+def _mirror_asset(destination: str, translator: CdcTranslator) -> AssetsDefinition:
     @asset(
-        key=["cdc", destination, "mirrors"],
-        deps=[change_log_key(destination)],
-        group_name="cdc",
+        key=translator.mirrors_key(destination),
+        deps=[translator.changes_key(destination)],
+        group_name=translator.group_name(destination),
+        tags=translator.tags(destination),
         kinds={"spark", "delta"},
         automation_condition=AutomationCondition.eager(),
         description=f"Current state of every table destination {destination} captures, one "
@@ -73,11 +54,11 @@ def _mirror_asset(destination: str) -> AssetsDefinition:
     )
     def mirrors(
         context: AssetExecutionContext, platform: PlatformResource, spark: SparkResource
-    ) -> MaterializeResult:
+    ) -> MaterializeResult[None]:
         configset = platform.load()
-        session = spark.session(configset.platform.spark)
-        change_log = configset.table_uri(destination)
-        root = mirror_root(configset.lake_root, destination)
+        session = spark.session()
+        change_log = translator.change_log_uri(configset, destination)
+        root = translator.mirror_root(configset, destination)
         totals = {"mirror_rows": 0, "rows_inserted": 0, "rows_updated": 0, "rows_deleted": 0}
         lag = 0.0
         per_table: dict[str, dict[str, Any]] = {}
@@ -103,13 +84,14 @@ def _mirror_asset(destination: str) -> AssetsDefinition:
 
 
 def _daily_history_asset(
-    destination: str, partitions: DailyPartitionsDefinition
+    destination: str, partitions: DailyPartitionsDefinition, translator: CdcTranslator
 ) -> AssetsDefinition:
     @asset(
-        key=["cdc", destination, "daily_history"],
-        deps=[change_log_key(destination)],
+        key=translator.history_key(destination),
+        deps=[translator.changes_key(destination)],
         partitions_def=partitions,
-        group_name="cdc_history",
+        group_name=translator.history_group_name(destination),
+        tags=translator.tags(destination),
         kinds={"spark", "delta"},
         description=f"Per UTC day: change counts, bytes and max lag per table of {destination}, "
         f"and each table's state as of the end of that day under "
@@ -117,14 +99,14 @@ def _daily_history_asset(
     )
     def daily_history(
         context: AssetExecutionContext, platform: PlatformResource, spark: SparkResource
-    ) -> MaterializeResult:
+    ) -> MaterializeResult[None]:
         configset = platform.load()
-        session = spark.session(configset.platform.spark)
-        change_log = configset.table_uri(destination)
+        session = spark.session()
+        change_log = translator.change_log_uri(configset, destination)
         day = date.fromisoformat(context.partition_key)
         stats = daily_change_stats(session, change_log, day)
-        history_root = configset.lake_root / destination / "history" / day.isoformat()
-        root = mirror_root(configset.lake_root, destination)
+        history_root = translator.history_root(configset, destination, day)
+        root = translator.mirror_root(configset, destination)
         as_of_rows = 0
         for db, table in mirror_tables(session, change_log):
             target = mirror_uri(str(history_root), db, table)
@@ -160,12 +142,13 @@ def _daily_history_asset(
     return daily_history
 
 
-def spark_assets(configset: ConfigSet) -> list[AssetsDefinition]:
+def spark_assets(
+    configset: ConfigSet, translator: CdcTranslator = DEFAULT_TRANSLATOR
+) -> list[AssetsDefinition]:
     """Mirror and daily-history assets for every configured destination."""
     partitions = daily_partitions(configset)
     assets: list[AssetsDefinition] = []
-    # Invalid destinations keep their assets, so a typo does not make history disappear.
-    for name in sorted({*configset.destinations, *configset.errors}):
-        assets.append(_mirror_asset(name))
-        assets.append(_daily_history_asset(name, partitions))
+    for name in destination_names(configset):
+        assets.append(_mirror_asset(name, translator))
+        assets.append(_daily_history_asset(name, partitions, translator))
     return assets

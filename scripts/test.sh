@@ -6,5 +6,5 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 .venv/bin/ruff check --quiet .
 .venv/bin/ruff format --check --quiet .
-.venv/bin/mypy --strict cdc_platform
+.venv/bin/mypy --strict cdc_platform dagster_defs
 exec .venv/bin/pytest -m "unit or integration" "$@"

@@ -286,8 +286,8 @@ def test_dagster_asset_check_reports_what_it_found_and_fixed(
     from dagster import AssetCheckSeverity, Definitions  # noqa: PLC0415
 
     from dagster_defs.reconcile import reconcile_checks, reconcile_job  # noqa: PLC0415
-    from dagster_defs.resources import PlatformResource  # noqa: PLC0415
-    from dagster_defs.spark_assets import SparkResource, spark_assets  # noqa: PLC0415
+    from dagster_defs.resources import PlatformResource, SparkResource  # noqa: PLC0415
+    from dagster_defs.spark_assets import spark_assets  # noqa: PLC0415
 
     apply_mirrors(spark, destination, mariadb.name)
     inject(spark, destination, mariadb)

@@ -21,8 +21,8 @@ from cdc_platform.spark.session import SparkSessionFactory
 from cdc_platform.testing.processes import die_with_parent, stop_process
 from cdc_platform.testing.spark_changes import ChangeLogWriter, SourceTable, column
 from dagster_defs.assets import change_log_specs
-from dagster_defs.resources import PlatformResource
-from dagster_defs.spark_assets import SparkResource, spark_assets
+from dagster_defs.resources import PlatformResource, SparkResource
+from dagster_defs.spark_assets import spark_assets
 
 pytestmark = pytest.mark.integration
 

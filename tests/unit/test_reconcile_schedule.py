@@ -24,7 +24,7 @@ from cdc_platform.errors import ConfigError, ReconcileError
 from cdc_platform.reconcile.inbox import RepairInbox, signing_key
 from cdc_platform.reconcile.repair import RepairKey, RepairResult, RepairTable
 from cdc_platform.reconcile.schedule import DueState, next_interval
-from dagster_defs.cdc_job import DESTINATION_TAG, cdc_destination
+from dagster_defs.cdc_job import CDC_JOB, DESTINATION_TAG
 from dagster_defs.reconcile import RECONCILE_JOB, RECONCILE_TAG, build_reconcile_schedule, check_key
 from dagster_defs.resources import PlatformResource
 
@@ -119,7 +119,7 @@ def test_sensor_requests_only_where_the_lease_is_held_after_a_random_wait(
     assert not first.run_requests
     assert json.loads(first.cursor or "{}") == {"a": 10_000 + 22.5 * 60, "b": 10_000 + 22.5 * 60}
 
-    add_run(instance, cdc_destination.name, {DESTINATION_TAG: "a"})  # a streams, b does not
+    add_run(instance, CDC_JOB, {DESTINATION_TAG: "a"})  # a streams, b does not
     now[0] += 22.5 * 60
     second = tick(first.cursor)
     assert second.run_requests is not None

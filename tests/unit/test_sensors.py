@@ -19,7 +19,7 @@ from dagster import (
 
 from cdc_platform.config import load_config
 from cdc_platform.config.monitor import diff_destinations
-from dagster_defs.cdc_job import DESTINATION_TAG, cdc_destination
+from dagster_defs.cdc_job import CDC_JOB, DESTINATION_TAG
 from dagster_defs.resources import PlatformResource
 from dagster_defs.sensors import Liveness, build_config_monitor, build_running_monitor
 
@@ -65,7 +65,7 @@ def tick(sensor_def, instance: DagsterInstance, conf: Path, cursor: str | None) 
 
 def add_run(instance: DagsterInstance, destination: str, status: DagsterRunStatus) -> DagsterRun:
     run = DagsterRun(
-        job_name=cdc_destination.name,
+        job_name=CDC_JOB,
         run_id=str(uuid.uuid4()),
         status=status,
         tags={DESTINATION_TAG: destination},
