@@ -54,6 +54,7 @@ from cdc_platform.events import (
     Transaction,
 )
 from cdc_platform.source.filters import Statement, StatementKind, TableFilter, classify_statement
+from cdc_platform.source.mysql import GAP_ADVICE
 from cdc_platform.source.table_maps import TablePlans
 
 log = logging.getLogger("cdc_platform.source")
@@ -74,11 +75,6 @@ _HOLD_BYTES = 16 << 20
 """Rows of an open transaction held back until its end event; a bigger transaction streams
 (the store commits it in chunks) and can no longer be dropped if its end never comes."""
 
-GAP_ADVICE = (
-    "the change log cannot be continued without loss; take a new snapshot "
-    "(cdc-platform snapshot) or reset the checkpoint"
-)
-
 _TABLE_STATEMENTS = frozenset({StatementKind.DDL, StatementKind.ADMIN, StatementKind.DML})
 """Statements after which table ids may describe other table definitions."""
 
@@ -86,7 +82,7 @@ _QUIET_COMMIT_INTERVAL = 1.0
 """Seconds between COMMIT events of transactions whose rows were all filtered out."""
 
 
-__all__ = ["GAP_ADVICE", "TransactionAssembler", "filter_fingerprint"]
+__all__ = ["TransactionAssembler", "filter_fingerprint"]
 
 
 def filter_fingerprint(include: Sequence[str], exclude: Sequence[str]) -> str:
