@@ -55,7 +55,7 @@ from cdc_platform.events import (
     ServerIdentity,
 )
 from cdc_platform.source.binlog_server import BinlogServer, SourceInfo
-from cdc_platform.source.filters import TableFilter
+from cdc_platform.source.filters import TableFilter, filter_fingerprint
 from cdc_platform.source.mysql import (
     GAP_ADVICE,
     STREAM_ERRORS,
@@ -65,7 +65,7 @@ from cdc_platform.source.mysql import (
     library_connection,
 )
 from cdc_platform.source.table_maps import JSON_VALID_CHECK, Catalog, TablePlans, enum_labels
-from cdc_platform.source.transactions import TransactionAssembler, filter_fingerprint
+from cdc_platform.source.transactions import TransactionAssembler
 
 __all__ = ["BinlogSource", "SourceInfo"]
 
