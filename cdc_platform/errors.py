@@ -27,8 +27,10 @@ __all__ = [
     "SnapshotError",
     "SourceConnectionError",
     "SourceError",
+    "SourceLoginError",
     "SourceServerChangedError",
     "SourceSettingsError",
+    "SourceTableChangedError",
     "SparkError",
     "SparkSessionError",
     "StoreError",
@@ -103,6 +105,20 @@ class SourceServerChangedError(SourceError):
 
 class SourceConnectionError(SourceError):
     """The source server went away or refused the connection; reconnecting may help."""
+
+    transient = True
+
+
+class SourceLoginError(SourceConnectionError):
+    """The server refused the login (wrong user or password, or a missing account): the same
+    credentials will be refused again, so this is not retried."""
+
+    transient = False
+
+
+class SourceTableChangedError(SourceError):
+    """A table changed its columns while it was read (a selected column is gone); reading it
+    again, with its columns described anew, may succeed."""
 
     transient = True
 

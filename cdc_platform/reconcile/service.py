@@ -28,7 +28,7 @@ from cdc_platform.reconcile.compare import ChunkProgress, TableComparison, compa
 from cdc_platform.reconcile.inbox import destination_inbox
 from cdc_platform.reconcile.repair import RepairResult, RepairStop, RepairTable, repair_keys
 from cdc_platform.sink.delta import DeltaChangeLog
-from cdc_platform.source.connection import connect_source
+from cdc_platform.source.mysql import connect_source
 from cdc_platform.source.snapshot import base_tables, describe_table
 from cdc_platform.spark.mirror import mirror_root
 

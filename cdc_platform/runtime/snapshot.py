@@ -67,7 +67,7 @@ from cdc_platform.runtime.instance import CommitReport
 from cdc_platform.runtime.segments import SegmentStream, altered, touched_keys
 from cdc_platform.sink.delta import Checkpoint, DeltaChangeLog, MaintenancePolicy
 from cdc_platform.source.binlog import BinlogSource
-from cdc_platform.source.connection import connect_source
+from cdc_platform.source.mysql import connect_source, is_missing_table, mysql_error
 from cdc_platform.source.snapshot import (
     ChunkRows,
     SnapshotTable,
@@ -77,7 +77,7 @@ from cdc_platform.source.snapshot import (
     encode_key,
     read_chunk,
 )
-from cdc_platform.source.sql import is_missing_table, mysql_error, qualified_name
+from cdc_platform.source.sql import qualified_name
 
 __all__ = [
     "DEFAULT_SEGMENT_EVENTS",

@@ -12,12 +12,21 @@ statement-based DML, which cannot be captured as row changes.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["SYSTEM_SCHEMAS", "Statement", "StatementKind", "TableFilter", "classify_statement"]
+__all__ = [
+    "SYSTEM_SCHEMAS",
+    "Statement",
+    "StatementKind",
+    "TableFilter",
+    "classify_statement",
+    "filter_fingerprint",
+]
 
 SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
 """Schemas that are never captured, whatever the patterns say."""
@@ -293,3 +302,10 @@ def _object_word(text: str) -> str:
         if word not in skip:
             return word
     return ""
+
+
+def filter_fingerprint(include: Sequence[str], exclude: Sequence[str]) -> str:
+    """A short digest of the table filters, stored in every checkpoint: a skip inside a
+    transaction counts the captured events, so it is only valid under the same filters."""
+    text = json.dumps({"include": list(include), "exclude": list(exclude)}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,13 +1,13 @@
 """The id-watch source: tables polled by increasing id, repaired by periodic full lists.
 
-For servers without binlog access (seed 004, SOFARegistry's table watch). Three mechanisms,
+For servers without binlog access (like SOFARegistry's table watch). Three mechanisms,
 all run by :meth:`IdWatchSource.events` in the reader thread, one after the other:
 
 * **watch** (every ``poll_interval_seconds``): per table, ``WHERE id > last ORDER BY id
   LIMIT page``, emitted in id order up to (not including) the first row whose created time is
-  within ``stability_delay_seconds`` of the database's clock (seed 004's listStableEntries /
-  listToTail). An insert whose lower id commits after a higher one is still in that window
-  when the higher one is read, so the watch stops before it and reads both later.
+  within ``stability_delay_seconds`` of the database's clock (SOFARegistry's
+  listStableEntries / listToTail). An insert whose lower id commits after a higher one is still
+  in that window when the higher one is read, so the watch stops before it and reads both later.
 * **list** (at start, then after a delay drawn uniformly from ``list_interval_minutes``, like
   SOFARegistry's ListLoop): the whole table in primary-key chunks, compared with the known
   state (primary key -> digest of the row image) to emit what the watch cannot see: updates,
@@ -35,7 +35,6 @@ restart neither loses nor repeats rows; the position (per-table last id) is a
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import random
 import threading
@@ -45,16 +44,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import pymysql
 from pydantic import SecretStr
 
-from cdc_platform.config.models import IdWatchConfig, IdWatchTableConfig, SourceConfig
+from cdc_platform.config.models import IdWatchConfig, SourceConfig
 from cdc_platform.errors import (
     ConfigError,
-    SnapshotError,
-    SourceConnectionError,
     SourceError,
-    SourceSettingsError,
 )
 from cdc_platform.events import (
     BinlogPosition,
@@ -76,10 +71,18 @@ from cdc_platform.source.id_watch_state import (
     next_list_delay,
     stable_prefix,
 )
-from cdc_platform.source.snapshot import SnapshotTable, describe_table, read_chunk, select_rows
-from cdc_platform.source.values import dumps
+from cdc_platform.source.id_watch_tables import (
+    WatchedTable,
+    db_now,
+    describe_watched,
+    key_json,
+)
+from cdc_platform.source.mysql import MYSQL_ERRORS, Connection, SourceServer
+from cdc_platform.source.snapshot import SnapshotTable, read_chunk, select_rows
+from cdc_platform.source.sql import quote_identifier
 
 __all__ = [
+    "ID_WATCH_GRANTS",
     "POSITION_FORMAT_VERSION",
     "ROW_FILE",
     "Change",
@@ -96,24 +99,14 @@ __all__ = [
 
 log = logging.getLogger("cdc_platform.source.id_watch")
 
+_FAILURES: tuple[type[BaseException], ...] = (*MYSQL_ERRORS, SourceError)
+"""What a round of reading may raise: library errors (translated) and the engine's own."""
+
 ROW_FILE = "id_watch"
 """``binlog_file`` of every row this source writes (``binlog_pos`` is its transaction number)."""
 
-_TRANSIENT_CODES = frozenset({1040, 1053, 1205, 1213, 1927, 2003, 2006, 2013, 2055})
-"""Server errors after which a new connection (or the same round again) may succeed."""
-_BAD_FIELD = 1054
-"""A selected column is gone: the table changed under us; reconnecting re-reads its columns."""
-_ACCESS_DENIED = frozenset({1045, 1698})
-_NO_PRIVILEGE = frozenset({1044, 1142, 1143, 1227, 1370})
-_TIME_TYPES = frozenset({"datetime", "timestamp"})
-_INTEGER_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint"})
-
-
-def _quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
-# -- the source --------------------------------------------------------------------------------
+ID_WATCH_GRANTS = "id_watch needs SELECT on the watched tables, and DELETE on those with `expire`"
+"""Advice on a missing privilege."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,28 +115,6 @@ class IdWatchInfo:
 
     version: str
     tables: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class _Table:
-    """A watched table: its settings and how to read it."""
-
-    settings: IdWatchTableConfig
-    spec: SnapshotTable
-    created_type: str
-    """``datetime`` or ``timestamp``: which clock reading the stability cut compares with."""
-    modified_type: str | None = None
-    """The same for ``expire.modified_column``."""
-
-    @property
-    def name(self) -> str:
-        return self.settings.table
-
-    def id_of(self, pk: str, image: str) -> int:
-        """The id of a row read as (pk JSON, image JSON), e.g. by the list."""
-        column = self.settings.id_column
-        source = pk if column in self.spec.primary_key else image
-        return int(json.loads(source)[column])
 
 
 class _Emitter:
@@ -162,7 +133,7 @@ class _Emitter:
         return WatchPosition(dict(self.last_ids), self.txn)
 
     def transaction(
-        self, table: _Table | None, changes: Sequence[Change], *, last_id: int | None = None
+        self, table: WatchedTable | None, changes: Sequence[Change], *, last_id: int | None = None
     ) -> list[ChangeEvent]:
         """ROW events for ``changes`` (of ``table``) then a COMMIT whose position holds the
         state after them (``last_id`` moves the table's watch position)."""
@@ -250,68 +221,16 @@ class IdWatchSource:
         """Full lists completed (for tests and metrics)."""
         self.expired_deleted = 0
         """Rows deleted by the expired-row cleanup."""
-        self._password = password
+        self._mysql = SourceServer(config, password, purpose="id_watch", grants=ID_WATCH_GRANTS)
+        """The MySQL boundary every connection and error of this source goes through."""
         self._table_uri = table_uri
         self._storage_options = storage_options
         self._clock = clock
         self._rng = rng or random.Random()  # noqa: S311 - a timer jitter, not a secret
         self._stop = threading.Event()
 
-    # -- connections ---------------------------------------------------------------------------
-
-    def _secret(self) -> str:
-        if self._password is None:
-            self._password = self.config.password()
-        if isinstance(self._password, SecretStr):
-            return self._password.get_secret_value()
-        return self._password
-
-    def _where(self) -> str:
-        return f"{self.config.host}:{self.config.port} as {self.config.user!r}"
-
-    def _error(self, exc: BaseException, doing: str) -> SourceError:
-        """Translate a pymysql/socket error; the password never appears in the message."""
-        code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
-        text = str(exc)
-        secret = self._secret()
-        if secret:
-            text = text.replace(secret, "***")
-        if code in _ACCESS_DENIED:
-            return SourceSettingsError(
-                f"access denied {doing} {self._where()}: {text}; check the user and the "
-                f"password in ${self.config.password_env}"
-            )
-        if code in _NO_PRIVILEGE:
-            return SourceSettingsError(
-                f"user {self.config.user!r} lacks a privilege {doing}: {text}; id_watch needs "
-                "SELECT on the watched tables, and DELETE on those with `expire`"
-            )
-        if code == _BAD_FIELD:
-            error = SourceError(f"a watched table changed its columns ({text}); re-reading them")
-            error.transient = True
-            return error
-        if _transient(exc):
-            return SourceConnectionError(
-                f"cannot reach MySQL/MariaDB {doing} {self._where()}: {text}"
-            )
-        return SourceError(f"id_watch failed {doing} {self._where()}: {text}")
-
-    def _connect(self) -> pymysql.connections.Connection[Any]:
-        try:
-            return pymysql.connect(
-                host=self.config.host,
-                port=self.config.port,
-                user=self.config.user,
-                password=self._secret(),
-                connect_timeout=self.config.connect_timeout_seconds,
-                read_timeout=max(60.0, self.config.connect_timeout_seconds),
-                autocommit=True,
-                charset="utf8mb4",
-                # TIMESTAMP text is the instant in UTC, as the binlog source writes it.
-                init_command="SET time_zone = '+00:00'",
-            )
-        except (pymysql.MySQLError, OSError) as exc:
-            raise self._error(exc, "connecting to") from None
+    def _connect(self) -> Connection:
+        return self._mysql.connect(max(60.0, self.config.connect_timeout_seconds))
 
     # -- interface -----------------------------------------------------------------------------
 
@@ -327,9 +246,9 @@ class IdWatchSource:
                 cur.execute("SELECT VERSION()")
                 row = cur.fetchone()
             version = str(row[0]) if row else "?"
-            self._describe(conn)
-        except (pymysql.MySQLError, OSError) as exc:
-            raise self._error(exc, "checking the watched tables on") from None
+            describe_watched(conn, self.watch.tables)
+        except MYSQL_ERRORS as exc:
+            raise self._mysql.error(exc, "checking the watched tables on") from None
         finally:
             conn.close()
         return IdWatchInfo(version, tuple(t.table for t in self.watch.tables))
@@ -375,26 +294,29 @@ class IdWatchSource:
         emitter = _Emitter(position, self.config.server_id, self._clock)
         schedule = ListSchedule(self.watch.list_interval_minutes, self._clock, self._rng)
         delay = self.config.reconnect_initial_seconds
-        conn: pymysql.connections.Connection[Any] | None = None
+        conn: Connection | None = None
         try:
             while not self._stop.is_set():
                 try:
                     if conn is None:
                         conn = self._connect()
-                        tables = self._describe(conn)
+                        tables = describe_watched(conn, self.watch.tables)
                     found = yield from self._watch_round(conn, tables, known, emitter)
                     self.rounds += 1
                     if schedule.due() and not self._stop.is_set():
-                        tables = self._describe(conn)  # a list picks up added columns
+                        # A list picks up added columns.
+                        tables = describe_watched(conn, self.watch.tables)
                         yield from self._list(conn, tables, known, emitter)
                         yield from self._cleanup(conn, tables, known, emitter)
                         wait = schedule.listed()
                         log.info("id_watch: list %d done; next in %.0f s", self.lists, wait)
                     delay = self.config.reconnect_initial_seconds
-                except (pymysql.MySQLError, OSError, SourceError) as exc:
+                except _FAILURES as exc:
                     if self._stop.is_set():
                         return
-                    error = exc if isinstance(exc, SourceError) else self._error(exc, "reading")
+                    error = (
+                        exc if isinstance(exc, SourceError) else self._mysql.error(exc, "reading")
+                    )
                     if not error.transient:
                         raise error from None
                     self.reconnects += 1
@@ -414,64 +336,12 @@ class IdWatchSource:
             if conn is not None:
                 _close_quietly(conn)
 
-    # -- tables --------------------------------------------------------------------------------
-
-    def _describe(self, conn: pymysql.connections.Connection[Any]) -> list[_Table]:
-        tables: list[_Table] = []
-        for settings in self.watch.tables:
-            try:
-                spec = describe_table(conn, settings.db, settings.name)
-            except SnapshotError as exc:
-                raise SourceError(f"id_watch: {exc}") from None
-            types = {c.name: str(c.described["type"]) for c in spec.columns}
-            problems: list[str] = []
-            id_type = types.get(settings.id_column)
-            if id_type is None:
-                problems.append(f"id_column {settings.id_column!r} does not exist")
-            elif id_type not in _INTEGER_TYPES:
-                problems.append(f"id_column {settings.id_column!r} is {id_type}, not an integer")
-            elif not _unique_index(conn, settings.db, settings.name, settings.id_column):
-                problems.append(
-                    f"id_column {settings.id_column!r} has no unique index of its own (the "
-                    "watch pages by `id > last`, which skips rows sharing an id)"
-                )
-            created_type = types.get(settings.created_column)
-            if created_type is None:
-                problems.append(f"created_column {settings.created_column!r} does not exist")
-            elif created_type not in _TIME_TYPES:
-                problems.append(
-                    f"created_column {settings.created_column!r} is {created_type}, "
-                    "not DATETIME or TIMESTAMP"
-                )
-            expire = settings.expire
-            if expire is not None:
-                for key, column in (
-                    ("deleted_column", expire.deleted_column),
-                    ("modified_column", expire.modified_column),
-                ):
-                    if column not in types:
-                        problems.append(f"expire.{key} {column!r} does not exist")
-                if types.get(expire.modified_column, "datetime") not in _TIME_TYPES:
-                    problems.append(
-                        f"expire.modified_column {expire.modified_column!r} is not DATETIME "
-                        "or TIMESTAMP"
-                    )
-            if problems:
-                raise ConfigError(
-                    f"id_watch table {settings.table}: " + "; ".join(problems) + " (fix "
-                    "source.id_watch.tables or the table)"
-                )
-            assert created_type is not None
-            modified_type = types.get(expire.modified_column) if expire is not None else None
-            tables.append(_Table(settings, spec, created_type, modified_type))
-        return tables
-
     # -- watch ---------------------------------------------------------------------------------
 
     def _watch_round(
         self,
-        conn: pymysql.connections.Connection[Any],
-        tables: Sequence[_Table],
+        conn: Connection,
+        tables: Sequence[WatchedTable],
         known: KnownState,
         emitter: _Emitter,
     ) -> Generator[ChangeEvent, None, bool]:
@@ -481,7 +351,7 @@ class IdWatchSource:
             last = emitter.last_ids[table.name]
             start = last
             # One clock reading per table and round: an older "now" only makes the cut stricter.
-            now_local, now_utc = _db_now(conn)
+            now_local, now_utc = db_now(conn)
             while not self._stop.is_set():
                 rows = self._watch_page(conn, table, last, now_local, now_utc)
                 stable, cut = stable_prefix(rows)
@@ -506,8 +376,8 @@ class IdWatchSource:
 
     def _watch_page(
         self,
-        conn: pymysql.connections.Connection[Any],
-        table: _Table,
+        conn: Connection,
+        table: WatchedTable,
         last: int,
         now_local: datetime,
         now_utc: datetime,
@@ -515,8 +385,8 @@ class IdWatchSource:
         settings = table.settings
         delay = timedelta(seconds=settings.stability_delay_seconds)
         cut = (now_utc if table.created_type == "timestamp" else now_local) - delay
-        created = _quote(settings.created_column)
-        id_col = _quote(settings.id_column)
+        created = quote_identifier(settings.created_column)
+        id_col = quote_identifier(settings.id_column)
         extra = f"{id_col}, COALESCE({created} >= %s, 0)"
         records = select_rows(
             conn,
@@ -531,8 +401,8 @@ class IdWatchSource:
 
     def _list(
         self,
-        conn: pymysql.connections.Connection[Any],
-        tables: Sequence[_Table],
+        conn: Connection,
+        tables: Sequence[WatchedTable],
         known: KnownState,
         emitter: _Emitter,
     ) -> Iterator[ChangeEvent]:
@@ -579,8 +449,8 @@ class IdWatchSource:
 
     def _cleanup(
         self,
-        conn: pymysql.connections.Connection[Any],
-        tables: Sequence[_Table],
+        conn: Connection,
+        tables: Sequence[WatchedTable],
         known: KnownState,
         emitter: _Emitter,
     ) -> Iterator[ChangeEvent]:
@@ -591,15 +461,16 @@ class IdWatchSource:
             if expire is None:
                 continue
             spec = table.spec
-            key_sql = ", ".join(_quote(k) for k in spec.primary_key)
-            where = f"{_quote(expire.deleted_column)} = 1 AND {_quote(expire.modified_column)} < %s"
-            now_local, now_utc = _db_now(conn)
+            key_sql = ", ".join(quote_identifier(k) for k in spec.primary_key)
+            deleted_col = quote_identifier(expire.deleted_column)
+            where = f"{deleted_col} = 1 AND {quote_identifier(expire.modified_column)} < %s"
+            now_local, now_utc = db_now(conn)
             now = now_utc if table.modified_type == "timestamp" else now_local
             cutoff = now - timedelta(seconds=expire.after_seconds)
             for _ in range(expire.max_batches_per_round):
                 if self._stop.is_set():
                     return
-                target = f"{_quote(spec.db)}.{_quote(spec.table)}"
+                target = f"{quote_identifier(spec.db)}.{quote_identifier(spec.table)}"
                 with conn.cursor() as cur:
                     cur.execute(
                         f"SELECT {key_sql} FROM {target} WHERE {where} "  # noqa: S608
@@ -621,14 +492,14 @@ class IdWatchSource:
                 present = select_rows(
                     conn,
                     spec,
-                    _quote(table.settings.id_column),
+                    quote_identifier(table.settings.id_column),
                     f"WHERE ({key_sql}) IN ({in_list})",
                     tuple(v for key in keys for v in key),
                 )
                 last = emitter.last_ids[table.name]
                 here = {pk for pk, _, _ in present}
                 rows = [(pk, image) for pk, image, extra in present if int(extra[0]) <= last]
-                wanted = {_key_json(spec, key) for key in keys}
+                wanted = {key_json(spec, key) for key in keys}
                 changes = known.diff(table.name, rows, new_op=Op.SNAPSHOT)
                 changes += [
                     Change(Op.DELETE, pk, None)
@@ -643,54 +514,6 @@ class IdWatchSource:
                     break
 
 
-def _key_json(spec: SnapshotTable, raw: Sequence[Any]) -> str:
-    """The pk JSON of a raw key, through the same encoders (reads no row)."""
-    converters = {c.name: c.convert for c in spec.columns}
-    return dumps(
-        {
-            name: None if value is None else converters[name](value)
-            for name, value in zip(spec.primary_key, raw, strict=True)
-        }
-    )
-
-
-def _db_now(conn: pymysql.connections.Connection[Any]) -> tuple[datetime, datetime]:
-    """The database's clock now, in its default time zone (what DATETIME columns set with
-    NOW() hold) and in UTC (what TIMESTAMP columns compare with in this UTC session)."""
-    with conn.cursor() as cur:
-        cur.execute("SET time_zone = @@global.time_zone")
-        try:
-            cur.execute("SELECT NOW(6)")
-            row = cur.fetchone()
-        finally:
-            cur.execute("SET time_zone = '+00:00'")
-        cur.execute("SELECT NOW(6)")
-        utc = cur.fetchone()
-    assert row is not None
-    assert utc is not None
-    return row[0], utc[0]
-
-
-def _unique_index(
-    conn: pymysql.connections.Connection[Any], db: str, table: str, column: str
-) -> bool:
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
-            "AND TABLE_NAME = %s AND NON_UNIQUE = 0 GROUP BY INDEX_NAME "
-            "HAVING COUNT(*) = 1 AND MAX(COLUMN_NAME) = %s",
-            (db, table, column),
-        )
-        return cur.fetchone() is not None
-
-
-def _transient(exc: BaseException) -> bool:
-    if isinstance(exc, OSError | pymysql.err.InterfaceError):
-        return True
-    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
-    return code in _TRANSIENT_CODES
-
-
-def _close_quietly(conn: pymysql.connections.Connection[Any]) -> None:
-    with contextlib.suppress(pymysql.MySQLError, OSError):
+def _close_quietly(conn: Connection) -> None:
+    with contextlib.suppress(*MYSQL_ERRORS):
         conn.close()

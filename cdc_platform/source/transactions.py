@@ -14,10 +14,8 @@ against that transaction's identity and the table filters the skip was counted w
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -54,7 +52,9 @@ from cdc_platform.events import (
     Transaction,
 )
 from cdc_platform.source.filters import Statement, StatementKind, TableFilter, classify_statement
+from cdc_platform.source.mysql import GAP_ADVICE
 from cdc_platform.source.table_maps import TablePlans
+from cdc_platform.source.xa import XaState, xa_statement
 
 log = logging.getLogger("cdc_platform.source")
 
@@ -74,11 +74,6 @@ _HOLD_BYTES = 16 << 20
 """Rows of an open transaction held back until its end event; a bigger transaction streams
 (the store commits it in chunks) and can no longer be dropped if its end never comes."""
 
-GAP_ADVICE = (
-    "the change log cannot be continued without loss; take a new snapshot "
-    "(cdc-platform snapshot) or reset the checkpoint"
-)
-
 _TABLE_STATEMENTS = frozenset({StatementKind.DDL, StatementKind.ADMIN, StatementKind.DML})
 """Statements after which table ids may describe other table definitions."""
 
@@ -86,14 +81,7 @@ _QUIET_COMMIT_INTERVAL = 1.0
 """Seconds between COMMIT events of transactions whose rows were all filtered out."""
 
 
-__all__ = ["GAP_ADVICE", "TransactionAssembler", "filter_fingerprint"]
-
-
-def filter_fingerprint(include: Sequence[str], exclude: Sequence[str]) -> str:
-    """A short digest of the table filters, stored in every checkpoint: a skip inside a
-    transaction counts the captured events, so it is only valid under the same filters."""
-    text = json.dumps({"include": list(include), "exclude": list(exclude)}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+__all__ = ["TransactionAssembler"]
 
 
 # -- transactions -------------------------------------------------------------------------------
@@ -135,10 +123,7 @@ class TransactionAssembler:
                 "under the old filters; restore the previous filters until that transaction is "
                 "complete (the checkpoint's skip_events is 0 again), then change them"
             )
-        self._xa_pending = start.xa_prepared
-        self._prepared: dict[str, tuple[PreparedXa, list[ChangeEvent]]] = {}
-        self._xa_hold = False
-        self._xa_xid: str | None = None
+        self._xa = XaState(start.xa_prepared)
         self._held: list[ChangeEvent] = []
         self._held_bytes = 0
         self._streaming = False
@@ -191,7 +176,7 @@ class TransactionAssembler:
                 self._skip,
                 txn_gtid=expect.txn_gtid if expect is not None else None,
                 filters=self._filters,
-                xa_prepared=self._xa_pending,
+                xa_prepared=self._xa.pending,
             )
         self._txn = None
         self._index = 0
@@ -205,12 +190,11 @@ class TransactionAssembler:
     def adopt_prepared(self, xa: PreparedXa, rows: list[ChangeEvent]) -> None:
         """Rows of a prepared XA transaction read before the stream's start (after a restart
         from a checkpoint that lists it); they come out at its XA COMMIT."""
-        self._prepared[xa.xid] = (xa, rows)
+        self._xa.adopt(xa, rows)
 
     def prepared_rows(self, xid: str) -> list[ChangeEvent] | None:
         """The held rows of a prepared XA transaction seen by this assembler, if any."""
-        found = self._prepared.get(xid)
-        return None if found is None else found[1]
+        return self._xa.rows_of(xid)
 
     def feed(self, event: Any) -> list[ChangeEvent]:
         """The change events one library event produces (mostly none or one rows event's)."""
@@ -223,7 +207,7 @@ class TransactionAssembler:
 
     def _mariadb_gtid(self, event: Any) -> list[ChangeEvent]:
         out = self._begin(event, event.gtid, bool(event.flags & _MARIADB_FL_STANDALONE))
-        self._xa_hold = bool(event.flags & _MARIADB_FL_PREPARED_XA)
+        self._xa.new_group(hold=bool(event.flags & _MARIADB_FL_PREPARED_XA))
         return out
 
     def _mysql_gtid(self, event: Any) -> list[ChangeEvent]:
@@ -258,13 +242,12 @@ class TransactionAssembler:
             server_id=event.packet.server_id,
             timestamp=event.timestamp,
             filters=self._filters,
-            xa_prepared=self._xa_pending,
+            xa_prepared=self._xa.pending,
         )
         self._index = 0
         self._standalone = standalone
         self._pending_ddl = []
-        self._xa_hold = False
-        self._xa_xid = None
+        self._xa.new_group()
         return []
 
     def _check_identity(
@@ -314,7 +297,7 @@ class TransactionAssembler:
         self._held = []
         self._held_bytes = 0
         self._streaming = False
-        self._xa_hold = False
+        self._xa.hold = False
 
     def _end(self, event: Any) -> list[ChangeEvent]:
         return self._finish(self._here(event), None)
@@ -347,9 +330,7 @@ class TransactionAssembler:
         if out:
             self._idle_commit = None
         self._close(position, txn)
-        self._xa_pending = txn.xa_prepared_after
-        if txn.xa_resolves is not None:
-            self._prepared.pop(txn.xa_resolves, None)
+        self._xa.boundary(txn)
         return out
 
     def _close(self, position: BinlogPosition, txn: Transaction) -> None:
@@ -363,8 +344,7 @@ class TransactionAssembler:
         self._held = []
         self._held_bytes = 0
         self._streaming = False
-        self._xa_hold = False
-        self._xa_xid = None
+        self._xa.new_group()
 
     def _quiet(self, commit: ChangeEvent) -> ChangeEvent | None:
         """The COMMIT of a transaction with nothing captured: at most one per second, so the
@@ -457,7 +437,7 @@ class TransactionAssembler:
             return out
         self._held.extend(out)
         self._held_bytes += sum(e.size for e in out)
-        if self._xa_hold or (len(self._held) < _HOLD_EVENTS and self._held_bytes < _HOLD_BYTES):
+        if self._xa.hold or (len(self._held) < _HOLD_EVENTS and self._held_bytes < _HOLD_BYTES):
             return []
         out, self._held, self._held_bytes = self._held, [], 0
         self._streaming = True
@@ -544,18 +524,16 @@ class TransactionAssembler:
         )
 
     def _xa_query(self, event: Any, sql: str) -> list[ChangeEvent]:
-        words = sql.split(None, 2)
-        verb = words[1].upper() if len(words) > 1 else ""
-        xid = _xid(words[2]) if len(words) > 2 else ""
+        verb, xid = xa_statement(sql)
         if verb in ("START", "BEGIN"):
             # MySQL: the group ends with XA PREPARE (held until XA COMMIT) or, one phase,
             # with an XA_prepare event flagged one_phase (committed there).
             self._ensure_txn(event)
             self._standalone = False
-            self._xa_hold = True
+            self._xa.hold = True
             return []
         if verb == "END":
-            self._xa_xid = xid
+            self._xa.xid = xid
             return []
         if verb not in ("COMMIT", "ROLLBACK"):
             return []
@@ -567,7 +545,7 @@ class TransactionAssembler:
         """The group that commits or rolls back an earlier XA PREPARE: a commit's rows are
         the prepared ones, at this group's position, in the order the server commits."""
         txn = self._ensure_txn(event)
-        prepared = self._prepared.get(xid)
+        prepared = self._xa.rows_of(xid)
         if verb == "ROLLBACK":
             self._txn = replace(txn, xa_resolves=xid)
             return self._end(event)
@@ -581,15 +559,8 @@ class TransactionAssembler:
             return self._end(event)
         txn = replace(txn, xa_resolves=xid)
         self._txn = txn
-        here = self._here(event)
-        skip = self._skip
-        out = [
-            replace(row, txn=txn, position=here, index=i)
-            for i, row in enumerate(prepared[1])
-            if i >= skip
-        ]
-        self._index = len(prepared[1])
-        self._held = out
+        self._held = XaState.committed(prepared, txn, self._here(event), self._skip)
+        self._index = len(prepared)
         return self._end(event)
 
     def _xa_prepare(self, event: Any) -> list[ChangeEvent]:
@@ -605,10 +576,7 @@ class TransactionAssembler:
                 f"XA transaction {_name(txn.gtid, txn.start)} was prepared at "
                 f"{self._here(event)} after its rows were passed on as committed"
             )
-        xid = self._xa_xid if self._xa_xid is not None else _xid(str(event.xid))
-        entry = PreparedXa(xid, txn.start.file, txn.start.pos, txn.gtid)
-        self._prepared[xid] = (entry, self._held)
-        self._xa_pending = (*(x for x in txn.xa_prepared if x.xid != xid), entry)
+        self._xa.prepare(txn, self._held, str(event.xid))
         self._close(self._here(event), txn)
         return []
 
@@ -632,11 +600,3 @@ class TransactionAssembler:
 
 def _name(gtid: str | None, start: BinlogPosition) -> str:
     return f"{gtid} at {start}" if gtid else f"at {start}"
-
-
-def _xid(text: str) -> str:
-    """The XID of an XA statement as the server logs it, the same in XA END and XA COMMIT."""
-    text = " ".join(text.split())
-    if text.upper().endswith(" ONE PHASE"):
-        text = text[: -len(" ONE PHASE")]
-    return text.rstrip(";").strip()

@@ -697,5 +697,6 @@ def test_stop_ends_the_servers_dump_thread_at_once(mariadb: Any) -> None:
 
 def test_server_errors_are_translated(mariadb: Any) -> None:
     source = _source(mariadb, _config(mariadb), None)
-    error = source._error(pymysql.err.OperationalError(1236, "could not find GTID"), "x")
+    refused = pymysql.err.OperationalError(1236, "could not find GTID")
+    error = source.binlog_server.mysql.error(refused, "x")
     assert isinstance(error, BinlogGapError)

@@ -21,7 +21,7 @@ import pytest
 from cdc_platform.config.models import SourceConfig
 from cdc_platform.events import ChangeEvent, EventKind
 from cdc_platform.source import BinlogSource
-from cdc_platform.source.connection import connect_source
+from cdc_platform.source.mysql import connect_source
 from cdc_platform.source.snapshot import describe_table, read_chunk
 from cdc_platform.testing.binlog import collect_events
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser

@@ -17,7 +17,7 @@ from cdc_platform.cli import main
 from cdc_platform.config.models import DatabaseLeaseConfig, SourceConfig, SparkConfig
 from cdc_platform.errors import CdcError
 from cdc_platform.ha.sql import Database
-from cdc_platform.source.connection import connect_source
+from cdc_platform.source.mysql import connect_source
 from cdc_platform.spark.session import SparkSessionFactory
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.secrets import PLANTED_SECRET, leaked_secrets

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 from cdc_platform.config import ConfigSet
 from cdc_platform.reconcile.compare import compare_table
 from cdc_platform.reconcile.service import reconcile_destination
-from cdc_platform.source.connection import connect_source
+from cdc_platform.source.mysql import connect_source
 from cdc_platform.source.snapshot import describe_table
 from cdc_platform.spark.mirror import apply_changes, mirror_root, mirror_uri
 from tests.conftest import MariaDBDatabase

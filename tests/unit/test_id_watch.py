@@ -18,10 +18,10 @@ from cdc_platform.source.id_watch import (
     WatchPosition,
     WatchRow,
     _Emitter,
-    _Table,
     next_list_delay,
     stable_prefix,
 )
+from cdc_platform.source.id_watch_tables import WatchedTable
 from cdc_platform.source.snapshot import SnapshotTable
 from cdc_platform.testing.fakes import FakeClock
 
@@ -128,11 +128,11 @@ def test_a_binlog_position_is_refused_clearly() -> None:
 # -- transactions ------------------------------------------------------------------------------
 
 
-def table(name: str = "shop.items") -> _Table:
+def table(name: str = "shop.items") -> WatchedTable:
     db, tbl = name.split(".")
     settings = IdWatchTableConfig(table=name, id_column="id", created_column="created")
     spec = SnapshotTable(db, tbl, (), ("id",), '[{"name":"id"}]')
-    return _Table(settings, spec, "datetime")
+    return WatchedTable(settings, spec, "datetime")
 
 
 def test_a_transaction_carries_the_state_after_it_and_before_it() -> None:

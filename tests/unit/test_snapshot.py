@@ -18,6 +18,7 @@ from cdc_platform.events import (
     Transaction,
 )
 from cdc_platform.runtime.snapshot import SegmentStream, touched_keys
+from cdc_platform.source.mysql import is_missing_table, mysql_error
 from cdc_platform.source.snapshot import (
     _bits,
     _float32,
@@ -27,7 +28,7 @@ from cdc_platform.source.snapshot import (
     decode_key,
     encode_key,
 )
-from cdc_platform.source.sql import format_safe, is_missing_table, mysql_error, quote_identifier
+from cdc_platform.source.sql import format_safe, quote_identifier
 
 pytestmark = pytest.mark.unit
 
