@@ -13,7 +13,7 @@ with the same content would never run again. Both sensors de-duplicate against l
 import json
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dagster import (
@@ -31,8 +31,8 @@ from dagster import (
 
 from cdc_platform.config import ConfigSet
 from cdc_platform.config.monitor import diff_destinations
+from cdc_platform.coordination.status import collect_status
 from cdc_platform.errors import CdcError, ConfigError
-from cdc_platform.ha.status import collect_status
 from dagster_defs.cdc_job import CONFIG_HASH_TAG, DESTINATION_TAG, cdc_destination
 from dagster_defs.resources import PlatformResource
 
@@ -296,8 +296,3 @@ def _healthy_runs(
         context.instance.report_run_failed(run, message)
         context.log.warning(message)
     return healthy
-
-
-def cursor_of(seen: Mapping[str, str]) -> str:
-    """A config_monitor cursor for tests and tools."""
-    return json.dumps({"seen": dict(seen), "cancel": []}, sort_keys=True)

@@ -23,7 +23,7 @@ from typing import Any
 
 from cdc_platform.errors import ConfigError
 from cdc_platform.ha.lease import MemberInfo
-from cdc_platform.ha.sql import Database, Tx
+from cdc_platform.infra.sqldb import Database, Tx
 
 __all__ = ["DEFAULT_REGISTRY_TABLE", "MaintenanceReport", "NodeRegistry", "NodeRow"]
 

@@ -48,14 +48,13 @@ from kazoo.security import make_digest_acl
 from pydantic import SecretStr
 
 from cdc_platform.errors import ConfigError, LeaseBackendError
-from cdc_platform.ha.lease import SYSTEM_CLOCK, Clock, HolderInfo, Lease, MemberInfo
+from cdc_platform.ha.lease import HolderInfo, Lease, MemberInfo
+from cdc_platform.infra.clock import SYSTEM_CLOCK, Clock
+from cdc_platform.infra.zookeeper import CONNECTION_RETRY, stop_client
 
-__all__ = ["RunningData", "SwitchRules", "ZooKeeperLease", "stop_client"]
+__all__ = ["RunningData", "SwitchRules", "ZooKeeperLease"]
 
 log = logging.getLogger("cdc_platform.ha")
-
-CONNECTION_RETRY: dict[str, float] = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0}
-"""Reconnect in ~1 s after a server comes back (FACTS.md), and never give up."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -631,7 +630,7 @@ class ZooKeeperLease(Lease):
         return found
 
     def _close_backend(self) -> None:
-        """Drop the member node and the session, each within a bound (see :func:`stop_client`)."""
+        """Drop the member node and the session, each within a bound (see ``stop_client``)."""
         with self._lock:
             usable = self._usable()
             client, self._client = self._client, None
@@ -657,34 +656,3 @@ class ZooKeeperLease(Lease):
                     problem,
                 )
         stop_client(client, timeout=self.session_timeout, what=f"{self.destination}: lease")
-
-
-def stop_client(client: Any, *, timeout: float = 10.0, what: str = "ZooKeeper client") -> bool:
-    """Stop and close a kazoo client, waiting at most ``timeout`` seconds; True when done.
-
-    ``KazooClient.stop`` sends a close request and waits for its writer thread (at least 10 s
-    whatever the session timeout); with the server frozen or gone that is as long as a stop
-    path may take in all. So it runs in a daemon thread: after ``timeout`` this logs that the
-    session could not be closed (the server expires it, removing its ephemeral nodes) and
-    returns, and the thread dies with the process.
-    """
-
-    def stop() -> None:
-        try:
-            client.stop()
-            client.close()
-        except (KazooException, KazooTimeoutError, OSError) as exc:
-            log.debug("%s: stopping the ZooKeeper client failed: %s", what, exc)
-
-    thread = threading.Thread(target=stop, name="cdc-zookeeper-stop", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        log.warning(
-            "%s: could not close the ZooKeeper session within %g s (server unreachable); "
-            "the server expires it and its ephemeral nodes",
-            what,
-            timeout,
-        )
-        return False
-    return True

@@ -109,7 +109,7 @@ def reconcile_destination(  # noqa: PLR0912, PLR0915 - the two phases, with thei
         ReconcileError: unknown destination or table, or the holder's repair failed.
         SourceError, SparkError, SinkError: reading or writing failed; rerun (it is safe).
     """
-    from cdc_platform.ha.factory import open_lease  # noqa: PLC0415 (kazoo only when used)
+    from cdc_platform.coordination.factory import open_lease  # noqa: PLC0415 (kazoo only when used)
 
     started = time.perf_counter()
     if destination not in config.destinations:

@@ -19,8 +19,8 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_platform.config import ConfigSet, load_config
+from cdc_platform.coordination.factory import open_lease
 from cdc_platform.errors import ReconcileError
-from cdc_platform.ha.factory import open_lease
 from cdc_platform.reconcile.inbox import RepairInbox, destination_inbox, inbox_path
 from cdc_platform.reconcile.repair import RepairKey, RepairTable
 from cdc_platform.reconcile.service import ReconcileReport, reconcile_destination
