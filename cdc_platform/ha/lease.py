@@ -7,7 +7,7 @@ backend keeps:
   lease, a timeout passes or a stop event is set.
 * **Epoch** (fencing token): every acquisition gets an epoch larger than any earlier one of the
   same destination, including the holder's own earlier terms. Every Delta commit carries it and
-  the sink refuses commits from an epoch older than the table's newest (DESIGN.md: fencing).
+  the sink refuses commits from an epoch older than the table's newest (see ``docs/ha.md``).
   ``min_epoch`` raises the floor, so a lease store that is behind the change log (a new
   ZooKeeper, a switched backend) never hands out an epoch the table would refuse forever.
 * **Local validity**: a holder only trusts the lease until ``t0 + ttl - margin`` of its own
