@@ -30,7 +30,7 @@ from cdc_platform.reconcile.repair import RepairResult, RepairStop, RepairTable,
 from cdc_platform.sink.delta import DeltaChangeLog
 from cdc_platform.source.connection import connect_source
 from cdc_platform.source.snapshot import base_tables, describe_table
-from cdc_platform.spark.mirror import mirror_root
+from cdc_platform.spark.locations import mirror_root
 
 __all__ = ["ReconcileReport", "reconcile_destination"]
 

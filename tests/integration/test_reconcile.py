@@ -26,7 +26,8 @@ from cdc_platform.reconcile.repair import RepairKey, RepairTable
 from cdc_platform.reconcile.service import ReconcileReport, reconcile_destination
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.runtime.supervisor import LeaseSupervisor, supervised_destination
-from cdc_platform.spark.mirror import apply_changes, mirror_root, mirror_uri
+from cdc_platform.spark.locations import mirror_root, mirror_uri
+from cdc_platform.spark.mirror import apply_changes
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.ha import wait_for
 from cdc_platform.testing.replay import replay
