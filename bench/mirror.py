@@ -185,7 +185,8 @@ def run_sail(work: Path, truth: dict[str, Any]) -> dict[str, float]:
 
     from deltalake import DeltaTable, write_deltalake
 
-    from cdc_platform.spark.mirror import apply_changes, mirror_uri
+    from cdc_platform.spark.locations import mirror_uri
+    from cdc_platform.spark.mirror import apply_changes
     from cdc_platform.spark.plan import (
         apply_plan,
         change_rows,

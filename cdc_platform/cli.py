@@ -98,7 +98,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from cdc_platform.ha.status import collect_status, format_status  # noqa: PLC0415
+    from cdc_platform.coordination.status import collect_status, format_status  # noqa: PLC0415
 
     config = load_config(Path(args.conf))
     names = sorted(config.destinations)
@@ -117,7 +117,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _release(args: argparse.Namespace) -> int:
-    from cdc_platform.ha.factory import open_lease  # noqa: PLC0415
+    from cdc_platform.coordination.factory import open_lease  # noqa: PLC0415
 
     config, destination = _destination(args)
     lease = open_lease(config.platform, config.conf_dir, destination.name)
@@ -156,8 +156,8 @@ def _checkpoint_show(args: argparse.Namespace) -> int:
 
 
 def _snapshot(args: argparse.Namespace) -> int:
+    from cdc_platform.coordination.factory import open_lease  # noqa: PLC0415
     from cdc_platform.errors import LeaseLostError, SnapshotError  # noqa: PLC0415
-    from cdc_platform.ha.factory import open_lease  # noqa: PLC0415
     from cdc_platform.runtime.snapshot import (  # noqa: PLC0415 (keep `config check` light)
         SnapshotProgress,
         SnapshotRunner,

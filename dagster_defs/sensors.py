@@ -31,8 +31,8 @@ from dagster import (
 
 from cdc_platform.config import ConfigSet
 from cdc_platform.config.monitor import diff_destinations
+from cdc_platform.coordination.status import collect_status
 from cdc_platform.errors import CdcError, ConfigError
-from cdc_platform.ha.status import collect_status
 from dagster_defs.cdc_job import CDC_JOB, CONFIG_HASH_TAG, DESTINATION_TAG, STREAM_OP
 from dagster_defs.resources import PlatformResource
 

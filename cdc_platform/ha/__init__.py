@@ -5,28 +5,20 @@ See :mod:`cdc_platform.ha.lease` for the contract, ``docs/ha.md`` for operation.
 
 from cdc_platform.ha.db_lease import DatabaseLease
 from cdc_platform.ha.lease import (
-    SYSTEM_CLOCK,
-    Clock,
     HolderInfo,
     Lease,
     MemberInfo,
-    SystemClock,
     default_address,
 )
 from cdc_platform.ha.registry import NodeRegistry
-from cdc_platform.ha.sql import Database
 from cdc_platform.ha.zookeeper import ZooKeeperLease
 
 __all__ = [
-    "SYSTEM_CLOCK",
-    "Clock",
-    "Database",
     "DatabaseLease",
     "HolderInfo",
     "Lease",
     "MemberInfo",
     "NodeRegistry",
-    "SystemClock",
     "ZooKeeperLease",
     "default_address",
 ]

@@ -28,15 +28,9 @@ import logging
 from dataclasses import dataclass
 
 from cdc_platform.errors import ConfigError
-from cdc_platform.ha.lease import (
-    SYSTEM_CLOCK,
-    Clock,
-    HolderInfo,
-    Lease,
-    MemberInfo,
-    MemberSource,
-)
-from cdc_platform.ha.sql import Database, Tx
+from cdc_platform.ha.lease import HolderInfo, Lease, MemberInfo, MemberSource
+from cdc_platform.infra.clock import SYSTEM_CLOCK, Clock
+from cdc_platform.infra.sqldb import Database, Tx
 
 __all__ = ["DEFAULT_TABLE", "DatabaseLease"]
 

@@ -7,7 +7,7 @@ backend keeps:
   lease, a timeout passes or a stop event is set.
 * **Epoch** (fencing token): every acquisition gets an epoch larger than any earlier one of the
   same destination, including the holder's own earlier terms. Every Delta commit carries it and
-  the sink refuses commits from an epoch older than the table's newest (DESIGN.md: fencing).
+  the sink refuses commits from an epoch older than the table's newest (see ``docs/ha.md``).
   ``min_epoch`` raises the floor, so a lease store that is behind the change log (a new
   ZooKeeper, a switched backend) never hands out an epoch the table would refuse forever.
 * **Local validity**: a holder only trusts the lease until ``t0 + ttl - margin`` of its own
@@ -31,25 +31,22 @@ import logging
 import os
 import socket
 import threading
-import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from types import TracebackType
-from typing import Any, ClassVar, Protocol
+from typing import ClassVar, Protocol
 
 from cdc_platform.errors import CdcError, LeaseError, LeaseLostError
+from cdc_platform.infra.clock import SYSTEM_CLOCK, Clock
 
 __all__ = [
-    "SYSTEM_CLOCK",
-    "Clock",
     "HolderInfo",
     "Lease",
     "LostCallback",
     "MemberInfo",
     "MemberSource",
-    "SystemClock",
     "default_address",
     "new_run_id",
 ]
@@ -57,46 +54,6 @@ __all__ = [
 log = logging.getLogger("cdc_platform.ha")
 
 LostCallback = Callable[[LeaseLostError], None]
-
-
-class Clock(Protocol):
-    """Time as the lease sees it; tests inject a fake one so nothing really sleeps."""
-
-    def monotonic(self) -> float:
-        """Seconds on a clock that never jumps (validity deadlines, delays)."""
-        ...
-
-    def time(self) -> float:
-        """Wall-clock seconds since the Unix epoch (only for display, never for validity)."""
-        ...
-
-    def sleep(self, seconds: float, wake: threading.Event | None = None) -> bool:
-        """Wait up to ``seconds``; return True early when ``wake`` is set."""
-        ...
-
-
-class SystemClock:
-    """The real clocks."""
-
-    def monotonic(self) -> float:
-        """``time.monotonic()``."""
-        return time.monotonic()
-
-    def time(self) -> float:
-        """``time.time()``."""
-        return time.time()
-
-    def sleep(self, seconds: float, wake: threading.Event | None = None) -> bool:
-        """Sleep, or wait on ``wake``."""
-        if seconds <= 0:
-            return wake is not None and wake.is_set()
-        if wake is None:
-            time.sleep(seconds)
-            return False
-        return wake.wait(seconds)
-
-
-SYSTEM_CLOCK: Clock = SystemClock()
 
 
 def default_address() -> str:
@@ -129,20 +86,6 @@ class HolderInfo:
     def to_json(self) -> str:
         """Compact JSON, for the state watch and ``status --json``."""
         return json.dumps(asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> HolderInfo:
-        """The inverse of :meth:`to_json` after ``json.loads``."""
-        return cls(
-            destination=str(data["destination"]),
-            address=str(data["address"]),
-            run_id=str(data["run_id"]),
-            epoch=int(data["epoch"]),
-            active=bool(data.get("active", True)),
-            since=data.get("since"),
-            expires_at=data.get("expires_at"),
-            backend=str(data.get("backend", "")),
-        )
 
 
 @dataclass(frozen=True, slots=True)

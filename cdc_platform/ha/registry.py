@@ -1,6 +1,6 @@
 """Node registry: each process heartbeats its row; expired rows are marked, then cleaned in batches.
 
-SOFARegistry's table pattern (seed 004), on the lease database:
+SOFARegistry's table pattern, on the lease database:
 
 * ``heartbeat`` refreshes ``heartbeat_at`` (database clock) of this process's live row; when
   there is none (first start, or the row was marked expired while the process was paused) it
@@ -23,7 +23,7 @@ from typing import Any
 
 from cdc_platform.errors import ConfigError
 from cdc_platform.ha.lease import MemberInfo
-from cdc_platform.ha.sql import Database, Tx
+from cdc_platform.infra.sqldb import Database, Tx
 
 __all__ = ["DEFAULT_REGISTRY_TABLE", "MaintenanceReport", "NodeRegistry", "NodeRow"]
 

@@ -8,7 +8,8 @@ Layout under ``root`` (default ``/cdc``), per destination::
 
 Acquisition is one multi-op transaction: bump ``epoch`` (version-checked) and create
 ``running``; so two processes can never get the same epoch, and a failed create leaves the
-counter alone. Canal's rules on the data watch of ``running`` (:class:`SwitchRules`):
+counter alone. Canal's rules on the data watch of ``running``
+(:class:`~cdc_platform.ha.running_node.SwitchRules`):
 
 * deleted, and the last holder was this process (e.g. its session expired and came back): grab
   again at once; deleted otherwise: grab after ``switch_delay`` (anti-flap);
@@ -16,7 +17,7 @@ counter alone. Canal's rules on the data watch of ``running`` (:class:`SwitchRul
   and stay away for ``release_cooldown`` so a standby takes over (Canal lets the releasing
   node race again after the delay, so a switch-over may land on the same node).
 
-Connection states (FACTS.md): SUSPENDED stops writes at once (:meth:`Lease.is_held` is False)
+Connection states: SUSPENDED stops writes at once (:meth:`Lease.is_held` is False)
 but is not a loss, because the session may well survive a server outage; LOST (session
 expired) is. After a reconnect the holder re-confirms its node before writing again, and a
 holder that was paused (SIGSTOP) distrusts the lease after ``session_timeout - margin`` of its
@@ -31,7 +32,6 @@ import json
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -48,100 +48,14 @@ from kazoo.security import make_digest_acl
 from pydantic import SecretStr
 
 from cdc_platform.errors import ConfigError, LeaseBackendError
-from cdc_platform.ha.lease import SYSTEM_CLOCK, Clock, HolderInfo, Lease, MemberInfo
+from cdc_platform.ha.lease import HolderInfo, Lease, MemberInfo
+from cdc_platform.ha.running_node import UNKNOWN_HOLDER, RunningData, SwitchRules
+from cdc_platform.infra.clock import SYSTEM_CLOCK, Clock
+from cdc_platform.infra.zookeeper import CONNECTION_RETRY, stop_client
 
-__all__ = ["RunningData", "SwitchRules", "ZooKeeperLease", "stop_client"]
+__all__ = ["ZooKeeperLease"]
 
 log = logging.getLogger("cdc_platform.ha")
-
-CONNECTION_RETRY: dict[str, float] = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0}
-"""Reconnect in ~1 s after a server comes back (FACTS.md), and never give up."""
-
-
-@dataclass(frozen=True, slots=True)
-class RunningData:
-    """Content of the running node (Canal's ServerRunningData plus run id and epoch)."""
-
-    address: str
-    run_id: str
-    active: bool
-    epoch: int
-    since: float | None = None
-
-    def to_bytes(self) -> bytes:
-        """JSON, as stored in the node."""
-        return json.dumps(asdict(self), sort_keys=True).encode()
-
-    @classmethod
-    def parse(cls, raw: bytes | None) -> RunningData | None:
-        """The node's content, or None when it is not ours to understand."""
-        if not raw:
-            return None
-        try:
-            data = json.loads(raw)
-            return cls(
-                address=str(data["address"]),
-                run_id=str(data["run_id"]),
-                active=bool(data.get("active", True)),
-                epoch=int(data["epoch"]),
-                since=data.get("since"),
-            )
-        except (ValueError, KeyError, TypeError):
-            return None
-
-
-_UNKNOWN = RunningData(address="?", run_id="?", active=True, epoch=-1)
-
-
-class SwitchRules:
-    """When this process may try to grab the running node (Canal's rules, as pure logic).
-
-    Fed with every observation of the node (present with data, or absent); answers the
-    monotonic time from which a grab may be tried, or None while someone holds it.
-    """
-
-    def __init__(
-        self, run_id: str, *, switch_delay: float, release_cooldown: float, clock: Clock
-    ) -> None:
-        self.run_id = run_id
-        self.switch_delay = switch_delay
-        self.release_cooldown = release_cooldown
-        self.clock = clock
-        self.holder: RunningData | None = None
-        """The last holder seen."""
-        self.present: bool | None = None
-        """None until the first observation."""
-        self.grab_at: float | None = None
-        self.released_at: float | None = None
-
-    def observe(self, data: RunningData | None) -> None:
-        """The node was seen with ``data`` (present) or absent (None)."""
-        now = self.clock.monotonic()
-        if data is not None:
-            if self.released_at is not None and data.run_id != self.run_id:
-                self.released_at = None  # a standby took over: the cool-down did its job
-            self.holder = data
-            self.present = True
-            self.grab_at = None
-            return
-        if self.present is False:
-            return  # still absent: keep the time already decided
-        first = self.present is None
-        self.present = False
-        if self.released_at is not None:
-            self.grab_at = self.released_at + self.release_cooldown
-        elif first or (self.holder is not None and self.holder.run_id == self.run_id):
-            self.grab_at = now  # nobody there at start, or our own node went: at once
-        else:
-            self.grab_at = now + self.switch_delay
-
-    def released_by_operator(self) -> None:
-        """This process is giving the node up on an operator's request."""
-        self.released_at = self.clock.monotonic()
-
-    def may_grab(self) -> bool:
-        """True when the node is known absent and any delay has passed."""
-        return self.grab_at is not None and self.clock.monotonic() >= self.grab_at
 
 
 class ZooKeeperLease(Lease):
@@ -312,7 +226,7 @@ class ZooKeeperLease(Lease):
             self._notify()
 
     def _on_running(self, data: bytes | None, stat: Any, event: Any = None) -> None:
-        parsed = None if stat is None else (RunningData.parse(data) or _UNKNOWN)
+        parsed = None if stat is None else (RunningData.parse(data) or UNKNOWN_HOLDER)
         reason: str | None = None
         with self._lock:
             self._rules.observe(parsed)
@@ -408,7 +322,7 @@ class ZooKeeperLease(Lease):
             self._delete_if_ours(client, None)
             return False
         with self._lock:
-            self._rules.observe(data or _UNKNOWN)
+            self._rules.observe(data or UNKNOWN_HOLDER)
         return False
 
     def renew(self) -> bool:  # noqa: PLR0911
@@ -543,7 +457,7 @@ class ZooKeeperLease(Lease):
             raw, stat = self._op("read", client.get_async, self.running_path)
         except NoNodeError:
             return None
-        data = RunningData.parse(raw) or _UNKNOWN
+        data = RunningData.parse(raw) or UNKNOWN_HOLDER
         return HolderInfo(
             destination=self.destination,
             address=data.address,
@@ -631,7 +545,7 @@ class ZooKeeperLease(Lease):
         return found
 
     def _close_backend(self) -> None:
-        """Drop the member node and the session, each within a bound (see :func:`stop_client`)."""
+        """Drop the member node and the session, each within a bound (see ``stop_client``)."""
         with self._lock:
             usable = self._usable()
             client, self._client = self._client, None
@@ -657,34 +571,3 @@ class ZooKeeperLease(Lease):
                     problem,
                 )
         stop_client(client, timeout=self.session_timeout, what=f"{self.destination}: lease")
-
-
-def stop_client(client: Any, *, timeout: float = 10.0, what: str = "ZooKeeper client") -> bool:
-    """Stop and close a kazoo client, waiting at most ``timeout`` seconds; True when done.
-
-    ``KazooClient.stop`` sends a close request and waits for its writer thread (at least 10 s
-    whatever the session timeout); with the server frozen or gone that is as long as a stop
-    path may take in all. So it runs in a daemon thread: after ``timeout`` this logs that the
-    session could not be closed (the server expires it, removing its ephemeral nodes) and
-    returns, and the thread dies with the process.
-    """
-
-    def stop() -> None:
-        try:
-            client.stop()
-            client.close()
-        except (KazooException, KazooTimeoutError, OSError) as exc:
-            log.debug("%s: stopping the ZooKeeper client failed: %s", what, exc)
-
-    thread = threading.Thread(target=stop, name="cdc-zookeeper-stop", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        log.warning(
-            "%s: could not close the ZooKeeper session within %g s (server unreachable); "
-            "the server expires it and its ephemeral nodes",
-            what,
-            timeout,
-        )
-        return False
-    return True

@@ -45,13 +45,8 @@ from pyspark.sql import functions as F  # noqa: N812 (the PySpark idiom)
 from cdc_platform.reconcile.repair import RepairKey, RepairTable
 from cdc_platform.source.snapshot import SnapshotTable, encode_key, read_chunk
 from cdc_platform.source.values import dumps
-from cdc_platform.spark.mirror import (
-    STAGING_DIR,
-    mirror_uri,
-    read_state,
-    schema_signature,
-    table_exists,
-)
+from cdc_platform.spark.locations import STAGING_DIR, mirror_uri, table_exists
+from cdc_platform.spark.mirror_state import read_state, schema_signature
 from cdc_platform.spark.names import col, location_name
 from cdc_platform.spark.plan import (
     DELETED,

@@ -47,7 +47,7 @@ from cdc_platform.errors import CdcError, LeaseLostError, SnapshotError, SourceE
 from cdc_platform.events import ChangeEvent, EventKind, Op
 from cdc_platform.runtime.instance import CommitReport
 from cdc_platform.runtime.snapshot import SegmentStream, events_at_cut, touched_keys
-from cdc_platform.sink.delta import DeltaChangeLog, MaintenancePolicy
+from cdc_platform.sink import DeltaChangeLog, MaintenancePolicy
 from cdc_platform.source.binlog import BinlogSource
 from cdc_platform.source.mysql import connect_source
 from cdc_platform.source.snapshot import (

@@ -30,7 +30,7 @@ from cdc_platform.reconcile.repair import RepairResult, RepairStop, RepairTable,
 from cdc_platform.sink.delta import DeltaChangeLog
 from cdc_platform.source.mysql import connect_source
 from cdc_platform.source.snapshot import base_tables, describe_table
-from cdc_platform.spark.mirror import mirror_root
+from cdc_platform.spark.locations import mirror_root
 
 __all__ = ["ReconcileReport", "reconcile_destination"]
 
@@ -109,7 +109,7 @@ def reconcile_destination(  # noqa: PLR0912, PLR0915 - the two phases, with thei
         ReconcileError: unknown destination or table, or the holder's repair failed.
         SourceError, SparkError, SinkError: reading or writing failed; rerun (it is safe).
     """
-    from cdc_platform.ha.factory import open_lease  # noqa: PLC0415 (kazoo only when used)
+    from cdc_platform.coordination.factory import open_lease  # noqa: PLC0415 (kazoo only when used)
 
     started = time.perf_counter()
     if destination not in config.destinations:

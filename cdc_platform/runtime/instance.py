@@ -22,7 +22,7 @@ from cdc_platform.config.models import InstanceConfig
 from cdc_platform.errors import CdcError, CommitRefusedError, SinkError, SourceError
 from cdc_platform.events import ChangeEvent, EventKind, ResumePosition, ServerIdentity
 from cdc_platform.sink import Checkpoint, DeltaChangeLog, FencedCommitError, MaintenancePolicy
-from cdc_platform.sink.delta import CommitResult
+from cdc_platform.sink.commit import CommitResult
 from cdc_platform.source import BinlogSource  # noqa: F401 - tests patch it through this module
 from cdc_platform.source.factory import Source, open_source
 from cdc_platform.store import Batch, EventStore, StoreClosedError

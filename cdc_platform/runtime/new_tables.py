@@ -43,7 +43,7 @@ from cdc_platform.runtime.snapshot import (
     captured_tables_path,
     state_path,
 )
-from cdc_platform.sink.delta import MaintenancePolicy
+from cdc_platform.sink import MaintenancePolicy
 from cdc_platform.source.filters import StatementKind, classify_statement
 
 __all__ = ["CapturedTables", "created_in_log", "current_batch", "snapshot_new_tables"]

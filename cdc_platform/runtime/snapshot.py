@@ -65,7 +65,7 @@ from cdc_platform.events import (
 )
 from cdc_platform.runtime.instance import CommitReport
 from cdc_platform.runtime.segments import SegmentStream, altered, touched_keys
-from cdc_platform.sink.delta import Checkpoint, DeltaChangeLog, MaintenancePolicy
+from cdc_platform.sink import Checkpoint, DeltaChangeLog, MaintenancePolicy
 from cdc_platform.source.binlog import BinlogSource
 from cdc_platform.source.mysql import connect_source, is_missing_table, mysql_error
 from cdc_platform.source.snapshot import (

@@ -41,7 +41,8 @@ from cdc_platform.ha.lease import Lease
 from cdc_platform.ha.registry import NodeRegistry
 from cdc_platform.runtime.instance import CommitReport, DestinationRuntime, RunSummary
 from cdc_platform.sink import DeltaChangeLog, FencedCommitError, MaintenancePolicy
-from cdc_platform.watch.watcher import StatePublisher
+from cdc_platform.watch.keys import state_keys
+from cdc_platform.watch.publisher import StatePublisher
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
     from cdc_platform.reconcile.repair import RepairResult, RepairStop
     from cdc_platform.runtime.snapshot import SnapshotProgress, SnapshotRunner
 
-__all__ = ["LeaseSupervisor", "state_keys", "supervised_destination"]
+__all__ = ["LeaseSupervisor", "supervised_destination"]
 
 log = logging.getLogger("cdc_platform.runtime")
 
@@ -58,15 +59,6 @@ RuntimeFactory = Callable[..., DestinationRuntime]
 
 _CLAIM_ATTEMPTS = 5
 _SAME_TERM_RESTARTS = 3
-
-
-def state_keys(destination: str) -> dict[str, str]:
-    """The state-watch keys a destination's processes publish."""
-    return {
-        "lease": f"lease/{destination}",
-        "status": f"status/{destination}",
-        "config": f"config/{destination}",
-    }
 
 
 class LeaseSupervisor:
@@ -679,7 +671,11 @@ def supervised_destination(
     The one place that builds a lease-gated destination, for `cdc-platform run` and the Dagster
     run alike; everything it opened is closed on exit.
     """
-    from cdc_platform.ha.factory import open_lease, open_registry, open_state_store  # noqa: PLC0415
+    from cdc_platform.coordination.factory import (  # noqa: PLC0415
+        open_lease,
+        open_registry,
+        open_state_store,
+    )
 
     platform = config.platform
     registry = open_registry(platform, config.conf_dir)

@@ -59,7 +59,7 @@ from cdc_platform.events import (
     ResumePosition,
     Transaction,
 )
-from cdc_platform.ha.lease import SYSTEM_CLOCK, Clock
+from cdc_platform.infra.clock import SYSTEM_CLOCK, Clock
 from cdc_platform.source.id_watch_state import (
     POSITION_FORMAT_VERSION,
     Change,

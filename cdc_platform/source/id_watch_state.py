@@ -18,7 +18,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from cdc_platform.errors import CheckpointError, SourceError
 from cdc_platform.events import Op, ResumePosition
-from cdc_platform.ha.lease import Clock
+from cdc_platform.infra.clock import Clock
 
 __all__ = [
     "POSITION_FORMAT_VERSION",

@@ -68,7 +68,7 @@ def _b64(raw: Any) -> str:
 
 
 def _float32(value: Any) -> float:
-    """FLOAT as the shortest decimal that reads back as the same 32-bit float (values.py)."""
+    """FLOAT as the shortest decimal that reads back as the same 32-bit float (values.numbers)."""
     raw = _FLOAT32.pack(float(value))
     exact: float = _FLOAT32.unpack(raw)[0]
     for digits in (6, 7, 8, 9):

@@ -6,15 +6,9 @@ See docs/spark.md.
 """
 
 from cdc_platform.spark.history import DailyTableStats, daily_change_stats, mirror_as_of
-from cdc_platform.spark.mirror import (
-    MirrorResult,
-    MirrorState,
-    apply_changes,
-    mirror_root,
-    mirror_tables,
-    mirror_uri,
-    read_state,
-)
+from cdc_platform.spark.locations import mirror_root, mirror_tables, mirror_uri
+from cdc_platform.spark.mirror import MirrorResult, apply_changes
+from cdc_platform.spark.mirror_state import MirrorState, read_state
 from cdc_platform.spark.session import SparkSessionFactory
 
 __all__ = [

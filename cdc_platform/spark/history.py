@@ -19,15 +19,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark idiom)
 
 from cdc_platform.errors import CdcError, MirrorError
-from cdc_platform.spark.mirror import (
-    MirrorResult,
-    MirrorState,
-    delta_version,
-    mirror_uri,
-    schema_signature,
-    state_history,
-    table_exists,
-)
+from cdc_platform.spark.locations import delta_version, mirror_uri, table_exists
+from cdc_platform.spark.mirror import MirrorResult
+from cdc_platform.spark.mirror_state import MirrorState, schema_signature, state_history
 from cdc_platform.spark.names import col
 from cdc_platform.spark.plan import (
     apply_plan,

@@ -6,10 +6,9 @@ a primary key keep a count per identical row (:mod:`.multiset`). The mirror hold
 table's columns, typed (:mod:`.types`), and nothing else, so it compares column for column
 with the source.
 
-How far a mirror got is remembered in a small Delta table beside it,
-``<mirror_root>/_cdc_state/<db>.<table>`` (one row per apply: last applied seq, the schema the
-mirror has, change-log and mirror versions, counts), written *after* the mirror's commit. An
-apply is either
+How far a mirror got is remembered in a small Delta table beside it (:mod:`.mirror_state`,
+written *after* the mirror's commit); where the tables live is :mod:`.locations`. An apply is
+either
 
 * a **merge**: the changes with ``last seq < seq <= newest`` reduced to the newest change per
   key (:mod:`.plan`) and written to a staging table (``<mirror_root>/_cdc_staging/...``,
@@ -37,23 +36,35 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shutil
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark idiom)
 from pyspark.sql import types as T  # noqa: N812 (the PySpark idiom)
 
-from cdc_platform.errors import CdcError, MirrorError, UnsupportedColumnTypeError
+from cdc_platform.errors import CdcError, MirrorError
 from cdc_platform.spark import multiset
+from cdc_platform.spark.locations import (
+    STAGING_DIR,
+    delta_ref,
+    delta_version,
+    local_path,
+    mirror_uri,
+    require_change_log,
+    table_exists,
+)
+from cdc_platform.spark.mirror_state import (
+    MirrorState,
+    schema_signature,
+    state_history,
+    write_state,
+)
 from cdc_platform.spark.names import location_name, quote_identifier
 from cdc_platform.spark.plan import (
     DELETED,
@@ -67,80 +78,21 @@ from cdc_platform.spark.plan import (
     read_change_log,
     timeline,
 )
-from cdc_platform.spark.types import ColumnSpec, TableSchema, parse_columns, spark_type
+from cdc_platform.spark.types import TableSchema, spark_type
 
-__all__ = [
-    "STAGING_DIR",
-    "STATE_DIR",
-    "MirrorResult",
-    "MirrorState",
-    "apply_changes",
-    "delta_version",
-    "mirror_root",
-    "mirror_tables",
-    "mirror_uri",
-    "read_state",
-    "schema_signature",
-    "state_history",
-    "state_uri",
-    "table_exists",
-]
+__all__ = ["Hook", "MirrorResult", "Step", "apply_changes"]
 
 logger = logging.getLogger("cdc_platform.spark.mirror")
 
-STATE_DIR = "_cdc_state"
-"""Directory under the mirror root with one state table per mirror."""
-
-STAGING_DIR = "_cdc_staging"
-"""Directory under the mirror root for the newest-change-per-key tables merges read from."""
 
 STALE_STAGING_SECONDS = 3600
 """Staging tables left by interrupted applies are removed after this long (local paths)."""
 
-STATE_FORMAT_VERSION = 1
-STATE_HISTORY = 1000
-"""State rows kept per mirror (the newest); older applies are forgotten."""
 
 Step = Literal["computed", "mirror_committed", "state_committed"]
 """Where an apply is: changes computed, mirror committed, state committed."""
 Hook = Callable[[Step], None]
 """Called with a step name as an apply passes it; tests raise from it to simulate a crash."""
-
-_STATE_SCHEMA = T.StructType(
-    [
-        T.StructField("format_version", T.IntegerType(), False),
-        T.StructField("apply_id", T.LongType(), False),
-        T.StructField("db", T.StringType(), False),
-        T.StructField("table", T.StringType(), False),
-        T.StructField("last_seq", T.LongType(), False),
-        T.StructField("schema", T.StringType(), True),
-        T.StructField("mode", T.StringType(), False),
-        T.StructField("change_log_version", T.LongType(), True),
-        T.StructField("mirror_version", T.LongType(), True),
-        T.StructField("rows_inserted", T.LongType(), False),
-        T.StructField("rows_updated", T.LongType(), False),
-        T.StructField("rows_deleted", T.LongType(), False),
-        T.StructField("mirror_rows", T.LongType(), False),
-        T.StructField("applied_at", T.TimestampType(), False),
-    ]
-)
-
-
-@dataclass(frozen=True, slots=True)
-class MirrorState:
-    """One apply as remembered in the state table."""
-
-    apply_id: int
-    last_seq: int
-    schema: TableSchema | None
-    mode: str
-    change_log_version: int | None
-    mirror_version: int | None
-    mirror_rows: int
-    applied_at: datetime
-    rows_inserted: int = 0
-    rows_updated: int = 0
-    rows_deleted: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,125 +151,6 @@ class MirrorResult:
         }
 
 
-def mirror_root(lake_root: str | os.PathLike[str], destination: str) -> str:
-    """``<lake_root>/<destination>/mirror``."""
-    return str(Path(lake_root) / destination / "mirror")
-
-
-def mirror_uri(root: str, db: str, table: str) -> str:
-    """``<mirror_root>/<db>.<table>`` (names encoded by :func:`.names.location_name`)."""
-    return f"{root.rstrip('/')}/{location_name(db, table)}"
-
-
-def state_uri(root: str, db: str, table: str) -> str:
-    """``<mirror_root>/_cdc_state/<db>.<table>`` (names encoded as for the mirror)."""
-    return f"{root.rstrip('/')}/{STATE_DIR}/{location_name(db, table)}"
-
-
-def _local_path(uri: str) -> Path | None:
-    if uri.startswith("file://"):
-        return Path(uri[len("file://") :])
-    if "://" in uri:
-        return None
-    return Path(uri)
-
-
-def table_exists(spark: SparkSession, uri: str) -> bool:
-    """Whether a Delta table is at ``uri`` (a file-system check for local paths)."""
-    local = _local_path(uri)
-    if local is not None:
-        log = local / "_delta_log"
-        return log.is_dir() and any(p.suffix == ".json" for p in log.iterdir())
-    try:
-        spark.read.format("delta").load(uri).schema  # noqa: B018 (forces the lookup)
-    except Exception as exc:  # engines differ; judge by the message
-        text = str(exc).lower()
-        markers = ("not found", "no commit files", "not a delta table", "path does not exist")
-        if any(m in text for m in markers):
-            return False
-        raise
-    return True
-
-
-def delta_version(uri: str) -> int | None:
-    """The table's current version read with delta-rs, or None when that is not possible
-    (Sail cannot run ``DESCRIBE HISTORY``; delta-rs reads local and object-store tables)."""
-    try:
-        return int(DeltaTable(uri).version())
-    except Exception as exc:  # any storage / table problem: the version is informational
-        logger.debug("no Delta version for %s: %s", uri, exc)
-        return None
-
-
-def _delta_ref(uri: str) -> str:
-    return "delta." + quote_identifier(uri)
-
-
-def mirror_tables(spark: SparkSession, change_log_uri: str) -> list[tuple[str, str]]:
-    """(db, table) of every table with row changes or DDL in the change log, sorted."""
-    _require_change_log(spark, change_log_uri)
-    rows = (
-        read_change_log(spark, change_log_uri)
-        .where(F.col("db").isNotNull() & F.col("table").isNotNull())
-        .select("db", "table")
-        .distinct()
-        .collect()
-    )
-    return sorted((str(r["db"]), str(r["table"])) for r in rows)
-
-
-def _require_change_log(spark: SparkSession, change_log_uri: str) -> None:
-    if not table_exists(spark, change_log_uri):
-        raise MirrorError(f"no change log at {change_log_uri}: has the destination committed?")
-
-
-def state_history(spark: SparkSession, root: str, db: str, table: str) -> list[MirrorState]:
-    """Every remembered apply of the mirror, oldest first (empty when none)."""
-    uri = state_uri(root, db, table)
-    if not table_exists(spark, uri):
-        return []
-    rows = spark.read.format("delta").load(uri).collect()
-    states = [
-        MirrorState(
-            apply_id=int(r["apply_id"]),
-            last_seq=int(r["last_seq"]),
-            schema=parse_columns(r["schema"]) if r["schema"] else None,
-            mode=str(r["mode"]),
-            change_log_version=r["change_log_version"],
-            mirror_version=r["mirror_version"],
-            mirror_rows=int(r["mirror_rows"]),
-            applied_at=r["applied_at"],
-            rows_inserted=int(r["rows_inserted"]),
-            rows_updated=int(r["rows_updated"]),
-            rows_deleted=int(r["rows_deleted"]),
-        )
-        for r in rows
-        if r["format_version"] == STATE_FORMAT_VERSION
-    ]
-    return sorted(states, key=lambda s: s.apply_id)
-
-
-def read_state(spark: SparkSession, root: str, db: str, table: str) -> MirrorState | None:
-    """The newest remembered apply of the mirror, or None."""
-    history = state_history(spark, root, db, table)
-    return history[-1] if history else None
-
-
-def schema_signature(schema: TableSchema | None) -> list[tuple[str, str, bool]] | None:
-    """What the mirror's layout depends on: names, Spark types and key, in order."""
-    if schema is None:
-        return None
-    keys = set(schema.key)
-
-    def type_key(spec: ColumnSpec) -> str:
-        try:
-            return str(spark_type(spec).simpleString())
-        except UnsupportedColumnTypeError:  # raised with the table's name when it is used
-            return "unsupported:" + spec.type
-
-    return [(c.name, type_key(c), c.name in keys) for c in schema.columns]
-
-
 def _needs_rebuild(  # noqa: PLR0911 (one reason per return)
     line: Timeline, state: MirrorState | None, mirror_exists: bool, uri: str
 ) -> str | None:
@@ -365,7 +198,7 @@ class _Apply:
         self.started = time.perf_counter()
 
     def run(self) -> MirrorResult:
-        _require_change_log(self.spark, self.change_log_uri)
+        require_change_log(self.spark, self.change_log_uri)
         changes = read_change_log(self.spark, self.change_log_uri)
         change_log_version = delta_version(self.change_log_uri)
         history = state_history(self.spark, self.root, self.db, self.table)
@@ -513,7 +346,7 @@ class _Apply:
             rows_updated=updated,
             rows_deleted=deleted,
         )
-        _write_state(self.spark, self.root, self.db, self.table, [*history, state])
+        write_state(self.spark, self.root, self.db, self.table, [*history, state])
         self.hook("state_committed")
         return MirrorResult(
             db=self.db,
@@ -563,7 +396,7 @@ def _remove_staging(staging: str) -> None:
     Only on local file systems; elsewhere they stay (each is one apply's changes, small) and
     are for the storage's lifecycle rules to expire.
     """
-    local = _local_path(staging)
+    local = local_path(staging)
     if local is None:
         return
     shutil.rmtree(local, ignore_errors=True)
@@ -605,44 +438,12 @@ def _merge_sql(uri: str, view: str, target: TableSchema) -> str:
     # every name is a quoted identifier; no value is spliced into the statement
     insert = f"INSERT ({columns}) VALUES ({values})"  # noqa: S608
     clauses.append(f"WHEN NOT MATCHED AND NOT s.{quote_identifier(DELETED)} THEN {insert}")
-    head = f"MERGE INTO {_delta_ref(uri)} AS t USING {quote_identifier(view)} AS s "
+    head = f"MERGE INTO {delta_ref(uri)} AS t USING {quote_identifier(view)} AS s "
     return head + f"ON {key_condition(target, 't', 's')} " + " ".join(clauses)
 
 
 def _multiset_merge_sql(uri: str, view: str, target: TableSchema) -> str:
-    return multiset.merge_sql(_delta_ref(uri), view, target)
-
-
-def _write_state(
-    spark: SparkSession,
-    root: str,
-    db: str,
-    table: str,
-    history: list[MirrorState],
-) -> None:
-    """Overwrite the state table with the newest STATE_HISTORY applies (one small file)."""
-    rows: list[tuple[Any, ...]] = []
-    for s in history[-STATE_HISTORY:]:
-        rows.append(
-            (
-                STATE_FORMAT_VERSION,
-                s.apply_id,
-                db,
-                table,
-                s.last_seq,
-                s.schema.to_json() if s.schema is not None else None,
-                s.mode,
-                s.change_log_version,
-                s.mirror_version,
-                s.rows_inserted,
-                s.rows_updated,
-                s.rows_deleted,
-                s.mirror_rows,
-                s.applied_at,
-            )
-        )
-    frame = spark.createDataFrame(rows, _STATE_SCHEMA).coalesce(1)
-    frame.write.format("delta").mode("overwrite").save(state_uri(root, db, table))
+    return multiset.merge_sql(delta_ref(uri), view, target)
 
 
 def apply_changes(

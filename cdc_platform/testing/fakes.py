@@ -13,7 +13,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, replace
 
-from cdc_platform.ha.lease import SYSTEM_CLOCK, Clock, HolderInfo, Lease, MemberInfo
+from cdc_platform.ha.lease import HolderInfo, Lease, MemberInfo
+from cdc_platform.infra.clock import SYSTEM_CLOCK, Clock
 
 __all__ = ["FakeClock", "InMemoryLease", "InMemoryLeaseStore"]
 

@@ -22,7 +22,7 @@ from typing import Any
 from deltalake import DeltaTable
 
 from cdc_platform.config.loader import load_platform
-from cdc_platform.ha.factory import open_lease, open_state_store
+from cdc_platform.coordination.factory import open_lease, open_state_store
 from cdc_platform.ha.lease import HolderInfo, Lease
 from cdc_platform.sink import Checkpoint, DeltaChangeLog
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf

@@ -1,9 +1,10 @@
-"""State Watch (seed 003): numbered changes of keys, a bounded history, re-list when behind.
+"""State watch: numbered changes of keys, a bounded history, re-list when behind.
 
 Lease and config state is published here by the running processes; ``cdc-platform status`` and
 the Dagster sensors read it.
 """
 
+from cdc_platform.watch.publisher import StatePublisher
 from cdc_platform.watch.sql import SqlStateStore
 from cdc_platform.watch.store import (
     Entry,
@@ -13,7 +14,6 @@ from cdc_platform.watch.store import (
     StateStore,
     WatchEvent,
 )
-from cdc_platform.watch.watcher import StatePublisher, Watcher
 from cdc_platform.watch.zookeeper import ZooKeeperStateStore
 
 __all__ = [
@@ -25,6 +25,5 @@ __all__ = [
     "StatePublisher",
     "StateStore",
     "WatchEvent",
-    "Watcher",
     "ZooKeeperStateStore",
 ]

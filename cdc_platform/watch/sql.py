@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from cdc_platform.errors import TooFarBehindError, WatchError
-from cdc_platform.ha.sql import Database, Tx
+from cdc_platform.infra.sqldb import Database, Tx
 from cdc_platform.watch.store import (
     DEFAULT_HISTORY,
     Entry,

@@ -1,4 +1,4 @@
-"""State Watch (seed 003): keys with values, every change numbered, a bounded history.
+"""State watch: keys with values, every change numbered, a bounded history.
 
 A store keeps the current value of each key and the last ``history`` change events, numbered
 by one counter for the whole store (like etcd's revision). A watcher that knows the index of
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from cdc_platform.errors import TooFarBehindError
-from cdc_platform.ha.lease import SYSTEM_CLOCK, Clock
+from cdc_platform.infra.clock import SYSTEM_CLOCK, Clock
 
 __all__ = ["Entry", "EventKind", "Listing", "MemoryStateStore", "StateStore", "WatchEvent"]
 
@@ -96,14 +96,6 @@ class StateStore(ABC):
     def index(self) -> int:
         """The index of the newest event (0 before the first)."""
 
-    def wait(self, since: int, timeout: float) -> bool:
-        """Block up to ``timeout`` until the index passes ``since``; stores without
-        notifications sleep and check once."""
-        if self.index() > since:
-            return True
-        threading.Event().wait(timeout)
-        return self.index() > since
-
     def close(self) -> None:  # noqa: B027 (nothing to close by default)
         """Release connections."""
 
@@ -132,7 +124,6 @@ class MemoryStateStore(StateStore):
         self._events.append(WatchEvent(self._index, key, kind, value, self._clock.time()))
         while len(self._events) > self._history:
             self._floor = self._events.popleft().index
-        self._changed.notify_all()
         return self._index
 
     def put(self, key: str, value: str, *, fence: int | None = None) -> int | None:
@@ -179,8 +170,3 @@ class MemoryStateStore(StateStore):
         """The newest index."""
         with self._changed:
             return self._index
-
-    def wait(self, since: int, timeout: float) -> bool:
-        """Woken by the next change."""
-        with self._changed:
-            return self._changed.wait_for(lambda: self._index > since, timeout)

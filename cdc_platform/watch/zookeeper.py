@@ -28,7 +28,7 @@ from kazoo.security import make_digest_acl
 from pydantic import SecretStr
 
 from cdc_platform.errors import TooFarBehindError, WatchError
-from cdc_platform.ha.zookeeper import CONNECTION_RETRY, stop_client
+from cdc_platform.infra.zookeeper import CONNECTION_RETRY, stop_client
 from cdc_platform.watch.store import (
     DEFAULT_HISTORY,
     Entry,

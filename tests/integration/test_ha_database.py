@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from cdc_platform.errors import LeaseLostError, TooFarBehindError, WatchError
-from cdc_platform.ha import Database, DatabaseLease, NodeRegistry
+from cdc_platform.ha import DatabaseLease, NodeRegistry
+from cdc_platform.infra.sqldb import Database
 from cdc_platform.testing.ha import wait_for
 from cdc_platform.watch import SqlStateStore
 from tests.conftest import MariaDBDatabase

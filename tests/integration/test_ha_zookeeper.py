@@ -16,7 +16,7 @@ from pydantic import SecretStr
 
 from cdc_platform.errors import LeaseBackendError, LeaseLostError, TooFarBehindError
 from cdc_platform.ha import ZooKeeperLease
-from cdc_platform.ha.zookeeper import RunningData
+from cdc_platform.ha.running_node import RunningData
 from cdc_platform.testing.ha import wait_for
 from cdc_platform.testing.zookeeper import ZooKeeperServer
 from cdc_platform.watch import EventKind, ZooKeeperStateStore

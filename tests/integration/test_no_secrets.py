@@ -16,7 +16,7 @@ import pytest
 from cdc_platform.cli import main
 from cdc_platform.config.models import DatabaseLeaseConfig, SourceConfig, SparkConfig
 from cdc_platform.errors import CdcError
-from cdc_platform.ha.sql import Database
+from cdc_platform.infra.sqldb import Database
 from cdc_platform.source.mysql import connect_source
 from cdc_platform.spark.session import SparkSessionFactory
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf

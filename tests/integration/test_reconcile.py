@@ -19,14 +19,15 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_platform.config import ConfigSet, load_config
+from cdc_platform.coordination.factory import open_lease
 from cdc_platform.errors import ReconcileError
-from cdc_platform.ha.factory import open_lease
 from cdc_platform.reconcile.inbox import RepairInbox, destination_inbox, inbox_path
 from cdc_platform.reconcile.repair import RepairKey, RepairTable
 from cdc_platform.reconcile.service import ReconcileReport, reconcile_destination
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.runtime.supervisor import LeaseSupervisor, supervised_destination
-from cdc_platform.spark.mirror import apply_changes, mirror_root, mirror_uri
+from cdc_platform.spark.locations import mirror_root, mirror_uri
+from cdc_platform.spark.mirror import apply_changes
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.ha import wait_for
 from cdc_platform.testing.replay import replay

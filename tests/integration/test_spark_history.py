@@ -14,7 +14,8 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_platform.spark.history import daily_change_stats, mirror_as_of, seq_bound
-from cdc_platform.spark.mirror import apply_changes, state_history
+from cdc_platform.spark.mirror import apply_changes
+from cdc_platform.spark.mirror_state import state_history
 from cdc_platform.testing.spark_changes import ChangeLogWriter, SourceTable, column, expected_row
 
 pytestmark = pytest.mark.integration

@@ -16,13 +16,9 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_platform.errors import MirrorError, UnsupportedColumnTypeError
-from cdc_platform.spark.mirror import (
-    apply_changes,
-    mirror_tables,
-    mirror_uri,
-    read_state,
-    state_history,
-)
+from cdc_platform.spark.locations import mirror_tables, mirror_uri
+from cdc_platform.spark.mirror import apply_changes
+from cdc_platform.spark.mirror_state import read_state, state_history
 from cdc_platform.testing.spark_changes import ChangeLogWriter, SourceTable, column, expected_row
 
 pytestmark = pytest.mark.integration

@@ -20,7 +20,8 @@ from pyspark.sql import SparkSession
 
 from cdc_platform.config.models import InstanceConfig
 from cdc_platform.runtime import DestinationRuntime
-from cdc_platform.spark.mirror import apply_changes, mirror_root, mirror_tables, mirror_uri
+from cdc_platform.spark.locations import mirror_root, mirror_tables, mirror_uri
+from cdc_platform.spark.mirror import apply_changes
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config
 from cdc_platform.testing.spark_changes import float32
 from cdc_platform.testing.workload import Workload

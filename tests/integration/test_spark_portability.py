@@ -28,7 +28,8 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_platform.spark.history import daily_change_stats
-from cdc_platform.spark.mirror import apply_changes, mirror_uri
+from cdc_platform.spark.locations import mirror_uri
+from cdc_platform.spark.mirror import apply_changes
 from cdc_platform.testing.spark_changes import ChangeLogWriter, column
 from tests.integration.test_spark_mirror import NOW, RandomChanges, items_table
 

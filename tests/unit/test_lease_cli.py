@@ -11,10 +11,10 @@ from cdc_platform.cli import main
 from cdc_platform.config import load_config
 from cdc_platform.config.models import DatabaseLeaseConfig, PlatformConfig, ZooKeeperLeaseConfig
 from cdc_platform.config.urls import parse_database_url, redact_url
+from cdc_platform.coordination.factory import open_lease, open_registry, open_state_store
 from cdc_platform.errors import ConfigFileError
 from cdc_platform.events import ResumePosition
 from cdc_platform.ha.db_lease import DatabaseLease
-from cdc_platform.ha.factory import open_lease, open_registry, open_state_store
 from cdc_platform.ha.zookeeper import ZooKeeperLease
 from cdc_platform.sink import DeltaChangeLog
 

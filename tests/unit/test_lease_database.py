@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from cdc_platform.errors import ConfigError, LeaseBackendError, LeaseLostError
-from cdc_platform.ha import Database, DatabaseLease
+from cdc_platform.ha import DatabaseLease
+from cdc_platform.infra.sqldb import Database
 from cdc_platform.testing.fakes import FakeClock
 
 pytestmark = pytest.mark.unit

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_platform.ha.zookeeper import RunningData, SwitchRules
+from cdc_platform.ha.running_node import RunningData, SwitchRules
 from cdc_platform.testing.fakes import FakeClock
 
 pytestmark = pytest.mark.unit

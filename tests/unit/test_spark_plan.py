@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from cdc_platform.spark.mirror import schema_signature
+from cdc_platform.spark.mirror_state import schema_signature
 from cdc_platform.spark.plan import SchemaVersion, Timeline, name_mappings
 from cdc_platform.spark.types import parse_columns
 from cdc_platform.testing.spark_changes import column

@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from cdc_platform.errors import TooFarBehindError, WatchError
-from cdc_platform.ha.sql import Database
+from cdc_platform.infra.sqldb import Database
 from cdc_platform.watch import (
     EventKind,
-    Listing,
     MemoryStateStore,
     SqlStateStore,
     StatePublisher,
     StateStore,
-    Watcher,
-    WatchEvent,
 )
 
 pytestmark = pytest.mark.unit
@@ -106,63 +102,6 @@ def test_prefix_with_like_wildcards_is_exact(store: StateStore) -> None:
     store.put("axb/1", "y")
     assert [e.key for e in store.listing("a_b/").entries] == ["a_b/1"]
     assert [e.key for e in store.events("a_b/", 0)] == ["a_b/1"]
-
-
-def test_watcher_delivers_in_order_and_relists_when_behind(store: StateStore) -> None:
-    seen: list[WatchEvent] = []
-    listings: list[Listing] = []
-    watcher = Watcher(store, "k/", seen.append, on_relist=listings.append, since=None)
-    store.put("k/1", "a")
-    assert watcher.poll() == 0
-    assert len(listings) == 1
-    assert watcher.last_index == 1
-    store.put("k/1", "b")
-    store.put("other", "z")
-    assert watcher.poll() == 1
-    assert [e.value for e in seen] == ["b"]
-    for i in range(10):
-        store.put("k/2", str(i))
-    assert watcher.poll() == 0, "too far behind: a re-list instead of a silent gap"
-    assert len(listings) == 2
-    assert {e.key: e.value for e in listings[-1].entries} == {"k/1": "b", "k/2": "9"}
-    store.put("k/3", "c")
-    assert watcher.poll() == 1
-    assert seen[-1].key == "k/3"
-
-
-def test_an_idle_watcher_is_not_overtaken_by_other_keys(store: StateStore) -> None:
-    seen: list[WatchEvent] = []
-    watcher = Watcher(store, "mine/", seen.append, since=0)
-    for i in range(3):
-        store.put("noise", str(i))
-        watcher.poll()
-    for i in range(4):
-        store.put("noise", str(i))
-        watcher.poll()
-    assert watcher.relists == 0
-    store.put("mine/x", "1")
-    assert watcher.poll() == 1
-
-
-def test_watcher_thread_follows_changes() -> None:
-    store = MemoryStateStore()
-    got = threading.Event()
-    seen: list[WatchEvent] = []
-
-    def on_event(event: WatchEvent) -> None:
-        seen.append(event)
-        if len(seen) == 3:
-            got.set()
-
-    watcher = Watcher(store, "k/", on_event, since=0, poll_interval=0.05)
-    watcher.start()
-    try:
-        for value in "abc":
-            store.put("k/1", value)
-        assert got.wait(10)
-    finally:
-        watcher.stop()
-    assert [e.value for e in seen] == ["a", "b", "c"]
 
 
 def test_publisher_coalesces_and_flushes(store: StateStore) -> None:

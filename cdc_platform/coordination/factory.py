@@ -14,10 +14,11 @@ from pydantic import SecretStr
 from cdc_platform.config.models import DatabaseLeaseConfig, PlatformConfig, ZooKeeperLeaseConfig
 from cdc_platform.errors import WatchError
 from cdc_platform.ha.db_lease import DatabaseLease
-from cdc_platform.ha.lease import SYSTEM_CLOCK, Clock, Lease
+from cdc_platform.ha.lease import Lease
 from cdc_platform.ha.registry import NodeRegistry
-from cdc_platform.ha.sql import Database
 from cdc_platform.ha.zookeeper import ZooKeeperLease
+from cdc_platform.infra.clock import SYSTEM_CLOCK, Clock
+from cdc_platform.infra.sqldb import Database
 from cdc_platform.watch.sql import SqlStateStore
 from cdc_platform.watch.store import StateStore
 from cdc_platform.watch.zookeeper import ZooKeeperStateStore

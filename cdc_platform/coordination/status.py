@@ -18,10 +18,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from cdc_platform.config.loader import ConfigSet
+from cdc_platform.coordination.factory import open_lease, open_registry, open_state_store
 from cdc_platform.errors import CdcError
-from cdc_platform.ha.factory import open_lease, open_registry, open_state_store
 from cdc_platform.ha.lease import HolderInfo, MemberInfo
 from cdc_platform.sink import DeltaChangeLog
+from cdc_platform.watch.keys import status_key
 
 __all__ = ["DestinationStatus", "collect_status", "format_status"]
 
@@ -76,7 +77,7 @@ def collect_status(config: ConfigSet, names: list[str]) -> list[DestinationStatu
             finally:
                 sink.close()
             try:
-                entry = store.get(f"status/{name}")
+                entry = store.get(status_key(name))
                 if entry is not None:
                     data = json.loads(entry.value)
                     status.lag_seconds = data.get("lag_seconds")

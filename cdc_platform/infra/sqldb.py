@@ -1,4 +1,5 @@
-"""One small SQL layer for the lease table, the node registry and the state watch.
+"""One small SQL layer for the lease table, the node registry and the state watch (both
+``ha/`` and ``watch/`` use it, so it lives beneath them).
 
 SQLite (stdlib, the embedded default), MariaDB/MySQL (pymysql) and PostgreSQL (psycopg 3,
 imported only when used). Statements are written once with ``?`` placeholders; a
@@ -41,7 +42,7 @@ __all__ = [
     "parse_database_url",
 ]
 
-log = logging.getLogger("cdc_platform.ha")
+log = logging.getLogger("cdc_platform.infra")
 
 Params = Sequence[Any]
 

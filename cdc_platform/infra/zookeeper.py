@@ -1,0 +1,49 @@
+"""ZooKeeper client settings and the bounded stop that the lease and the state watch share."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import KazooTimeoutError
+
+__all__ = ["CONNECTION_RETRY", "stop_client"]
+
+log = logging.getLogger("cdc_platform.infra")
+
+CONNECTION_RETRY: dict[str, float] = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0}
+"""Reconnect within about a second after a server comes back (0.1 s doubling to 1 s), and never
+give up: a standby or a state publisher outlives any ZooKeeper outage."""
+
+
+def stop_client(client: Any, *, timeout: float = 10.0, what: str = "ZooKeeper client") -> bool:
+    """Stop and close a kazoo client, waiting at most ``timeout`` seconds; True when done.
+
+    ``KazooClient.stop`` sends a close request and waits for its writer thread (at least 10 s
+    whatever the session timeout); with the server frozen or gone that is as long as a stop
+    path may take in all. So it runs in a daemon thread: after ``timeout`` this logs that the
+    session could not be closed (the server expires it, removing its ephemeral nodes) and
+    returns, and the thread dies with the process.
+    """
+
+    def stop() -> None:
+        try:
+            client.stop()
+            client.close()
+        except (KazooException, KazooTimeoutError, OSError) as exc:
+            log.debug("%s: stopping the ZooKeeper client failed: %s", what, exc)
+
+    thread = threading.Thread(target=stop, name="cdc-zookeeper-stop", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        log.warning(
+            "%s: could not close the ZooKeeper session within %g s (server unreachable); "
+            "the server expires it and its ephemeral nodes",
+            what,
+            timeout,
+        )
+        return False
+    return True

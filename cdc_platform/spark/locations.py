@@ -1,0 +1,116 @@
+"""Where mirrors live, and the Delta table checks every mirror step needs.
+
+``<lake_root>/<destination>/mirror`` holds one Delta table per source table
+(``<db>.<table>``, names encoded by :func:`.names.location_name`), the state tables under
+``_cdc_state/`` and the staging tables of running merges under ``_cdc_staging/``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F  # noqa: N812 (the PySpark idiom)
+
+from cdc_platform.errors import MirrorError
+from cdc_platform.spark.names import location_name, quote_identifier
+from cdc_platform.spark.plan import read_change_log
+
+__all__ = [
+    "STAGING_DIR",
+    "STATE_DIR",
+    "delta_ref",
+    "delta_version",
+    "local_path",
+    "mirror_root",
+    "mirror_tables",
+    "mirror_uri",
+    "require_change_log",
+    "state_uri",
+    "table_exists",
+]
+
+logger = logging.getLogger("cdc_platform.spark.mirror")
+
+
+STATE_DIR = "_cdc_state"
+"""Directory under the mirror root with one state table per mirror."""
+
+
+STAGING_DIR = "_cdc_staging"
+"""Directory under the mirror root for the newest-change-per-key tables merges read from."""
+
+
+def mirror_root(lake_root: str | os.PathLike[str], destination: str) -> str:
+    """``<lake_root>/<destination>/mirror``."""
+    return str(Path(lake_root) / destination / "mirror")
+
+
+def mirror_uri(root: str, db: str, table: str) -> str:
+    """``<mirror_root>/<db>.<table>`` (names encoded by :func:`.names.location_name`)."""
+    return f"{root.rstrip('/')}/{location_name(db, table)}"
+
+
+def state_uri(root: str, db: str, table: str) -> str:
+    """``<mirror_root>/_cdc_state/<db>.<table>`` (names encoded as for the mirror)."""
+    return f"{root.rstrip('/')}/{STATE_DIR}/{location_name(db, table)}"
+
+
+def local_path(uri: str) -> Path | None:
+    if uri.startswith("file://"):
+        return Path(uri[len("file://") :])
+    if "://" in uri:
+        return None
+    return Path(uri)
+
+
+def table_exists(spark: SparkSession, uri: str) -> bool:
+    """Whether a Delta table is at ``uri`` (a file-system check for local paths)."""
+    local = local_path(uri)
+    if local is not None:
+        log = local / "_delta_log"
+        return log.is_dir() and any(p.suffix == ".json" for p in log.iterdir())
+    try:
+        spark.read.format("delta").load(uri).schema  # noqa: B018 (forces the lookup)
+    except Exception as exc:  # engines differ; judge by the message
+        text = str(exc).lower()
+        markers = ("not found", "no commit files", "not a delta table", "path does not exist")
+        if any(m in text for m in markers):
+            return False
+        raise
+    return True
+
+
+def delta_version(uri: str) -> int | None:
+    """The table's current version read with delta-rs, or None when that is not possible
+    (Sail cannot run ``DESCRIBE HISTORY``; delta-rs reads local and object-store tables)."""
+    try:
+        return int(DeltaTable(uri).version())
+    except Exception as exc:  # any storage / table problem: the version is informational
+        logger.debug("no Delta version for %s: %s", uri, exc)
+        return None
+
+
+def delta_ref(uri: str) -> str:
+    return "delta." + quote_identifier(uri)
+
+
+def mirror_tables(spark: SparkSession, change_log_uri: str) -> list[tuple[str, str]]:
+    """(db, table) of every table with row changes or DDL in the change log, sorted."""
+    require_change_log(spark, change_log_uri)
+    rows = (
+        read_change_log(spark, change_log_uri)
+        .where(F.col("db").isNotNull() & F.col("table").isNotNull())
+        .select("db", "table")
+        .distinct()
+        .collect()
+    )
+    return sorted((str(r["db"]), str(r["table"])) for r in rows)
+
+
+def require_change_log(spark: SparkSession, change_log_uri: str) -> None:
+    if not table_exists(spark, change_log_uri):
+        raise MirrorError(f"no change log at {change_log_uri}: has the destination committed?")
