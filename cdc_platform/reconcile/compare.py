@@ -42,8 +42,8 @@ import pymysql
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark idiom)
 
-from cdc_platform.reconcile.repair import RepairKey, RepairTable
-from cdc_platform.source.snapshot import SnapshotTable, encode_key, read_chunk
+from cdc_platform.backfill.repair import RepairKey, RepairTable
+from cdc_platform.source.row_reader import SnapshotTable, encode_key, read_chunk
 from cdc_platform.source.values import dumps
 from cdc_platform.spark.mirror import (
     STAGING_DIR,
@@ -125,7 +125,7 @@ class TableComparison:
         return self.missing_in_mirror + self.changed + self.extra_in_mirror
 
     def repair_request(self) -> RepairTable:
-        """The suspects as a request for :func:`~cdc_platform.reconcile.repair.repair_keys`."""
+        """The suspects as a request for :func:`~cdc_platform.backfill.repair.repair_keys`."""
         return RepairTable(self.db, self.table, list(self.suspects), self.mirror_last_seq)
 
     def summary(self) -> dict[str, Any]:

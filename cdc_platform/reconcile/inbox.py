@@ -42,9 +42,9 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from cdc_platform.backfill.repair import RepairResult, RepairTable
 from cdc_platform.config.models import SourceConfig
 from cdc_platform.errors import ConfigError, ReconcileError
-from cdc_platform.reconcile.repair import RepairResult, RepairTable
 from cdc_platform.source.filters import TableFilter
 
 __all__ = ["RepairInbox", "destination_inbox", "inbox_path", "signing_key"]

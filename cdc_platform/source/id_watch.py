@@ -76,7 +76,7 @@ from cdc_platform.source.id_watch_state import (
     next_list_delay,
     stable_prefix,
 )
-from cdc_platform.source.snapshot import SnapshotTable, describe_table, read_chunk, select_rows
+from cdc_platform.source.row_reader import SnapshotTable, describe_table, read_chunk, select_rows
 from cdc_platform.source.values import dumps
 
 __all__ = [

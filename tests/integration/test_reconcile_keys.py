@@ -14,7 +14,7 @@ from cdc_platform.config import ConfigSet
 from cdc_platform.reconcile.compare import compare_table
 from cdc_platform.reconcile.service import reconcile_destination
 from cdc_platform.source.connection import connect_source
-from cdc_platform.source.snapshot import describe_table
+from cdc_platform.source.row_reader import describe_table
 from cdc_platform.spark.mirror import apply_changes, mirror_root, mirror_uri
 from tests.conftest import MariaDBDatabase
 from tests.integration.test_reconcile import apply_mirrors, catch_up, destination

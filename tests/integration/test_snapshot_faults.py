@@ -12,17 +12,18 @@ import pymysql
 import pytest
 from deltalake import DeltaTable
 
-from cdc_platform.config.models import InstanceConfig, SnapshotSettings
-from cdc_platform.runtime import DestinationRuntime
-from cdc_platform.runtime.instance import CommitReport
-from cdc_platform.runtime.new_tables import snapshot_new_tables
-from cdc_platform.runtime.snapshot import (
+from cdc_platform.backfill.new_tables import snapshot_new_tables
+from cdc_platform.backfill.snapshot import (
     SnapshotProgress,
     SnapshotResult,
     SnapshotRunner,
     captured_tables_path,
     state_path,
 )
+from cdc_platform.config.models import InstanceConfig, SnapshotSettings
+from cdc_platform.runtime import DestinationRuntime
+from cdc_platform.sink.report import CommitReport
+from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config
 from cdc_platform.testing.replay import RowKey, replay
 from tests.conftest import MariaDBDatabase
@@ -44,7 +45,7 @@ def env_password(mariadb: MariaDBDatabase, monkeypatch: pytest.MonkeyPatch) -> N
 
 def stream(db: MariaDBDatabase, uri: str) -> None:
     """The destination's normal run until it is idle."""
-    summary = DestinationRuntime("d", instance(db), uri).run(exit_when_idle_seconds=1.5)
+    summary = DestinationRuntime(WriteTerm("d", instance(db), uri)).run(exit_when_idle_seconds=1.5)
     assert summary.error is None, summary
 
 
@@ -67,12 +68,8 @@ def new_tables(
             runner.request_stop()
 
     return snapshot_new_tables(
-        "d",
-        instance(db),
-        str(lake_root / "d" / "changes"),
+        WriteTerm("d", instance(db), str(lake_root / "d" / "changes"), epoch=0),
         lake_root,
-        epoch=0,
-        commit_gate=lambda: None,
         on_progress=progress,
         on_runner=runners.append,
     )
@@ -223,12 +220,8 @@ def _run_until(db: MariaDBDatabase, lake_root: Path, *, table: str, chunks: int)
             stopped.append(True)
 
     snapshot_new_tables(
-        "d",
-        instance(db),
-        str(lake_root / "d" / "changes"),
+        WriteTerm("d", instance(db), str(lake_root / "d" / "changes"), epoch=0),
         lake_root,
-        epoch=0,
-        commit_gate=lambda: None,
         on_progress=progress,
         on_runner=runners.append,
     )
@@ -256,14 +249,11 @@ def test_backlog_larger_than_the_segment_cap_is_committed_in_bounded_parts(
     db.server.execute(*statements, database=db.name)
     commits: list[CommitReport] = []
     result = SnapshotRunner(
-        "d",
-        instance(db),
-        uri,
+        WriteTerm("d", instance(db), uri, on_commit=commits.append),
         state_path(lake_root, "d"),
         tables=[f"{db.name}.t"],
         chunk_size=150,
         segment_events=200,
-        on_commit=commits.append,
     ).run()
     assert result.streamed_events >= 3000
     largest_txn = 201  # 200 rows and a COMMIT, kept whole
@@ -292,9 +282,7 @@ def test_identifiers_with_backticks_dots_and_spaces(
     )
     uri = str(lake_root / "d" / "changes")
     result = SnapshotRunner(
-        "d",
-        instance(db),
-        uri,
+        WriteTerm("d", instance(db), uri),
         state_path(lake_root, "d"),
         tables=[f"{db.name}.we`ird.t ab"],
         chunk_size=20,

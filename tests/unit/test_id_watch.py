@@ -22,7 +22,7 @@ from cdc_platform.source.id_watch import (
     next_list_delay,
     stable_prefix,
 )
-from cdc_platform.source.snapshot import SnapshotTable
+from cdc_platform.source.row_reader import SnapshotTable
 from cdc_platform.testing.fakes import FakeClock
 
 pytestmark = pytest.mark.unit
