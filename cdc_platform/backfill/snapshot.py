@@ -148,7 +148,7 @@ class SnapshotRunner:
     before each commit); ``stop`` (see :class:`SideWorkStop`) interrupts a run at once.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (the term, the state file; what to copy in which steps, its observers and stop, keyword-only)
         self,
         term: WriteTerm,
         state_file: Path,

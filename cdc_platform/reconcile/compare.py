@@ -300,7 +300,7 @@ def _mirror_types_differ(mirror: DataFrame, target: TableSchema, db: str, table:
     return [f.dataType for f in mirror.schema.fields] != want
 
 
-def compare_table(
+def compare_table(  # noqa: PLR0913 (Spark, the source table, where its mirror is, and the comparison's bounds, keyword-only)
     spark: SparkSession,
     conn: pymysql.connections.Connection[Any],
     spec: SnapshotTable,
@@ -450,7 +450,7 @@ def _compare_multiset(
         )
 
 
-def _compare_by_key(  # noqa: PLR0917 (the comparison's frames and bounds)
+def _compare_by_key(  # noqa: PLR0913, PLR0917 (the comparison's frames and bounds)
     spark: SparkSession,
     result: TableComparison,
     source: DataFrame | None,

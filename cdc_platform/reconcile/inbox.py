@@ -109,7 +109,7 @@ def _write_json(path: Path, item: dict[str, Any]) -> None:
 class RepairInbox:
     """The request/result directory of one destination; see the module docstring."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (the directory and key; clocks and sleep are injected by tests, keyword-only)
         self,
         root: Path,
         *,

@@ -93,7 +93,7 @@ class ReconcileReport:
         }
 
 
-def reconcile_destination(  # noqa: PLR0912, PLR0915 - the two phases, with their knobs
+def reconcile_destination(  # noqa: PLR0912, PLR0913, PLR0915 (the two phases, with their knobs, keyword-only)
     config: ConfigSet,
     destination: str,
     spark: SparkSession,

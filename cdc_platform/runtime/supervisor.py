@@ -84,7 +84,7 @@ class LeaseSupervisor:
     supervisor's, set per lease term); its ``on_commit`` hears of every commit.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (the term, the lease; optional collaborators, keyword-only)
         self,
         term: WriteTerm,
         lease: Lease,
@@ -502,7 +502,7 @@ def _fenced(error: CdcError | None, epoch: int) -> bool:
 
 
 @contextmanager
-def supervised_destination(
+def supervised_destination(  # noqa: PLR0913 (the CLI's and the Dagster run's options, keyword-only)
     config: ConfigSet,
     destination: Destination,
     *,
