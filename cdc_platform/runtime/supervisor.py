@@ -41,7 +41,7 @@ from cdc_platform.ha.factory import open_lease, open_registry, open_state_store
 from cdc_platform.ha.lease import Lease
 from cdc_platform.ha.registry import NodeRegistry
 from cdc_platform.reconcile.inbox import destination_inbox
-from cdc_platform.runtime.instance import DestinationRuntime, RunSummary
+from cdc_platform.runtime.instance import DestinationRuntime, RunSummary, RuntimeMetrics
 from cdc_platform.runtime.side_work import SideWork, StoppableRuntime
 from cdc_platform.sink import DeltaChangeLog, FencedCommitError
 from cdc_platform.sink.report import CommitReport
@@ -54,9 +54,12 @@ log = logging.getLogger("cdc_platform.runtime")
 
 
 class StreamingRuntime(StoppableRuntime, Protocol):
-    """What the supervisor needs of a runtime (DestinationRuntime; tests use a fake)."""
+    """What the supervisor and its observers need of a runtime (DestinationRuntime; tests
+    use a fake)."""
 
     def run(self, *, exit_when_idle_seconds: float | None = None) -> RunSummary: ...
+
+    def metrics(self) -> RuntimeMetrics: ...
 
 
 RuntimeFactory = Callable[[WriteTerm], StreamingRuntime]
