@@ -99,6 +99,7 @@ class DestinationRuntime:
         self.name = name
         self.config = config
         self.table_uri = term.table_uri
+        self._on_commit = term.on_commit
         self._metrics_interval = metrics_interval_seconds
         self._retry_initial = commit_retry_initial_seconds
         self._retry_max = commit_retry_max_seconds
@@ -349,7 +350,8 @@ class DestinationRuntime:
                     last_commit_at=time.time(),
                     lag_seconds=report.lag_seconds,
                 )
-            self.term.report(report)
+            if self._on_commit is not None:
+                self._on_commit(report)
         return batch_seq, resume, None
 
     def _commit(self, batch: Batch, batch_seq: int, epoch: int) -> CommitReport | None:
