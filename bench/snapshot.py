@@ -26,10 +26,11 @@ import threading
 import time
 from pathlib import Path
 
+from cdc_platform.backfill.snapshot import SnapshotProgress, SnapshotRunner, state_path
 from cdc_platform.config.models import InstanceConfig
 from cdc_platform.runtime import DestinationRuntime
-from cdc_platform.runtime.snapshot import SnapshotProgress, SnapshotRunner, state_path
 from cdc_platform.sink import MaintenancePolicy
+from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.destinations import instance_config
 from cdc_platform.testing.mariadb import MariaDBServer
 from cdc_platform.testing.replay import replay
@@ -173,13 +174,10 @@ def main() -> None:
                     print(f"  {p.rows_read}/{p.estimated_rows} rows, {p.seconds:.1f} s")
 
             runner = SnapshotRunner(
-                "bench",
-                config(server, user.name),
-                uri,
+                WriteTerm("bench", config(server, user.name), uri, maintenance=MaintenancePolicy()),
                 state_path(lake, "bench"),
                 chunk_size=args.chunk_size,
                 on_progress=progress,
-                maintenance=MaintenancePolicy(),
             )
             result = runner.run()
             stop.set()
@@ -193,9 +191,9 @@ def main() -> None:
                 f"binlog events streamed{f', {updates[0]} updates' if updates else ''})"
             )
             if args.rate > 0:
-                summary = DestinationRuntime("bench", config(server, user.name), uri).run(
-                    exit_when_idle_seconds=1.5
-                )
+                summary = DestinationRuntime(
+                    WriteTerm("bench", config(server, user.name), uri)
+                ).run(exit_when_idle_seconds=1.5)
                 assert summary.error is None, summary
                 state = replay(uri).tables["bench.items"]
                 source = {

@@ -31,6 +31,7 @@ from cdc_platform.config.models import InstanceConfig
 from cdc_platform.events import ResumePosition
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink import DeltaChangeLog
+from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.destinations import instance_config
 from cdc_platform.testing.mariadb import MariaDBServer
 
@@ -104,7 +105,7 @@ def pipeline(
     sink.commit((), batch_seq=1, resume=start, epoch=0)
     sink.close()
     runtime = DestinationRuntime(
-        "throughput", config(server, user), uri, metrics_interval_seconds=3600
+        WriteTerm("throughput", config(server, user), uri), metrics_interval_seconds=3600
     )
     done = threading.Event()
     began = time.perf_counter()
@@ -129,7 +130,8 @@ def pipeline(
 def lag(server: MariaDBServer, user: str, lake: Path, seconds: float, rate: int) -> list[float]:
     uri = str(lake / "lag" / "changes")
     runtime = DestinationRuntime(
-        "lag", config(server, user, batch_timeout_seconds=0.1), uri, metrics_interval_seconds=3600
+        WriteTerm("lag", config(server, user, batch_timeout_seconds=0.1), uri),
+        metrics_interval_seconds=3600,
     )
     runner = threading.Thread(target=runtime.run, daemon=True)
     runner.start()

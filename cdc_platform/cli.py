@@ -156,37 +156,36 @@ def _checkpoint_show(args: argparse.Namespace) -> int:
 
 
 def _snapshot(args: argparse.Namespace) -> int:
-    from cdc_platform.coordination.factory import open_lease  # noqa: PLC0415
-    from cdc_platform.errors import LeaseLostError, SnapshotError  # noqa: PLC0415
-    from cdc_platform.runtime.snapshot import (  # noqa: PLC0415 (keep `config check` light)
+    # Imported here to keep `config check` light.
+    from cdc_platform.backfill.lease import take_lease  # noqa: PLC0415
+    from cdc_platform.backfill.snapshot import (  # noqa: PLC0415
         SnapshotProgress,
         SnapshotRunner,
         state_path,
     )
-    from cdc_platform.sink import DeltaChangeLog  # noqa: PLC0415
+    from cdc_platform.backfill.stop import SideWorkStop  # noqa: PLC0415
+    from cdc_platform.coordination.factory import open_lease  # noqa: PLC0415
+    from cdc_platform.errors import SnapshotError  # noqa: PLC0415
+    from cdc_platform.sink.term import WriteTerm  # noqa: PLC0415
 
     config, destination = _destination(args)
     name = destination.name
-    uri = config.table_uri(name)
     lease = open_lease(config.platform, config.conf_dir, name)
     lease.start()
     try:
-        sink = DeltaChangeLog(uri, name)
-        try:
-            checkpoint = sink.recover()
-        finally:
-            sink.close()
-        floor = checkpoint.epoch + 1 if checkpoint is not None else 0
-        epoch = lease.acquire(timeout=args.lease_timeout, min_epoch=floor)
-        if epoch is None:
+        term = take_lease(
+            lease,
+            WriteTerm(name, destination.config, config.table_uri(name)),
+            timeout=args.lease_timeout,
+            doing="the snapshot; rerun to resume",
+        )
+        if term is None:
             raise SnapshotError(
                 f"{name}: could not take the destination's lease within {args.lease_timeout} s; "
                 "stop its normal run (`cdc-platform release` or stop the process) and retry"
             )
-
-        def gate() -> None:
-            if not lease.is_held():
-                raise LeaseLostError(name, epoch, "lost during the snapshot; rerun to resume")
+        stop = SideWorkStop(name, term.epoch, work="snapshot")
+        lease.on_lost(lambda error: stop.request_stop(f"lease lost: {error.reason}"))
 
         tty = sys.stderr.isatty()
 
@@ -206,15 +205,12 @@ def _snapshot(args: argparse.Namespace) -> int:
             )
 
         runner = SnapshotRunner(
-            name,
-            destination.config,
-            uri,
+            term,
             state_path(config.lake_root, name),
             tables=args.table or None,
             chunk_size=args.chunk_size,
-            epoch=epoch,
             on_progress=progress,
-            commit_gate=gate,
+            stop=stop,
         )
 
         def on_signal(signum: int, _frame: object) -> None:

@@ -25,7 +25,9 @@ from typing import Any
 import yaml
 
 from cdc_platform.config import load_config
-from cdc_platform.runtime import CommitReport, DestinationRuntime
+from cdc_platform.runtime import DestinationRuntime
+from cdc_platform.sink.report import CommitReport
+from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.mariadb import MariaDBServer
 from cdc_platform.testing.processes import free_port
 from cdc_platform.testing.workload import Workload
@@ -178,10 +180,12 @@ def run_demo(
             return _serve_dagster(project, demo_conf, port, stop)
         runtimes.append(
             DestinationRuntime(
-                destination,
-                config.destinations[destination].config,
-                config.table_uri(destination),
-                on_commit=_print_commit,
+                WriteTerm(
+                    destination,
+                    config.destinations[destination].config,
+                    config.table_uri(destination),
+                    on_commit=_print_commit,
+                ),
                 metrics_interval_seconds=30,
             )
         )

@@ -26,10 +26,11 @@ from dagster import (
     op,
 )
 
+from cdc_platform.backfill.snapshot import SnapshotProgress
 from cdc_platform.config import ConfigSet, Destination
-from cdc_platform.runtime import CommitReport, RunSummary
-from cdc_platform.runtime.snapshot import SnapshotProgress
+from cdc_platform.runtime import RunSummary
 from cdc_platform.runtime.supervisor import LeaseSupervisor, supervised_destination
+from cdc_platform.sink.report import CommitReport
 from dagster_defs.resources import PlatformResource
 from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator
 

@@ -44,7 +44,7 @@ def open_registry(platform: PlatformConfig, conf_dir: Path) -> NodeRegistry | No
     )
 
 
-def open_lease(
+def open_lease(  # noqa: PLR0913 (what identifies the lease; the rest keyword-only)
     platform: PlatformConfig,
     conf_dir: Path,
     destination: str,

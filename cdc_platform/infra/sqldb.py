@@ -179,7 +179,7 @@ class Database:
     as ``error(...)`` and drop the connection, so the next call reconnects.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (the URL; connection settings keyword-only)
         self,
         url: str | DatabaseUrl,
         *,

@@ -42,8 +42,8 @@ import pymysql
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark idiom)
 
-from cdc_platform.reconcile.repair import RepairKey, RepairTable
-from cdc_platform.source.snapshot import SnapshotTable, encode_key, read_chunk
+from cdc_platform.backfill.repair import RepairKey, RepairTable
+from cdc_platform.source.row_reader import SnapshotTable, encode_key, read_chunk
 from cdc_platform.source.values import dumps
 from cdc_platform.spark.locations import STAGING_DIR, mirror_uri, table_exists
 from cdc_platform.spark.mirror_state import read_state, schema_signature
@@ -120,7 +120,7 @@ class TableComparison:
         return self.missing_in_mirror + self.changed + self.extra_in_mirror
 
     def repair_request(self) -> RepairTable:
-        """The suspects as a request for :func:`~cdc_platform.reconcile.repair.repair_keys`."""
+        """The suspects as a request for :func:`~cdc_platform.backfill.repair.repair_keys`."""
         return RepairTable(self.db, self.table, list(self.suspects), self.mirror_last_seq)
 
     def summary(self) -> dict[str, Any]:
@@ -295,7 +295,7 @@ def _mirror_types_differ(mirror: DataFrame, target: TableSchema, db: str, table:
     return [f.dataType for f in mirror.schema.fields] != want
 
 
-def compare_table(
+def compare_table(  # noqa: PLR0913 (Spark, the source table, where its mirror is, and the comparison's bounds, keyword-only)
     spark: SparkSession,
     conn: pymysql.connections.Connection[Any],
     spec: SnapshotTable,
@@ -445,7 +445,7 @@ def _compare_multiset(
         )
 
 
-def _compare_by_key(  # noqa: PLR0917 (the comparison's frames and bounds)
+def _compare_by_key(  # noqa: PLR0913, PLR0917 (the comparison's frames and bounds)
     spark: SparkSession,
     result: TableComparison,
     source: DataFrame | None,

@@ -42,9 +42,9 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from cdc_platform.backfill.repair import RepairResult, RepairTable
 from cdc_platform.config.models import SourceConfig
 from cdc_platform.errors import ConfigError, ReconcileError
-from cdc_platform.reconcile.repair import RepairResult, RepairTable
 from cdc_platform.source.filters import TableFilter
 
 __all__ = ["RepairInbox", "destination_inbox", "inbox_path", "signing_key"]
@@ -109,7 +109,7 @@ def _write_json(path: Path, item: dict[str, Any]) -> None:
 class RepairInbox:
     """The request/result directory of one destination; see the module docstring."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (the directory and key; clocks and sleep are injected by tests, keyword-only)
         self,
         root: Path,
         *,

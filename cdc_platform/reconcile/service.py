@@ -22,14 +22,17 @@ from typing import Any, Literal
 
 from pyspark.sql import SparkSession
 
+from cdc_platform.backfill.lease import take_lease
+from cdc_platform.backfill.repair import RepairResult, RepairTable, repair_keys
+from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.config.loader import ConfigSet
-from cdc_platform.errors import LeaseLostError, ReconcileError, SnapshotError
+from cdc_platform.errors import ReconcileError, SnapshotError
+from cdc_platform.ha.lease import Lease
 from cdc_platform.reconcile.compare import ChunkProgress, TableComparison, compare_table
 from cdc_platform.reconcile.inbox import destination_inbox
-from cdc_platform.reconcile.repair import RepairResult, RepairStop, RepairTable, repair_keys
-from cdc_platform.sink.delta import DeltaChangeLog
+from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.mysql import connect_source
-from cdc_platform.source.snapshot import base_tables, describe_table
+from cdc_platform.source.row_reader import base_tables, describe_table
 from cdc_platform.spark.locations import mirror_root
 
 __all__ = ["ReconcileReport", "reconcile_destination"]
@@ -90,7 +93,7 @@ class ReconcileReport:
         }
 
 
-def reconcile_destination(  # noqa: PLR0912, PLR0915 - the two phases, with their knobs
+def reconcile_destination(  # noqa: PLR0912, PLR0913, PLR0915 (the two phases, with their knobs, keyword-only)
     config: ConfigSet,
     destination: str,
     spark: SparkSession,
@@ -199,14 +202,13 @@ def reconcile_destination(  # noqa: PLR0912, PLR0915 - the two phases, with thei
             else:
                 report.repair, report.repaired_by = result, f"{holder.address} (lease holder)"
         else:
-            report.repair = _repair_with_own_lease(
-                config,
-                destination,
-                requests=requests,
-                lease=lease,
-                lease_timeout=lease_timeout,
-                report=report,
+            repair, said = _repair_with_own_lease(
+                config, destination, requests, lease, lease_timeout
             )
+            if repair is None:
+                report.status, report.message = "not_repaired", said
+            else:
+                report.repair, report.repaired_by = repair, said
     finally:
         lease.close()
     if report.repair is not None and not keyless:
@@ -219,46 +221,31 @@ def reconcile_destination(  # noqa: PLR0912, PLR0915 - the two phases, with thei
 def _repair_with_own_lease(
     config: ConfigSet,
     destination: str,
-    *,
     requests: list[RepairTable],
-    lease: Any,
+    lease: Lease,
     lease_timeout: float,
-    report: ReconcileReport,
-) -> RepairResult | None:
-    """Nobody streams the destination: take its lease for the repair, then release it."""
-    uri = config.table_uri(destination)
-    sink = DeltaChangeLog(uri, destination)
-    try:
-        checkpoint = sink.recover()
-    finally:
-        sink.close()
-    floor = checkpoint.epoch + 1 if checkpoint is not None else 0
-    epoch = lease.acquire(timeout=lease_timeout, min_epoch=floor)
-    if epoch is None:
-        report.status = "not_repaired"
-        report.message = (
+) -> tuple[RepairResult | None, str]:
+    """Nobody streams the destination: take its lease for the repair, then release it.
+
+    Returns the result (None: the lease could not be taken) and who repaired, or why not.
+    """
+    term = take_lease(
+        lease,
+        WriteTerm(
+            destination, config.destinations[destination].config, config.table_uri(destination)
+        ),
+        timeout=lease_timeout,
+        doing="a reconciliation repair",
+    )
+    if term is None:
+        return None, (
             f"could not take the free lease of {destination} within {lease_timeout:g} s "
             "(someone took it meanwhile); nothing was written"
         )
-        return None
-
-    def gate() -> None:
-        if not lease.is_held():
-            raise LeaseLostError(destination, epoch, "lost during a reconciliation repair")
-
-    stop = RepairStop(destination, epoch)
+    stop = SideWorkStop(destination, term.epoch, work="repair")
     lease.on_lost(lambda error: stop.request_stop(f"lease lost: {error.reason}"))
     try:
-        result = repair_keys(
-            destination,
-            config.destinations[destination].config,
-            uri,
-            requests,
-            epoch=epoch,
-            commit_gate=gate,
-            stop=stop,
-        )
+        result = repair_keys(term, requests, stop=stop)
     finally:
         lease.release()
-    report.repaired_by = f"{lease.address} (this process, epoch {epoch})"
-    return result
+    return result, f"{lease.address} (this process, epoch {term.epoch})"

@@ -1,10 +1,5 @@
-"""Running a destination: the pipeline wiring, its metrics and its stop handling."""
+"""Running a destination: the pipeline wiring, its metrics, its lease supervisor."""
 
-from cdc_platform.runtime.instance import (
-    CommitReport,
-    DestinationRuntime,
-    RunSummary,
-    RuntimeMetrics,
-)
+from cdc_platform.runtime.instance import DestinationRuntime, RunSummary, RuntimeMetrics
 
-__all__ = ["CommitReport", "DestinationRuntime", "RunSummary", "RuntimeMetrics"]
+__all__ = ["DestinationRuntime", "RunSummary", "RuntimeMetrics"]

@@ -16,64 +16,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from pydantic import SecretStr
-
-from cdc_platform.config.models import InstanceConfig
 from cdc_platform.errors import CdcError, CommitRefusedError, SinkError, SourceError
 from cdc_platform.events import ChangeEvent, EventKind, ResumePosition, ServerIdentity
-from cdc_platform.sink import Checkpoint, DeltaChangeLog, FencedCommitError, MaintenancePolicy
-from cdc_platform.sink.commit import CommitResult
+from cdc_platform.sink import Checkpoint, FencedCommitError
+from cdc_platform.sink.report import CommitReport
+from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source import BinlogSource  # noqa: F401 - tests patch it through this module
 from cdc_platform.source.factory import Source, open_source
 from cdc_platform.store import Batch, EventStore, StoreClosedError
 
-__all__ = ["CommitReport", "DestinationRuntime", "RunSummary", "RuntimeMetrics"]
+__all__ = ["DestinationRuntime", "RunSummary", "RuntimeMetrics"]
 
 log = logging.getLogger("cdc_platform.runtime")
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class CommitReport:
-    """One committed batch, as reported to observers (CLI log, Dagster materializations)."""
-
-    destination: str
-    batch_seq: int
-    version: int
-    rows: int
-    events: int
-    resume: ResumePosition
-    epoch: int
-    lag_seconds: float
-    """Commit time minus the binlog timestamp of the batch's last transaction."""
-    commit_seconds: float
-    partial: bool
-
-    @classmethod
-    def of_side_commit(
-        cls,
-        destination: str,
-        batch_seq: int,
-        landed: CommitResult,
-        *,
-        events: int,
-        resume: ResumePosition,
-        epoch: int,
-    ) -> CommitReport:
-        """A commit written beside the stream (snapshot chunk, repair): no binlog lag."""
-        return cls(
-            destination,
-            batch_seq,
-            landed.version,
-            landed.rows,
-            events,
-            resume,
-            epoch,
-            0.0,
-            landed.seconds,
-            partial=False,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,50 +80,35 @@ class _Rates:
 class DestinationRuntime:
     """Runs one destination until stopped, idle (optional) or failed.
 
-    ``epoch`` is the fencing token of the lease this process holds; the sink refuses to commit
-    once a newer epoch has committed. Without a lease backend the checkpoint's own epoch is
-    used, which still refuses a second writer of the same batch.
+    ``term.epoch`` is the fencing token of the lease this process holds; the sink refuses to
+    commit once a newer epoch has committed. Without a lease backend (None) the checkpoint's
+    own epoch is used, which still refuses a second writer of the same batch. The term's gate
+    runs right before every Delta commit and raises (e.g. LeaseLostError) to forbid it.
     """
 
     def __init__(
         self,
-        name: str,
-        config: InstanceConfig,
-        table_uri: str,
+        term: WriteTerm,
         *,
-        epoch: int | None = None,
-        password: SecretStr | None = None,
-        on_commit: Callable[[CommitReport], None] | None = None,
-        maintenance: MaintenancePolicy | None = None,
-        storage_options: dict[str, str] | None = None,
         metrics_interval_seconds: float = 10.0,
         commit_retry_initial_seconds: float = 0.5,
         commit_retry_max_seconds: float = 30.0,
-        commit_gate: Callable[[], None] | None = None,
     ) -> None:
+        name, config = term.destination, term.config
+        self.term = term
         self.name = name
         self.config = config
-        self.table_uri = table_uri
-        self._epoch = epoch
-        self._password = password
-        self._on_commit = on_commit
+        self.table_uri = term.table_uri
+        self._on_commit = term.on_commit
         self._metrics_interval = metrics_interval_seconds
         self._retry_initial = commit_retry_initial_seconds
         self._retry_max = commit_retry_max_seconds
-        self._commit_gate = commit_gate
-        """Called right before every Delta commit; raises (e.g. LeaseLostError) to forbid it."""
-        self._storage_options = storage_options
         self._stop = threading.Event()
         self._stop_reason = "stop requested"
         self._source_error: CdcError | None = None
         self._lock = threading.Lock()
         self._metrics = RuntimeMetrics(destination=name)
-        self.sink = DeltaChangeLog(
-            table_uri,
-            name,
-            storage_options=storage_options,
-            maintenance=maintenance or MaintenancePolicy(),
-        )
+        self.sink = term.open_change_log()
         store_config = config.store
         self.store = EventStore(
             store_config.buffer_size,
@@ -222,7 +163,8 @@ class DestinationRuntime:
         source that cannot be reached at start, are retried with backoff.
         """
         checkpoint = self.sink.recover()
-        epoch = self._epoch if self._epoch is not None else (checkpoint.epoch if checkpoint else 0)
+        term_epoch = self.term.epoch
+        epoch = term_epoch if term_epoch is not None else (checkpoint.epoch if checkpoint else 0)
         batch_seq = checkpoint.batch_seq if checkpoint else 0
         resume = checkpoint.resume if checkpoint else None
         self._server = resume.server if resume is not None else None
@@ -323,9 +265,9 @@ class DestinationRuntime:
         return open_source(
             self.config.source,
             resume=resume,
-            password=self._password,
+            password=self.term.password,
             table_uri=self.table_uri,
-            storage_options=self._storage_options,
+            storage_options=self.term.storage_options,
         )
 
     def _read(self) -> None:
@@ -474,8 +416,7 @@ class DestinationRuntime:
         return resume if self._server is None else replace(resume, server=self._server)
 
     def _gate(self) -> None:
-        if self._commit_gate is not None:
-            self._commit_gate()
+        self.term.check_gate()
 
     def _landed(self, batch_seq: int, epoch: int, resume: ResumePosition) -> Checkpoint | None:
         """The checkpoint if this very batch is already in the change log, else None."""

@@ -10,15 +10,16 @@
 3. **Gate**: the runtime calls the gate right before every Delta commit; it passes only while
    :meth:`Lease.is_held` is True. While the lease is unconfirmed (ZooKeeper SUSPENDED) it holds
    the commit; when the term is lost it raises LeaseLostError and the run ends.
-4. **Loss**: ``on_lost`` stops the runtime after its in-flight commit; the supervisor goes back
-   to standby. A stop request, an idle exit or a terminal error releases the lease and returns.
+4. **Loss**: ``on_lost`` stops the runtime after its in-flight commit (and interrupts side
+   work at once); the supervisor goes back to standby. A stop request, an idle exit or a
+   terminal error releases the lease and returns.
 
 It also heartbeats the node registry (database backend), runs its bounded cleanup while
 holding the lease, and publishes lease, config and progress state to the state watch.
 
-5. **Repairs**: with an ``inbox`` (:mod:`cdc_platform.reconcile.inbox`), a reconciliation's
-   repair request makes the supervisor stop the runtime after its in-flight commit, write the
-   repair events itself under the same epoch and gate, and start a new runtime from the
+5. **Side work** (:mod:`.side_work`): new-table snapshots before streaming, and repair requests
+   of a reconciliation: the supervisor stops the runtime after its in-flight commit, writes
+   the repair events itself under the same term, and starts a new runtime from the
    checkpoint: only the lease holder ever writes the change log.
 """
 
@@ -30,94 +31,80 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from pydantic import SecretStr
-
+from cdc_platform.backfill.lease import take_lease
+from cdc_platform.backfill.snapshot import SnapshotProgress
 from cdc_platform.config.loader import ConfigSet, Destination
-from cdc_platform.config.models import InstanceConfig
+from cdc_platform.coordination.factory import open_lease, open_registry, open_state_store
 from cdc_platform.errors import CdcError, LeaseError, LeaseLostError, SinkError
 from cdc_platform.ha.lease import Lease
 from cdc_platform.ha.registry import NodeRegistry
-from cdc_platform.runtime.instance import CommitReport, DestinationRuntime, RunSummary
-from cdc_platform.sink import DeltaChangeLog, FencedCommitError, MaintenancePolicy
+from cdc_platform.reconcile.inbox import destination_inbox
+from cdc_platform.runtime.instance import DestinationRuntime, RunSummary, RuntimeMetrics
+from cdc_platform.runtime.side_work import SideWork, StoppableRuntime
+from cdc_platform.sink import DeltaChangeLog, FencedCommitError
+from cdc_platform.sink.report import CommitReport
+from cdc_platform.sink.term import WriteTerm
 from cdc_platform.watch.keys import state_keys
 from cdc_platform.watch.publisher import StatePublisher
 
-if TYPE_CHECKING:
-    from pathlib import Path
-
-    from cdc_platform.reconcile.inbox import RepairInbox
-    from cdc_platform.reconcile.repair import RepairResult, RepairStop
-    from cdc_platform.runtime.snapshot import SnapshotProgress, SnapshotRunner
-
-__all__ = ["LeaseSupervisor", "supervised_destination"]
+__all__ = ["LeaseSupervisor", "RuntimeFactory", "supervised_destination"]
 
 log = logging.getLogger("cdc_platform.runtime")
 
-RuntimeFactory = Callable[..., DestinationRuntime]
+
+class StreamingRuntime(StoppableRuntime, Protocol):
+    """What the supervisor and its observers need of a runtime (DestinationRuntime; tests
+    use a fake)."""
+
+    def run(self, *, exit_when_idle_seconds: float | None = None) -> RunSummary: ...
+
+    def metrics(self) -> RuntimeMetrics: ...
+
+
+RuntimeFactory = Callable[[WriteTerm], StreamingRuntime]
+"""Builds the runtime of one lease term from the term (its epoch, gate and observer)."""
 
 _CLAIM_ATTEMPTS = 5
 _SAME_TERM_RESTARTS = 3
+_REGISTRY_MAINTENANCE_EVERY = 10
+"""Registry heartbeats between two cleanups of dead nodes (by the active holder)."""
 
 
 class LeaseSupervisor:
-    """One destination under an HA lease; see the module docstring."""
+    """One destination under an HA lease; see the module docstring.
 
-    def __init__(
+    ``term`` is the destination's write term without a lease (its epoch and gate are this
+    supervisor's, set per lease term); its ``on_commit`` hears of every commit.
+    """
+
+    def __init__(  # noqa: PLR0913 (the term, the lease; optional collaborators, keyword-only)
         self,
-        name: str,
-        config: InstanceConfig,
-        table_uri: str,
+        term: WriteTerm,
         lease: Lease,
         *,
-        password: SecretStr | None = None,
         publisher: StatePublisher | None = None,
         registry: NodeRegistry | None = None,
         config_hash: str | None = None,
-        on_commit: Callable[[CommitReport], None] | None = None,
-        maintenance: MaintenancePolicy | None = None,
-        storage_options: dict[str, str] | None = None,
-        metrics_interval_seconds: float = 10.0,
-        heartbeat_interval: float | None = None,
-        registry_maintenance_every: int = 10,
         runtime_factory: RuntimeFactory = DestinationRuntime,
-        inbox: RepairInbox | None = None,
-        inbox_poll_seconds: float = 1.0,
-        lake_root: Path | None = None,
-        on_snapshot_progress: Callable[[SnapshotProgress], None] | None = None,
+        side_work: SideWork | None = None,
     ) -> None:
-        self.name = name
-        self.config = config
-        self.table_uri = table_uri
+        self.name = term.destination
+        self.config = term.config
+        self.table_uri = term.table_uri
+        self.term = term
         self.lease = lease
-        self._password = password
         self._publisher = publisher
         self._registry = registry
         self._config_hash = config_hash
-        self._on_commit = on_commit
-        self._maintenance = maintenance
-        self._storage_options = storage_options
-        self._metrics_interval = metrics_interval_seconds
-        self._heartbeat_interval = heartbeat_interval or lease.renew_interval
-        self._registry_every = max(1, registry_maintenance_every)
         self._factory = runtime_factory
-        self._inbox = inbox
-        self._inbox_poll = inbox_poll_seconds
-        self._repair_due = threading.Event()
-        self._lake_root = lake_root
-        self._on_snapshot_progress = on_snapshot_progress
-        self._snapshot_runner: SnapshotRunner | None = None
-        self._repair_stop: RepairStop | None = None
-        self.snapshot_progress: SnapshotProgress | None = None
-        """The newest progress of an automatic snapshot (config `snapshot.new_tables`)."""
-        self.repairs = 0
-        """Repair requests served."""
+        self._side = side_work or SideWork()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._stop_reason = "stop requested"
         self._term_lost = threading.Event()
-        self._runtime: DestinationRuntime | None = None
+        self._runtime: StreamingRuntime | None = None
         self._gate_waiting = False
         self._epoch: int | None = None
         self.terms = 0
@@ -133,33 +120,41 @@ class LeaseSupervisor:
                 self._stop_reason = reason
             self._stop.set()
             runtime = self._runtime
-            snapshot = self._snapshot_runner
-            repair = self._repair_stop
         if runtime is not None:
             runtime.request_stop(reason)
-        if snapshot is not None:
-            snapshot.request_stop()
-        if repair is not None:
-            repair.request_stop(reason)
+        self._side.request_stop(reason)
 
     @property
-    def runtime(self) -> DestinationRuntime | None:
+    def runtime(self) -> StreamingRuntime | None:
         """The runtime of the current term, if streaming."""
         return self._runtime
+
+    @property
+    def snapshot_progress(self) -> SnapshotProgress | None:
+        """The newest progress of an automatic snapshot (config `snapshot.new_tables`)."""
+        return self._side.snapshot_progress
+
+    @property
+    def repairs(self) -> int:
+        """Repair requests served."""
+        return self._side.repairs
 
     def _on_lost(self, error: LeaseLostError) -> None:
         """Lease callback (a lease thread): stop writing now."""
         self._term_lost.set()
         with self._lock:
             runtime = self._runtime
-            snapshot = self._snapshot_runner
-            repair = self._repair_stop
         if runtime is not None:
             runtime.request_stop(f"lease lost: {error.reason}")
-        if snapshot is not None:
-            snapshot.request_stop()
-        if repair is not None:
-            repair.request_stop(f"lease lost: {error.reason}")
+        self._side.lease_lost(f"lease lost: {error.reason}")
+
+    def _halted(self) -> str | None:
+        """Why this term's writing must end now, or None (see :data:`.side_work.Halted`)."""
+        if self._stop.is_set():
+            return "stopping"
+        if self._term_lost.is_set():
+            return "lease lost"
+        return None
 
     # -- the gate and the claim ------------------------------------------------------------------
 
@@ -192,12 +187,7 @@ class LeaseSupervisor:
         Storage trouble is retried (with back-off, while the lease is held); a newer epoch in
         the table means the lease is already lost.
         """
-        sink = DeltaChangeLog(
-            self.table_uri,
-            self.name,
-            storage_options=self._storage_options,
-            maintenance=self._maintenance or MaintenancePolicy(),
-        )
+        sink = self.term.open_change_log()
         races = 0
         delay = 0.5
         try:
@@ -249,18 +239,6 @@ class LeaseSupervisor:
         )
         return True
 
-    def _epoch_floor(self) -> int:
-        """Lowest epoch the change log accepts from a new holder (table epoch + 1, or 0)."""
-        sink = DeltaChangeLog(self.table_uri, self.name, storage_options=self._storage_options)
-        try:
-            checkpoint = sink.recover()
-        except CdcError as exc:
-            log.warning("%s: cannot read the checkpoint yet (%s)", self.name, exc)
-            return 0
-        finally:
-            sink.close()
-        return checkpoint.epoch + 1 if checkpoint is not None else 0
-
     # -- state -----------------------------------------------------------------------------------
 
     def _publish(
@@ -284,8 +262,7 @@ class LeaseSupervisor:
             fence=report.epoch,
             urgent=False,
         )
-        if self._on_commit is not None:
-            self._on_commit(report)
+        self.term.report(report)
 
     def _heartbeat_loop(self, stop: threading.Event) -> None:
         registry = self._registry
@@ -300,11 +277,11 @@ class LeaseSupervisor:
                     epoch=self.lease.epoch,
                 )
                 beats += 1
-                if self.role == "active" and beats % self._registry_every == 0:
+                if self.role == "active" and beats % _REGISTRY_MAINTENANCE_EVERY == 0:
                     registry.maintain()
             except CdcError as exc:
                 log.warning("%s: node registry heartbeat failed: %s", self.name, exc)
-            stop.wait(self._heartbeat_interval)
+            stop.wait(self.lease.renew_interval)
 
     # -- run -------------------------------------------------------------------------------------
 
@@ -324,16 +301,20 @@ class LeaseSupervisor:
             while not self._stop.is_set():
                 self.role = "standby"
                 self._term_lost.clear()
-                floor = self._epoch_floor()
                 self._log_standby()
-                epoch = self.lease.acquire(min_epoch=floor, stop=self._stop)
-                if epoch is None:
+                held = take_lease(
+                    self.lease,
+                    replace(self.term, commit_gate=self._gate, on_commit=self._committed),
+                    stop=self._stop,
+                )
+                if held is None or held.epoch is None:
                     break
+                epoch = held.epoch
                 self.terms += 1
                 self._epoch = epoch
                 self.role = "active"
                 self._publish_acquired(epoch)
-                summary = self._run_term(epoch, exit_when_idle_seconds)
+                summary = self._run_term(held, epoch, exit_when_idle_seconds)
                 summaries.append(summary)
                 if self._term_lost.is_set() or _fenced(summary.error, epoch):
                     why = (
@@ -421,31 +402,23 @@ class LeaseSupervisor:
                 urgent=True,
             )
 
-    def _run_term(self, epoch: int, exit_when_idle: float | None) -> RunSummary:
+    def _run_term(self, term: WriteTerm, epoch: int, exit_when_idle: float | None) -> RunSummary:
+        """Claim the change log, copy new tables, stream (pausing for repairs) until the term
+        ends; ``term`` carries ``epoch``, this supervisor's gate and its commit observer."""
         summary = RunSummary(self.name, "not started", 0, 0, 0, None)
         restarts = 0
         batches = rows = 0
         snapshot_checked = False
+        side = self._side
         while restarts < _SAME_TERM_RESTARTS:
             try:
                 self._claim(epoch)
                 if not snapshot_checked:
                     snapshot_checked = True
-                    self._snapshot_new_tables(epoch)
+                    self._snapshot_new_tables(term)
             except CdcError as exc:
                 return RunSummary(self.name, "failed", 0, 0, 0, None, exc)
-            runtime = self._factory(
-                self.name,
-                self.config,
-                self.table_uri,
-                epoch=epoch,
-                password=self._password,
-                on_commit=self._committed,
-                maintenance=self._maintenance,
-                storage_options=self._storage_options,
-                metrics_interval_seconds=self._metrics_interval,
-                commit_gate=self._gate,
-            )
+            runtime = self._factory(term)
             with self._lock:
                 self._runtime = runtime
                 if self._stop.is_set():
@@ -453,7 +426,7 @@ class LeaseSupervisor:
             if self._term_lost.is_set():
                 runtime.request_stop("lease lost")
             watch_stop = threading.Event()
-            watcher = self._start_inbox_watch(runtime, watch_stop)
+            watcher = side.start_inbox_watch(runtime, watch_stop)
             try:
                 summary = runtime.run(exit_when_idle_seconds=exit_when_idle)
             finally:
@@ -465,20 +438,14 @@ class LeaseSupervisor:
             batches, rows = batches + summary.batches, rows + summary.rows
             summary = replace(summary, batches=batches, rows=rows)
             error = summary.error
-            if (
-                self._repair_due.is_set()
-                and error is None
-                and not self._term_lost.is_set()
-                and not self._stop.is_set()
-            ):
-                self._repair_due.clear()
-                self._serve_inbox(epoch)
+            if side.repair_due.is_set() and error is None and self._halted() is None:
+                side.repair_due.clear()
+                side.serve_inbox(term, self._halted)
                 continue  # stream again from the checkpoint, same term
             if (
                 isinstance(error, FencedCommitError)
                 and not _fenced(error, epoch)
-                and not self._term_lost.is_set()
-                and not self._stop.is_set()
+                and self._halted() is None
             ):
                 # An earlier holder's last batch landed after our recovery: recover again.
                 log.warning("%s: %s; recovering again in the same term", self.name, error)
@@ -489,142 +456,15 @@ class LeaseSupervisor:
             return summary
         return summary
 
-    # -- automatic snapshots ------------------------------------------------------------------
-
-    def _snapshot_new_tables(self, epoch: int) -> None:
+    def _snapshot_new_tables(self, term: WriteTerm) -> None:
         """Copy tables the destination has no copy of yet (config ``snapshot.new_tables``)."""
-        if self._lake_root is None or not self.config.snapshot.new_tables:
+        if not self._side.snapshots(self.config):
             return
-        if self.config.source.mode != "binlog":
-            return  # the watch-by-id source lists its tables itself
-        from cdc_platform.runtime.new_tables import snapshot_new_tables  # noqa: PLC0415
-
-        def on_runner(runner: SnapshotRunner | None) -> None:
-            with self._lock:
-                self._snapshot_runner = runner
-                if runner is not None and (self._stop.is_set() or self._term_lost.is_set()):
-                    runner.request_stop()
-
-        def on_progress(progress: SnapshotProgress) -> None:
-            self.snapshot_progress = progress
-            if self._on_snapshot_progress is not None:
-                self._on_snapshot_progress(progress)
-
         self.role = "snapshot"
         try:
-            snapshot_new_tables(
-                self.name,
-                self.config,
-                self.table_uri,
-                self._lake_root,
-                epoch=epoch,
-                commit_gate=self._gate,
-                password=self._password,
-                maintenance=self._maintenance,
-                on_progress=on_progress,
-                on_runner=on_runner,
-                on_commit=self._committed,
-            )
+            self._side.snapshot_new_tables(term, self._halted)
         finally:
             self.role = "active"
-
-    # -- repairs (reconciliation) ------------------------------------------------------------
-
-    def _start_inbox_watch(
-        self, runtime: DestinationRuntime, stop: threading.Event
-    ) -> threading.Thread | None:
-        """A thread that stops the runtime when a repair request arrives."""
-        inbox = self._inbox
-        if inbox is None:
-            return None
-
-        def watch() -> None:
-            while not stop.wait(self._inbox_poll):
-                try:
-                    waiting = inbox.pending()
-                except OSError as exc:
-                    log.warning("%s: cannot read the repair inbox: %s", self.name, exc)
-                    continue
-                if waiting:
-                    log.info("%s: repair request received; pausing the stream for it", self.name)
-                    self._repair_due.set()
-                    runtime.request_stop("repair requested")
-                    return
-
-        thread = threading.Thread(target=watch, name=f"cdc-inbox-{self.name}", daemon=True)
-        thread.start()
-        return thread
-
-    def _serve_inbox(self, epoch: int) -> None:
-        """Serve every waiting repair request under this term's epoch and gate.
-
-        Whatever happens, the requester gets an answer: a failure (an unexpected one too) is
-        written as the request's error result. A lost lease or a stop interrupts the repair
-        at once (:class:`~cdc_platform.reconcile.repair.RepairStop` cuts its source reads).
-        """
-        from cdc_platform.reconcile.repair import RepairStop, repair_keys  # noqa: PLC0415
-
-        inbox = self._inbox
-        assert inbox is not None
-        while not self._stop.is_set() and not self._term_lost.is_set():
-            try:
-                claimed = inbox.claim()
-            except OSError as exc:
-                log.warning("%s: cannot read the repair inbox: %s", self.name, exc)
-                return
-            if claimed is None:
-                return
-            request_id, tables = claimed
-            stop = RepairStop(self.name, epoch)
-            with self._lock:
-                self._repair_stop = stop
-            if self._stop.is_set() or self._term_lost.is_set():  # raced with the callbacks
-                stop.request_stop("stopping" if self._stop.is_set() else "lease lost")
-            try:
-                with inbox.keep_alive(request_id):
-                    result = repair_keys(
-                        self.name,
-                        self.config,
-                        self.table_uri,
-                        tables,
-                        epoch=epoch,
-                        commit_gate=self._gate,
-                        password=self._password,
-                        maintenance=self._maintenance,
-                        storage_options=self._storage_options,
-                        on_commit=self._committed,
-                        stop=stop,
-                    )
-            except Exception as exc:  # the requester must hear of any failure
-                if isinstance(exc, CdcError):
-                    log.error("%s: repair request %s failed: %s", self.name, request_id, exc)
-                else:
-                    log.exception("%s: repair request %s failed", self.name, request_id)
-                self._answer(inbox, request_id, None, f"{type(exc).__name__}: {exc}")
-                return
-            finally:
-                with self._lock:
-                    self._repair_stop = None
-            self.repairs += 1
-            self._answer(inbox, request_id, result, None)
-            log.info(
-                "%s: repair request %s done: %d upserts, %d deletes, %d left to the binlog",
-                self.name,
-                request_id,
-                sum(result.upserts.values()),
-                sum(result.deletes.values()),
-                sum(result.in_flight.values()),
-            )
-
-    def _answer(
-        self, inbox: RepairInbox, request_id: str, result: RepairResult | None, error: str | None
-    ) -> None:
-        """Write a request's result; a file system failure is logged (the requester's wait
-        then ends on its own when the claim shows no more sign of life)."""
-        try:
-            inbox.finish(request_id, result, error=error)
-        except OSError as exc:
-            log.error("%s: cannot answer repair request %s: %s", self.name, request_id, exc)
 
     def _summary(self, summaries: list[RunSummary], final: RunSummary | None) -> RunSummary:
         """Totals over all terms; the error only of a term that ended the run (a lost term
@@ -657,7 +497,7 @@ def _fenced(error: CdcError | None, epoch: int) -> bool:
 
 
 @contextmanager
-def supervised_destination(
+def supervised_destination(  # noqa: PLR0913 (the CLI's and the Dagster run's options, keyword-only)
     config: ConfigSet,
     destination: Destination,
     *,
@@ -671,12 +511,6 @@ def supervised_destination(
     The one place that builds a lease-gated destination, for `cdc-platform run` and the Dagster
     run alike; everything it opened is closed on exit.
     """
-    from cdc_platform.coordination.factory import (  # noqa: PLC0415
-        open_lease,
-        open_registry,
-        open_state_store,
-    )
-
     platform = config.platform
     registry = open_registry(platform, config.conf_dir)
     publisher: StatePublisher | None = None
@@ -688,21 +522,23 @@ def supervised_destination(
             open_state_store(platform, config.conf_dir),
             interval=platform.watch.publish_interval_seconds,
         )
-        from cdc_platform.reconcile.inbox import destination_inbox  # noqa: PLC0415
 
+        def runtime(term: WriteTerm) -> DestinationRuntime:
+            return DestinationRuntime(term, metrics_interval_seconds=metrics_interval_seconds)
+
+        name = destination.name
         yield LeaseSupervisor(
-            destination.name,
-            destination.config,
-            config.table_uri(destination.name),
+            WriteTerm(name, destination.config, config.table_uri(name), on_commit=on_commit),
             lease,
             publisher=publisher,
             registry=registry,
             config_hash=destination.content_hash,
-            on_commit=on_commit,
-            metrics_interval_seconds=metrics_interval_seconds,
-            inbox=destination_inbox(config.lake_root, destination.name, destination.config.source),
-            lake_root=config.lake_root,
-            on_snapshot_progress=on_snapshot_progress,
+            runtime_factory=runtime,
+            side_work=SideWork(
+                inbox=destination_inbox(config.lake_root, name, destination.config.source),
+                lake_root=config.lake_root,
+                on_snapshot_progress=on_snapshot_progress,
+            ),
         )
     finally:
         if publisher is not None:

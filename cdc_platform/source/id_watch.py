@@ -78,7 +78,7 @@ from cdc_platform.source.id_watch_tables import (
     key_json,
 )
 from cdc_platform.source.mysql import MYSQL_ERRORS, Connection, SourceServer
-from cdc_platform.source.snapshot import SnapshotTable, read_chunk, select_rows
+from cdc_platform.source.row_reader import SnapshotTable, read_chunk, select_rows
 from cdc_platform.source.sql import quote_identifier
 
 __all__ = [

@@ -22,7 +22,7 @@ from cdc_platform.config.models import SourceConfig
 from cdc_platform.events import ChangeEvent, EventKind
 from cdc_platform.source import BinlogSource
 from cdc_platform.source.mysql import connect_source
-from cdc_platform.source.snapshot import describe_table, read_chunk
+from cdc_platform.source.row_reader import describe_table, read_chunk
 from cdc_platform.testing.binlog import collect_events
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
 from tests.conftest import MariaDBDatabase

@@ -27,7 +27,8 @@ from cdc_platform.config.models import (
 from cdc_platform.errors import ConfigError, SourceError
 from cdc_platform.events import Op
 from cdc_platform.runtime import DestinationRuntime, RunSummary
-from cdc_platform.runtime.instance import CommitReport
+from cdc_platform.sink.report import CommitReport
+from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.id_watch import IdWatchSource
 from cdc_platform.source.id_watch_state import load_known_state
 from cdc_platform.testing.destinations import PASSWORD_ENV
@@ -173,7 +174,7 @@ def test_out_of_order_commit_within_the_delay_is_not_missed(
     server, db = mariadb.server, mariadb.name
     server.execute(TABLE, database=db)
     uri = str(lake_root / "d" / "changes")
-    runtime = DestinationRuntime("d", config(mariadb, delay=5.0), uri)
+    runtime = DestinationRuntime(WriteTerm("d", config(mariadb, delay=5.0), uri))
     with running(runtime):
         wait_for(lambda: source_of(runtime).lists >= 1, "the initial list")
         a = server.connect(db, autocommit=False)
@@ -209,7 +210,9 @@ def test_updates_and_deletes_come_from_the_list(mariadb: MariaDBDatabase, lake_r
         database=db,
     )
     uri = str(lake_root / "d" / "changes")
-    runtime = DestinationRuntime("d", config(mariadb, delay=0.2, list_minutes=(0.01, 0.02)), uri)
+    runtime = DestinationRuntime(
+        WriteTerm("d", config(mariadb, delay=0.2, list_minutes=(0.01, 0.02)), uri)
+    )
     with running(runtime):
         wait_for(lambda: log_exists(uri) and len(ids_in(uri, "c")) == 30, "the 30 inserts")
         server.execute(
@@ -260,7 +263,7 @@ def test_pipeline_under_workload_replays_to_source(
     server.execute(TABLE, database=db)
     uri = str(lake_root / "d" / "changes")
     runtime = DestinationRuntime(
-        "d", config(mariadb, delay=0.3, page_size=20, list_minutes=(0.02, 0.04)), uri
+        WriteTerm("d", config(mariadb, delay=0.3, page_size=20, list_minutes=(0.02, 0.04)), uri)
     )
     stop = threading.Event()
     writer = threading.Thread(target=workload, args=(mariadb, stop, 7), daemon=True)
@@ -276,7 +279,9 @@ def test_pipeline_under_workload_replays_to_source(
     assert inserts, "the watch emitted inserts"
     assert max(inserts.values()) == 1, "no row inserted twice"
     # And a fresh run that exits when idle leaves it exact too.
-    summary = DestinationRuntime("d", config(mariadb), uri).run(exit_when_idle_seconds=1.5)
+    summary = DestinationRuntime(WriteTerm("d", config(mariadb), uri)).run(
+        exit_when_idle_seconds=1.5
+    )
     assert summary.error is None, summary
     assert_replay_equals_source(mariadb, uri)
 
@@ -306,7 +311,7 @@ def test_restart_resumes_without_loss_or_duplicate_inserts(
 
     small_store = {"buffer_size": 8, "batch_mode": "ITEMSIZE", "batch_size": 4}
     first = DestinationRuntime(
-        "d", config(mariadb, page_size=50, **small_store), uri, on_commit=on_commit
+        WriteTerm("d", config(mariadb, page_size=50, **small_store), uri, on_commit=on_commit)
     )
     summary = first.run(exit_when_idle_seconds=30)
     assert summary.error is None, summary
@@ -321,7 +326,7 @@ def test_restart_resumes_without_loss_or_duplicate_inserts(
         "DELETE FROM items WHERE id = 2",
         database=db,
     )
-    second = DestinationRuntime("d", config(mariadb, page_size=50), uri)
+    second = DestinationRuntime(WriteTerm("d", config(mariadb, page_size=50), uri))
     summary = second.run(exit_when_idle_seconds=2.0)
     assert summary.error is None, summary
     inserts = Counter(ids_in(uri, "c"))
@@ -358,16 +363,16 @@ def test_expired_rows_are_deleted_in_bounded_batches(
             batch_size=10,
             max_batches_per_round=2,
         )
-        runtime = DestinationRuntime("d", config(mariadb, user=user, expire=expire), uri)
+        runtime = DestinationRuntime(WriteTerm("d", config(mariadb, user=user, expire=expire), uri))
         with running(runtime):
             wait_for(lambda: log_exists(uri) and len(ids_in(uri, "d")) == 20, "20 deletes")
             assert source_of(runtime).expired_deleted == 20
         assert server.query("SELECT COUNT(*) FROM items", db)[0][0] == 7
         assert_replay_equals_source(mariadb, uri)
         # The next round (here: the restart's list) deletes the rest.
-        summary = DestinationRuntime("d", config(mariadb, user=user, expire=expire), uri).run(
-            exit_when_idle_seconds=1.5
-        )
+        summary = DestinationRuntime(
+            WriteTerm("d", config(mariadb, user=user, expire=expire), uri)
+        ).run(exit_when_idle_seconds=1.5)
         assert summary.error is None, summary
         names = {r[0] for r in server.query("SELECT name FROM items", db)}
         assert names == {"recently deleted", "live"}
@@ -459,7 +464,7 @@ def test_lost_connection_is_survived(mariadb: MariaDBDatabase, lake_root: Path) 
     server, db = mariadb.server, mariadb.name
     server.execute(TABLE, database=db)
     uri = str(lake_root / "d" / "changes")
-    runtime = DestinationRuntime("d", config(mariadb, delay=0.2), uri)
+    runtime = DestinationRuntime(WriteTerm("d", config(mariadb, delay=0.2), uri))
     with running(runtime):
         server.execute(f"INSERT INTO items (name, created) VALUES ('a', {OLD})", database=db)
         wait_for(lambda: ids_in(uri, "c") == [1], "the first insert")
@@ -498,7 +503,7 @@ def test_a_start_over_a_large_table_does_not_hold_its_images(
             database=db,
         )
     uri = str(lake_root / "d" / "changes")
-    summary = DestinationRuntime("d", config(mariadb, page_size=500), uri).run(
+    summary = DestinationRuntime(WriteTerm("d", config(mariadb, page_size=500), uri)).run(
         exit_when_idle_seconds=1.0
     )
     assert summary.error is None, summary
@@ -519,6 +524,6 @@ def test_a_start_over_a_large_table_does_not_hold_its_images(
     assert state.diff(f"{db}.items", [(pk, image)], new_op=Op.INSERT) == []
     assert len(state.diff(f"{db}.items", [(pk, image + " ")], new_op=Op.INSERT)) == 1
 
-    second = DestinationRuntime("d", config(mariadb, page_size=500), uri)
+    second = DestinationRuntime(WriteTerm("d", config(mariadb, page_size=500), uri))
     assert second.run(exit_when_idle_seconds=1.0).error is None
     assert Counter(ids_in(uri, "c")) == Counter(range(1, rows + 1)), "a restart repeats nothing"

@@ -18,14 +18,15 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from cdc_platform.backfill.repair import RepairKey, RepairTable
 from cdc_platform.config import ConfigSet, load_config
 from cdc_platform.coordination.factory import open_lease
 from cdc_platform.errors import ReconcileError
 from cdc_platform.reconcile.inbox import RepairInbox, destination_inbox, inbox_path
-from cdc_platform.reconcile.repair import RepairKey, RepairTable
 from cdc_platform.reconcile.service import ReconcileReport, reconcile_destination
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.runtime.supervisor import LeaseSupervisor, supervised_destination
+from cdc_platform.sink.term import WriteTerm
 from cdc_platform.spark.locations import mirror_root, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
@@ -84,7 +85,7 @@ def destination(
         TYPED_TABLE,
         database=mariadb.name,
     )
-    DestinationRuntime("d", config.destinations["d"].config, config.table_uri("d")).run(
+    DestinationRuntime(WriteTerm("d", config.destinations["d"].config, config.table_uri("d"))).run(
         exit_when_idle_seconds=0.5
     )
     values = ", ".join(f"({i}, 'item {i}', {i}.25, {i % 7})" for i in range(1, 2001))
@@ -100,9 +101,9 @@ def destination(
 
 
 def catch_up(config: ConfigSet) -> None:
-    summary = DestinationRuntime("d", config.destinations["d"].config, config.table_uri("d")).run(
-        exit_when_idle_seconds=1.5
-    )
+    summary = DestinationRuntime(
+        WriteTerm("d", config.destinations["d"].config, config.table_uri("d"))
+    ).run(exit_when_idle_seconds=1.5)
     assert summary.error is None, summary
 
 

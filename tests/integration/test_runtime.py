@@ -16,8 +16,10 @@ from deltalake import DeltaTable
 from cdc_platform.cli import main
 from cdc_platform.config.models import InstanceConfig
 from cdc_platform.errors import BinlogGapError
-from cdc_platform.runtime import CommitReport, DestinationRuntime, RunSummary
+from cdc_platform.runtime import DestinationRuntime, RunSummary
 from cdc_platform.sink import DeltaChangeLog
+from cdc_platform.sink.report import CommitReport
+from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
 from cdc_platform.testing.replay import replay
 from tests.conftest import MariaDBDatabase
@@ -82,7 +84,7 @@ def test_changes_land_in_order_with_positions(mariadb: MariaDBDatabase, lake_roo
     server, db = mariadb.server, mariadb.name
     server.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))", database=db)
     uri = str(lake_root / "d" / "changes")
-    running = Running(DestinationRuntime("d", instance(mariadb), uri))
+    running = Running(DestinationRuntime(WriteTerm("d", instance(mariadb), uri)))
     running.wait_for(lambda: Path(uri, "_delta_log").exists())
     with server.connect(db, autocommit=False) as conn, conn.cursor() as cur:
         cur.execute("INSERT INTO t VALUES (1, 'a'), (2, 'b')")
@@ -127,7 +129,7 @@ def test_transaction_larger_than_the_buffer_commits_in_chunks(
     server.execute("CREATE TABLE big (id INT PRIMARY KEY, pad VARCHAR(50))", database=db)
     uri = str(lake_root / "d" / "changes")
     config = instance(mariadb, buffer_size=16, batch_mode="ITEMSIZE", batch_size=8)
-    running = Running(DestinationRuntime("d", config, uri))
+    running = Running(DestinationRuntime(WriteTerm("d", config, uri)))
     running.wait_for(lambda: Path(uri, "_delta_log").exists())
     with server.connect(db, autocommit=False) as conn, conn.cursor() as cur:
         cur.executemany("INSERT INTO big VALUES (%s, 'x')", [(i,) for i in range(100)])
@@ -142,7 +144,7 @@ def test_transaction_larger_than_the_buffer_commits_in_chunks(
     assert len({r["gtid"] for r in rows}) == 1
     # A restart resumes after the last chunk: nothing is committed twice.
     server.execute("INSERT INTO big VALUES (1000, 'after')", database=db)
-    summary = DestinationRuntime("d", config, uri).run(exit_when_idle_seconds=2)
+    summary = DestinationRuntime(WriteTerm("d", config, uri)).run(exit_when_idle_seconds=2)
     assert summary.error is None
     result = replay(uri)
     assert not result.duplicates
@@ -156,7 +158,7 @@ def test_purged_binlog_fails_loudly_and_keeps_the_log(
     server, db = mariadb.server, mariadb.name
     server.execute("CREATE TABLE t (id INT PRIMARY KEY)", database=db)
     uri = str(lake_root / "d" / "changes")
-    running = Running(DestinationRuntime("d", instance(mariadb), uri))
+    running = Running(DestinationRuntime(WriteTerm("d", instance(mariadb), uri)))
     running.wait_for(lambda: Path(uri, "_delta_log").exists())
     server.execute("INSERT INTO t VALUES (1)", database=db)
     running.wait_for(lambda: sum(r.rows for r in running.reports) >= 1)
@@ -181,7 +183,9 @@ def test_purged_binlog_fails_loudly_and_keeps_the_log(
             break
         time.sleep(0.2)
     assert str(summary_file(uri)) not in remaining, "test setup: the binlog was not purged"
-    summary = DestinationRuntime("d", instance(mariadb), uri).run(exit_when_idle_seconds=2)
+    summary = DestinationRuntime(WriteTerm("d", instance(mariadb), uri)).run(
+        exit_when_idle_seconds=2
+    )
     assert isinstance(summary.error, BinlogGapError)
     assert "purged" in str(summary.error) or "no longer" in str(summary.error)
     assert DeltaTable(uri).version() == version, "a failed start must not touch the change log"
@@ -223,7 +227,7 @@ def test_rows_describe_their_table_columns(mariadb: MariaDBDatabase, lake_root: 
         database=db,
     )
     uri = str(lake_root / "d" / "changes")
-    running = Running(DestinationRuntime("d", instance(mariadb), uri))
+    running = Running(DestinationRuntime(WriteTerm("d", instance(mariadb), uri)))
     running.wait_for(lambda: Path(uri, "_delta_log").exists())
     server.execute("INSERT INTO typed VALUES (1, 2.50, 'x', NOW(3), 'a', X'00')", database=db)
     running.wait_for(lambda: sum(r.rows for r in running.reports) >= 1)
@@ -257,6 +261,6 @@ def test_a_crashing_source_thread_ends_the_run_with_an_error(
 
     monkeypatch.setattr("cdc_platform.runtime.instance.BinlogSource.events", broken_events)
     uri = str(lake_root / "d" / "changes")
-    summary = DestinationRuntime("d", instance(mariadb), uri).run()
+    summary = DestinationRuntime(WriteTerm("d", instance(mariadb), uri)).run()
     assert summary.reason == "failed"
     assert "injected bug" in str(summary.error)

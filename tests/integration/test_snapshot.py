@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
+from cdc_platform.backfill.snapshot import SnapshotProgress, SnapshotRunner, state_path
 from cdc_platform.config.models import InstanceConfig
 from cdc_platform.errors import SnapshotError
 from cdc_platform.runtime import DestinationRuntime
-from cdc_platform.runtime.snapshot import SnapshotProgress, SnapshotRunner, state_path
+from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
 from cdc_platform.testing.replay import replay
 from cdc_platform.testing.workload import Workload, source_rows
@@ -37,7 +38,7 @@ def env_password(mariadb: MariaDBDatabase, monkeypatch: pytest.MonkeyPatch) -> N
 
 def catch_up(db: MariaDBDatabase, uri: str) -> None:
     """The destination's normal run after the snapshot, until it is idle."""
-    summary = DestinationRuntime("d", instance(db), uri).run(exit_when_idle_seconds=1.5)
+    summary = DestinationRuntime(WriteTerm("d", instance(db), uri)).run(exit_when_idle_seconds=1.5)
     assert summary.error is None, summary
 
 
@@ -82,7 +83,7 @@ def test_snapshot_rows_equal_binlog_rows_for_every_type(
         database=db,
     )
     uri = str(lake_root / "d" / "changes")
-    DestinationRuntime("d", instance(mariadb), uri).run(exit_when_idle_seconds=0.5)
+    DestinationRuntime(WriteTerm("d", instance(mariadb), uri)).run(exit_when_idle_seconds=0.5)
     server.execute(
         "SET time_zone = '+02:00'",
         """INSERT INTO t VALUES
@@ -100,7 +101,10 @@ def test_snapshot_rows_equal_binlog_rows_for_every_type(
     )
     catch_up(mariadb, uri)
     runner = SnapshotRunner(
-        "d", instance(mariadb), uri, state_path(lake_root, "d"), tables=[f"{db}.t"], chunk_size=2
+        WriteTerm("d", instance(mariadb), uri),
+        state_path(lake_root, "d"),
+        tables=[f"{db}.t"],
+        chunk_size=2,
     )
     result = runner.run()
     assert result.rows_written == 3
@@ -127,9 +131,7 @@ def test_snapshot_under_workload_replays_to_source(
     workload.start(rate_per_second=150)
     try:
         result = SnapshotRunner(
-            "d",
-            instance(mariadb),
-            uri,
+            WriteTerm("d", instance(mariadb), uri),
             state_path(lake_root, "d"),
             chunk_size=250,
             on_progress=progress.append,
@@ -216,7 +218,8 @@ def _snapshot_rows(uri: str) -> int:
 def test_table_without_primary_key_is_refused(mariadb: MariaDBDatabase, lake_root: Path) -> None:
     mariadb.server.execute("CREATE TABLE nokey (a INT, b TEXT)", database=mariadb.name)
     runner = SnapshotRunner(
-        "d", instance(mariadb), str(lake_root / "d" / "changes"), state_path(lake_root, "d")
+        WriteTerm("d", instance(mariadb), str(lake_root / "d" / "changes")),
+        state_path(lake_root, "d"),
     )
     with pytest.raises(SnapshotError, match=rf"{mariadb.name}\.nokey has no primary key"):
         runner.run()
@@ -237,7 +240,10 @@ def test_composite_key_chunks_cover_every_row_once(
     )
     uri = str(lake_root / "d" / "changes")
     result = SnapshotRunner(
-        "d", instance(mariadb), uri, state_path(lake_root, "d"), tables=[f"{db}.ck"], chunk_size=37
+        WriteTerm("d", instance(mariadb), uri),
+        state_path(lake_root, "d"),
+        tables=[f"{db}.ck"],
+        chunk_size=37,
     ).run()
     assert result.rows_written == 500
     assert result.chunks == 14
@@ -262,9 +268,7 @@ def test_ddl_during_snapshot_rereads_the_chunk(mariadb: MariaDBDatabase, lake_ro
             server.execute("ALTER TABLE t ADD COLUMN w INT NOT NULL DEFAULT 7", database=db)
 
     result = SnapshotRunner(
-        "d",
-        instance(mariadb),
-        uri,
+        WriteTerm("d", instance(mariadb), uri),
         state_path(lake_root, "d"),
         tables=[f"{db}.t"],
         chunk_size=100,
@@ -286,8 +290,8 @@ def test_destination_run_snapshots_new_tables_itself(
 ) -> None:
     """`snapshot.new_tables`: the lease holder copies existing rows at its first start while
     the workload writes, and later a table the filters start to match; nothing twice."""
+    from cdc_platform.backfill.snapshot import captured_tables_path  # noqa: PLC0415
     from cdc_platform.config import load_config  # noqa: PLC0415
-    from cdc_platform.runtime.snapshot import captured_tables_path  # noqa: PLC0415
     from cdc_platform.runtime.supervisor import supervised_destination  # noqa: PLC0415
 
     monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)

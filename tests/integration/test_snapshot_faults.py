@@ -1,9 +1,11 @@
 """Snapshot faults: vanished tables, tables created while streaming, a large binlog backlog,
-identifiers that need quoting."""
+identifiers that need quoting, a lease lost while a chunk read hangs on the source."""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,18 +14,24 @@ import pymysql
 import pytest
 from deltalake import DeltaTable
 
-from cdc_platform.config.models import InstanceConfig, SnapshotSettings
-from cdc_platform.runtime import DestinationRuntime
-from cdc_platform.runtime.instance import CommitReport
-from cdc_platform.runtime.new_tables import snapshot_new_tables
-from cdc_platform.runtime.snapshot import (
+from cdc_platform.backfill.lease import take_lease
+from cdc_platform.backfill.new_tables import snapshot_new_tables
+from cdc_platform.backfill.snapshot import (
     SnapshotProgress,
     SnapshotResult,
     SnapshotRunner,
     captured_tables_path,
     state_path,
 )
-from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config
+from cdc_platform.backfill.stop import SideWorkStop
+from cdc_platform.config import load_config
+from cdc_platform.config.models import InstanceConfig, SnapshotSettings
+from cdc_platform.coordination.factory import open_lease
+from cdc_platform.errors import LeaseLostError
+from cdc_platform.runtime import DestinationRuntime
+from cdc_platform.sink.report import CommitReport
+from cdc_platform.sink.term import WriteTerm
+from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
 from cdc_platform.testing.replay import RowKey, replay
 from tests.conftest import MariaDBDatabase
 
@@ -44,7 +52,7 @@ def env_password(mariadb: MariaDBDatabase, monkeypatch: pytest.MonkeyPatch) -> N
 
 def stream(db: MariaDBDatabase, uri: str) -> None:
     """The destination's normal run until it is idle."""
-    summary = DestinationRuntime("d", instance(db), uri).run(exit_when_idle_seconds=1.5)
+    summary = DestinationRuntime(WriteTerm("d", instance(db), uri)).run(exit_when_idle_seconds=1.5)
     assert summary.error is None, summary
 
 
@@ -67,12 +75,8 @@ def new_tables(
             runner.request_stop()
 
     return snapshot_new_tables(
-        "d",
-        instance(db),
-        str(lake_root / "d" / "changes"),
+        WriteTerm("d", instance(db), str(lake_root / "d" / "changes"), epoch=0),
         lake_root,
-        epoch=0,
-        commit_gate=lambda: None,
         on_progress=progress,
         on_runner=runners.append,
     )
@@ -223,12 +227,8 @@ def _run_until(db: MariaDBDatabase, lake_root: Path, *, table: str, chunks: int)
             stopped.append(True)
 
     snapshot_new_tables(
-        "d",
-        instance(db),
-        str(lake_root / "d" / "changes"),
+        WriteTerm("d", instance(db), str(lake_root / "d" / "changes"), epoch=0),
         lake_root,
-        epoch=0,
-        commit_gate=lambda: None,
         on_progress=progress,
         on_runner=runners.append,
     )
@@ -256,14 +256,11 @@ def test_backlog_larger_than_the_segment_cap_is_committed_in_bounded_parts(
     db.server.execute(*statements, database=db.name)
     commits: list[CommitReport] = []
     result = SnapshotRunner(
-        "d",
-        instance(db),
-        uri,
+        WriteTerm("d", instance(db), uri, on_commit=commits.append),
         state_path(lake_root, "d"),
         tables=[f"{db.name}.t"],
         chunk_size=150,
         segment_events=200,
-        on_commit=commits.append,
     ).run()
     assert result.streamed_events >= 3000
     largest_txn = 201  # 200 rows and a COMMIT, kept whole
@@ -292,9 +289,7 @@ def test_identifiers_with_backticks_dots_and_spaces(
     )
     uri = str(lake_root / "d" / "changes")
     result = SnapshotRunner(
-        "d",
-        instance(db),
-        uri,
+        WriteTerm("d", instance(db), uri),
         state_path(lake_root, "d"),
         tables=[f"{db.name}.we`ird.t ab"],
         chunk_size=20,
@@ -309,3 +304,103 @@ def test_identifiers_with_backticks_dots_and_spaces(
     )
     stream(db, uri)
     assert_exact(db, uri, {"we`ird.t ab": ["id`x"]})
+
+
+# -- the lease lost while a chunk read hangs on the source -------------------------------------
+
+
+def test_a_lost_lease_interrupts_a_snapshot_blocked_on_the_source(
+    mariadb: MariaDBDatabase, lake_root: Path, tmp_path: Path
+) -> None:
+    """A chunk read that hangs on the source (a table lock held by another connection; a
+    partition looks the same to the reader) ends as soon as the lease goes: LeaseLostError
+    within the lease timeout, not at the read timeout, and nothing is committed after."""
+    db = mariadb
+    expiry = 3.0
+    conf = tmp_path / "conf"
+    write_conf(
+        conf,
+        destination="d",
+        server=db.server,
+        user=db.user,
+        database=db.name,
+        lake_root=lake_root,
+        server_id=2133,
+        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/lease.db', "
+        f"renew_interval_seconds: 0.2, expiry_seconds: {expiry}}}\n",
+    )
+    config = load_config(conf)
+    assert not config.errors, config.errors
+    db.server.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO t SELECT seq, seq FROM seq_1_to_500",
+        database=db.name,
+    )
+    uri = config.table_uri("d")
+    lease = open_lease(config.platform, config.conf_dir, "d")
+    lease.start()
+    locker = db.server.connect(db.name)
+    locked = threading.Event()
+    lost_at: list[float] = []
+    commits: list[CommitReport] = []
+    outcome: list[BaseException | object] = []
+    try:
+        term = take_lease(
+            lease,
+            WriteTerm("d", config.destinations["d"].config, uri, on_commit=commits.append),
+            timeout=10,
+            doing="the snapshot",
+        )
+        assert term is not None
+        stop = SideWorkStop("d", term.epoch, work="snapshot")
+
+        def on_lost(error: LeaseLostError) -> None:
+            lost_at.append(time.monotonic())
+            stop.request_stop(f"lease lost: {error.reason}")
+
+        lease.on_lost(on_lost)
+
+        def lock_after_the_first_chunk(p: SnapshotProgress) -> None:
+            if p.chunks == 1:
+                with locker.cursor() as cur:
+                    cur.execute("LOCK TABLES t WRITE")
+                locked.set()
+
+        runner = SnapshotRunner(
+            term,
+            state_path(lake_root, "d"),
+            tables=[f"{db.name}.t"],
+            chunk_size=100,
+            on_progress=lock_after_the_first_chunk,
+            stop=stop,
+        )
+
+        def run() -> None:
+            try:
+                outcome.append(runner.run())
+            except BaseException as exc:  # handed to the test thread
+                outcome.append(exc)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        assert locked.wait(30), "the first chunk was committed"
+        time.sleep(0.5)  # the next chunk's read now waits for the lock
+        committed = len(commits)
+        operator = open_lease(config.platform, config.conf_dir, "d", address="operator")
+        try:
+            assert operator.request_release() is not None
+        finally:
+            operator.close()
+        thread.join(timeout=30)
+        ended_at = time.monotonic()
+        assert not thread.is_alive(), "the snapshot still waits on the locked table"
+    finally:
+        locker.close()  # ends the lock
+        lease.close()
+    assert lost_at, "the lease was lost"
+    assert ended_at - lost_at[0] < expiry, "ended within the lease timeout"
+    assert len(outcome) == 1
+    assert isinstance(outcome[0], LeaseLostError), outcome
+    assert "snapshot interrupted: lease lost" in str(outcome[0])
+    assert len(commits) == committed, "nothing committed after the loss"
+    assert state_path(lake_root, "d").exists(), "progress kept: a rerun continues"

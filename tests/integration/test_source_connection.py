@@ -16,8 +16,10 @@ from cdc_platform.cli import main
 from cdc_platform.config.models import InstanceConfig
 from cdc_platform.errors import SourceServerChangedError
 from cdc_platform.events import ResumePosition, ServerIdentity
-from cdc_platform.runtime import CommitReport, DestinationRuntime, RunSummary
+from cdc_platform.runtime import DestinationRuntime, RunSummary
 from cdc_platform.sink import DeltaChangeLog
+from cdc_platform.sink.report import CommitReport
+from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source import BinlogSource
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
 from cdc_platform.testing.mariadb import MariaDBServer
@@ -86,7 +88,7 @@ def test_a_run_started_while_the_source_is_down_waits_for_it(
     address = f"{server.host}:{server.port}"
     try:
         with caplog.at_level(logging.INFO):
-            running = Running(DestinationRuntime("d", _config(server), uri))
+            running = Running(DestinationRuntime(WriteTerm("d", _config(server), uri)))
 
             def retried() -> bool:
                 warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
@@ -197,7 +199,7 @@ def test_a_switched_primary_refuses_file_positions_and_continues_by_gtid(
         _replicate(b, a, password)
         monkeypatch.setenv(PASSWORD_ENV, password)
         uri = str(tmp_path / "lake" / "d" / "changes")
-        running = Running(DestinationRuntime("d", _config(a), uri))
+        running = Running(DestinationRuntime(WriteTerm("d", _config(a), uri)))
         running.wait_for(lambda: Path(uri, "_delta_log").exists())
         a.execute("INSERT INTO shop.t VALUES (1), (2)", "INSERT INTO shop.t VALUES (3)")
         running.wait_for(lambda: running.rows() >= 3)
@@ -214,7 +216,7 @@ def test_a_switched_primary_refuses_file_positions_and_continues_by_gtid(
         assert recorded.pos <= logs_b[recorded.file], logs_b
         version = DeltaTable(uri).version()
 
-        refused = DestinationRuntime("d", _config(b), uri).run(exit_when_idle_seconds=2)
+        refused = DestinationRuntime(WriteTerm("d", _config(b), uri)).run(exit_when_idle_seconds=2)
         print(f"file/pos resume on B: {refused.error!r}")
         assert isinstance(refused.error, SourceServerChangedError)
         assert refused.error.transient is False
@@ -227,7 +229,7 @@ def test_a_switched_primary_refuses_file_positions_and_continues_by_gtid(
         assert DeltaTable(uri).version() == version, "a refused start must not write"
         assert recorded.server == ServerIdentity(11, gtid_domain_id=0)
 
-        running = Running(DestinationRuntime("d", _by_gtid(_config(b)), uri))
+        running = Running(DestinationRuntime(WriteTerm("d", _by_gtid(_config(b)), uri)))
         b.execute("INSERT INTO shop.t VALUES (4)")
         running.wait_for(lambda: running.rows() >= 1)
         assert running.stop().error is None
@@ -237,7 +239,7 @@ def test_a_switched_primary_refuses_file_positions_and_continues_by_gtid(
         assert moved.resume.server == ServerIdentity(12, gtid_domain_id=0)
         # From now on the checkpoint names B: file/pos resumes on B work again.
         b.execute("INSERT INTO shop.t VALUES (5)")
-        again = DestinationRuntime("d", _config(b), uri).run(exit_when_idle_seconds=2)
+        again = DestinationRuntime(WriteTerm("d", _config(b), uri)).run(exit_when_idle_seconds=2)
         assert again.error is None
         assert _ids(uri) == [1, 2, 3, 4, 5]
     finally:
@@ -264,7 +266,7 @@ def test_a_checkpoint_without_server_identity_resumes_and_records_it(
     assert before is not None
     assert before.resume.server is None
     server.execute("INSERT INTO t VALUES (1)", database=db)
-    summary = DestinationRuntime("d", config, uri).run(exit_when_idle_seconds=2)
+    summary = DestinationRuntime(WriteTerm("d", config, uri)).run(exit_when_idle_seconds=2)
     assert summary.error is None
     after = sink.recover()
     assert after is not None

@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 
 from cdc_platform.config.models import InstanceConfig
 from cdc_platform.runtime import DestinationRuntime
+from cdc_platform.sink.term import WriteTerm
 from cdc_platform.spark.locations import mirror_root, mirror_tables, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config
@@ -78,7 +79,7 @@ def instance(db: MariaDBDatabase) -> InstanceConfig:
 
 def catch_up(db: MariaDBDatabase, uri: str) -> None:
     """Run the destination until it is idle: everything committed so far is in the log."""
-    summary = DestinationRuntime("d", instance(db), uri).run(exit_when_idle_seconds=1.5)
+    summary = DestinationRuntime(WriteTerm("d", instance(db), uri)).run(exit_when_idle_seconds=1.5)
     assert summary.error is None, summary
 
 

@@ -22,7 +22,7 @@ from cdc_platform.source.id_watch import (
     stable_prefix,
 )
 from cdc_platform.source.id_watch_tables import WatchedTable
-from cdc_platform.source.snapshot import SnapshotTable
+from cdc_platform.source.row_reader import SnapshotTable
 from cdc_platform.testing.fakes import FakeClock
 
 pytestmark = pytest.mark.unit

@@ -16,6 +16,7 @@ from cdc_platform.events import ResumePosition
 from cdc_platform.runtime.instance import RunSummary
 from cdc_platform.runtime.supervisor import LeaseSupervisor
 from cdc_platform.sink import DeltaChangeLog, FencedCommitError
+from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.fakes import FakeClock, InMemoryLease, InMemoryLeaseStore
 from cdc_platform.watch import MemoryStateStore, StatePublisher
 
@@ -28,7 +29,7 @@ CONFIG = InstanceConfig(
 
 
 def supervisor(lease: InMemoryLease, uri: str, **kwargs: Any) -> LeaseSupervisor:
-    return LeaseSupervisor("shop", CONFIG, uri, lease, **kwargs)
+    return LeaseSupervisor(WriteTerm("shop", CONFIG, uri), lease, **kwargs)
 
 
 def test_gate_passes_while_held_and_raises_once_lost(tmp_path: Path) -> None:
@@ -72,11 +73,13 @@ class FakeRuntime:
 
     instances: list[FakeRuntime] = []
 
-    def __init__(self, name: str, config: InstanceConfig, table_uri: str, **kw: Any) -> None:
-        self.name = name
-        self.epoch: int = kw["epoch"]
-        self.gate: Callable[[], None] = kw["commit_gate"]
-        self.sink = DeltaChangeLog(table_uri, name)
+    def __init__(self, term: WriteTerm) -> None:
+        assert term.epoch is not None
+        assert term.commit_gate is not None
+        self.name = term.destination
+        self.epoch: int = term.epoch
+        self.gate: Callable[[], None] = term.commit_gate
+        self.sink = DeltaChangeLog(term.table_uri, term.destination)
         self._stop = threading.Event()
         self.reason = "stop requested"
         self.commits = 0

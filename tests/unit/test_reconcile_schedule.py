@@ -20,9 +20,9 @@ from dagster import (
     instance_for_test,
 )
 
+from cdc_platform.backfill.repair import RepairKey, RepairResult, RepairTable
 from cdc_platform.errors import ConfigError, ReconcileError
 from cdc_platform.reconcile.inbox import RepairInbox, signing_key
-from cdc_platform.reconcile.repair import RepairKey, RepairResult, RepairTable
 from cdc_platform.reconcile.schedule import DueState, next_interval
 from dagster_defs.cdc_job import CDC_JOB, DESTINATION_TAG
 from dagster_defs.reconcile import RECONCILE_JOB, RECONCILE_TAG, build_reconcile_schedule, check_key
@@ -271,7 +271,7 @@ def test_inbox_keep_alive_touches_the_claim(tmp_path: Path) -> None:
 
 
 def test_repair_decision_skips_touched_and_lagging_keys() -> None:
-    from cdc_platform.reconcile.repair import _decide  # noqa: PLC0415
+    from cdc_platform.backfill.repair import _decide  # noqa: PLC0415
 
     keys = [RepairKey([i], f'{{"id":{i}}}') for i in range(1, 7)]
     source = {
@@ -312,9 +312,9 @@ def test_mirror_catch_up_decision() -> None:
 
 
 def test_repair_notes_its_own_commits_instead_of_rereading_the_log() -> None:
+    from cdc_platform.backfill.repair import _COMMITTED_NOW, _note_committed  # noqa: PLC0415
     from cdc_platform.events import BinlogPosition, ChangeEvent, EventKind, Op, Transaction  # noqa: PLC0415
-    from cdc_platform.reconcile.repair import _COMMITTED_NOW, _note_committed  # noqa: PLC0415
-    from cdc_platform.source.snapshot import SnapshotTable  # noqa: PLC0415
+    from cdc_platform.source.row_reader import SnapshotTable  # noqa: PLC0415
 
     spec = SnapshotTable("db", "t", (), ("id",), "[]")
     at = BinlogPosition("b.000001", 4)

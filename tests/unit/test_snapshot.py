@@ -8,6 +8,7 @@ from decimal import Decimal
 import pymysql
 import pytest
 
+from cdc_platform.backfill.segments import SegmentStream, touched_keys
 from cdc_platform.errors import SourceConnectionError, SourceError
 from cdc_platform.events import (
     BinlogPosition,
@@ -17,9 +18,8 @@ from cdc_platform.events import (
     ResumePosition,
     Transaction,
 )
-from cdc_platform.runtime.snapshot import SegmentStream, touched_keys
 from cdc_platform.source.mysql import is_missing_table, mysql_error
-from cdc_platform.source.snapshot import (
+from cdc_platform.source.row_reader import (
     _bits,
     _float32,
     _labels,

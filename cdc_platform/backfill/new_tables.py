@@ -31,19 +31,17 @@ from typing import Any
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
-from pydantic import SecretStr
 
-from cdc_platform.config.models import InstanceConfig
-from cdc_platform.errors import SnapshotError
-from cdc_platform.runtime.instance import CommitReport
-from cdc_platform.runtime.snapshot import (
+from cdc_platform.backfill.snapshot import (
     SnapshotProgress,
     SnapshotResult,
     SnapshotRunner,
     captured_tables_path,
     state_path,
 )
-from cdc_platform.sink import MaintenancePolicy
+from cdc_platform.backfill.stop import SideWorkStop
+from cdc_platform.errors import SnapshotError
+from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.filters import StatementKind, classify_statement
 
 __all__ = ["CapturedTables", "created_in_log", "current_batch", "snapshot_new_tables"]
@@ -121,16 +119,25 @@ class CapturedTables:
         self.save()
 
 
-def current_batch(table_uri: str, destination: str) -> int:
+def current_batch(
+    table_uri: str, destination: str, storage_options: dict[str, str] | None = None
+) -> int:
     """The change log's last batch (0 when it does not exist yet)."""
     try:
-        version = DeltaTable(table_uri).transaction_version(destination)
+        version = DeltaTable(table_uri, storage_options=storage_options).transaction_version(
+            destination
+        )
     except TableNotFoundError:
         return 0
     return int(version or 0)
 
 
-def created_in_log(table_uri: str, after_batch: int, candidates: Iterable[str]) -> set[str]:
+def created_in_log(
+    table_uri: str,
+    after_batch: int,
+    candidates: Iterable[str],
+    storage_options: dict[str, str] | None = None,
+) -> set[str]:
     """The ``candidates`` (``db.table``) whose plain ``CREATE TABLE`` is in the change log after
     ``after_batch`` and not followed by a DROP / RENAME naming them.
 
@@ -142,7 +149,7 @@ def created_in_log(table_uri: str, after_batch: int, candidates: Iterable[str]) 
     if not wanted:
         return set()
     try:
-        dataset = DeltaTable(table_uri).to_pyarrow_dataset()
+        dataset = DeltaTable(table_uri, storage_options=storage_options).to_pyarrow_dataset()
     except TableNotFoundError:
         return set()
     rows = (
@@ -175,20 +182,15 @@ def created_in_log(table_uri: str, after_batch: int, candidates: Iterable[str]) 
 
 
 def snapshot_new_tables(
-    name: str,
-    config: InstanceConfig,
-    table_uri: str,
+    term: WriteTerm,
     lake_root: Path,
     *,
-    epoch: int,
-    commit_gate: Callable[[], None],
-    password: SecretStr | None = None,
-    maintenance: MaintenancePolicy | None = None,
     on_progress: Callable[[SnapshotProgress], None] | None = None,
     on_runner: Callable[[SnapshotRunner | None], None] | None = None,
-    on_commit: Callable[[CommitReport], None] | None = None,
+    stop: SideWorkStop | None = None,
 ) -> SnapshotResult | None:
-    """Snapshot what the destination does not have a copy of yet, under the caller's lease.
+    """Snapshot what the destination does not have a copy of yet, under the caller's lease
+    (``term``: its epoch and commit gate; ``stop`` interrupts it when the lease goes).
 
     The record of copied tables is described in the module docstring. First
     an interrupted snapshot is finished (a table it can no longer copy ends with a reason);
@@ -202,6 +204,8 @@ def snapshot_new_tables(
 
     Returns the last snapshot's result, or None when there was nothing to copy.
     """
+    name, config, table_uri = term.destination, term.config, term.table_uri
+    storage = term.storage_options
     state_file = state_path(lake_root, name)
     record = CapturedTables.load(captured_tables_path(lake_root, name))
     source = config.source
@@ -213,20 +217,14 @@ def snapshot_new_tables(
 
     def runner(tables: Sequence[str] | None) -> SnapshotRunner:
         made = SnapshotRunner(
-            name,
-            config,
-            table_uri,
+            term,
             state_file,
             tables=tables,
             chunk_size=config.snapshot.chunk_size,
             segment_events=config.snapshot.segment_events,
-            epoch=epoch,
-            password=password,
             on_progress=on_progress,
-            commit_gate=commit_gate,
-            maintenance=maintenance,
-            on_commit=on_commit,
             on_table_done=record.done,
+            stop=stop,
         )
         if on_runner is not None:
             on_runner(made)
@@ -241,11 +239,11 @@ def snapshot_new_tables(
                 return result  # stopped: finished at the next start
             record.tables |= set(result.tables)  # also those finished before an upgrade
             record.save()
-        listed_after = current_batch(table_uri, name)
+        listed_after = current_batch(table_uri, name, storage)
         probe = runner([])
         new = sorted(set(probe.captured_tables()) - record.tables)
         if new and record.after_batch is not None:
-            created = created_in_log(table_uri, record.after_batch, new)
+            created = created_in_log(table_uri, record.after_batch, new, storage)
             if created:
                 log.info(
                     "%s: captured from their CREATE TABLE, no snapshot needed: %s",

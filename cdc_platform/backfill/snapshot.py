@@ -34,16 +34,23 @@ never duplicates or loses a change. Once every table is done the file is removed
 normal run resumes from the change log's checkpoint, which now sits after the snapshot. A
 table that cannot be copied any more (dropped, renamed, its key removed) ends with a reason in
 the file and the result instead of failing every rerun.
+
+The runner writes under its caller's :class:`~cdc_platform.sink.term.WriteTerm` (the lease's
+epoch and commit gate). The gate only runs before commits, so a
+:class:`~cdc_platform.backfill.stop.SideWorkStop` triggered by the lease-loss callback cuts the
+source connection: a chunk read blocked on the source (a table lock, a partition) ends at once
+with LeaseLostError instead of at the read timeout.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -51,24 +58,16 @@ from typing import Any
 import pyarrow.compute as pc
 import pymysql
 from deltalake import DeltaTable
-from pydantic import SecretStr
 
-from cdc_platform.config.models import InstanceConfig
-from cdc_platform.errors import SnapshotError
-from cdc_platform.events import (
-    BinlogPosition,
-    ChangeEvent,
-    EventKind,
-    Op,
-    ResumePosition,
-    Transaction,
-)
-from cdc_platform.runtime.instance import CommitReport
-from cdc_platform.runtime.segments import SegmentStream, altered, touched_keys
-from cdc_platform.sink import Checkpoint, DeltaChangeLog, MaintenancePolicy
+from cdc_platform.backfill.segments import SegmentStream, altered, events_at_cut, touched_keys
+from cdc_platform.backfill.stop import SideWorkStop
+from cdc_platform.errors import CdcError, SnapshotError
+from cdc_platform.events import BinlogPosition, ChangeEvent, EventKind, ResumePosition
+from cdc_platform.sink import Checkpoint, DeltaChangeLog
+from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.binlog import BinlogSource
 from cdc_platform.source.mysql import connect_source, is_missing_table, mysql_error
-from cdc_platform.source.snapshot import (
+from cdc_platform.source.row_reader import (
     ChunkRows,
     SnapshotTable,
     base_tables,
@@ -81,14 +80,11 @@ from cdc_platform.source.sql import qualified_name
 
 __all__ = [
     "DEFAULT_SEGMENT_EVENTS",
-    "SegmentStream",
     "SnapshotProgress",
     "SnapshotResult",
     "SnapshotRunner",
     "captured_tables_path",
-    "events_at_cut",
     "state_path",
-    "touched_keys",
 ]
 
 log = logging.getLogger(__name__)
@@ -148,28 +144,23 @@ class SnapshotResult:
 class SnapshotRunner:
     """Snapshots tables of one destination into its change log; see the module docstring.
 
-    ``epoch`` is the fencing token of the lease the caller holds (None: the checkpoint's);
-    ``commit_gate`` is called before each commit and raises to forbid it (lease lost).
+    ``term`` says who writes (its epoch: the lease's, None: the checkpoint's; its gate runs
+    before each commit); ``stop`` (see :class:`SideWorkStop`) interrupts a run at once.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (the term, the state file; what to copy in which steps, its observers and stop, keyword-only)
         self,
-        name: str,
-        config: InstanceConfig,
-        table_uri: str,
+        term: WriteTerm,
         state_file: Path,
         *,
         tables: Sequence[str] | None = None,
         chunk_size: int = 2000,
         segment_events: int = DEFAULT_SEGMENT_EVENTS,
-        epoch: int | None = None,
-        password: SecretStr | str | None = None,
         on_progress: Callable[[SnapshotProgress], None] | None = None,
-        commit_gate: Callable[[], None] | None = None,
-        maintenance: MaintenancePolicy | None = None,
-        on_commit: Callable[[CommitReport], None] | None = None,
         on_table_done: Callable[[str, str | None], None] | None = None,
+        stop: SideWorkStop | None = None,
     ) -> None:
+        name, config = term.destination, term.config
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, not {chunk_size}")
         if segment_events < 1:
@@ -179,25 +170,26 @@ class SnapshotRunner:
                 f"{name}: the snapshot merges chunks with the binlog; a destination in the "
                 f"{config.source.mode} source mode copies existing rows itself (docs/id_watch.md)"
             )
+        self.term = term
         self.name = name
         self.config = config
-        self.table_uri = table_uri
+        self.table_uri = term.table_uri
         self.state_file = state_file
         self.requested = list(tables) if tables else None
         self.chunk_size = chunk_size
         self.segment_events = segment_events
-        self._epoch = epoch
-        self._password = password
         self._on_progress = on_progress
-        self._on_commit = on_commit
         self._on_table_done = on_table_done
-        self._gate = commit_gate
-        self._maintenance = maintenance
+        self._interrupt = stop or SideWorkStop(name, term.epoch, work="snapshot")
         self._stop = threading.Event()
 
     def request_stop(self) -> None:
         """End after the current chunk (progress is kept; a rerun continues)."""
         self._stop.set()
+
+    def interrupt(self, reason: str) -> None:
+        """End now, even inside a blocked source read (the lease is gone): see ``stop``."""
+        self._interrupt.request_stop(reason)
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -222,8 +214,30 @@ class SnapshotRunner:
 
     # -- run -----------------------------------------------------------------------------------
 
-    def _connect(self) -> pymysql.connections.Connection[Any]:
-        return connect_source(self.config.source, self._password, purpose="snapshot")
+    @contextlib.contextmanager
+    def _source(self) -> Iterator[pymysql.connections.Connection[Any]]:
+        """A source connection that a stop cuts; closed on exit."""
+        conn = connect_source(self.config.source, self.term.password, purpose="snapshot")
+        self._interrupt.attach(conn)
+        try:
+            yield conn
+        finally:
+            self._interrupt.attach(None)
+            with contextlib.suppress(pymysql.MySQLError, OSError):
+                conn.close()
+
+    @contextlib.contextmanager
+    def _errors(self, doing: str) -> Iterator[None]:
+        """The engine's errors only: the stop's LeaseLostError once interrupted, a driver
+        error translated."""
+        try:
+            yield
+        except (CdcError, pymysql.MySQLError, OSError) as exc:
+            if self._interrupt.reason is not None:
+                raise self._interrupt.error() from None
+            if isinstance(exc, pymysql.MySQLError):
+                raise mysql_error(exc, f"{self.name}: {doing}") from exc
+            raise
 
     def _discover(self, conn: pymysql.connections.Connection[Any]) -> list[str]:
         source = self.config.source
@@ -239,24 +253,18 @@ class SnapshotRunner:
 
     def captured_tables(self) -> list[str]:
         """Every base table the destination's filters capture now (``db.table``)."""
-        conn = self._connect()
-        try:
+        with self._errors("listing tables"), self._source() as conn:
             return self._discover(conn)
-        finally:
-            conn.close()
 
     def keyless(self, tables: Sequence[str]) -> dict[str, str]:
         """Tables of ``tables`` the snapshot cannot copy, with why (no primary key...)."""
-        conn = self._connect()
         refused: dict[str, str] = {}
-        try:
+        with self._errors("describing tables"), self._source() as conn:
             for name in tables:
                 try:
                     describe_table(conn, *name.split(".", 1))
                 except SnapshotError as exc:
                     refused[name] = str(exc)
-        finally:
-            conn.close()
         return refused
 
     def run(self) -> SnapshotResult:
@@ -269,23 +277,22 @@ class SnapshotRunner:
         Raises:
             SnapshotError: no primary key, unreadable column, another snapshot in progress.
             SourceError, SinkError: the source or the change log failed; rerun to continue.
+            LeaseLostError: interrupted by ``stop``; nothing was committed after it.
         """
-        try:
-            return self._run()
-        except pymysql.MySQLError as exc:
-            raise mysql_error(exc, f"{self.name}: snapshot") from exc
+        with self._errors("snapshot"), self._source() as conn:
+            return self._run(conn)
 
-    def _run(self) -> SnapshotResult:
+    def _run(self, conn: pymysql.connections.Connection[Any]) -> SnapshotResult:
         started = time.perf_counter()
-        sink = DeltaChangeLog(
-            self.table_uri, self.name, maintenance=self._maintenance or MaintenancePolicy()
-        )
-        conn = self._connect()
+        sink = self.term.open_change_log()
         stream: SegmentStream | None = None
         try:
+            self._interrupt.check()
             checkpoint = sink.recover()
             epoch = (
-                self._epoch if self._epoch is not None else (checkpoint.epoch if checkpoint else 0)
+                self.term.epoch
+                if self.term.epoch is not None
+                else (checkpoint.epoch if checkpoint else 0)
             )
             batch_seq = checkpoint.batch_seq if checkpoint else 0
             state = self._load_state()
@@ -328,28 +335,21 @@ class SnapshotRunner:
             source_config = self.config.source.model_copy(
                 update={"heartbeat_seconds": _SNAPSHOT_HEARTBEAT_SECONDS}
             )
-            probe = BinlogSource(source_config, password=self._password_for_source())
+            probe = BinlogSource(source_config, password=self.term.password)
             probe.check()
             resume = checkpoint.resume if checkpoint else probe.current_position()
-            source = BinlogSource(
-                source_config, resume=resume, password=self._password_for_source()
-            )
+            source = BinlogSource(source_config, resume=resume, password=self.term.password)
             stream = SegmentStream(source, read_ahead=self.segment_events)
             result = SnapshotResult(tables=list(state["tables"]), resumed=resumed)
+            ctx = _Chunking(conn, probe, stream, sink, epoch, result, started, batch_seq, resume)
             while state["index"] < len(specs) and not self._stop.is_set():
                 spec = specs[state["index"]]
                 if isinstance(spec, str):
                     self._end(state, state["tables"][state["index"]], spec, result)
                     continue
-                batch_seq, resume = self._table(
-                    _Chunking(conn, probe, stream, sink, epoch, result, started),
-                    spec,
-                    state,
-                    batch_seq,
-                    resume,
-                )
-            result.last_batch_seq = batch_seq
-            result.resume = resume
+                self._table(ctx, spec, state)
+            result.last_batch_seq = ctx.batch_seq
+            result.resume = ctx.resume
             result.seconds = time.perf_counter() - started
             if state["index"] >= len(specs):
                 self.state_file.unlink(missing_ok=True)
@@ -357,7 +357,6 @@ class SnapshotRunner:
         finally:
             if stream is not None:
                 stream.stop()
-            conn.close()
             sink.close()
 
     def _describe(
@@ -393,7 +392,9 @@ class SnapshotRunner:
         if checkpoint is None or checkpoint.batch_seq < batch_seq:
             return False
         db, table = str(state["tables"][state["index"]]).split(".", 1)
-        dataset = DeltaTable(self.table_uri).to_pyarrow_dataset()
+        dataset = DeltaTable(
+            self.table_uri, storage_options=self.term.storage_options
+        ).to_pyarrow_dataset()
         found = dataset.to_table(
             columns=["op"],
             filter=(pc.field("batch_seq") == batch_seq)
@@ -403,69 +404,38 @@ class SnapshotRunner:
         )
         return bool(found.num_rows > 0)
 
-    def _password_for_source(self) -> SecretStr | None:
-        if self._password is None:
-            return None
-        if isinstance(self._password, SecretStr):
-            return self._password
-        return SecretStr(self._password)
-
-    def _commit(
-        self,
-        ctx: _Chunking,
-        events: list[ChangeEvent],
-        batch_seq: int,
-        cut: ResumePosition,
-    ) -> None:
-        """One Delta commit under the gate, reported to ``on_commit``."""
-        if self._gate is not None:
-            self._gate()
-        landed = ctx.sink.commit(events, batch_seq=batch_seq, resume=cut, epoch=ctx.epoch)
-        if self._on_commit is not None:
-            self._on_commit(
-                CommitReport.of_side_commit(
-                    self.name, batch_seq, landed, events=len(events), resume=cut, epoch=ctx.epoch
-                )
-            )
+    def _commit(self, ctx: _Chunking, events: list[ChangeEvent], cut: ResumePosition) -> None:
+        """Commit batch ``ctx.batch_seq`` under the stop and the gate (reported to the term's
+        observer); the run resumes after ``cut`` from then on."""
+        self._interrupt.check()
+        self.term.commit_beside(
+            ctx.sink, events, batch_seq=ctx.batch_seq, resume=cut, epoch=ctx.epoch
+        )
+        ctx.resume = cut
 
     def _segment(
-        self,
-        ctx: _Chunking,
-        spec: SnapshotTable,
-        *,
-        chunk_keys: set[str],
-        high: BinlogPosition,
-        batch_seq: int,
-        resume: ResumePosition,
-    ) -> tuple[list[ChangeEvent], ResumePosition, set[str], bool, int]:
+        self, ctx: _Chunking, spec: SnapshotTable, chunk_keys: set[str], high: BinlogPosition
+    ) -> tuple[list[ChangeEvent], ResumePosition, set[str], bool]:
         """Read the segment up to ``high``, committing full parts of it on the way.
 
         Returns the last part and the cut after it, the chunk's keys the whole segment
-        touched, whether a DDL may have changed the table, and the last batch committed.
-        Committing a part early keeps it before the chunk's rows in ``seq`` order, as if it
-        were in the chunk's commit, so the merge rule holds unchanged.
+        touched, and whether a DDL may have changed the table. Committing a part early keeps
+        it before the chunk's rows in ``seq`` order, as if it were in the chunk's commit, so
+        the merge rule holds unchanged.
         """
         touched: set[str] = set()
         changed = False
         while True:
-            part, cut, complete = ctx.stream.part(high, resume, self.segment_events)
+            part, cut, complete = ctx.stream.part(high, ctx.resume, self.segment_events)
             touched |= touched_keys(part, spec.db, spec.table, spec.primary_key) & chunk_keys
             changed = changed or altered(part, spec)
             ctx.result.streamed_events += sum(1 for e in part if e.kind is not EventKind.COMMIT)
             if complete:
-                return part, cut, touched, changed, batch_seq
-            batch_seq += 1
-            self._commit(ctx, part, batch_seq, cut)
-            resume = cut
+                return part, cut, touched, changed
+            ctx.batch_seq += 1
+            self._commit(ctx, part, cut)
 
-    def _table(
-        self,
-        ctx: _Chunking,
-        spec: SnapshotTable,
-        state: dict[str, Any],
-        batch_seq: int,
-        resume: ResumePosition,
-    ) -> tuple[int, ResumePosition]:
+    def _table(self, ctx: _Chunking, spec: SnapshotTable, state: dict[str, Any]) -> None:
         """Chunks of one table until it is done, ended, or a stop is requested."""
         conn, result = ctx.conn, ctx.result
         gone = f"table {spec.name} does not exist (dropped or renamed during its snapshot)"
@@ -475,10 +445,11 @@ class SnapshotRunner:
             if not is_missing_table(exc):
                 raise
             self._end(state, spec.name, gone, result)
-            return batch_seq, resume
+            return
         tally = SnapshotProgress(spec.name, state["index"], len(state["tables"]), *[0] * 7)
         tally.estimated_rows = estimated
         while not self._stop.is_set():
+            self._interrupt.check()
             low = ctx.probe.current_position()
             chunk = self._read(conn, spec, state["after"])
             if chunk is None:
@@ -486,13 +457,8 @@ class SnapshotRunner:
                 self._end(state, spec.name, gone, result)
                 break
             high = ctx.probe.current_position()
-            segment, cut, touched, changed, batch_seq = self._segment(
-                ctx,
-                spec,
-                chunk_keys={pk for pk, _ in chunk.rows},
-                high=high.binlog_position,
-                batch_seq=batch_seq,
-                resume=resume,
+            segment, cut, touched, changed = self._segment(
+                ctx, spec, {pk for pk, _ in chunk.rows}, high.binlog_position
             )
             kept = [(pk, image) for pk, image in chunk.rows if pk not in touched]
             done = len(chunk.rows) < self.chunk_size
@@ -514,20 +480,22 @@ class SnapshotRunner:
                     (state["index"] + 1, None) if done else (state["index"], state["after"])
                 )
             events = [*segment, *events_at_cut(spec, cut, kept)]
-            batch_seq += 1
-            state["pending"] = {"batch_seq": batch_seq, "index": next_index, "after": next_after}
+            ctx.batch_seq += 1
+            state["pending"] = {
+                "batch_seq": ctx.batch_seq,
+                "index": next_index,
+                "after": next_after,
+            }
             self._save_state(state)
-            self._commit(ctx, events, batch_seq, cut)
+            self._commit(ctx, events, cut)
             if ended is not None:
                 log.warning("%s: ending the snapshot of %s: %s", self.name, spec.name, ended)
                 state["ended"][spec.name] = ended
                 result.ended[spec.name] = ended
             state.update(index=next_index, after=next_after, pending=None)
             self._save_state(state)
-            resume = cut
-            self._account(
-                ctx, tally, state, counted=counted, kept=len(kept), batch_seq=batch_seq, done=done
-            )
+            table_index = state["index"] if not done else state["index"] - 1
+            self._account(ctx, tally, table_index, counted=counted, kept=len(kept))
             log.debug(
                 "%s: %s chunk %d: low %s high %s cut %s, %d rows, %d dropped",
                 self.name,
@@ -543,7 +511,6 @@ class SnapshotRunner:
                 if self._on_table_done is not None:
                     self._on_table_done(spec.name, ended)
                 break
-        return batch_seq, resume
 
     def _reshaped(
         self, conn: pymysql.connections.Connection[Any], spec: SnapshotTable
@@ -569,15 +536,7 @@ class SnapshotRunner:
             return None
 
     def _account(
-        self,
-        ctx: _Chunking,
-        tally: SnapshotProgress,
-        state: dict[str, Any],
-        *,
-        counted: int,
-        kept: int,
-        batch_seq: int,
-        done: bool,
+        self, ctx: _Chunking, tally: SnapshotProgress, table_index: int, *, counted: int, kept: int
     ) -> None:
         """Add one committed chunk to the table's tally and the result; report progress."""
         result = ctx.result
@@ -585,8 +544,8 @@ class SnapshotRunner:
         tally.rows_read += counted
         tally.rows_written += kept
         tally.rows_dropped += counted - kept
-        tally.batch_seq = batch_seq
-        tally.table_index = state["index"] if not done else state["index"] - 1
+        tally.batch_seq = ctx.batch_seq
+        tally.table_index = table_index
         tally.seconds = time.perf_counter() - ctx.started
         result.chunks += 1
         result.rows_written += kept
@@ -596,9 +555,9 @@ class SnapshotRunner:
             self._on_progress(replace(tally))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Chunking:
-    """What every chunk of one run shares."""
+    """What every chunk of one run shares, and where the run stands (last batch, cut)."""
 
     conn: pymysql.connections.Connection[Any]
     probe: BinlogSource
@@ -607,6 +566,8 @@ class _Chunking:
     epoch: int
     result: SnapshotResult
     started: float
+    batch_seq: int
+    resume: ResumePosition
 
 
 def _count(conn: pymysql.connections.Connection[Any], spec: SnapshotTable) -> int:
@@ -615,42 +576,3 @@ def _count(conn: pymysql.connections.Connection[Any], spec: SnapshotTable) -> in
         cur.execute(f"SELECT COUNT(*) FROM {qualified_name(spec.db, spec.table)}")  # noqa: S608
         row = cur.fetchone()
     return int(row[0]) if row else 0
-
-
-def events_at_cut(
-    spec: SnapshotTable,
-    cut: ResumePosition,
-    upserts: Sequence[tuple[str, str]],
-    deletes: Sequence[str] = (),
-) -> list[ChangeEvent]:
-    """Rows read from the table, placed at the cut (their binlog columns say where they
-    belong; server_id 0, no GTID): op ``r`` for (pk, image) pairs, then op ``d`` with
-    ``before`` = the key for keys the table no longer has (reconciliation repairs)."""
-    txn = Transaction(
-        start=cut.binlog_position,
-        gtid=None,
-        gtid_set_before=cut.gtid_set,
-        server_id=0,
-        timestamp=int(time.time()),
-    )
-    position = cut.binlog_position
-    rows: list[tuple[Op, str, str | None, str | None]] = [
-        (Op.SNAPSHOT, pk, None, image) for pk, image in upserts
-    ]
-    rows += [(Op.DELETE, pk, pk, None) for pk in deletes]
-    return [
-        ChangeEvent(
-            EventKind.ROW,
-            txn,
-            position,
-            i,
-            db=spec.db,
-            table=spec.table,
-            op=op,
-            pk=pk,
-            before=before,
-            after=after,
-            columns=spec.columns_json,
-        )
-        for i, (op, pk, before, after) in enumerate(rows)
-    ]

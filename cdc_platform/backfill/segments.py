@@ -1,4 +1,9 @@
-"""The binlog between two snapshot cuts (the *segment*), read in bounded parts.
+"""The watermark segment: the binlog between two cuts, and the rows placed at a cut.
+
+The watermark method (DBLog / Debezium's incremental snapshot) is shared by the snapshot
+(:mod:`.snapshot`) and the repair writer (:mod:`.repair`): rows read from a table are merged
+with the binlog *segment* read around them; keys the segment touched are dropped from the
+rows (:func:`touched_keys`), the rest is placed at the segment's end (:func:`events_at_cut`).
 
 The snapshot streams the binlog from the change log's checkpoint while it reads chunks. A
 thread reads events into a bounded queue; :meth:`SegmentStream.part` hands out whole
@@ -12,19 +17,27 @@ from __future__ import annotations
 import json
 import queue
 import threading
+import time
 from collections.abc import Sequence
 
 from cdc_platform.errors import CdcError, SourceError
-from cdc_platform.events import BinlogPosition, ChangeEvent, EventKind, ResumePosition
+from cdc_platform.events import (
+    BinlogPosition,
+    ChangeEvent,
+    EventKind,
+    Op,
+    ResumePosition,
+    Transaction,
+)
 from cdc_platform.source.binlog import BinlogSource
-from cdc_platform.source.snapshot import SnapshotTable
+from cdc_platform.source.row_reader import SnapshotTable
 from cdc_platform.source.values import dumps
 
-__all__ = ["SegmentStream", "altered", "touched_keys"]
+__all__ = ["SegmentStream", "altered", "events_at_cut", "touched_keys"]
 
 IDLE_CUT_SECONDS = 1.0
 """Cut the segment when the stream stays quiet this long before reaching the high watermark
-(e.g. the binlog rotated after the last transaction). Safe: see runtime/snapshot.py."""
+(e.g. the binlog rotated after the last transaction). Safe: see backfill/snapshot.py."""
 
 _QUEUE_EVENTS = 100_000
 """Events read ahead at most (fewer when the caller's part limit is smaller)."""
@@ -160,3 +173,42 @@ def altered(events: Sequence[ChangeEvent], spec: SnapshotTable) -> bool:
     return any(
         e.kind is EventKind.DDL and e.db == spec.db and e.table in (spec.table, "") for e in events
     )
+
+
+def events_at_cut(
+    spec: SnapshotTable,
+    cut: ResumePosition,
+    upserts: Sequence[tuple[str, str]],
+    deletes: Sequence[str] = (),
+) -> list[ChangeEvent]:
+    """Rows read from the table, placed at the cut (their binlog columns say where they
+    belong; server_id 0, no GTID): op ``r`` for (pk, image) pairs, then op ``d`` with
+    ``before`` = the key for keys the table no longer has (reconciliation repairs)."""
+    txn = Transaction(
+        start=cut.binlog_position,
+        gtid=None,
+        gtid_set_before=cut.gtid_set,
+        server_id=0,
+        timestamp=int(time.time()),
+    )
+    position = cut.binlog_position
+    rows: list[tuple[Op, str, str | None, str | None]] = [
+        (Op.SNAPSHOT, pk, None, image) for pk, image in upserts
+    ]
+    rows += [(Op.DELETE, pk, pk, None) for pk in deletes]
+    return [
+        ChangeEvent(
+            EventKind.ROW,
+            txn,
+            position,
+            i,
+            db=spec.db,
+            table=spec.table,
+            op=op,
+            pk=pk,
+            before=before,
+            after=after,
+            columns=spec.columns_json,
+        )
+        for i, (op, pk, before, after) in enumerate(rows)
+    ]

@@ -1,9 +1,9 @@
 """Repair events for keys whose mirror row disagrees with the source, written under the lease.
 
-The comparison (:mod:`.compare`) only *suspects* keys; it reads a live source and a mirror
-that lags the change log. What lands in the change log is decided here, by the same watermark
-method the snapshot uses (:mod:`cdc_platform.runtime.snapshot`): streaming the binlog from the
-change log's checkpoint, for each batch of suspected keys
+The comparison (:mod:`cdc_platform.reconcile.compare`) only *suspects* keys; it reads a live
+source and a mirror that lags the change log. What lands in the change log is decided here,
+by the same watermark method the snapshot uses (:mod:`.segments`, :mod:`.snapshot`):
+streaming the binlog from the change log's checkpoint, for each batch of suspected keys
 
 1. low watermark, 2. ``SELECT`` the rows of those keys (no lock), 3. high watermark,
 4. the binlog segment since the previous cut up to the high watermark,
@@ -17,11 +17,14 @@ anyway, which changes nothing. Nothing here trusts the comparison for correctnes
 which keys to look at.
 
 This is the destination's only writer while it runs: the caller holds the lease (the
-supervisor pauses its streaming runtime for it, or the CLI took the free lease) and passes
-the epoch and a commit gate, exactly as for a snapshot. The gate only runs before commits, so
-the caller also passes a :class:`RepairStop`: when the lease goes (or the process stops) it
-cuts the source connection, so a read blocked on a partitioned or locked source ends at once
-instead of when the server answers.
+supervisor pauses its streaming runtime for it, or the reconciliation took the free lease)
+and passes its :class:`~cdc_platform.sink.term.WriteTerm` (epoch, commit gate), exactly as for
+a snapshot. The gate only runs before commits, so the caller also passes a
+:class:`~cdc_platform.backfill.stop.SideWorkStop`: when the lease goes (or the process stops)
+it cuts the source connection, so a read blocked on a partitioned or locked source ends at
+once instead of when the server answers.
+
+The request and result types live here too (the reconciliation's inbox sends them as JSON).
 """
 
 from __future__ import annotations
@@ -29,28 +32,24 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import socket
 import sys
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow.compute as pc
 import pymysql
 from deltalake import DeltaTable
-from pydantic import SecretStr
 
-from cdc_platform.config.models import InstanceConfig
-from cdc_platform.errors import CdcError, LeaseLostError, SnapshotError, SourceError
+from cdc_platform.backfill.segments import SegmentStream, altered, events_at_cut, touched_keys
+from cdc_platform.backfill.stop import SideWorkStop
+from cdc_platform.errors import CdcError, SnapshotError, SourceError
 from cdc_platform.events import ChangeEvent, EventKind, Op
-from cdc_platform.runtime.instance import CommitReport
-from cdc_platform.runtime.snapshot import SegmentStream, events_at_cut, touched_keys
-from cdc_platform.sink import DeltaChangeLog, MaintenancePolicy
+from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.binlog import BinlogSource
 from cdc_platform.source.mysql import connect_source
-from cdc_platform.source.snapshot import (
+from cdc_platform.source.row_reader import (
     SnapshotTable,
     decode_key,
     describe_table,
@@ -58,7 +57,7 @@ from cdc_platform.source.snapshot import (
 )
 from cdc_platform.source.values import dumps
 
-__all__ = ["RepairKey", "RepairResult", "RepairStop", "RepairTable", "repair_keys"]
+__all__ = ["RepairKey", "RepairResult", "RepairTable", "repair_keys"]
 
 log = logging.getLogger(__name__)
 
@@ -153,63 +152,6 @@ class RepairResult:
         )
 
 
-class RepairStop:
-    """Interrupts a running :func:`repair_keys` from another thread (a lease callback).
-
-    :meth:`request_stop` marks the repair stopped and shuts the socket of its source
-    connection down, so a read blocked in it fails now; the repair then raises
-    LeaseLostError with the reason, never commits again, and its caller answers the request.
-    """
-
-    def __init__(self, destination: str, epoch: int | None) -> None:
-        self.destination = destination
-        self.epoch = epoch
-        self._lock = threading.Lock()
-        self._reason: str | None = None
-        self._conn: pymysql.connections.Connection[Any] | None = None
-
-    @property
-    def reason(self) -> str | None:
-        """Why the repair was stopped, or None while it may go on."""
-        return self._reason
-
-    def attach(self, conn: pymysql.connections.Connection[Any] | None) -> None:
-        """The connection to cut on a stop (None: detach); cut at once if already stopped."""
-        with self._lock:
-            self._conn = conn
-            stopped = self._reason is not None
-        if stopped and conn is not None:
-            _cut(conn)
-
-    def request_stop(self, reason: str) -> None:
-        """Stop the repair now (idempotent; quick: callable from a lease callback)."""
-        with self._lock:
-            if self._reason is None:
-                self._reason = reason
-            conn = self._conn
-        if conn is not None:
-            _cut(conn)
-
-    def error(self) -> LeaseLostError:
-        """The error the interrupted repair raises."""
-        return LeaseLostError(
-            self.destination, self.epoch, f"repair interrupted: {self._reason or 'stopped'}"
-        )
-
-    def check(self) -> None:
-        """Raise :meth:`error` if a stop was requested."""
-        if self._reason is not None:
-            raise self.error()
-
-
-def _cut(conn: pymysql.connections.Connection[Any]) -> None:
-    """Shut a connection's socket down: a read blocked on it returns with an error."""
-    sock = getattr(conn, "_sock", None)
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
-
-
 def _logged_states(
     table_uri: str, storage_options: dict[str, str] | None, spec: SnapshotTable, pks: list[str]
 ) -> dict[str, tuple[int, str | None]]:
@@ -290,83 +232,49 @@ def _decide(
 
 
 def repair_keys(
-    name: str,
-    config: InstanceConfig,
-    table_uri: str,
+    term: WriteTerm,
     tables: Sequence[RepairTable],
     *,
-    epoch: int,
-    commit_gate: Callable[[], None],
-    password: SecretStr | None = None,
-    maintenance: MaintenancePolicy | None = None,
-    storage_options: dict[str, str] | None = None,
     keys_per_read: int = KEYS_PER_READ,
-    on_commit: Callable[[CommitReport], None] | None = None,
-    stop: RepairStop | None = None,
+    stop: SideWorkStop | None = None,
 ) -> RepairResult:
     """Write repair events for the suspected keys; see the module docstring.
 
-    ``commit_gate`` is called before every commit and must raise when the lease is not held
-    (e.g. :class:`~cdc_platform.errors.LeaseLostError`); the sink's epoch fence backs it up.
-    ``on_commit`` hears of every commit like the runtime's observers do (so the Dagster run
-    materializes the change log and the mirrors pick the repairs up).
-
-    ``stop`` (see :class:`RepairStop`) interrupts it from another thread.
+    ``term.commit_gate`` is called before every commit and must raise when the lease is not
+    held (e.g. :class:`~cdc_platform.errors.LeaseLostError`); the sink's epoch fence backs it
+    up (``term.epoch`` None: the checkpoint's). ``term.on_commit`` hears of every commit like
+    the runtime's observers do (so the Dagster run materializes the change log and the mirrors
+    pick the repairs up). ``stop`` (see :class:`SideWorkStop`) interrupts it from another
+    thread.
 
     Raises:
         SourceError, SinkError, SnapshotError, LeaseLostError: nothing after the last
             successful commit was written; rerunning the reconciliation is safe.
     """
-    stop = stop or RepairStop(name, epoch)
+    stop = stop or SideWorkStop(term.destination, term.epoch, work="repair")
     try:
-        return _repair(
-            name,
-            config,
-            table_uri,
-            tables,
-            epoch=epoch,
-            commit_gate=commit_gate,
-            password=password,
-            maintenance=maintenance,
-            storage_options=storage_options,
-            keys_per_read=keys_per_read,
-            on_commit=on_commit,
-            stop=stop,
-        )
+        return _repair(term, tables, keys_per_read, stop)
     except (CdcError, pymysql.MySQLError, OSError) as exc:
         if stop.reason is not None:
             raise stop.error() from None
         if isinstance(exc, CdcError):
             raise
-        raise SourceError(f"{name}: reading the source for a repair failed: {exc}") from None
+        raise SourceError(
+            f"{term.destination}: reading the source for a repair failed: {exc}"
+        ) from None
 
 
 def _repair(  # noqa: PLR0915 - one loop over batches; its context is all here
-    name: str,
-    config: InstanceConfig,
-    table_uri: str,
-    tables: Sequence[RepairTable],
-    *,
-    epoch: int,
-    commit_gate: Callable[[], None],
-    password: SecretStr | None,
-    maintenance: MaintenancePolicy | None,
-    storage_options: dict[str, str] | None,
-    keys_per_read: int,
-    on_commit: Callable[[CommitReport], None] | None,
-    stop: RepairStop,
+    term: WriteTerm, tables: Sequence[RepairTable], keys_per_read: int, stop: SideWorkStop
 ) -> RepairResult:
+    name, config, table_uri = term.destination, term.config, term.table_uri
+    storage_options, password = term.storage_options, term.password
     started = time.perf_counter()
-    result = RepairResult(epoch=epoch)
+    result = RepairResult(epoch=term.epoch)
     todo = [t for t in tables if t.keys]
     if not todo:
         return result
-    sink = DeltaChangeLog(
-        table_uri,
-        name,
-        maintenance=maintenance or MaintenancePolicy(),
-        storage_options=storage_options,
-    )
+    sink = term.open_change_log()
     conn = connect_source(config.source, password, purpose="reconciliation repair")
     stop.attach(conn)
     stream: SegmentStream | None = None
@@ -379,6 +287,8 @@ def _repair(  # noqa: PLR0915 - one loop over batches; its context is all here
             )
         batch_seq = checkpoint.batch_seq
         resume = checkpoint.resume
+        epoch = term.epoch if term.epoch is not None else checkpoint.epoch
+        result.epoch = epoch
         source_config = config.source.model_copy(update={"heartbeat_seconds": _HEARTBEAT_SECONDS})
         probe = BinlogSource(source_config, password=password)
         stream = SegmentStream(BinlogSource(source_config, resume=resume, password=password))
@@ -394,11 +304,7 @@ def _repair(  # noqa: PLR0915 - one loop over batches; its context is all here
                 found = read_keys(conn, spec, [decode_key(k.key) for k in part])
                 high = probe.current_position()
                 segment, cut = stream.until(high.binlog_position, resume)
-                altered = any(
-                    e.kind is EventKind.DDL and e.db == spec.db and e.table in (spec.table, "")
-                    for e in segment
-                )
-                if altered:
+                if altered(segment, spec):
                     # Read with the old or the new shape? Commit the segment, read again.
                     spec = describe_table(conn, spec.db, spec.table)
                     upserts: list[tuple[str, str]] = []
@@ -417,16 +323,9 @@ def _repair(  # noqa: PLR0915 - one loop over batches; its context is all here
                 events = [*segment, *events_at_cut(spec, cut, upserts, deletes)]
                 batch_seq += 1
                 stop.check()
-                commit_gate()
-                landed = sink.commit(events, batch_seq=batch_seq, resume=cut, epoch=epoch)
+                term.commit_beside(sink, events, batch_seq=batch_seq, resume=cut, epoch=epoch)
                 resume = cut
                 _note_committed(logged, events, spec)
-                if on_commit is not None:
-                    on_commit(
-                        CommitReport.of_side_commit(
-                            name, batch_seq, landed, events=len(events), resume=cut, epoch=epoch
-                        )
-                    )
                 result.batches.append(batch_seq)
                 result.streamed_events += sum(1 for e in segment if e.kind is not EventKind.COMMIT)
                 table = request.name

@@ -1,0 +1,224 @@
+"""What the lease holder writes beside its stream: new-table snapshots and repair requests.
+
+Only the lease holder writes a destination's change log. So the supervisor itself copies the
+tables it has no copy of yet before it streams (config ``snapshot.new_tables``), and when a
+reconciliation drops a repair request into the destination's inbox
+(:mod:`cdc_platform.reconcile.inbox`) it stops the runtime after its in-flight commit, writes
+the repair events under the same term, and streams again from the checkpoint.
+
+Each piece of side work runs under a :class:`~cdc_platform.backfill.stop.SideWorkStop`: the
+lease-loss callback cuts its source connection, so a read blocked on the source ends at once
+with LeaseLostError and nothing is committed after the loss.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from cdc_platform.backfill.new_tables import snapshot_new_tables
+from cdc_platform.backfill.repair import RepairResult, repair_keys
+from cdc_platform.backfill.snapshot import SnapshotProgress, SnapshotRunner
+from cdc_platform.backfill.stop import SideWorkStop
+from cdc_platform.config.models import InstanceConfig
+from cdc_platform.errors import CdcError
+from cdc_platform.reconcile.inbox import RepairInbox
+from cdc_platform.sink.term import WriteTerm
+
+__all__ = ["Halted", "SideWork", "StoppableRuntime"]
+
+log = logging.getLogger("cdc_platform.runtime")
+
+Halted = Callable[[], str | None]
+"""Why the term's writing must end now ("stopping", "lease lost"), or None while it may go on."""
+
+INBOX_POLL_SECONDS = 1.0
+
+
+class StoppableRuntime(Protocol):
+    """The streaming runtime as the inbox watch sees it: a name and a stop request."""
+
+    name: str
+
+    def request_stop(self, reason: str = ...) -> None: ...
+
+
+class SideWork:
+    """The lease holder's side writers for one destination; see the module docstring.
+
+    ``inbox``: where repair requests arrive (None: none are served); ``lake_root``: where the
+    record of copied tables lives (None: no automatic snapshots).
+    """
+
+    def __init__(
+        self,
+        *,
+        inbox: RepairInbox | None = None,
+        lake_root: Path | None = None,
+        on_snapshot_progress: Callable[[SnapshotProgress], None] | None = None,
+    ) -> None:
+        self.inbox = inbox
+        self.lake_root = lake_root
+        self._on_snapshot_progress = on_snapshot_progress
+        self.repair_due = threading.Event()
+        """Set by the inbox watch when a request waits: serve it once the runtime stopped."""
+        self.snapshot_progress: SnapshotProgress | None = None
+        """The newest progress of an automatic snapshot (config `snapshot.new_tables`)."""
+        self.repairs = 0
+        """Repair requests served."""
+        self._lock = threading.Lock()
+        self._runner: SnapshotRunner | None = None
+        self._stop: SideWorkStop | None = None
+
+    # -- stopping ------------------------------------------------------------------------------
+
+    def request_stop(self, reason: str) -> None:
+        """A stop request: a snapshot ends after its chunk, a repair at once."""
+        with self._lock:
+            runner, stop = self._runner, self._stop
+        if runner is not None:
+            runner.request_stop()
+        elif stop is not None:
+            stop.request_stop(reason)
+
+    def lease_lost(self, reason: str) -> None:
+        """The lease is gone: whatever side work runs ends now (quick: a lease callback)."""
+        with self._lock:
+            runner, stop = self._runner, self._stop
+        if stop is not None:
+            stop.request_stop(reason)
+        if runner is not None:
+            runner.request_stop()
+
+    def _begin(self, stop: SideWorkStop, halted: Halted) -> None:
+        """Make ``stop`` reachable by the callbacks; honour a stop that came just before."""
+        with self._lock:
+            self._stop = stop
+        reason = halted()
+        if reason is not None:
+            stop.request_stop(reason)
+
+    def _end(self) -> None:
+        with self._lock:
+            self._stop = None
+            self._runner = None
+
+    # -- automatic snapshots -------------------------------------------------------------------
+
+    def snapshots(self, config: InstanceConfig) -> bool:
+        """Whether the destination copies new tables itself (a binlog source, the option on)."""
+        return (
+            self.lake_root is not None
+            and config.snapshot.new_tables
+            and config.source.mode == "binlog"  # the watch-by-id source lists its tables itself
+        )
+
+    def snapshot_new_tables(self, term: WriteTerm, halted: Halted) -> None:
+        """Copy tables the destination has no copy of yet, under ``term``."""
+        assert self.lake_root is not None
+
+        def on_runner(runner: SnapshotRunner | None) -> None:
+            with self._lock:
+                self._runner = runner
+            if runner is not None and halted() is not None:
+                runner.request_stop()
+
+        def on_progress(progress: SnapshotProgress) -> None:
+            self.snapshot_progress = progress
+            if self._on_snapshot_progress is not None:
+                self._on_snapshot_progress(progress)
+
+        stop = SideWorkStop(term.destination, term.epoch, work="snapshot")
+        self._begin(stop, lambda: "lease lost" if halted() == "lease lost" else None)
+        try:
+            snapshot_new_tables(
+                term, self.lake_root, on_progress=on_progress, on_runner=on_runner, stop=stop
+            )
+        finally:
+            self._end()
+
+    # -- repairs (reconciliation) --------------------------------------------------------------
+
+    def start_inbox_watch(
+        self, runtime: StoppableRuntime, stop: threading.Event
+    ) -> threading.Thread | None:
+        """A thread that stops the runtime when a repair request arrives."""
+        inbox = self.inbox
+        if inbox is None:
+            return None
+        name = runtime.name
+
+        def watch() -> None:
+            while not stop.wait(INBOX_POLL_SECONDS):
+                try:
+                    waiting = inbox.pending()
+                except OSError as exc:
+                    log.warning("%s: cannot read the repair inbox: %s", name, exc)
+                    continue
+                if waiting:
+                    log.info("%s: repair request received; pausing the stream for it", name)
+                    self.repair_due.set()
+                    runtime.request_stop("repair requested")
+                    return
+
+        thread = threading.Thread(target=watch, name=f"cdc-inbox-{name}", daemon=True)
+        thread.start()
+        return thread
+
+    def serve_inbox(self, term: WriteTerm, halted: Halted) -> None:
+        """Serve every waiting repair request under ``term``.
+
+        Whatever happens, the requester gets an answer: a failure (an unexpected one too) is
+        written as the request's error result. A lost lease or a stop interrupts the repair
+        at once (its :class:`SideWorkStop` cuts its source reads).
+        """
+        inbox = self.inbox
+        assert inbox is not None
+        name = term.destination
+        while halted() is None:
+            try:
+                claimed = inbox.claim()
+            except OSError as exc:
+                log.warning("%s: cannot read the repair inbox: %s", name, exc)
+                return
+            if claimed is None:
+                return
+            request_id, tables = claimed
+            stop = SideWorkStop(name, term.epoch, work="repair")
+            self._begin(stop, halted)
+            try:
+                with inbox.keep_alive(request_id):
+                    result = repair_keys(term, tables, stop=stop)
+            except Exception as exc:  # the requester must hear of any failure
+                if isinstance(exc, CdcError):
+                    log.error("%s: repair request %s failed: %s", name, request_id, exc)
+                else:
+                    log.exception("%s: repair request %s failed", name, request_id)
+                self._answer(name, request_id, None, f"{type(exc).__name__}: {exc}")
+                return
+            finally:
+                self._end()
+            self.repairs += 1
+            self._answer(name, request_id, result, None)
+            log.info(
+                "%s: repair request %s done: %d upserts, %d deletes, %d left to the binlog",
+                name,
+                request_id,
+                sum(result.upserts.values()),
+                sum(result.deletes.values()),
+                sum(result.in_flight.values()),
+            )
+
+    def _answer(
+        self, name: str, request_id: str, result: RepairResult | None, error: str | None
+    ) -> None:
+        """Write a request's result; a file system failure is logged (the requester's wait
+        then ends on its own when the claim shows no more sign of life)."""
+        assert self.inbox is not None
+        try:
+            self.inbox.finish(request_id, result, error=error)
+        except OSError as exc:
+            log.error("%s: cannot answer repair request %s: %s", name, request_id, exc)

@@ -1,0 +1,95 @@
+"""A write term: who may write a destination's change log now, and how.
+
+Every writer of a change log (the streaming runtime, the snapshot, the repair writer) needs
+the same things: the destination and its config, the table and its storage options, the
+lease epoch that fences older writers off, the commit gate that forbids a commit once the
+lease is gone, and the observer of commits. One frozen value carries them, so they pass as
+one argument instead of a clump of nine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from pydantic import SecretStr
+
+from cdc_platform.config.models import InstanceConfig
+from cdc_platform.events import ChangeEvent, ResumePosition
+from cdc_platform.sink.commit import CommitResult
+from cdc_platform.sink.delta import DeltaChangeLog
+from cdc_platform.sink.maintenance import MaintenancePolicy
+from cdc_platform.sink.report import CommitReport
+
+__all__ = ["WriteTerm"]
+
+
+@dataclass(frozen=True)
+class WriteTerm:
+    """The right to write one destination's change log, and what writing needs.
+
+    ``epoch`` is the fencing token of the lease the writer holds (None: no lease backend,
+    the checkpoint's own epoch is used, which still refuses a second writer of a batch);
+    ``commit_gate`` is called right before every commit and raises (e.g. LeaseLostError) to
+    forbid it; ``on_commit`` hears of every commit that landed.
+    """
+
+    destination: str
+    config: InstanceConfig
+    table_uri: str
+    epoch: int | None = None
+    commit_gate: Callable[[], None] | None = None
+    on_commit: Callable[[CommitReport], None] | None = None
+    password: SecretStr | None = None
+    """The source password (None: from the config's environment variable)."""
+    storage_options: dict[str, str] | None = None
+    maintenance: MaintenancePolicy | None = None
+    """The change log's maintenance (None: the defaults)."""
+
+    def open_change_log(self) -> DeltaChangeLog:
+        """The destination's change log with this term's storage options and maintenance."""
+        return DeltaChangeLog(
+            self.table_uri,
+            self.destination,
+            storage_options=self.storage_options,
+            maintenance=self.maintenance or MaintenancePolicy(),
+        )
+
+    def check_gate(self) -> None:
+        """Raise if a commit is not allowed now (the lease is gone); see ``commit_gate``."""
+        if self.commit_gate is not None:
+            self.commit_gate()
+
+    def report(self, report: CommitReport) -> None:
+        """Tell ``on_commit`` of a commit that landed."""
+        if self.on_commit is not None:
+            self.on_commit(report)
+
+    def commit_beside(
+        self,
+        sink: DeltaChangeLog,
+        events: Sequence[ChangeEvent],
+        *,
+        batch_seq: int,
+        resume: ResumePosition,
+        epoch: int,
+    ) -> CommitResult:
+        """One commit written beside the stream (a snapshot chunk, a repair): through the
+        gate, then reported with no binlog lag."""
+        self.check_gate()
+        landed = sink.commit(events, batch_seq=batch_seq, resume=resume, epoch=epoch)
+        self.report(
+            CommitReport(
+                self.destination,
+                batch_seq,
+                landed.version,
+                landed.rows,
+                len(events),
+                resume,
+                epoch,
+                0.0,
+                landed.seconds,
+                partial=False,
+            )
+        )
+        return landed
