@@ -7,4 +7,5 @@ scripts/setup.sh
 .venv/bin/ruff check --quiet .
 .venv/bin/ruff format --check --quiet .
 .venv/bin/mypy --strict cdc_platform dagster_defs
+.venv/bin/lint-imports --no-cache > /dev/null || .venv/bin/lint-imports --no-cache
 exec .venv/bin/pytest -m "unit or integration" "$@"

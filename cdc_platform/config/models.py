@@ -13,9 +13,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from cdc_platform.config.batch_mode import BatchMode
 from cdc_platform.config.urls import parse_database_url, redact_url, url_has_secret
 from cdc_platform.errors import ConfigError
-from cdc_platform.store.ring_buffer import BatchMode
 
 __all__ = [
     "BatchMode",

@@ -32,9 +32,9 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import TypeAlias, cast
 
+from cdc_platform.config.batch_mode import BatchMode
 from cdc_platform.errors import StoreError, UnknownPositionError
 from cdc_platform.events import BinlogPosition, ChangeEvent, EventKind, ResumePosition
 
@@ -50,16 +50,6 @@ __all__ = [
 
 EventKey: TypeAlias = tuple[str, int, int, int]
 """An event's :meth:`ChangeEvent.sort_key`, enough to name it in :meth:`EventStore.ack`."""
-
-
-class BatchMode(StrEnum):
-    """What ``batch_size`` counts and what, besides slots, limits the store (Canal's batch.mode)."""
-
-    ITEMSIZE = "ITEMSIZE"
-    """Batches of ``batch_size`` events; only the slot count limits the store."""
-    MEMSIZE = "MEMSIZE"
-    """Batches of ``batch_size * memunit`` bytes; the store also holds at most
-    ``buffer_size * memunit`` bytes."""
 
 
 class StoreClosedError(StoreError):
