@@ -58,7 +58,7 @@ _IDENTIFIER = r"[A-Za-z0-9_$]{1,64}"
 
 
 class IdWatchExpireConfig(_Model):
-    """Cleanup of expired rows (seed 004's cleanDeleted): rows marked deleted and not modified
+    """Cleanup of expired rows (SOFARegistry's cleanDeleted): rows marked deleted and not modified
     for ``after_seconds`` are deleted in bounded batches after each list."""
 
     deleted_column: str = Field(pattern=rf"^{_IDENTIFIER}$")
@@ -84,7 +84,7 @@ class IdWatchTableConfig(_Model):
     """The row's insert time (DATETIME or TIMESTAMP, set by the database clock)."""
     stability_delay_seconds: float = Field(default=1.0, ge=0)
     """Rows younger than this are not emitted by the watch yet: a lower id may still be
-    uncommitted (seed 004's DB_INSERT_DELAY_MS). Must exceed the longest insert transaction."""
+    uncommitted (SOFARegistry's DB_INSERT_DELAY_MS). Must exceed the longest insert transaction."""
     page_size: int = Field(default=1000, ge=1, le=100_000)
     """Rows per watch query and per list chunk (and at most per change-log transaction)."""
     expire: IdWatchExpireConfig | None = None
@@ -109,7 +109,8 @@ class IdWatchTableConfig(_Model):
 
 
 class IdWatchConfig(_Model):
-    """Polling source for servers without binlog access (seed 004: watch + list + cleanup)."""
+    """Polling source for servers without binlog access (SOFARegistry's watch + list +
+    cleanup; docs/id_watch.md)."""
 
     tables: list[IdWatchTableConfig] = Field(min_length=1)
     """The watched tables (include/exclude_tables are not used in this mode)."""

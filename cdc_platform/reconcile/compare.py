@@ -1,6 +1,6 @@
 """Compare a source table with its mirror by chunk checksums, and name the keys that differ.
 
-The full list of SOFARegistry's watch + list (seed 004): the binlog (the watch) can miss what
+The full list of SOFARegistry's watch + list: the binlog (the watch) can miss what
 happens behind its back (``SET sql_log_bin=0``, a restored backup, a mirror edited or damaged
 by hand), so now and then the whole table is listed and compared with the mirror.
 

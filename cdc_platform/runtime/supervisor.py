@@ -6,7 +6,7 @@
 2. **Claim**: on acquiring epoch E, write an empty commit with epoch E to the change log before
    streaming. From then on the sink refuses every commit of an older epoch, so a holder that
    was paused (SIGSTOP, a GC pause, a frozen VM) and wakes up after the take-over writes
-   nothing, even if it has not noticed yet that its lease is gone (DESIGN.md: fencing).
+   nothing, even if it has not noticed yet that its lease is gone (docs/ha.md: fencing).
 3. **Gate**: the runtime calls the gate right before every Delta commit; it passes only while
    :meth:`Lease.is_held` is True. While the lease is unconfirmed (ZooKeeper SUSPENDED) it holds
    the commit; when the term is lost it raises LeaseLostError and the run ends.

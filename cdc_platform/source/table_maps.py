@@ -2,7 +2,7 @@
 
 Built from the binlog's table-map events (with `binlog_row_metadata=FULL`) plus, where the
 metadata cannot say, the catalog (information_schema); used by the transaction assembler
-to turn rows events into row images (FACTS.md lists what the library alone gets wrong).
+to turn rows events into row images (docs/types.md lists what the library alone gets wrong).
 """
 
 from __future__ import annotations

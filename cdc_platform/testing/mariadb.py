@@ -2,7 +2,7 @@
 
 Started from the Debian package as a child process on 127.0.0.1 and a free port, with its own
 data directory, so tests, benchmarks and the demo never touch a system database. Measured
-start-up (FACTS.md): install-db ~1 s, ready ~1 s, restart on an existing datadir ~0.3 s.
+start-up (measured here): install-db ~1 s, ready ~1 s, restart on an existing datadir ~0.3 s.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ BINLOG_ARGS: tuple[str, ...] = (
     "--binlog-row-metadata=FULL",
     "--gtid-strict-mode=ON",
 )
-"""What the binlog source requires (DESIGN.md); tests that need other settings pass their own."""
+"""What the binlog source requires (README: source server settings); tests that need other
+settings pass their own."""
 
 
 @dataclass(frozen=True)

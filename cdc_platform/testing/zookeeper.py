@@ -1,7 +1,7 @@
 """A private standalone ZooKeeper for HA tests and the demo.
 
 Debian's `zookeeper` package ships the jar but no service, and its scripts hard-code /etc paths,
-so the server is started directly with our own zoo.cfg (FACTS.md). tickTime 500 ms makes the
+so the server is started directly with our own zoo.cfg. tickTime 500 ms makes the
 session-timeout floor 1 s, so a killed client's ephemeral node goes within ~2 s.
 """
 
@@ -30,7 +30,7 @@ _CLASSPATH = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar
 
 
 def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> str:
-    """Send a 4lw command with a timeout: `ruok` during start-up can hang forever (FACTS.md)."""
+    """Send a 4lw command with a timeout: `ruok` during start-up can hang forever."""
     try:
         with socket.create_connection((host, port), timeout=timeout) as sock:
             sock.settimeout(timeout)
@@ -131,7 +131,7 @@ class ZooKeeperServer:
         self._proc = None
 
     def restart(self) -> None:
-        """Stop and start on the same port and data directory (sessions survive, FACTS.md)."""
+        """Stop and start on the same port and data directory (sessions survive)."""
         self.stop()
         self.start()
 

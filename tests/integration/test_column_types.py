@@ -1,7 +1,7 @@
 """Every MySQL/MariaDB column type round-trips through the binlog source exactly.
 
 One table holds every column type; four rows hold typical values, extremes, the decode
-defects of mysql-replication 1.0.17 listed in FACTS.md, and NULLs. The rows are inserted,
+defects of mysql-replication 1.0.17 listed in docs/types.md, and NULLs. The rows are inserted,
 streamed once (module fixture) and checked per column against the values inserted, and,
 where the server prints a canonical text form, against the server's own text.
 """

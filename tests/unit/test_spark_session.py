@@ -1,7 +1,7 @@
 """Session configuration of the three modes, built without starting any engine.
 
 The classic mode cannot start here: its delta-spark jars come from Maven Central, which these
-machines cannot reach (FACTS.md), so only the builder's configuration is checked. The connect
+machines cannot reach, so only the builder's configuration is checked. The connect
 mode runs for real against the embedded engine in tests/integration/test_spark_session.py.
 """
 
