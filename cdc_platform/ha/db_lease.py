@@ -65,7 +65,7 @@ class DatabaseLease(Lease):
     backend = "database"
     deadline_is_final = True
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (the database and the destination; the rest are keyword-only settings with defaults)
         self,
         db: Database,
         destination: str,

@@ -127,7 +127,7 @@ class Lease(ABC):
     pauses writing until the store confirms the term again (ZooKeeper, whose session may
     survive an outage)."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (the destination; the rest are keyword-only settings with defaults)
         self,
         destination: str,
         *,

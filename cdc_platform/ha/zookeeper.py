@@ -64,7 +64,7 @@ class ZooKeeperLease(Lease):
     backend = "zookeeper"
     deadline_is_final = False
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (hosts and destination; the rest are keyword-only settings with defaults)
         self,
         hosts: str,
         destination: str,

@@ -113,7 +113,7 @@ def _op_of(event: ChangeEvent) -> str:
     return event.op.value
 
 
-def events_to_table(
+def events_to_table(  # noqa: PLR0913 (the events; the rest are keyword-only commit fields)
     events: Sequence[ChangeEvent],
     *,
     first_seq: int,

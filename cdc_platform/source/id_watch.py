@@ -198,7 +198,7 @@ class IdWatchSource:
     the back-off; ``rng`` the list interval; tests inject both.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (the config; the rest are keyword-only collaborators and settings)
         self,
         config: SourceConfig,
         *,

@@ -94,7 +94,7 @@ class TransactionAssembler:
     state) or, inside a transaction, its start and how many of its events were emitted.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (where, what and how to decode; the rest keyword-only)
         self,
         start: ResumePosition,
         tables: TableFilter,

@@ -169,7 +169,7 @@ def _base_version(
     return max(usable, key=lambda s: s.last_seq) if usable else None
 
 
-def mirror_as_of(  # noqa: PLR0917 (the positional API the Dagster assets call)
+def mirror_as_of(  # noqa: PLR0913, PLR0917 (the positional API the Dagster assets call)
     spark: SparkSession,
     change_log_uri: str,
     db: str,

@@ -178,7 +178,7 @@ def _needs_rebuild(  # noqa: PLR0911 (one reason per return)
 class _Apply:
     """One apply_changes call: its inputs, steps and error translation."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (which table of which change log; the hook keyword-only)
         self,
         spark: SparkSession,
         change_log_uri: str,
@@ -315,7 +315,7 @@ class _Apply:
             mirror_rows=rows,
         )
 
-    def _finish(
+    def _finish(  # noqa: PLR0913 (the outcome of one apply; the figures keyword-only)
         self,
         line: Timeline,
         history: list[MirrorState],
@@ -446,7 +446,7 @@ def _multiset_merge_sql(uri: str, view: str, target: TableSchema) -> str:
     return multiset.merge_sql(delta_ref(uri), view, target)
 
 
-def apply_changes(
+def apply_changes(  # noqa: PLR0913 (which table of which change log; the hook keyword-only)
     spark: SparkSession,
     change_log_uri: str,
     mirror_root: str,

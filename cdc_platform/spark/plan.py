@@ -127,7 +127,7 @@ def change_rows(
     return changes.where(condition)
 
 
-def timeline(
+def timeline(  # noqa: PLR0913 (the changes and the table; the range keyword-only)
     changes: DataFrame,
     db: str,
     table: str,
