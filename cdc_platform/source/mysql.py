@@ -286,7 +286,7 @@ class SourceServer:
             "host": self.config.host,
             "port": self.config.port,
             "user": self.config.user,
-            "passwd": self.secret(),
+            "password": self.secret(),
             "connect_timeout": self.config.connect_timeout_seconds,
             "read_timeout": read_timeout,
             "charset": "utf8mb4",
@@ -311,7 +311,11 @@ def connection_over(sock: socket.socket, settings: dict[str, Any]) -> Connection
 
 
 def library_connection(settings: dict[str, Any]) -> Connection:
-    """A pymysql connection opened as pymysqlreplication asks (its control connection)."""
+    """A pymysql connection opened as pymysqlreplication asks (its control connection, on
+    ``information_schema``: the library names it with pymysql's deprecated ``db``)."""
+    settings = dict(settings)
+    if "db" in settings:
+        settings["database"] = settings.pop("db")
     return pymysql.connect(**settings)
 
 
