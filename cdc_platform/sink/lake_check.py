@@ -34,7 +34,19 @@ _PROBE_SCHEMA = pa.schema([("probe", pa.string())])
 _RACE_ATTEMPTS = 5
 """Probes lost to another process probing at the same moment before giving up."""
 
+_UNSAFE_ADVICE = (
+    f"use a store that honours conditional puts (storage option {CONDITIONAL_PUT_OPTION}: "
+    f"etag, the default) or configure a locking provider ({LOCKING_PROVIDER_OPTION}: dynamodb "
+    "in lake_storage_options, or AWS_S3_LOCKING_PROVIDER)"
+)
+
 _CAUSES: tuple[tuple[re.Pattern[str], str, str, bool], ...] = (
+    (
+        re.compile(r"conditional put|put_opts", re.I),
+        "the store cannot make commits atomic: conditional put is not available",
+        _UNSAFE_ADVICE,
+        False,
+    ),
     (
         re.compile(r"NoSuchBucket", re.I),
         "the bucket does not exist",
@@ -89,10 +101,7 @@ def check_lake(lake: LakeLocation) -> None:
             lake.uri,
             "the store does not make commits atomic: two writers committed the same Delta "
             "version and both landed, so fencing cannot hold",
-            f"use a store that honours conditional puts (storage option "
-            f"{CONDITIONAL_PUT_OPTION}: etag, the default) or configure a locking provider "
-            f"({LOCKING_PROVIDER_OPTION}: dynamodb in lake_storage_options, or "
-            "AWS_S3_LOCKING_PROVIDER)",
+            _UNSAFE_ADVICE,
         )
 
 
