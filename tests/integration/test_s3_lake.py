@@ -1,4 +1,4 @@
-"""The lake on S3 (a private SeaweedFS): streaming, kill -9, fencing, and bad input at start.
+"""The lake on S3 (a private SeaweedFS): streaming, kill -9, failover, fencing, bad input.
 
 Only the standard AWS environment variables point the platform at the server (the `s3_lake`
 fixture sets them); the config holds nothing but ``lake_root: s3://...``.
@@ -20,10 +20,12 @@ from cdc_platform.sink import CommitResult, DeltaChangeLog, FencedCommitError, M
 from cdc_platform.sink.lake_check import check_lake
 from cdc_platform.testing.crash import kill_cycle
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
+from cdc_platform.testing.ha import Cluster, commit_history, fast_zookeeper_lease
 from cdc_platform.testing.replay import replay
 from cdc_platform.testing.workload import Workload, source_rows
 from tests.conftest import MariaDBDatabase, S3Lake
 from tests.integration.test_delta_sink import Binlog, race, resume_of
+from tests.integration.test_ha_failover import finish, start_active_and_standby
 
 pytestmark = pytest.mark.integration
 
@@ -219,3 +221,27 @@ def test_cli_run_fails_at_start_with_the_cause(
         err = capsys.readouterr().err
         assert bad in err
         assert "not supported" in err
+
+
+def test_failover_on_s3_kill_nine_of_the_active_the_standby_takes_over(
+    mariadb: MariaDBDatabase, s3_lake: S3Lake, zk_hosts: str, tmp_path: Path
+) -> None:
+    cluster = Cluster(
+        tmp_path,
+        mariadb.server,
+        mariadb.user,
+        mariadb.name,
+        fast_zookeeper_lease(zk_hosts),
+        lake_root=s3_lake.uri,
+    )
+    try:
+        workload = Workload(mariadb.server, mariadb.name, seed=23)
+        a, b, epoch_a = start_active_and_standby(cluster, workload)
+        a.kill()
+        taken = cluster.wait_holder(b, above=epoch_a)
+        cluster.wait_claimed(taken.epoch)
+        cluster.wait_rows_beyond(cluster.rows())
+        finish(cluster, workload, b)
+        assert {c.epoch for c in commit_history(cluster.uri)} >= {epoch_a, taken.epoch}
+    finally:
+        cluster.close()
