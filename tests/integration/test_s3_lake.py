@@ -22,6 +22,7 @@ from cdc_platform.testing.crash import kill_cycle
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.ha import Cluster, commit_history, fast_zookeeper_lease
 from cdc_platform.testing.replay import replay
+from cdc_platform.testing.seaweedfs import SEAWEED_READONLY_ACCESS_KEY, SEAWEED_READONLY_SECRET_KEY
 from cdc_platform.testing.workload import Workload, source_rows
 from tests.conftest import MariaDBDatabase, S3Lake
 from tests.integration.test_delta_sink import Binlog, race, resume_of
@@ -178,6 +179,20 @@ def test_wrong_credentials_are_named_at_start(
     assert "wrong-secret-value" not in message
     assert not caught.value.transient
     assert s3_lake.keys() == [], "nothing written"
+
+
+def test_no_write_permission_is_named_at_start(
+    s3_lake: S3Lake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", SEAWEED_READONLY_ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SEAWEED_READONLY_SECRET_KEY)
+    with pytest.raises(LakeAccessError) as caught:
+        check_lake(_lake(s3_lake.uri, tmp_path))
+    message = str(caught.value)
+    assert s3_lake.uri in message
+    assert "access denied" in message
+    assert not caught.value.transient
+    assert s3_lake.keys() == [], "nothing half-written"
 
 
 def test_missing_bucket_is_named_at_start(s3_lake: S3Lake, tmp_path: Path) -> None:
