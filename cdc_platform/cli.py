@@ -36,7 +36,23 @@ def _config_check(args: argparse.Namespace) -> int:
                 unreachable += not ok
         else:
             print(f"{name}: ERROR {config.errors[name]}")
+    if args.connect:
+        line, ok = _lake_check(config)
+        print(line, flush=True)
+        unreachable += not ok
     return 1 if config.errors or unreachable else 0
+
+
+def _lake_check(config: ConfigSet) -> tuple[str, bool]:
+    """Reach the lake once and prove commits to it are atomic; one line and whether it passed."""
+    from cdc_platform.sink.lake_check import check_lake  # noqa: PLC0415 (keep `config check` light)
+
+    lake = config.lake
+    try:
+        check_lake(lake)
+    except CdcError as exc:
+        return f"lake: ERROR {exc}", False
+    return f"lake {lake.uri}: OK" + (" (atomic commits verified)" if lake.is_remote else ""), True
 
 
 def _connect_check(config: ConfigSet, dest: Destination) -> tuple[str, bool]:
@@ -48,7 +64,12 @@ def _connect_check(config: ConfigSet, dest: Destination) -> tuple[str, bool]:
     source = dest.config.source
     where = f"source {source.host}:{source.port} ({source.mode})"
     try:
-        found = open_source(source, resume=None, table_uri=config.table_uri(dest.name)).check()
+        found = open_source(
+            source,
+            resume=None,
+            table_uri=config.table_uri(dest.name),
+            storage_options=config.lake.delta_options(),
+        ).check()
     except CdcError as exc:
         return f"{where}: ERROR {exc}", False
     if isinstance(found, SourceInfo):
@@ -139,7 +160,11 @@ def _checkpoint_show(args: argparse.Namespace) -> int:
     from cdc_platform.sink import DeltaChangeLog  # noqa: PLC0415 (keep `config check` light)
 
     config, destination = _destination(args)
-    sink = DeltaChangeLog(config.table_uri(destination.name), destination.name)
+    sink = DeltaChangeLog(
+        config.table_uri(destination.name),
+        destination.name,
+        storage_options=config.lake.delta_options(),
+    )
     try:
         checkpoint = sink.recover()
     finally:
@@ -175,7 +200,7 @@ def _snapshot(args: argparse.Namespace) -> int:
     try:
         term = take_lease(
             lease,
-            WriteTerm(name, destination.config, config.table_uri(name)),
+            WriteTerm.in_lake(name, destination.config, config.lake),
             timeout=args.lease_timeout,
             doing="the snapshot; rerun to resume",
         )

@@ -16,6 +16,7 @@ __all__ = [
     "CommitRefusedError",
     "ConfigError",
     "ConfigFileError",
+    "LakeAccessError",
     "LeaseBackendError",
     "LeaseError",
     "LeaseLostError",
@@ -141,6 +142,17 @@ class CommitRefusedError(SinkError):
     """Fencing: the change log already holds this batch or a newer writer; never retry blindly."""
 
     transient = False
+
+
+class LakeAccessError(SinkError):
+    """The lake's store cannot be used: unreachable, refused credentials, no bucket, no write
+    permission, or no safe concurrent commits. Names the URI and the cause (``cause``)."""
+
+    def __init__(self, uri: str, cause: str, advice: str, *, transient: bool = False) -> None:
+        self.uri = uri
+        self.cause = cause
+        self.transient = transient
+        super().__init__(f"lake {uri}: {cause}; {advice}")
 
 
 class CheckpointError(SinkError):

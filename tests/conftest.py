@@ -1,4 +1,4 @@
-"""Shared fixtures: private MariaDB and ZooKeeper servers, one per test session.
+"""Shared fixtures: private MariaDB, ZooKeeper and SeaweedFS (S3) servers, one per session.
 
 Each test gets its own database (or ZooKeeper chroot), so tests never see each other's data.
 When a test fails, the server's log tail is printed in its report.
@@ -18,6 +18,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
+from cdc_platform.testing.seaweedfs import SeaweedFSServer
 from cdc_platform.testing.secrets import REPLICATION_PASSWORD, leaked_secrets
 from cdc_platform.testing.zookeeper import ZooKeeperServer
 
@@ -139,3 +140,54 @@ def lake_root(tmp_path: Path) -> Path:
     root = tmp_path / "lake"
     root.mkdir()
     return root
+
+
+@pytest.fixture(scope="session")
+def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFSServer]:
+    """A private SeaweedFS (`weed mini`) serving S3 with a bucket `lake` and one identity."""
+    server = SeaweedFSServer(tmp_path_factory.mktemp("seaweedfs"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@dataclass(frozen=True)
+class S3Lake:
+    """A fresh prefix in the S3 server's bucket for one test; the AWS variables are set."""
+
+    server: SeaweedFSServer
+    bucket: str
+    prefix: str
+
+    @property
+    def uri(self) -> str:
+        """``s3://<bucket>/<prefix>``, a lake_root."""
+        return f"s3://{self.bucket}/{self.prefix}"
+
+    def keys(self) -> list[str]:
+        """Every object under the prefix (``bucket/prefix/...``)."""
+        from pyarrow.fs import FileSelector  # noqa: PLC0415 (only S3 tests need it)
+
+        root = f"{self.bucket}/{self.prefix}"
+        selector = FileSelector(root, recursive=True, allow_not_found=True)
+        return sorted(i.path for i in self.server.filesystem().get_file_info(selector) if i.is_file)
+
+
+@pytest.fixture
+def s3_lake(
+    request: pytest.FixtureRequest, seaweedfs: SeaweedFSServer, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[S3Lake]:
+    """A fresh ``s3://lake/<test>-<id>`` with the standard AWS variables pointing at the
+    private server; its log tail is printed if the test fails."""
+    if not seaweedfs.running:
+        seaweedfs.start()
+    for key in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_S3_LOCKING_PROVIDER"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in seaweedfs.environment().items():
+        monkeypatch.setenv(key, value)
+    yield S3Lake(seaweedfs, seaweedfs.bucket, _db_name(request.node.name).replace("_", "-"))
+    if _failed(request):
+        print(f"\n--- SeaweedFS log ({seaweedfs.log_path}) ---")
+        print(seaweedfs.log_tail())

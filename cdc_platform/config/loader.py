@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from cdc_platform.config.lake import LakeLocation
 from cdc_platform.config.models import DESTINATION_NAME, InstanceConfig, PlatformConfig
 from cdc_platform.errors import ConfigFileError
 
@@ -28,6 +29,7 @@ __all__ = [
     "load_config",
     "load_destination",
     "load_platform",
+    "resolve_lake",
 ]
 
 M = TypeVar("M", bound=BaseModel)
@@ -59,19 +61,31 @@ class ConfigSet:
     """Destination name -> why it could not be loaded."""
 
     @property
+    def lake(self) -> LakeLocation:
+        """The lake: its URI and the storage options every delta-rs call on it takes."""
+        return resolve_lake(self.conf_dir, self.platform)
+
+    @property
     def lake_root(self) -> Path:
-        """The lake root, relative paths taken from the conf directory's parent."""
-        return resolve_lake_root(self.conf_dir, self.platform)
+        """The local lake directory, for the parts that still keep local files; ConfigError
+        for a lake on object storage (see :meth:`LakeLocation.local_path`)."""
+        return self.lake.local_path()
 
     def table_uri(self, destination: str) -> str:
-        """Location of a destination's change-log table."""
-        return str(self.lake_root / destination / self.destinations[destination].config.sink.table)
+        """Location of a destination's change-log table (a URI for a remote lake)."""
+        return self.lake.join(destination, self.destinations[destination].config.sink.table)
 
 
-def resolve_lake_root(conf_dir: Path, platform: PlatformConfig) -> Path:
-    """Absolute lake root; relative paths are relative to the conf directory's parent."""
-    root = Path(platform.lake_root)
-    return root if root.is_absolute() else (conf_dir.resolve().parent / root)
+def resolve_lake(
+    conf_dir: Path, platform: PlatformConfig, environ: Mapping[str, str] | None = None
+) -> LakeLocation:
+    """The lake of ``platform``; relative paths are relative to the conf directory's parent."""
+    return LakeLocation.resolve(
+        platform.lake_root,
+        conf_dir.resolve().parent,
+        platform.lake_storage_options,
+        os.environ if environ is None else environ,
+    )
 
 
 def _key_path(loc: tuple[int | str, ...]) -> str:

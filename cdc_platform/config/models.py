@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from cdc_platform.config.batch_mode import BatchMode
+from cdc_platform.config.lake import check_lake_root, check_storage_options
 from cdc_platform.config.urls import parse_database_url, redact_url, url_has_secret
 from cdc_platform.errors import ConfigError
 
@@ -430,7 +431,12 @@ class PlatformConfig(_Model):
     """Settings shared by every destination."""
 
     lake_root: str = "var/lake"
-    """Root of the Delta tables; relative paths are relative to the conf directory's parent."""
+    """Root of the Delta tables: a local path (relative paths are relative to the conf
+    directory's parent) or ``s3://bucket/prefix`` (credentials and endpoint from the standard
+    AWS environment variables)."""
+    lake_storage_options: dict[str, str] = Field(default_factory=dict)
+    """Non-secret delta-rs storage options for the lake (e.g. ``aws_s3_locking_provider``);
+    a key that looks like a secret is refused: secrets come from the environment only."""
     lease: LeaseConfig = DatabaseLeaseConfig(backend="database")
     """The HA lease; the default is a SQLite file `var/lease.db` relative to the conf
     directory's parent (like `lake_root`), which serves processes on one machine."""
@@ -438,3 +444,14 @@ class PlatformConfig(_Model):
     spark: SparkConfig = SparkConfig()
     dagster: DagsterSettings = DagsterSettings()
     reconcile: ReconcileConfig = ReconcileConfig()
+
+    @field_validator("lake_root")
+    @classmethod
+    def _lake_root(cls, value: str) -> str:
+        return check_lake_root(value)
+
+    @field_validator("lake_storage_options")
+    @classmethod
+    def _lake_options(cls, value: dict[str, str]) -> dict[str, str]:
+        check_storage_options(value)
+        return value

@@ -65,7 +65,9 @@ def collect_status(config: ConfigSet, names: list[str]) -> list[DestinationStatu
                 status.errors.append(f"lease: {exc}")
             finally:
                 lease.close()
-            sink = DeltaChangeLog(config.table_uri(name), name)
+            sink = DeltaChangeLog(
+                config.table_uri(name), name, storage_options=config.lake.delta_options()
+            )
             try:
                 checkpoint = sink.recover()
                 if checkpoint is not None:

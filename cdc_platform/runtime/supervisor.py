@@ -37,13 +37,14 @@ from cdc_platform.backfill.lease import take_lease
 from cdc_platform.backfill.snapshot import SnapshotProgress
 from cdc_platform.config.loader import ConfigSet, Destination
 from cdc_platform.coordination.factory import open_lease, open_registry, open_state_store
-from cdc_platform.errors import CdcError, LeaseError, LeaseLostError, SinkError
+from cdc_platform.errors import CdcError, ConfigError, LeaseError, LeaseLostError, SinkError
 from cdc_platform.ha.lease import Lease
 from cdc_platform.ha.registry import NodeRegistry
 from cdc_platform.reconcile.inbox import destination_inbox
 from cdc_platform.runtime.instance import DestinationRuntime, RunSummary, RuntimeMetrics
 from cdc_platform.runtime.side_work import SideWork, StoppableRuntime
 from cdc_platform.sink import DeltaChangeLog, FencedCommitError
+from cdc_platform.sink.lake_check import check_lake
 from cdc_platform.sink.report import CommitReport
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.watch.keys import state_keys
@@ -512,6 +513,13 @@ def supervised_destination(  # noqa: PLR0913 (the CLI's and the Dagster run's op
     run alike; everything it opened is closed on exit.
     """
     platform = config.platform
+    lake = config.lake
+    check_lake(lake)  # bad input fails here, naming the URI and the cause
+    if lake.is_remote and destination.config.snapshot.new_tables:
+        raise ConfigError(
+            f"{destination.name}: snapshot.new_tables keeps its progress in local files and is "
+            f"not yet on object storage (lake_root {lake.uri}); turn it off or use a local lake"
+        )
     registry = open_registry(platform, config.conf_dir)
     publisher: StatePublisher | None = None
     try:
@@ -527,18 +535,27 @@ def supervised_destination(  # noqa: PLR0913 (the CLI's and the Dagster run's op
             return DestinationRuntime(term, metrics_interval_seconds=metrics_interval_seconds)
 
         name = destination.name
+        # Repair requests and snapshot progress are local files for now: a lake on object
+        # storage streams, but serves no repairs.
+        side_work = (
+            SideWork(on_snapshot_progress=on_snapshot_progress)
+            if lake.is_remote
+            else SideWork(
+                inbox=destination_inbox(config.lake_root, name, destination.config.source),
+                lake_root=config.lake_root,
+                on_snapshot_progress=on_snapshot_progress,
+            )
+        )
+        if lake.is_remote:
+            log.warning("%s: lake on object storage: reconcile repairs are not served yet", name)
         yield LeaseSupervisor(
-            WriteTerm(name, destination.config, config.table_uri(name), on_commit=on_commit),
+            WriteTerm.in_lake(name, destination.config, lake, on_commit=on_commit),
             lease,
             publisher=publisher,
             registry=registry,
             config_hash=destination.content_hash,
             runtime_factory=runtime,
-            side_work=SideWork(
-                inbox=destination_inbox(config.lake_root, name, destination.config.source),
-                lake_root=config.lake_root,
-                on_snapshot_progress=on_snapshot_progress,
-            ),
+            side_work=side_work,
         )
     finally:
         if publisher is not None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from pydantic import SecretStr
 
+from cdc_platform.config.lake import LakeLocation
 from cdc_platform.config.models import InstanceConfig
 from cdc_platform.events import ChangeEvent, ResumePosition
 from cdc_platform.sink.commit import CommitResult
@@ -43,8 +44,33 @@ class WriteTerm:
     password: SecretStr | None = None
     """The source password (None: from the config's environment variable)."""
     storage_options: dict[str, str] | None = None
+    lake: LakeLocation | None = None
+    """The lake the table is in, checked at the start of a run (None: not checked)."""
     maintenance: MaintenancePolicy | None = None
     """The change log's maintenance (None: the defaults)."""
+
+    @classmethod
+    def in_lake(  # noqa: PLR0913 (the WriteTerm fields a caller sets, keyword-only)
+        cls,
+        destination: str,
+        config: InstanceConfig,
+        lake: LakeLocation,
+        *,
+        epoch: int | None = None,
+        on_commit: Callable[[CommitReport], None] | None = None,
+        maintenance: MaintenancePolicy | None = None,
+    ) -> WriteTerm:
+        """The term of ``destination``'s change log in ``lake``, with the lake's options."""
+        return cls(
+            destination,
+            config,
+            lake.join(destination, config.sink.table),
+            epoch=epoch,
+            on_commit=on_commit,
+            storage_options=lake.delta_options(),
+            lake=lake,
+            maintenance=maintenance,
+        )
 
     def open_change_log(self) -> DeltaChangeLog:
         """The destination's change log with this term's storage options and maintenance."""

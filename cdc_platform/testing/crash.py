@@ -99,16 +99,21 @@ def kill_cycle(
     seed: int = 7,
     min_alive: float = 0.5,
     max_alive: float = 3.0,
+    lake_root: str | None = None,
 ) -> KillReport:
-    """Run the workload, kill -9 the pipeline ``kills`` times, drain, replay and compare."""
+    """Run the workload, kill -9 the pipeline ``kills`` times, drain, replay and compare.
+
+    ``lake_root``: where the lake is (default: ``workdir/lake``); an ``s3://`` lake is reached
+    through the AWS variables of this process's environment, which the runs inherit.
+    """
     rng = random.Random(seed)
     destination = "crash"
     conf = workdir / "conf"
-    lake = workdir / "lake"
+    lake = lake_root if lake_root is not None else str(workdir / "lake")
     write_conf(
         conf, destination=destination, server=server, user=user, database=database, lake_root=lake
     )
-    uri = str(lake / destination / "changes")
+    uri = f"{lake.rstrip('/')}/{destination}/changes"
     env = {**os.environ, PASSWORD_ENV: user.password}
     log = workdir / "run.log"
     report = KillReport()

@@ -51,7 +51,7 @@ def write_conf(
     server: MariaDBServer,
     user: ReplicationUser,
     database: str,
-    lake_root: Path,
+    lake_root: Path | str,
     server_id: int = 1001,
     extra_store: str = "",
     extra_platform: str = "",

@@ -194,12 +194,15 @@ class Cluster:
     lease_yaml: str
     destination: str = "ha"
     extra_env: dict[str, str] = field(default_factory=dict)
+    lake_root: str | None = None
+    """Where the lake is (default: ``workdir/lake``); an ``s3://`` lake is reached through the
+    AWS variables of this process's environment, which the nodes inherit."""
     nodes: list[Node] = field(default_factory=list)
     _observer: Lease | None = None
 
     def __post_init__(self) -> None:
         self.conf = self.workdir / "conf"
-        self.lake = self.workdir / "lake"
+        self.lake = self.lake_root or str(self.workdir / "lake")
         write_conf(
             self.conf,
             destination=self.destination,
@@ -209,7 +212,7 @@ class Cluster:
             lake_root=self.lake,
         )
         (self.conf / "platform.yaml").write_text(f"lake_root: {self.lake}\n{self.lease_yaml}")
-        self.uri = str(self.lake / self.destination / "changes")
+        self.uri = f"{self.lake.rstrip('/')}/{self.destination}/changes"
         self.env = {**os.environ, PASSWORD_ENV: self.user.password, **self.extra_env}
 
     # -- processes -------------------------------------------------------------------------------

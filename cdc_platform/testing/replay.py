@@ -33,9 +33,9 @@ def _key(pk_columns: list[str], image: dict[str, Any]) -> RowKey:
     return tuple((column, image[column]) for column in pk_columns)
 
 
-def replay(table_uri: str) -> ReplayResult:
+def replay(table_uri: str, storage_options: dict[str, str] | None = None) -> ReplayResult:
     """Apply the change log at ``table_uri`` in `seq` order; report duplicates and gaps."""
-    table = DeltaTable(table_uri)
+    table = DeltaTable(table_uri, storage_options=storage_options)
     columns = [
         "op",
         "db",

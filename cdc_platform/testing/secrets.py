@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-__all__ = ["PLANTED_SECRET", "REPLICATION_PASSWORD", "SUITE_SECRETS", "leaked_secrets"]
+__all__ = [
+    "PLANTED_SECRET",
+    "REPLICATION_PASSWORD",
+    "S3_READONLY_SECRET_KEY",
+    "S3_SECRET_KEY",
+    "SUITE_SECRETS",
+    "leaked_secrets",
+]
 
 REPLICATION_PASSWORD = "cdc-secret"
 """The password of the private MariaDB's replication user."""
@@ -10,7 +17,13 @@ REPLICATION_PASSWORD = "cdc-secret"
 PLANTED_SECRET = "Pl4nted-s3cret-Zq"
 """A password written where a careless user would put one (URLs, environment variables)."""
 
-SUITE_SECRETS = (REPLICATION_PASSWORD, PLANTED_SECRET)
+S3_SECRET_KEY = "cdc-test-secret-3e9b1f"
+"""The secret key of the private S3 server's one identity."""
+
+S3_READONLY_SECRET_KEY = "cdc-test-readonly-7c2d"
+"""The secret key of the private S3 server's read-only identity."""
+
+SUITE_SECRETS = (REPLICATION_PASSWORD, PLANTED_SECRET, S3_SECRET_KEY, S3_READONLY_SECRET_KEY)
 
 
 def leaked_secrets(text: str) -> list[str]:

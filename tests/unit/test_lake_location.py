@@ -1,0 +1,115 @@
+"""The lake location: local paths and s3:// URIs, joined without Path arithmetic; options."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from cdc_platform.config import load_config
+from cdc_platform.config.lake import LakeLocation
+from cdc_platform.errors import ConfigError, ConfigFileError
+
+pytestmark = pytest.mark.unit
+
+
+def test_s3_root_is_a_uri_not_a_relative_directory(tmp_path: Path) -> None:
+    lake = LakeLocation.resolve("s3://lake/prefix/", tmp_path, environ={})
+    assert lake.is_remote
+    assert lake.uri == "s3://lake/prefix"
+    assert lake.join("shop", "changes") == "s3://lake/prefix/shop/changes"
+    assert lake.join("_cdc/probe") == "s3://lake/prefix/_cdc/probe"
+
+
+def test_s3_gets_conditional_puts_by_default(tmp_path: Path) -> None:
+    lake = LakeLocation.resolve("s3://lake/p", tmp_path, {"aws_region": "eu-west-1"}, {})
+    assert lake.storage_options == {"aws_region": "eu-west-1", "aws_conditional_put": "etag"}
+
+
+@pytest.mark.parametrize(
+    ("options", "environ"),
+    [
+        ({"aws_s3_locking_provider": "dynamodb"}, {}),
+        ({"AWS_S3_LOCKING_PROVIDER": "dynamodb"}, {}),
+        ({}, {"AWS_S3_LOCKING_PROVIDER": "dynamodb"}),
+        ({"AWS_CONDITIONAL_PUT": "etag"}, {}),
+    ],
+)
+def test_a_configured_locking_provider_or_choice_is_kept(
+    tmp_path: Path, options: dict[str, str], environ: dict[str, str]
+) -> None:
+    lake = LakeLocation.resolve("s3://lake/p", tmp_path, options, environ)
+    assert lake.storage_options == options
+
+
+def test_local_paths_keep_working(tmp_path: Path) -> None:
+    relative = LakeLocation.resolve("var/lake", tmp_path, environ={})
+    assert not relative.is_remote
+    assert relative.local_path() == tmp_path / "var" / "lake"
+    assert relative.join("shop", "changes") == str(tmp_path / "var" / "lake" / "shop" / "changes")
+    absolute = LakeLocation.resolve("/srv/lake", tmp_path, environ={})
+    assert absolute.uri == "/srv/lake"
+    assert absolute.storage_options == {}
+    assert absolute.delta_options() is None
+    assert LakeLocation.resolve("file:///srv/lake", tmp_path, environ={}).uri == "/srv/lake"
+
+
+def test_local_path_of_a_remote_lake_says_not_yet_on_object_storage(tmp_path: Path) -> None:
+    lake = LakeLocation.resolve("s3://lake/p", tmp_path, environ={})
+    with pytest.raises(ConfigError, match=r"s3://lake/p.*not yet on object storage"):
+        lake.local_path()
+
+
+def test_join_refuses_parent_references(tmp_path: Path) -> None:
+    lake = LakeLocation.resolve("s3://lake/p", tmp_path, environ={})
+    with pytest.raises(ValueError, match="plain relative"):
+        lake.join("..", "other")
+
+
+@pytest.mark.parametrize("root", ["gs://lake/p", "ftp://host/lake", "az://c/p", "s3:///p"])
+def test_unsupported_roots_are_refused_naming_the_uri(tmp_path: Path, root: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(root)):
+        LakeLocation.resolve(root, tmp_path, environ={})
+
+
+def test_platform_file_refuses_a_bad_scheme_naming_file_and_key(tmp_path: Path) -> None:
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "platform.yaml").write_text("lake_root: ftp://host/lake\n")
+    with pytest.raises(ConfigFileError) as caught:
+        load_config(conf)
+    assert caught.value.key == "lake_root"
+    assert "ftp://host/lake" in str(caught.value)
+    assert "not supported" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "key", ["AWS_SECRET_ACCESS_KEY", "aws_access_key_id", "AWS_SESSION_TOKEN", "password"]
+)
+def test_platform_file_refuses_secret_storage_options(tmp_path: Path, key: str) -> None:
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "platform.yaml").write_text(
+        f"lake_root: s3://lake/p\nlake_storage_options:\n  {key}: x\n"
+    )
+    with pytest.raises(ConfigFileError) as caught:
+        load_config(conf)
+    assert "secrets never go in files" in str(caught.value)
+    assert caught.value.key == "lake_storage_options"
+
+
+def test_configset_builds_table_uris_in_the_bucket(tmp_path: Path) -> None:
+    conf = tmp_path / "conf"
+    (conf / "destinations" / "shop").mkdir(parents=True)
+    (conf / "platform.yaml").write_text(
+        "lake_root: s3://lake/prod\nlake_storage_options: {aws_region: us-east-1}\n"
+    )
+    (conf / "destinations" / "shop" / "instance.yaml").write_text(
+        "source: {host: h, port: 3306, user: u, password_env: PW, server_id: 7}\n"
+    )
+    config = load_config(conf, environ={"PW": "x"})
+    assert config.table_uri("shop") == "s3://lake/prod/shop/changes"
+    assert config.lake.storage_options["aws_conditional_put"] == "etag"
+    with pytest.raises(ConfigError, match="not yet on object storage"):
+        _ = config.lake_root
