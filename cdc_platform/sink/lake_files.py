@@ -28,7 +28,9 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from cdc_platform.errors import ConfigError, SinkError
 from cdc_platform.sink.storage_errors import LIBRARY_ERRORS, Redactor
@@ -233,6 +235,15 @@ class LakeFile:
     def write_json(self, item: Any) -> None:
         """Replace the object with ``item`` as JSON (keys sorted)."""
         self.write_text(json.dumps(item, sort_keys=True, default=str))
+
+    def write_parquet(self, table: pa.Table) -> None:
+        """Write ``table`` as one Parquet object here (staging files Spark reads back)."""
+        try:
+            if self.is_local:
+                os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            pq.write_table(table, self.path, filesystem=self._fs)
+        except LIBRARY_ERRORS as exc:
+            raise self._error("writing", exc) from self._redact.cause(exc)
 
     def touch(self) -> None:
         """Renew the modification time (a sign of life); SinkError when the object is gone."""

@@ -84,3 +84,28 @@ def test_touch_and_modified(tmp_path: Path) -> None:
     assert item.modified() == 1000.0
     item.touch()
     assert (item.modified() or 0.0) > 1000.0
+
+
+def test_state_locations_are_uris_under_the_lake_root() -> None:
+    from cdc_platform.backfill.snapshot import captured_tables_path, state_path  # noqa: PLC0415
+    from cdc_platform.reconcile.inbox import inbox_path  # noqa: PLC0415
+    from cdc_platform.spark.locations import mirror_root  # noqa: PLC0415
+
+    root = "s3://lake/prefix"
+    assert state_path(root, "d").uri == "s3://lake/prefix/d/_snapshot_state.json"
+    assert captured_tables_path(root, "d").uri == "s3://lake/prefix/d/_captured_tables.json"
+    assert inbox_path(root, "d") == "s3://lake/prefix/d/_reconcile"
+    assert mirror_root(root, "d") == "s3://lake/prefix/d/mirror"
+    assert mirror_root(Path("/x/lake"), "d") == "/x/lake/d/mirror"
+
+
+def test_parquet_staging_round_trips(tmp_path: Path) -> None:
+    import pyarrow as pa  # noqa: PLC0415
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    staging = LakeFile(str(tmp_path)).child("_cdc_staging", "reconcile-x")
+    staging.child("part-00000.parquet").write_parquet(pa.table({"n": [1, 2]}))
+    assert staging.list(".parquet") == ["part-00000.parquet"]
+    assert pq.read_table(staging.path).column("n").to_pylist() == [1, 2]
+    staging.delete_tree()
+    assert not staging.exists()
