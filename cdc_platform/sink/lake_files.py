@@ -166,9 +166,14 @@ class LakeFile:
         except FileNotFoundError:
             return None
         except LIBRARY_ERRORS as exc:
-            if not self.exists():
+            error = self._error("reading", exc)
+            try:
+                missing = not self.exists()  # some stores answer a missing key otherwise
+            except SinkError:
+                missing = False
+            if missing:
                 return None
-            raise self._error("reading", exc) from self._redact.cause(exc)
+            raise error from self._redact.cause(exc)
         return data.decode("utf-8")
 
     def read_json(self) -> Any:

@@ -109,3 +109,23 @@ def test_parquet_staging_round_trips(tmp_path: Path) -> None:
     assert pq.read_table(staging.path).column("n").to_pylist() == [1, 2]
     staging.delete_tree()
     assert not staging.exists()
+
+
+def test_unreachable_store_is_a_sink_error_naming_the_uri_without_secrets() -> None:
+    """Nothing listens on the endpoint (a real refused connection, no mock)."""
+    from cdc_platform.errors import SinkError  # noqa: PLC0415
+    from cdc_platform.testing.processes import free_port  # noqa: PLC0415
+
+    secret = "lake-files-unit-secret-value"
+    options = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}",
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
+        "AWS_SECRET_ACCESS_KEY": secret,
+    }
+    item = LakeFile("s3://lake/p/x.json", options)
+    with pytest.raises(SinkError, match=r"reading s3://lake/p/x.json failed") as caught:
+        item.read_text()
+    assert secret not in str(caught.value)
+    assert caught.value.transient
