@@ -1,5 +1,5 @@
-"""The lake-file layer on a real S3-compatible server (SeaweedFS ``weed mini``).
-
+"""The lake-file layer, the repair inbox and a snapshot with the lake on a real S3-compatible
+server (SeaweedFS ``weed mini``).
 The fixture ``seaweed_s3_local`` is local to this file: it starts its own ``weed mini`` with
 every port given, so it cannot collide with other servers. Once the shared SeaweedFS fixture
 of the test suite exists, this file should use that one instead.
@@ -18,12 +18,23 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable
 
+from cdc_platform.backfill.new_tables import snapshot_new_tables
 from cdc_platform.backfill.repair import RepairKey, RepairResult, RepairTable
-from cdc_platform.backfill.snapshot import state_path
+from cdc_platform.backfill.snapshot import (
+    SnapshotProgress,
+    SnapshotRunner,
+    captured_tables_path,
+    state_path,
+)
+from cdc_platform.config.models import SnapshotSettings
 from cdc_platform.reconcile.inbox import RepairInbox
 from cdc_platform.sink.lake_files import LakeFile, s3_filesystem
+from cdc_platform.sink.term import WriteTerm
+from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config
 from cdc_platform.testing.processes import child_setup, free_port, stop_process, wait_until
+from tests.conftest import MariaDBDatabase
 
 pytestmark = pytest.mark.integration
 
@@ -169,3 +180,57 @@ def test_repair_inbox_on_s3(seaweed_s3_local: dict[str, str]) -> None:
     assert requester.withdraw(late)  # withdrawn first: nothing left to claim
     assert holder.claim() is None
     assert not holder.results.list(".json")
+
+
+def test_a_snapshot_with_its_lake_on_s3_is_finished_by_another_node(
+    seaweed_s3_local: dict[str, str],
+    mariadb: MariaDBDatabase,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """Change log, snapshot progress and the captured-tables record all in the bucket: one
+    node stops after a chunk, another (sharing only the bucket and the source) finishes, and
+    nothing is written to a local directory."""
+    monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
+    monkeypatch.chdir(tmp_path)  # a relative path written by mistake would land here
+    mariadb.server.execute(
+        "CREATE TABLE t1 (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO t1 SELECT seq, seq FROM seq_1_to_350",
+        "CREATE TABLE t2 (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO t2 SELECT seq, seq FROM seq_1_to_250",
+        database=mariadb.name,
+    )
+    lake_root = "s3://lake/snapshot-root"
+    options = {**seaweed_s3_local, "aws_conditional_put": "etag"}
+    config = instance_config(
+        mariadb.server, mariadb.user.name, [rf"{mariadb.name}\..*"], server_id=2141
+    ).model_copy(update={"snapshot": SnapshotSettings(new_tables=True, chunk_size=100)})
+
+    def term() -> WriteTerm:
+        uri = f"{lake_root}/d/changes"
+        return WriteTerm("d", config, uri, epoch=0, storage_options=options)
+
+    runners: list[SnapshotRunner | None] = []
+
+    def stop_after_first_chunk(progress: SnapshotProgress) -> None:
+        runner = runners[-1]
+        assert runner is not None
+        runner.request_stop()
+
+    snapshot_new_tables(
+        term(), lake_root, on_progress=stop_after_first_chunk, on_runner=runners.append
+    )
+    assert state_path(lake_root, "d", options).exists(), "progress kept in the bucket"
+    result = snapshot_new_tables(term(), lake_root)  # the other node
+    assert result is not None
+    assert not state_path(lake_root, "d", options).exists()
+    record = captured_tables_path(lake_root, "d", options).read_json()
+    assert record["tables"] == [f"{mariadb.name}.t1", f"{mariadb.name}.t2"]
+    rows = (
+        DeltaTable(f"{lake_root}/d/changes", storage_options=options)
+        .to_pyarrow_table(columns=["op", "table", "pk"])
+        .to_pylist()
+    )
+    keys = [(r["table"], r["pk"]) for r in rows if r["op"] == "r"]
+    assert len(keys) == len(set(keys)) == 350 + 250
+    assert list(tmp_path.iterdir()) == []
