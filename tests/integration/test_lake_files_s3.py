@@ -1,5 +1,6 @@
 """The lake-file layer, the repair inbox and a snapshot with the lake on a real S3-compatible
 server (SeaweedFS ``weed mini``).
+
 The fixture ``seaweed_s3_local`` is local to this file: it starts its own ``weed mini`` with
 every port given, so it cannot collide with other servers. Once the shared SeaweedFS fixture
 of the test suite exists, this file should use that one instead.
