@@ -30,6 +30,7 @@ from cdc_platform.backfill.snapshot import (
     state_path,
 )
 from cdc_platform.config.models import SnapshotSettings
+from cdc_platform.errors import ReconcileError
 from cdc_platform.reconcile.inbox import RepairInbox
 from cdc_platform.sink.lake_files import LakeFile, s3_filesystem
 from cdc_platform.sink.term import WriteTerm
@@ -181,6 +182,18 @@ def test_repair_inbox_on_s3(seaweed_s3_local: dict[str, str]) -> None:
     assert requester.withdraw(late)  # withdrawn first: nothing left to claim
     assert holder.claim() is None
     assert not holder.results.list(".json")
+
+    # a holder between its two steps (copied into claimed/, not yet removed from requests/):
+    # the requester's withdraw sees the claim and keeps waiting for it
+    midway = requester.submit(tables)
+    name = f"{midway}.json"
+    holder.requests.filesystem.copy_file(
+        holder.requests.child(name).path, holder.claimed.child(name).path
+    )
+    assert not requester.withdraw(midway)
+    holder.finish(midway, error="done by hand")
+    with pytest.raises(ReconcileError, match="done by hand"):
+        requester.wait(midway, 5)
 
 
 def test_a_snapshot_with_its_lake_on_s3_is_finished_by_another_node(
