@@ -311,11 +311,3 @@ class LakeFile:
             raise self._error("moving", exc) from self._redact.cause(exc)
         self.delete()  # moved; someone else may have deleted the source meanwhile
         return True
-
-    def make_folder(self) -> None:
-        """Create this folder on local disks (object stores need none)."""
-        if self.is_local:
-            try:
-                os.makedirs(self.path, exist_ok=True)
-            except OSError as exc:
-                raise self._error("creating", exc) from None
