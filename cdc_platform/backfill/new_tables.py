@@ -19,13 +19,11 @@ lease before it streams.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pyarrow.compute as pc
@@ -41,6 +39,7 @@ from cdc_platform.backfill.snapshot import (
 )
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.errors import SnapshotError
+from cdc_platform.sink.lake_files import LakeFile
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.filters import StatementKind, classify_statement
 
@@ -62,7 +61,7 @@ _RENAME = re.compile(r"\bRENAME\b", re.IGNORECASE)
 class CapturedTables:
     """The record; see the module docstring."""
 
-    path: Path
+    path: LakeFile
     tables: set[str] = field(default_factory=set)
     ended: dict[str, str] = field(default_factory=dict)
     after_batch: int | None = None
@@ -70,14 +69,14 @@ class CapturedTables:
     exists: bool = False
 
     @classmethod
-    def load(cls, path: Path) -> CapturedTables:
+    def load(cls, path: LakeFile) -> CapturedTables:
         """The record at ``path`` (an empty one if there is none; v1 files are read too)."""
         try:
-            data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return cls(path)
+            data: dict[str, Any] | None = path.read_json()
         except ValueError as exc:
             raise SnapshotError(f"{path}: unreadable record of captured tables: {exc}") from None
+        if data is None:
+            return cls(path)
         version = data.get("v", 1)
         if version not in (1, RECORD_VERSION):
             raise SnapshotError(f"{path}: unknown record version {version!r}")
@@ -92,9 +91,7 @@ class CapturedTables:
         )
 
     def save(self) -> None:
-        """Write atomically (temporary file, fsync, rename)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
+        """Write the whole record at once (see :class:`LakeFile`)."""
         data = {
             "v": RECORD_VERSION,
             "tables": sorted(self.tables),
@@ -102,11 +99,7 @@ class CapturedTables:
             "after_batch": self.after_batch,
             "filters": self.filters,
         }
-        with tmp.open("w", encoding="utf-8") as handle:
-            json.dump(data, handle, sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.path)
+        self.path.write_json(data)
         self.exists = True
 
     def done(self, table: str, reason: str | None = None) -> None:
@@ -183,7 +176,7 @@ def created_in_log(
 
 def snapshot_new_tables(
     term: WriteTerm,
-    lake_root: Path,
+    lake_root: str | os.PathLike[str],
     *,
     on_progress: Callable[[SnapshotProgress], None] | None = None,
     on_runner: Callable[[SnapshotRunner | None], None] | None = None,
@@ -206,8 +199,8 @@ def snapshot_new_tables(
     """
     name, config, table_uri = term.destination, term.config, term.table_uri
     storage = term.storage_options
-    state_file = state_path(lake_root, name)
-    record = CapturedTables.load(captured_tables_path(lake_root, name))
+    state_file = state_path(lake_root, name, storage)
+    record = CapturedTables.load(captured_tables_path(lake_root, name, storage))
     source = config.source
     filters = [list(source.include_tables), list(source.exclude_tables)]
     if record.exists and record.filters != filters:

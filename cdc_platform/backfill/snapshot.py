@@ -50,9 +50,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import pyarrow.compute as pc
@@ -64,6 +63,7 @@ from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.errors import CdcError, SnapshotError
 from cdc_platform.events import BinlogPosition, ChangeEvent, EventKind, ResumePosition
 from cdc_platform.sink import Checkpoint, DeltaChangeLog
+from cdc_platform.sink.lake_files import LakeFile, join_uri
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.binlog import BinlogSource
 from cdc_platform.source.mysql import connect_source, is_missing_table, mysql_error
@@ -97,14 +97,25 @@ _SNAPSHOT_HEARTBEAT_SECONDS = 0.25
 """Short server heartbeat, so a held-back quiet COMMIT reaches the cut without delay."""
 
 
-def state_path(lake_root: Path, destination: str) -> Path:
-    """Where a destination's snapshot progress is kept (local lake roots only)."""
-    return lake_root / destination / "_snapshot_state.json"
+def state_path(
+    lake_root: str | os.PathLike[str],
+    destination: str,
+    storage_options: Mapping[str, str] | None = None,
+) -> LakeFile:
+    """Where a destination's snapshot progress is kept: in the lake (a local path or a URI),
+    so any node can finish a snapshot another one began."""
+    uri = join_uri(os.fspath(lake_root), destination, "_snapshot_state.json")
+    return LakeFile(uri, storage_options)
 
 
-def captured_tables_path(lake_root: Path, destination: str) -> Path:
-    """Where the tables a destination already has a copy of are recorded."""
-    return lake_root / destination / "_captured_tables.json"
+def captured_tables_path(
+    lake_root: str | os.PathLike[str],
+    destination: str,
+    storage_options: Mapping[str, str] | None = None,
+) -> LakeFile:
+    """Where the tables a destination already has a copy of are recorded (in the lake)."""
+    uri = join_uri(os.fspath(lake_root), destination, "_captured_tables.json")
+    return LakeFile(uri, storage_options)
 
 
 @dataclass
@@ -151,7 +162,7 @@ class SnapshotRunner:
     def __init__(  # noqa: PLR0913 (the term, the state file; what to copy in which steps, its observers and stop, keyword-only)
         self,
         term: WriteTerm,
-        state_file: Path,
+        state_file: LakeFile | str | os.PathLike[str],
         *,
         tables: Sequence[str] | None = None,
         chunk_size: int = 2000,
@@ -174,7 +185,11 @@ class SnapshotRunner:
         self.name = name
         self.config = config
         self.table_uri = term.table_uri
-        self.state_file = state_file
+        self.state_file = (
+            state_file
+            if isinstance(state_file, LakeFile)
+            else LakeFile(os.fspath(state_file), term.storage_options)
+        )
         self.requested = list(tables) if tables else None
         self.chunk_size = chunk_size
         self.segment_events = segment_events
@@ -194,9 +209,8 @@ class SnapshotRunner:
     # -- state ---------------------------------------------------------------------------------
 
     def _load_state(self) -> dict[str, Any] | None:
-        try:
-            text = self.state_file.read_text(encoding="utf-8")
-        except FileNotFoundError:
+        text = self.state_file.read_text()
+        if text is None:
             return None
         state: dict[str, Any] = json.loads(text)
         if state.get("v") != STATE_VERSION or state.get("destination") != self.name:
@@ -204,13 +218,7 @@ class SnapshotRunner:
         return state
 
     def _save_state(self, state: dict[str, Any]) -> None:
-        self.state_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_file.with_suffix(".tmp")
-        with tmp.open("w", encoding="utf-8") as handle:
-            json.dump(state, handle, sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.state_file)
+        self.state_file.write_json(state)  # the whole object at once
 
     # -- run -----------------------------------------------------------------------------------
 
@@ -352,7 +360,7 @@ class SnapshotRunner:
             result.resume = ctx.resume
             result.seconds = time.perf_counter() - started
             if state["index"] >= len(specs):
-                self.state_file.unlink(missing_ok=True)
+                self.state_file.delete()
             return result
         finally:
             if stream is not None:

@@ -28,21 +28,20 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pymysql
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark idiom)
 
 from cdc_platform.backfill.repair import RepairKey, RepairTable
+from cdc_platform.errors import SinkError
+from cdc_platform.sink.lake_files import LakeFile, join_uri
 from cdc_platform.source.row_reader import SnapshotTable, encode_key, read_chunk
 from cdc_platform.source.values import dumps
 from cdc_platform.spark.locations import STAGING_DIR, mirror_uri, table_exists
@@ -145,12 +144,11 @@ class TableComparison:
 def _stage_source(
     conn: pymysql.connections.Connection[Any],
     spec: SnapshotTable,
-    staging: Path,
+    staging: LakeFile,
     chunk_size: int,
     on_chunk: Callable[[ChunkProgress], None] | None,
 ) -> tuple[int, int]:
     """Read the source table in key chunks into Parquet files; returns (rows, chunks)."""
-    staging.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     columns: dict[str, list[Any]] = {_CHUNK: [], "key": [], "pk": [], "after": []}
     rows = chunks = files = 0
@@ -167,7 +165,7 @@ def _stage_source(
                 "after": pa.array(columns["after"], pa.string()),
             }
         )
-        pq.write_table(table, staging / f"part-{files:05d}.parquet")
+        staging.child(f"part-{files:05d}.parquet").write_parquet(table)
         files += 1
         for values in columns.values():
             values.clear()
@@ -244,13 +242,12 @@ def _python_key(value: Any) -> Any:
 def _stage_whole_table(
     conn: pymysql.connections.Connection[Any],
     spec: SnapshotTable,
-    staging: Path,
+    staging: LakeFile,
     batch: int,
     on_chunk: Callable[[ChunkProgress], None] | None,
 ) -> int:
     """Stream a table without a primary key (no key to chunk by) into Parquet files, as one
     chunk: an unbuffered SELECT, so the rows never gather in memory. Returns the rows."""
-    staging.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     select = ", ".join(c.select for c in spec.columns)
     sql = f"SELECT {select} FROM {_sql_quote(spec.db)}.{_sql_quote(spec.table)}"  # noqa: S608
@@ -275,7 +272,7 @@ def _stage_whole_table(
                     "after": pa.array(images, pa.string()),
                 }
             )
-            pq.write_table(part, staging / f"part-{files:05d}.parquet")
+            staging.child(f"part-{files:05d}.parquet").write_parquet(part)
             files += 1
             rows += len(images)
             if on_chunk is not None:
@@ -285,6 +282,13 @@ def _stage_whole_table(
 
 def _sql_quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
+
+
+def _remove(staging: LakeFile) -> None:
+    try:
+        staging.delete_tree()
+    except SinkError as exc:  # a leftover staging folder harms nothing
+        log.warning("staging %s not removed: %s", staging, exc)
 
 
 def _mirror_types_differ(mirror: DataFrame, target: TableSchema, db: str, table: str) -> bool:
@@ -302,6 +306,7 @@ def compare_table(  # noqa: PLR0913 (Spark, the source table, where its mirror i
     *,
     change_log_uri: str,
     mirror_root: str,
+    storage_options: Mapping[str, str] | None = None,
     chunk_size: int = 10_000,
     max_suspects: int = 100_000,
     on_chunk: Callable[[ChunkProgress], None] | None = None,
@@ -336,7 +341,10 @@ def compare_table(  # noqa: PLR0913 (Spark, the source table, where its mirror i
         )
     result = TableComparison(db, table, "compared", mirror_last_seq=state.last_seq)
     name = location_name(db, table)
-    staging = Path(mirror_root) / STAGING_DIR / f"reconcile-{name}-{uuid.uuid4().hex[:12]}"
+    staging = LakeFile(
+        join_uri(mirror_root, STAGING_DIR, f"reconcile-{name}-{uuid.uuid4().hex[:12]}"),
+        storage_options,
+    )
     keyed = target.has_primary_key
     try:
         if keyed:
@@ -351,7 +359,7 @@ def compare_table(  # noqa: PLR0913 (Spark, the source table, where its mirror i
         where = {"db": db, "table": table}
         parsed = F.from_json(F.col("after"), raw_struct(names))
         typed = (
-            spark.read.parquet(str(staging)).select(
+            spark.read.parquet(staging.uri).select(
                 F.col(_CHUNK),
                 F.col("key"),
                 F.col("pk"),
@@ -394,7 +402,7 @@ def compare_table(  # noqa: PLR0913 (Spark, the source table, where its mirror i
         _compare_by_key(spark, result, source, mirror, changes, target, max_suspects)
         return result
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        _remove(staging)
         result.seconds = time.perf_counter() - started
 
 

@@ -3,14 +3,25 @@
 Only the lease holder may write the change log, but the comparison runs elsewhere (it needs
 Spark and a full read of the source; the streaming run should not carry that). So the
 comparing process writes the suspected keys to ``<lake_root>/<destination>/_reconcile/
-requests/<id>.json``; the holder's supervisor notices it, *claims* it (an atomic rename into
+requests/<id>.json``; the holder's supervisor notices it, *claims* it (moves it into
 ``claimed/``), pauses its streaming runtime after the in-flight commit, repairs the keys
 under its lease and epoch, writes ``results/<id>.json`` and resumes streaming. A request
 nobody claims within the requester's patience is withdrawn (removed), so stale requests do
 not pile up; one claimed late is still safe to serve (repairs re-read the source).
 
-Files only, no server: the lake root must be a local (or mounted) file system, as for the
-snapshot's progress file.
+Objects in the lake only, no server (:class:`~cdc_platform.sink.lake_files.LakeFile`): the
+lake root may be a local directory or an ``s3://`` URI, so requester and holder may run on
+different machines. The claim protocol holds on both:
+
+* the holder *copies* the request into ``claimed/`` before it removes it from
+  ``requests/`` (on a local disk one rename does both at once, with a single winner);
+* the requester withdraws by removing the request and *then* looking into ``claimed/`` and
+  ``results/``: a request copied before the removal is seen there and waited for; one removed
+  before the copy cannot be copied any more (the copy finds nothing). So a withdrawn request
+  is never served and a claimed one is never given up by its requester.
+* Only the lease holder claims. A paused former holder that claims too serves the request a
+  second time, which is harmless: repairs re-read the source, and its commits are refused by
+  the newer epoch. So object stores need no conditional put for the inbox.
 
 The holder touches its claimed file every :data:`HEARTBEAT_SECONDS` while it repairs; the
 requester waits for the result as long as those signs of life come, and gives up (an error,
@@ -36,15 +47,15 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pydantic import SecretStr
 
 from cdc_platform.backfill.repair import RepairResult, RepairTable
 from cdc_platform.config.models import SourceConfig
-from cdc_platform.errors import ConfigError, ReconcileError
+from cdc_platform.errors import ConfigError, ReconcileError, SinkError
+from cdc_platform.sink.lake_files import LakeFile, join_uri
 from cdc_platform.source.filters import TableFilter
 
 __all__ = ["RepairInbox", "destination_inbox", "inbox_path", "signing_key"]
@@ -64,9 +75,9 @@ STALE_AFTER_SECONDS = 60.0
 """Tolerated skew between the requester's and the holder's wall clocks."""
 
 
-def inbox_path(lake_root: Path, destination: str) -> Path:
-    """``<lake_root>/<destination>/_reconcile``."""
-    return lake_root / destination / "_reconcile"
+def inbox_path(lake_root: str | os.PathLike[str], destination: str) -> str:
+    """``<lake_root>/<destination>/_reconcile`` (a local path or a URI)."""
+    return join_uri(os.fspath(lake_root), destination, "_reconcile")
 
 
 def signing_key(secret: SecretStr | str, destination: str) -> bytes | None:
@@ -79,7 +90,12 @@ def signing_key(secret: SecretStr | str, destination: str) -> bytes | None:
     return hmac.new(text.encode(), _KEY_CONTEXT + destination.encode(), hashlib.sha256).digest()
 
 
-def destination_inbox(lake_root: Path, destination: str, source: SourceConfig) -> RepairInbox:
+def destination_inbox(
+    lake_root: str | os.PathLike[str],
+    destination: str,
+    source: SourceConfig,
+    storage_options: Mapping[str, str] | None = None,
+) -> RepairInbox:
     """The inbox of ``destination`` with its key and table filter, for requester and holder
     alike. An unset password variable leaves it without a key (every request refused)."""
     try:
@@ -87,7 +103,8 @@ def destination_inbox(lake_root: Path, destination: str, source: SourceConfig) -
     except ConfigError:
         key = None
     captured = TableFilter(source.include_tables, source.exclude_tables)
-    return RepairInbox(inbox_path(lake_root, destination), key=key, allowed=captured.matches)
+    root = LakeFile(inbox_path(lake_root, destination), storage_options)
+    return RepairInbox(root, key=key, allowed=captured.matches)
 
 
 def _signature(key: bytes, item: dict[str, Any]) -> str:
@@ -96,22 +113,14 @@ def _signature(key: bytes, item: dict[str, Any]) -> str:
     return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
 
 
-def _write_json(path: Path, item: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        json.dump(item, handle, sort_keys=True, default=str)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
 class RepairInbox:
-    """The request/result directory of one destination; see the module docstring."""
+    """The request/result folder of one destination; see the module docstring.
 
-    def __init__(  # noqa: PLR0913 (the directory and key; clocks and sleep are injected by tests, keyword-only)
+    ``root``: a :class:`LakeFile`, or a local path (no storage options needed)."""
+
+    def __init__(  # noqa: PLR0913 (the folder and key; clocks and sleep are injected by tests, keyword-only)
         self,
-        root: Path,
+        root: LakeFile | str | os.PathLike[str],
         *,
         key: bytes | None = None,
         allowed: Callable[[str, str], bool] | None = None,
@@ -120,7 +129,7 @@ class RepairInbox:
         sleep: Callable[[float], None] = time.sleep,
         max_age: float = MAX_REQUEST_AGE_SECONDS,
     ) -> None:
-        self.root = root
+        self.root = root if isinstance(root, LakeFile) else LakeFile(os.fspath(root))
         self._key = key
         self._allowed = allowed
         self._clock = clock
@@ -129,16 +138,16 @@ class RepairInbox:
         self._max_age = max_age
 
     @property
-    def requests(self) -> Path:
-        return self.root / "requests"
+    def requests(self) -> LakeFile:
+        return self.root.child("requests")
 
     @property
-    def claimed(self) -> Path:
-        return self.root / "claimed"
+    def claimed(self) -> LakeFile:
+        return self.root.child("claimed")
 
     @property
-    def results(self) -> Path:
-        return self.root / "results"
+    def results(self) -> LakeFile:
+        return self.root.child("results")
 
     def submit(self, tables: Sequence[RepairTable], *, requester: str = "") -> str:
         """Queue a signed request; returns its id.
@@ -161,7 +170,7 @@ class RepairInbox:
             "tables": [t.to_json() for t in tables],
         }
         item["signature"] = _signature(self._key, item)
-        _write_json(self.requests / f"{request_id}.json", item)
+        self.requests.child(f"{request_id}.json").write_json(item)
         return request_id
 
     def _check(self, name: str, item: Any) -> tuple[str, list[RepairTable]]:
@@ -192,10 +201,7 @@ class RepairInbox:
 
     def pending(self) -> bool:
         """Whether a request waits to be claimed."""
-        try:
-            return any(p.suffix == ".json" for p in self.requests.iterdir())
-        except FileNotFoundError:
-            return False
+        return bool(self.requests.list(".json"))
 
     def claim(self) -> tuple[str, list[RepairTable]] | None:
         """Take the oldest waiting valid request (atomic: only one claimer wins), or None.
@@ -203,22 +209,14 @@ class RepairInbox:
         Requests that fail the checks (see the module docstring) are answered with an error
         result and logged, never returned.
         """
-        try:
-            names = sorted(p.name for p in self.requests.iterdir() if p.suffix == ".json")
-        except FileNotFoundError:
-            return None
-        self.claimed.mkdir(parents=True, exist_ok=True)
-        for name in names:
-            target = self.claimed / name
-            try:
-                os.replace(self.requests / name, target)  # atomic on one file system
-            except FileNotFoundError:
+        for name in self.requests.list(".json"):
+            target = self.claimed.child(name)
+            if not self.requests.child(name).move_to(target):
                 continue  # withdrawn or claimed by someone else
             request_id = name[: -len(".json")]
             try:
-                item = json.loads(target.read_text(encoding="utf-8"))
-                return self._check(request_id, item)
-            except (OSError, ValueError, KeyError, TypeError, ReconcileError) as exc:
+                return self._check(request_id, target.read_json())
+            except (SinkError, ValueError, KeyError, TypeError, ReconcileError) as exc:
                 reason = str(exc) if isinstance(exc, ReconcileError) else repr(exc)
                 log.error("%s: repair request %s refused: %s", self.root, request_id, reason)
                 self.finish(request_id, error=f"refused: {reason}")
@@ -228,8 +226,7 @@ class RepairInbox:
         self, request_id: str, result: RepairResult | None = None, *, error: str | None = None
     ) -> None:
         """Record the outcome of a claimed request."""
-        _write_json(
-            self.results / f"{request_id}.json",
+        self.results.child(f"{request_id}.json").write_json(
             {
                 "format": _FORMAT,
                 "id": request_id,
@@ -238,28 +235,29 @@ class RepairInbox:
                 "finished_at": time.time(),
             },
         )
-        (self.claimed / f"{request_id}.json").unlink(missing_ok=True)
+        self.claimed.child(f"{request_id}.json").delete()
 
     def withdraw(self, request_id: str) -> bool:
-        """Remove a request nobody claimed; False if it was claimed meanwhile."""
-        try:
-            (self.requests / f"{request_id}.json").unlink()
-        except FileNotFoundError:
-            return False
-        return True
+        """Remove a request nobody claimed; False if it was claimed meanwhile (see the
+        claim protocol in the module docstring: remove first, then look for the claim)."""
+        name = f"{request_id}.json"
+        removed = self.requests.child(name).delete()
+        return removed and not (
+            self.claimed.child(name).exists() or self.results.child(name).exists()
+        )
 
     @contextlib.contextmanager
     def keep_alive(self, request_id: str, *, interval: float = HEARTBEAT_SECONDS) -> Iterator[None]:
         """While the block runs, touch the claimed file every ``interval`` seconds (the
         requester's sign that the holder still works on it)."""
         done = threading.Event()
-        path = self.claimed / f"{request_id}.json"
+        claimed = self.claimed.child(f"{request_id}.json")
 
         def beat() -> None:
             while not done.wait(interval):
                 try:
-                    os.utime(path)
-                except OSError:
+                    claimed.touch()
+                except SinkError:
                     return  # finished (or the inbox is gone): nothing left to show
 
         thread = threading.Thread(target=beat, name=f"cdc-repair-alive-{request_id}", daemon=True)
@@ -288,21 +286,18 @@ class RepairInbox:
                 showing signs of life, or the request vanished without a result.
         """
         deadline = self._clock() + timeout
-        result_file = self.results / f"{request_id}.json"
-        claimed_file = self.claimed / f"{request_id}.json"
+        result_file = self.results.child(f"{request_id}.json")
+        claimed_file = self.claimed.child(f"{request_id}.json")
         last_sign: tuple[float, float] | None = None  # (mtime seen, when seen)
         while True:
-            if result_file.exists():
-                item = json.loads(result_file.read_text(encoding="utf-8"))
-                result_file.unlink(missing_ok=True)
+            item = result_file.read_json()
+            if item is not None:
+                result_file.delete()
                 if item.get("error"):
                     raise ReconcileError(f"the lease holder's repair failed: {item['error']}")
                 return RepairResult.from_json(item["result"])
             now = self._clock()
-            try:
-                mtime = claimed_file.stat().st_mtime
-            except FileNotFoundError:
-                mtime = None
+            mtime = claimed_file.modified()
             if mtime is not None:
                 if last_sign is None or mtime != last_sign[0]:
                     last_sign = (mtime, now)

@@ -24,7 +24,7 @@ from cdc_platform.backfill.repair import RepairResult, repair_keys
 from cdc_platform.backfill.snapshot import SnapshotProgress, SnapshotRunner
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.config.models import InstanceConfig
-from cdc_platform.errors import CdcError
+from cdc_platform.errors import CdcError, SinkError
 from cdc_platform.reconcile.inbox import RepairInbox
 from cdc_platform.sink.term import WriteTerm
 
@@ -155,7 +155,7 @@ class SideWork:
             while not stop.wait(INBOX_POLL_SECONDS):
                 try:
                     waiting = inbox.pending()
-                except OSError as exc:
+                except (OSError, SinkError) as exc:  # the inbox is in the lake
                     log.warning("%s: cannot read the repair inbox: %s", name, exc)
                     continue
                 if waiting:
@@ -181,7 +181,7 @@ class SideWork:
         while halted() is None:
             try:
                 claimed = inbox.claim()
-            except OSError as exc:
+            except (OSError, SinkError) as exc:  # the inbox is in the lake
                 log.warning("%s: cannot read the repair inbox: %s", name, exc)
                 return
             if claimed is None:
@@ -215,10 +215,10 @@ class SideWork:
     def _answer(
         self, name: str, request_id: str, result: RepairResult | None, error: str | None
     ) -> None:
-        """Write a request's result; a file system failure is logged (the requester's wait
+        """Write a request's result; a storage failure is logged (the requester's wait
         then ends on its own when the claim shows no more sign of life)."""
         assert self.inbox is not None
         try:
             self.inbox.finish(request_id, result, error=error)
-        except OSError as exc:
+        except (OSError, SinkError) as exc:  # the inbox is in the lake
             log.error("%s: cannot answer repair request %s: %s", name, request_id, exc)

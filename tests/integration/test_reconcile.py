@@ -240,7 +240,7 @@ def test_repair_is_written_by_the_lease_holder_while_it_streams(
     }, report.metadata()
     assert sum(report.repair.deletes.values()) == 1
     assert report.repaired == 5
-    assert not list(RepairInbox(inbox_path(destination.lake_root, "d")).requests.glob("*.json"))
+    assert not RepairInbox(inbox_path(destination.lake_root, "d")).requests.list(".json")
 
     # the holder keeps streaming after the repair
     mariadb.server.execute(
@@ -277,7 +277,7 @@ def test_nothing_is_written_where_the_lease_is_not_held(
         assert report.repair is None
         assert DeltaTable(destination.table_uri("d")).version() == version
         inbox = RepairInbox(inbox_path(destination.lake_root, "d"))
-        assert not list(inbox.requests.glob("*.json"))  # withdrawn
+        assert not inbox.requests.list(".json")  # withdrawn
     finally:
         lease.close()
 
@@ -403,7 +403,6 @@ def test_reconciliation_fills_in_rows_from_before_the_start(
 
 def forge_request(inbox: RepairInbox, request_id: str, tables: list[dict[str, object]]) -> None:
     """A request file written by hand, in the inbox's format, without the platform's key."""
-    inbox.requests.mkdir(parents=True, exist_ok=True)
     item = {
         "format": 1,
         "id": request_id,
@@ -412,7 +411,7 @@ def forge_request(inbox: RepairInbox, request_id: str, tables: list[dict[str, ob
         "tables": tables,
         "signature": "00" * 32,
     }
-    (inbox.requests / f"{request_id}.json").write_text(json.dumps(item))
+    inbox.requests.child(f"{request_id}.json").write_text(json.dumps(item))
 
 
 def test_hand_written_repair_requests_are_refused_and_delete_nothing(
@@ -475,7 +474,7 @@ def test_a_lost_lease_interrupts_a_repair_blocked_on_the_source(
             [RepairTable(mariadb.name, "items", [RepairKey([13], '{"id":13}')])]
         )
         wait_for(
-            lambda: not (inbox.requests / f"{request_id}.json").exists(),
+            lambda: not inbox.requests.child(f"{request_id}.json").exists(),
             "the holder to claim the request",
         )
         operator = open_lease(destination.platform, destination.conf_dir, "d", address="operator")
@@ -484,7 +483,7 @@ def test_a_lost_lease_interrupts_a_repair_blocked_on_the_source(
         finally:
             operator.close()
         wait_for(
-            (inbox.results / f"{request_id}.json").exists,
+            inbox.results.child(f"{request_id}.json").exists,
             "the repair to be interrupted by the lost lease and answer",
             timeout=30,
         )

@@ -353,7 +353,7 @@ def test_destination_run_snapshots_new_tables_itself(
     uri = str(lake_root / "d" / "changes")
     assert_replay_equals_source(mariadb, uri, ["customers"])
     assert f"{mariadb.name}.orders" not in replay(uri).tables
-    recorded = json.loads(captured_tables_path(lake_root, "d").read_text())["tables"]
+    recorded = captured_tables_path(lake_root, "d").read_json()["tables"]
     assert recorded == [f"{mariadb.name}.customers"]
 
     # the filters now match orders too: only orders is snapshotted at the next start

@@ -3,7 +3,6 @@ identifiers that need quoting, a lease lost while a chunk read hangs on the sour
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -142,7 +141,7 @@ def test_interrupted_snapshot_of_a_vanished_table_ends_and_the_stream_goes_on(
     result = new_tables(db, lake_root)  # wedged here before: SnapshotError at every start
     assert result is not None
     assert not state_path(lake_root, "d").exists()
-    record = json.loads(captured_tables_path(lake_root, "d").read_text())
+    record = captured_tables_path(lake_root, "d").read_json()
     assert reason in record["ended"][f"{db.name}.t1"]
     db.server.execute("INSERT INTO t2 VALUES (1000, 1)", database=db.name)
     stream(db, uri)
@@ -207,7 +206,7 @@ def test_tables_done_before_an_abandoned_snapshot_are_not_copied_again(
     snapshot_state = state_path(lake_root, "d")
     assert _run_until(db, lake_root, table=f"{db.name}.t2", chunks=1), "stopped inside t2"
     assert snapshot_state.exists()
-    snapshot_state.unlink()  # the operator abandons the snapshot (docs/snapshot.md)
+    snapshot_state.delete()  # the operator abandons the snapshot (docs/snapshot.md)
     new_tables(db, lake_root)
     keys = r_keys(uri, "t1")
     assert len(keys) == len(set(keys)) == 350, "t1 was not copied a second time"
