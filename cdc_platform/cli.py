@@ -231,7 +231,7 @@ def _snapshot(args: argparse.Namespace) -> int:
 
         runner = SnapshotRunner(
             term,
-            state_path(config.lake_root, name, term.storage_options),
+            state_path(config.lake.uri, name, term.storage_options),
             tables=args.table or None,
             chunk_size=args.chunk_size,
             on_progress=progress,

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Protocol
 
 from cdc_platform.backfill.new_tables import snapshot_new_tables
@@ -57,7 +56,7 @@ class SideWork:
         self,
         *,
         inbox: RepairInbox | None = None,
-        lake_root: Path | None = None,
+        lake_root: str | None = None,
         on_snapshot_progress: Callable[[SnapshotProgress], None] | None = None,
     ) -> None:
         self.inbox = inbox

@@ -37,7 +37,7 @@ from cdc_platform.backfill.lease import take_lease
 from cdc_platform.backfill.snapshot import SnapshotProgress
 from cdc_platform.config.loader import ConfigSet, Destination
 from cdc_platform.coordination.factory import open_lease, open_registry, open_state_store
-from cdc_platform.errors import CdcError, ConfigError, LeaseError, LeaseLostError, SinkError
+from cdc_platform.errors import CdcError, LeaseError, LeaseLostError, SinkError
 from cdc_platform.ha.lease import Lease
 from cdc_platform.ha.registry import NodeRegistry
 from cdc_platform.reconcile.inbox import destination_inbox
@@ -515,11 +515,6 @@ def supervised_destination(  # noqa: PLR0913 (the CLI's and the Dagster run's op
     platform = config.platform
     lake = config.lake
     check_lake(lake)  # bad input fails here, naming the URI and the cause
-    if lake.is_remote and destination.config.snapshot.new_tables:
-        raise ConfigError(
-            f"{destination.name}: snapshot.new_tables keeps its progress in local files and is "
-            f"not yet on object storage (lake_root {lake.uri}); turn it off or use a local lake"
-        )
     registry = open_registry(platform, config.conf_dir)
     publisher: StatePublisher | None = None
     try:
@@ -535,19 +530,14 @@ def supervised_destination(  # noqa: PLR0913 (the CLI's and the Dagster run's op
             return DestinationRuntime(term, metrics_interval_seconds=metrics_interval_seconds)
 
         name = destination.name
-        # Repair requests and snapshot progress are local files for now: a lake on object
-        # storage streams, but serves no repairs.
-        side_work = (
-            SideWork(on_snapshot_progress=on_snapshot_progress)
-            if lake.is_remote
-            else SideWork(
-                inbox=destination_inbox(config.lake_root, name, destination.config.source),
-                lake_root=config.lake_root,
-                on_snapshot_progress=on_snapshot_progress,
-            )
+        # Repair requests and snapshot progress live in the lake: any node can continue them.
+        side_work = SideWork(
+            inbox=destination_inbox(
+                lake.uri, name, destination.config.source, lake.storage_options
+            ),
+            lake_root=lake.uri,
+            on_snapshot_progress=on_snapshot_progress,
         )
-        if lake.is_remote:
-            log.warning("%s: lake on object storage: reconcile repairs are not served yet", name)
         yield LeaseSupervisor(
             WriteTerm.in_lake(name, destination.config, lake, on_commit=on_commit),
             lease,

@@ -1,22 +1,15 @@
 """The lake-file layer, the repair inbox and a snapshot with the lake on a real S3-compatible
 server (SeaweedFS ``weed mini``).
 
-The fixture ``seaweed_s3_local`` is local to this file: it starts its own ``weed mini`` with
-every port given, so it cannot collide with other servers. Once the shared SeaweedFS fixture
-of the test suite exists, this file should use that one instead.
+The suite's session SeaweedFS serves them; ``seaweed_s3_local`` hands its settings to the
+lake-file layer as storage options (not through the environment).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
@@ -32,91 +25,24 @@ from cdc_platform.backfill.snapshot import (
 from cdc_platform.config.models import SnapshotSettings
 from cdc_platform.errors import ReconcileError
 from cdc_platform.reconcile.inbox import RepairInbox
-from cdc_platform.sink.lake_files import LakeFile, s3_filesystem
+from cdc_platform.sink.lake_files import LakeFile
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config
-from cdc_platform.testing.processes import child_setup, free_port, stop_process, wait_until
+from cdc_platform.testing.processes import wait_until
+from cdc_platform.testing.seaweedfs import SeaweedFSServer
 from tests.conftest import MariaDBDatabase
 
 pytestmark = pytest.mark.integration
 
-_SERVICES = ("master", "volume", "filer", "admin", "s3")
 KEY = b"k" * 32
-_ACCESS, _SECRET = "lake-files-test", "lake-files-test-secret"  # test-only identity
 
 
-def _options(port: int) -> dict[str, str]:
-    return {
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-        "AWS_ALLOW_HTTP": "true",
-        "AWS_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": _ACCESS,
-        "AWS_SECRET_ACCESS_KEY": _SECRET,
-    }
-
-
-@pytest.fixture(scope="module")
-def seaweed_s3_local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """Storage options of a private ``weed mini`` serving the bucket ``lake``."""
-    base = tmp_path_factory.mktemp("seaweed")
-    weed = str(Path(sys.executable).parent / "weed")
-    if not os.path.exists(weed):
-        pytest.fail("weed not found next to the interpreter: install the dev extras")
-    ports = {name: free_port() for name in _SERVICES}
-    identity = {
-        "name": "test",
-        "credentials": [{"accessKey": _ACCESS, "secretKey": _SECRET}],
-        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-    }
-    (base / "s3.json").write_text(json.dumps({"identities": [identity]}))
-    cmd = [
-        weed,
-        "mini",
-        f"-dir={base / 'data'}",
-        "-bucket=lake",
-        "-ip=127.0.0.1",
-        "-ip.bind=127.0.0.1",
-        "-admin.ui=false",
-        "-webdav=false",
-        f"-webdav.port={free_port()}",
-        "-s3.port.iceberg=0",
-        "-s3.port.lance=0",
-        f"-debug.port={free_port()}",
-        f"-s3.config={base / 's3.json'}",
-        f"-filer.localSocket={base / 'filer.sock'}",
-        f"-s3.localSocket={base / 's3.sock'}",
-    ]
-    for name, port in ports.items():
-        cmd += [f"-{name}.port={port}", f"-{name}.port.grpc={free_port()}"]
-    (base / "data").mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    log = base / "weed.log"
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            cmd,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=base,
-            start_new_session=True,
-            preexec_fn=child_setup(),  # noqa: PLW1509 (fixture runs in the main thread)
-        )
-    options = _options(ports["s3"])
-    try:
-        fs = s3_filesystem(options)
-
-        def ready() -> bool:
-            assert proc.poll() is None, log.read_text()[-2000:]
-            try:
-                fs.create_dir("lake")
-                return bool(fs.get_file_info("lake").type == pafs.FileType.Directory)
-            except OSError:
-                return False
-
-        wait_until(ready, timeout=60, what="SeaweedFS S3", log=log)
-        yield options
-    finally:
-        stop_process(proc)
+@pytest.fixture
+def seaweed_s3_local(seaweedfs: SeaweedFSServer) -> dict[str, str]:
+    """Storage options (the standard AWS keys) of the suite's private SeaweedFS."""
+    if not seaweedfs.running:
+        seaweedfs.start()
+    return seaweedfs.environment()
 
 
 def test_objects_round_trip_on_s3(seaweed_s3_local: dict[str, str]) -> None:
