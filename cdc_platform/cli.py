@@ -12,6 +12,7 @@ from pathlib import Path
 
 from cdc_platform import __version__
 from cdc_platform.config import ConfigSet, Destination, load_config
+from cdc_platform.config.deployment import deployment_warnings
 from cdc_platform.errors import CdcError, ConfigError
 
 __all__ = ["main"]
@@ -36,6 +37,8 @@ def _config_check(args: argparse.Namespace) -> int:
                 unreachable += not ok
         else:
             print(f"{name}: ERROR {config.errors[name]}")
+    for warning in deployment_warnings(config):
+        print(f"warning: {warning}")
     if args.connect:
         line, ok = _lake_check(config)
         print(line, flush=True)

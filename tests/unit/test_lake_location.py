@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from cdc_platform.cli import main
 from cdc_platform.config import load_config
+from cdc_platform.config.deployment import deployment_warnings
 from cdc_platform.config.lake import LakeLocation
 from cdc_platform.errors import ConfigError, ConfigFileError
 
@@ -113,3 +115,38 @@ def test_configset_builds_table_uris_in_the_bucket(tmp_path: Path) -> None:
     assert config.lake.storage_options["aws_conditional_put"] == "etag"
     with pytest.raises(ConfigError, match="not yet on object storage"):
         _ = config.lake_root
+
+
+@pytest.mark.parametrize(
+    ("platform", "expected"),
+    [
+        ("lake_root: var/lake\n", []),
+        ("lake_root: s3://lake/p\n", ["local SQLite file sqlite:///var/lease.db"]),
+        (
+            "lake_root: s3://lake/p\nlease: {backend: zookeeper, hosts: 'zk:2181'}\n"
+            "watch: {url: 'sqlite:///var/state.db'}\n",
+            ["state watch is the local SQLite file"],
+        ),
+        (
+            "lake_root: s3://lake/p\n"
+            "lease: {backend: database, url: 'postgresql://cdc@db:5432/leases'}\n",
+            [],
+        ),
+    ],
+)
+def test_config_check_warns_when_the_lake_is_shared_but_the_lease_is_not(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    platform: str,
+    expected: list[str],
+) -> None:
+    conf = tmp_path / "conf"
+    (conf / "destinations").mkdir(parents=True)
+    (conf / "platform.yaml").write_text(platform)
+    warnings = deployment_warnings(load_config(conf))
+    assert len(warnings) == len(expected)
+    for warning, text in zip(warnings, expected, strict=True):
+        assert text in warning
+    assert main(["config", "check", "--conf", str(conf)]) == 0  # a warning, not an error
+    printed = capsys.readouterr().out
+    assert printed.count("warning: ") == len(expected)
