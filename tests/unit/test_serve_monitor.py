@@ -144,8 +144,9 @@ def test_removed_then_back_before_the_stop_finished(conf: Path) -> None:
     runner.stuck.add("a")
     text = (conf / "destinations" / "a" / "instance.yaml").read_text()
     (conf / "destinations" / "a" / "instance.yaml").unlink()
+    (conf / "destinations" / "a").rmdir()
     assert monitor.scan().stop_pending == ["a"]
-    (conf / "destinations" / "a" / "instance.yaml").write_text(text)
+    _write(conf, "a", text)
     assert monitor.scan().stop_pending == ["a"]  # no second start while the first runs
     runner.stuck.clear()
     assert monitor.scan().reloaded == ["a"]
