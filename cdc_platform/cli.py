@@ -9,6 +9,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from cdc_platform import __version__
 from cdc_platform.config import ConfigSet, Destination, load_config
@@ -332,6 +333,27 @@ def _add_destination_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--destination", required=True, help="destination name")
 
 
+def _add_serve_parser(commands: Any) -> None:
+    """`serve` (its own function: the parser builder is long enough)."""
+    serve = commands.add_parser(
+        "serve",
+        help="run every enabled destination of the conf directory; follow its changes",
+    )
+    serve.add_argument("--conf", default="conf", help="configuration directory (default: conf)")
+    serve.add_argument(
+        "--metrics-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="log each destination's progress this often (default: 10)",
+    )
+    serve.add_argument(
+        "--address",
+        help="this process's name in every lease (default: lease.address, or serve@host:pid)",
+    )
+    serve.set_defaults(handler=_serve)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; each subcommand stores its handler in `handler`."""
     parser = argparse.ArgumentParser(
@@ -376,23 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(handler=_run)
 
-    serve = commands.add_parser(
-        "serve",
-        help="run every enabled destination of the conf directory; follow its changes",
-    )
-    serve.add_argument("--conf", default="conf", help="configuration directory (default: conf)")
-    serve.add_argument(
-        "--metrics-interval",
-        type=float,
-        default=10.0,
-        metavar="SECONDS",
-        help="log each destination's progress this often (default: 10)",
-    )
-    serve.add_argument(
-        "--address",
-        help="this process's name in every lease (default: lease.address, or serve@host:pid)",
-    )
-    serve.set_defaults(handler=_serve)
+    _add_serve_parser(commands)
 
     status = commands.add_parser(
         "status", help="each destination: lease holder, epoch, position, lag, standbys"

@@ -10,7 +10,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,8 +42,17 @@ class Serve:
     def start(self, *extra: str) -> subprocess.Popen[bytes]:
         with self.log.open("ab") as out:
             return subprocess.Popen(
-                [sys.executable, "-m", "cdc_platform.cli", "serve", "--conf", str(self.conf)]
-                + ["--metrics-interval", "2", *extra],
+                [
+                    sys.executable,
+                    "-m",
+                    "cdc_platform.cli",
+                    "serve",
+                    "--conf",
+                    str(self.conf),
+                    "--metrics-interval",
+                    "2",
+                    *extra,
+                ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=self.env,
@@ -55,8 +64,15 @@ class Serve:
 
     def holders(self) -> dict[str, str | None]:
         done = subprocess.run(
-            [sys.executable, "-m", "cdc_platform.cli", "status", "--conf", str(self.conf)]
-            + ["--json"],
+            [
+                sys.executable,
+                "-m",
+                "cdc_platform.cli",
+                "status",
+                "--conf",
+                str(self.conf),
+                "--json",
+            ],
             capture_output=True,
             text=True,
             env=self.env,
@@ -103,12 +119,12 @@ def tables_in_log(uri: str) -> dict[str, int]:
 
 
 @pytest.fixture
-def serve(mariadb: MariaDBDatabase, tmp_path: Path) -> Iterator[Serve]:
+def serve(mariadb: MariaDBDatabase, tmp_path: Path) -> Serve:
     conf = tmp_path / "conf"
     (conf / "destinations").mkdir(parents=True)
     (conf / "platform.yaml").write_text(f"lake_root: {tmp_path / 'lake'}\n{NO_TIMER}")
     env = {**os.environ, PASSWORD_ENV: mariadb.user.password}
-    yield Serve(conf, tmp_path / "lake", env, tmp_path / "serve.log")
+    return Serve(conf, tmp_path / "lake", env, tmp_path / "serve.log")
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -157,9 +173,7 @@ def test_add_edit_invalid_remove_and_sigterm(mariadb: MariaDBDatabase, serve: Se
         assert "d1/instance.yaml" in serve.log.read_text()
         before = tables_in_log(uri).get("t2", 0)
         serve.wait(
-            lambda: (
-                seen_after_insert("t2")() and tables_in_log(uri).get("t2", 0) > before + 2
-            ),
+            lambda: seen_after_insert("t2")() and tables_in_log(uri).get("t2", 0) > before + 2,
             "t2 rows committed while the file is invalid",
         )
 
@@ -167,9 +181,17 @@ def test_add_edit_invalid_remove_and_sigterm(mariadb: MariaDBDatabase, serve: Se
         (serve.conf / "destinations" / "d1" / "instance.yaml").unlink()
         (serve.conf / "destinations" / "d1").rmdir()
         serve.wait(lambda: "d1: stopped (removed or disabled)" in serve.log.read_text(), "stop")
-        write_instance(serve.conf, "d2", instance_yaml(mariadb, f"{db}\\.t1", 2002))
+        # A file that changes without an event under conf/ (a symlink to a mounted file, as
+        # Kubernetes config maps are): SIGHUP forces the rescan.
+        outside = serve.conf.parent / "mounted-d2.yaml"
+        outside.write_text(instance_yaml(mariadb, f"{db}\\.t1", 2002))
+        (serve.conf / "destinations" / "d2").mkdir()
+        (serve.conf / "destinations" / "d2" / "instance.yaml").symlink_to(outside)
         serve.wait(lambda: serve.holders().get("d2") is not None, "d2 held")
         assert "d1" not in serve.holders()
+        outside.write_text(instance_yaml(mariadb, f"{db}\\..*", 2002))
+        proc.send_signal(signal.SIGHUP)
+        serve.wait(lambda: "d2: reloaded" in serve.log.read_text(), "the reload after SIGHUP")
 
         # SIGTERM: every destination stops after its in-flight commit, exit 0.
         proc.send_signal(signal.SIGTERM)
@@ -178,7 +200,9 @@ def test_add_edit_invalid_remove_and_sigterm(mariadb: MariaDBDatabase, serve: Se
     finally:
         _stop(proc)
     result = replay(uri)
-    assert not result.duplicates and not result.seq_gaps and not result.problems
+    assert not result.duplicates
+    assert not result.seq_gaps
+    assert not result.problems
 
 
 def test_kill_nine_and_restart_lose_and_duplicate_nothing(
@@ -202,8 +226,8 @@ def test_kill_nine_and_restart_lose_and_duplicate_nothing(
         serve.wait(lambda: bool(tables_in_log(uri)) or _table_exists(uri), "the change log")
         workload.start()
         for _ in range(3):
-            committed = workload.stats.committed
-            serve.wait(lambda c=committed: workload.stats.committed > c + 10, "workload")  # type: ignore[misc]
+            target = workload.stats.committed + 10
+            serve.wait(lambda t=target: workload.stats.committed > t, "workload")  # type: ignore[misc]
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             proc = serve.start()
@@ -226,7 +250,8 @@ def test_kill_nine_and_restart_lose_and_duplicate_nothing(
     assert workload.stats.committed > 30
     result = replay(uri)
     assert not result.duplicates, result.duplicates[:5]
-    assert not result.seq_gaps and not result.problems
+    assert not result.seq_gaps
+    assert not result.problems
 
 
 def _table_exists(uri: str) -> bool:
@@ -247,7 +272,10 @@ def test_two_serve_processes_share_by_lease_and_take_over(
     first = serve.start("--address", "serve-a")
     second = serve.start("--address", "serve-b")
     try:
-        serve.wait(lambda: all(serve.holders().values()), "every destination held")
+        serve.wait(
+            lambda: len(serve.holders()) == 3 and all(serve.holders().values()),
+            "every destination held",
+        )
         holders = serve.holders()
         assert set(holders.values()) <= {"serve-a", "serve-b"}  # each on exactly one process
         victim = holders["d1"]

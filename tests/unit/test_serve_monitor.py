@@ -127,7 +127,8 @@ def test_a_failed_stop_is_retried_at_the_next_scan(conf: Path) -> None:
     runner.stuck.add("a")
     _write(conf, "a", _instance("shop\\\\.orders"))
     result = monitor.scan()
-    assert result.stop_pending == ["a"] and not result.reloaded
+    assert result.stop_pending == ["a"]
+    assert not result.reloaded
     assert monitor.scan().stop_pending == ["a"]
     runner.stuck.clear()
     result = monitor.scan()
@@ -170,7 +171,8 @@ def test_platform_change_is_reported_not_applied(conf: Path) -> None:
     monitor.scan()
     (conf / "platform.yaml").write_text("lake_root: /elsewhere\n")
     result = monitor.scan()
-    assert result.platform_changed and not result.acted
+    assert result.platform_changed
+    assert not result.acted
     assert not monitor.scan().platform_changed  # reported once
 
 
@@ -181,7 +183,8 @@ def test_unusable_platform_file_changes_nothing(conf: Path) -> None:
     monitor.scan()
     (conf / "platform.yaml").write_text("lake_rot: x\n")
     result = monitor.scan()
-    assert result.platform_error is not None and "lake_rot" in result.platform_error
+    assert result.platform_error is not None
+    assert "lake_rot" in result.platform_error
     assert list(runner.live) == ["a"]
 
 
