@@ -35,7 +35,6 @@ class _Running:
     supervisor: LeaseSupervisor | None = None
     stop_reason: str | None = None
     outcome: str | None = None
-    ready: threading.Event = field(default_factory=threading.Event)
 
 
 class ThreadRunner:
@@ -78,7 +77,6 @@ class ThreadRunner:
                 with self._lock:
                     run.supervisor = supervisor
                     reason = run.stop_reason
-                run.ready.set()
                 if reason is not None:
                     supervisor.request_stop(reason)
                 summary = supervisor.run()
@@ -99,8 +97,6 @@ class ThreadRunner:
         except Exception as exc:  # a thread must report, never vanish silently
             run.outcome = f"failed: {exc}"
             log.exception("%s: the run failed", name)
-        finally:
-            run.ready.set()
 
     def request_stop(self, name: str, reason: str) -> None:
         """Ask a destination to stop after its in-flight commit (does not wait)."""
@@ -201,7 +197,10 @@ class ServeProcess:
         )
         try:
             while not self._stop.is_set():
-                self.monitor.scan()
+                try:
+                    self.monitor.scan()
+                except Exception:  # one bad scan must not end the process; the next retries
+                    log.exception("the configuration scan failed; retrying at the next one")
                 self._wake.wait(self.scan_interval)
                 if self._wake.is_set() and not self._stop.is_set():
                     self._stop.wait(_EVENT_SETTLE_SECONDS)
