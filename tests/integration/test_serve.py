@@ -278,25 +278,41 @@ def test_two_serve_processes_share_by_lease_and_take_over(
 ) -> None:
     db = mariadb.name
     mariadb.server.execute("CREATE TABLE t1 (id INT PRIMARY KEY, v INT)", database=db)
-    for index, name in enumerate(("d1", "d2", "d3")):
+    names = ("d1", "d2", "d3")
+    for index, name in enumerate(names):
         write_instance(serve.conf, name, instance_yaml(mariadb, f"{db}\\.t1", 3001 + index))
     first = serve.start("--address", "serve-a")
-    second = serve.start("--address", "serve-b")
+    second: subprocess.Popen[bytes] | None = None
     try:
-        serve.wait(
-            lambda: len(serve.holders()) == 3 and all(serve.holders().values()),
-            "every destination held",
+        serve.wait(lambda: serve.holders() == dict.fromkeys(names, "serve-a"), "serve-a holds all")
+        second = serve.start("--address", "serve-b")  # a hot standby for every destination
+        # A manual switch-over of d1 (`cdc-platform release`): serve-b takes it, so the two
+        # processes split the destinations, each streaming on exactly one of them.
+        released = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "cdc_platform.cli",
+                "release",
+                "--conf",
+                str(serve.conf),
+                "--destination",
+                "d1",
+            ],
+            env=serve.env,
+            check=False,
+            capture_output=True,
+            timeout=120,
         )
-        holders = serve.holders()
-        assert set(holders.values()) <= {"serve-a", "serve-b"}  # each on exactly one process
-        victim = holders["d1"]
-        killed, survivor = (first, "serve-b") if victim == "serve-a" else (second, "serve-a")
-        os.killpg(killed.pid, signal.SIGKILL)
-        killed.wait()
-        serve.wait(
-            lambda: set(serve.holders().values()) == {survivor},
-            "the survivor holding every destination",
-        )
+        assert released.returncode == 0, released.stderr
+        split = {"d1": "serve-b", "d2": "serve-a", "d3": "serve-a"}
+        serve.wait(lambda: serve.holders() == split, "d1 on serve-b, the others on serve-a")
+        # kill -9 of serve-a: serve-b takes over its destinations.
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+        serve.wait(lambda: serve.holders() == dict.fromkeys(names, "serve-b"), "serve-b holds all")
+        assert second.poll() is None
     finally:
         _stop(first)
-        _stop(second)
+        if second is not None:
+            _stop(second)
