@@ -9,6 +9,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from cdc_platform import __version__
 from cdc_platform.config import ConfigSet, Destination, load_config
@@ -118,6 +119,33 @@ def _run(args: argparse.Namespace) -> int:
     if summary.error is not None:
         print(f"error: {summary.error}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from cdc_platform.ha.lease import default_address  # noqa: PLC0415 (light CLI)
+    from cdc_platform.runtime.serve import ServeProcess  # noqa: PLC0415
+
+    conf = Path(args.conf)
+    platform = load_config(conf).platform
+    # One identity for every destination this process holds: `status` shows it as the holder.
+    address = args.address or platform.lease.address or f"serve@{default_address()}"
+    server = ServeProcess(conf, address=address, metrics_interval_seconds=args.metrics_interval)
+
+    def on_stop(signum: int, _frame: object) -> None:
+        server.request_stop(f"signal {signal.Signals(signum).name}")
+
+    def on_hup(_signum: int, _frame: object) -> None:
+        server.rescan()
+
+    signal.signal(signal.SIGTERM, on_stop)
+    signal.signal(signal.SIGINT, on_stop)
+    signal.signal(signal.SIGHUP, on_hup)
+    left = server.run()
+    if left:
+        print(f"error: not stopped in time: {', '.join(left)}", file=sys.stderr)
+        return 1
+    print(f"{address}: every destination stopped")
     return 0
 
 
@@ -333,6 +361,27 @@ def _add_destination_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--destination", required=True, help="destination name")
 
 
+def _add_serve_parser(commands: Any) -> None:
+    """`serve` (its own function: the parser builder is long enough)."""
+    serve = commands.add_parser(
+        "serve",
+        help="run every enabled destination of the conf directory; follow its changes",
+    )
+    serve.add_argument("--conf", default="conf", help="configuration directory (default: conf)")
+    serve.add_argument(
+        "--metrics-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="log each destination's progress this often (default: 10)",
+    )
+    serve.add_argument(
+        "--address",
+        help="this process's name in every lease (default: lease.address, or serve@host:pid)",
+    )
+    serve.set_defaults(handler=_serve)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; each subcommand stores its handler in `handler`."""
     parser = argparse.ArgumentParser(
@@ -376,6 +425,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="this process's name in the lease (default: host:pid, or lease.address)",
     )
     run.set_defaults(handler=_run)
+
+    _add_serve_parser(commands)
 
     status = commands.add_parser(
         "status", help="each destination: lease holder, epoch, position, lag, standbys"

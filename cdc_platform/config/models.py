@@ -29,6 +29,7 @@ __all__ = [
     "LeaseConfig",
     "PlatformConfig",
     "ReconcileConfig",
+    "ServeSettings",
     "SinkConfig",
     "SnapshotSettings",
     "SourceConfig",
@@ -382,6 +383,16 @@ class DagsterSettings(_Model):
     """First day (UTC, YYYY-MM-DD) of the daily history partitions."""
 
 
+class ServeSettings(_Model):
+    """`cdc-platform serve`: how its config monitor scans the conf directory."""
+
+    scan_interval_seconds: float = Field(default=10.0, gt=0)
+    """Full rescan this often: the safety net behind the file-system events."""
+    stop_timeout_seconds: float = Field(default=60.0, gt=0)
+    """How long a reload or removal waits for a destination's in-flight commit; a stop that
+    takes longer is retried at the next scan."""
+
+
 class WatchConfig(_Model):
     """Where the state watch (lease and config state for `status` and Dagster) is kept."""
 
@@ -443,6 +454,7 @@ class PlatformConfig(_Model):
     watch: WatchConfig = WatchConfig()
     spark: SparkConfig = SparkConfig()
     dagster: DagsterSettings = DagsterSettings()
+    serve: ServeSettings = ServeSettings()
     reconcile: ReconcileConfig = ReconcileConfig()
 
     @field_validator("lake_root")
