@@ -59,11 +59,12 @@ def _mirror_asset(destination: str, translator: CdcTranslator) -> AssetsDefiniti
         session = spark.session()
         change_log = translator.change_log_uri(configset, destination)
         root = translator.mirror_root(configset, destination)
+        options = configset.lake.storage_options
         totals = {"mirror_rows": 0, "rows_inserted": 0, "rows_updated": 0, "rows_deleted": 0}
         lag = 0.0
         per_table: dict[str, dict[str, Any]] = {}
-        for db, table in mirror_tables(session, change_log):
-            result = apply_changes(session, change_log, root, db, table)
+        for db, table in mirror_tables(session, change_log, options):
+            result = apply_changes(session, change_log, root, db, table, storage_options=options)
             meta = result.metadata()
             per_table[f"{db}.{table}"] = meta
             for key in totals:
@@ -107,10 +108,20 @@ def _daily_history_asset(
         stats = daily_change_stats(session, change_log, day)
         history_root = translator.history_root(configset, destination, day)
         root = translator.mirror_root(configset, destination)
+        options = configset.lake.storage_options
         as_of_rows = 0
-        for db, table in mirror_tables(session, change_log):
-            target = mirror_uri(str(history_root), db, table)
-            result = mirror_as_of(session, change_log, db, table, day, target, mirror_root=root)
+        for db, table in mirror_tables(session, change_log, options):
+            target = mirror_uri(history_root, db, table)
+            result = mirror_as_of(
+                session,
+                change_log,
+                db,
+                table,
+                day,
+                target,
+                mirror_root=root,
+                storage_options=options,
+            )
             as_of_rows += result.mirror_rows
         by_table = {
             f"{s.db}.{s.table}": {
@@ -135,7 +146,7 @@ def _daily_history_asset(
                 "max_lag_seconds": max((s.max_lag_seconds for s in stats), default=0.0),
                 "as_of_rows": as_of_rows,
                 "by_table": MetadataValue.json(by_table),
-                "history_root": MetadataValue.path(str(history_root)),
+                "history_root": MetadataValue.path(history_root),
             }
         )
 

@@ -8,7 +8,6 @@ everywhere at once (its spec, the jobs and sensors that select it, the checks at
 from __future__ import annotations
 
 from datetime import date
-from pathlib import Path
 
 from dagster import AssetKey
 
@@ -58,9 +57,10 @@ class CdcTranslator:
         """
         return {}
 
-    def destination_root(self, configset: ConfigSet, destination: str) -> Path:
-        """Directory of everything the destination writes under the lake root."""
-        return configset.lake_root / destination
+    def destination_root(self, configset: ConfigSet, destination: str) -> str:
+        """Location of everything the destination writes under the lake root (a local path
+        or an ``s3://`` URI)."""
+        return configset.lake.join(destination)
 
     def change_log_uri(self, configset: ConfigSet, destination: str) -> str:
         """The change-log table of a valid destination (KeyError for any other)."""
@@ -68,11 +68,11 @@ class CdcTranslator:
 
     def mirror_root(self, configset: ConfigSet, destination: str) -> str:
         """Directory of the destination's mirror tables (one per captured table)."""
-        return mirror_root(configset.lake_root, destination)
+        return mirror_root(configset.lake.uri, destination)
 
-    def history_root(self, configset: ConfigSet, destination: str, day: date) -> Path:
-        """Directory of the destination's tables as of the end of ``day``."""
-        return self.destination_root(configset, destination) / "history" / day.isoformat()
+    def history_root(self, configset: ConfigSet, destination: str, day: date) -> str:
+        """Location of the destination's tables as of the end of ``day``."""
+        return configset.lake.join(destination, "history", day.isoformat())
 
 
 DEFAULT_TRANSLATOR = CdcTranslator()

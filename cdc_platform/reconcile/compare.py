@@ -321,8 +321,8 @@ def compare_table(  # noqa: PLR0913 (Spark, the source table, where its mirror i
     started = time.perf_counter()
     db, table = spec.db, spec.table
     uri = mirror_uri(mirror_root, db, table)
-    state = read_state(spark, mirror_root, db, table)
-    if state is None or state.schema is None or not table_exists(spark, uri):
+    state = read_state(spark, mirror_root, db, table, storage_options)
+    if state is None or state.schema is None or not table_exists(spark, uri, storage_options):
         return TableComparison(
             db, table, "no_mirror", "no mirror yet: materialize the mirrors asset first"
         )

@@ -130,7 +130,8 @@ def reconcile_destination(  # noqa: PLR0912, PLR0913, PLR0915 (the two phases, w
     source = dest.config.source
     report = ReconcileReport(destination, "clean")
     table_uri = config.table_uri(destination)
-    root = mirror_root(config.lake_root, destination)
+    lake = config.lake
+    root = mirror_root(lake.uri, destination)
     conn = connect_source(source, purpose="reconciliation")
     try:
         if tables:
@@ -156,6 +157,7 @@ def reconcile_destination(  # noqa: PLR0912, PLR0913, PLR0915 (the two phases, w
                 spec,
                 change_log_uri=table_uri,
                 mirror_root=root,
+                storage_options=lake.storage_options,
                 chunk_size=chunk_size,
                 max_suspects=max_suspects,
                 on_chunk=on_chunk,
@@ -180,7 +182,7 @@ def reconcile_destination(  # noqa: PLR0912, PLR0913, PLR0915 (the two phases, w
     try:
         holder = lease.holder()
         if holder is not None and holder.run_id != lease.run_id:
-            inbox = destination_inbox(config.lake_root, destination, source)
+            inbox = destination_inbox(lake.uri, destination, source, lake.storage_options)
             request_id = inbox.submit(requests, requester=lease.address)
             log.info(
                 "%s: %d suspected keys sent to the lease holder %s (epoch %d), request %s",

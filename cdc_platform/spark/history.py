@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from datetime import time as dtime
@@ -178,6 +179,7 @@ def mirror_as_of(  # noqa: PLR0913, PLR0917 (the positional API the Dagster asse
     target_uri: str,
     *,
     mirror_root: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> MirrorResult:
     """Write the state of ``db.table`` at the end of ``end_of_day`` (UTC) to ``target_uri``.
 
@@ -186,6 +188,7 @@ def mirror_as_of(  # noqa: PLR0913, PLR0917 (the positional API the Dagster asse
     (same schema, no truncate since) is read with ``VERSION AS OF`` and only the changes after
     it are applied; otherwise, or when that version is gone (vacuum), the table's whole
     history is replayed. Both give the same rows. Overwrites ``target_uri``.
+    ``storage_options`` are the lake's (delta-rs and existence checks on object storage).
     """
     started = time.perf_counter()
     try:
@@ -214,10 +217,10 @@ def mirror_as_of(  # noqa: PLR0913, PLR0917 (the positional API the Dagster asse
         base: DataFrame | None = None
         start = line.reset_seq or 0
         if mirror_root is not None:
-            history = state_history(spark, mirror_root, db, table)
+            history = state_history(spark, mirror_root, db, table, storage_options)
             state = _base_version(history, bound, schema_signature(target), line.reset_seq)
             live = mirror_uri(mirror_root, db, table)
-            if state is not None and table_exists(spark, live):
+            if state is not None and table_exists(spark, live, storage_options):
                 try:
                     base = (
                         spark.read.format("delta")
@@ -260,8 +263,8 @@ def mirror_as_of(  # noqa: PLR0913, PLR0917 (the positional API the Dagster asse
         rows_updated=0,
         rows_deleted=0,
         mirror_rows=count,
-        change_log_version=delta_version(change_log_uri),
-        mirror_version=delta_version(target_uri),
+        change_log_version=delta_version(change_log_uri, storage_options),
+        mirror_version=delta_version(target_uri, storage_options),
         seconds=time.perf_counter() - started,
         columns=tuple(target.names),
         last_ts=line.last_ts,

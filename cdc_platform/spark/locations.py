@@ -3,20 +3,25 @@
 ``<lake_root>/<destination>/mirror`` holds one Delta table per source table
 (``<db>.<table>``, names encoded by :func:`.names.location_name`), the state tables under
 ``_cdc_state/`` and the staging tables of running merges under ``_cdc_staging/``.
+
+The lake may be a local directory or ``s3://bucket/prefix``: locations are joined as URIs,
+and the checks here use the lake's storage options (``LakeFile``, delta-rs) the way the sink
+does, so they see the same store Spark reads and writes.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark idiom)
 
-from cdc_platform.errors import MirrorError
-from cdc_platform.sink.lake_files import join_uri
+from cdc_platform.errors import MirrorError, SinkError
+from cdc_platform.sink.lake_files import LakeFile, join_uri
 from cdc_platform.spark.names import location_name, quote_identifier
 from cdc_platform.spark.plan import read_change_log
 
@@ -61,6 +66,7 @@ def state_uri(root: str, db: str, table: str) -> str:
 
 
 def local_path(uri: str) -> Path | None:
+    """The local directory of ``uri``, or None for an object-store URI."""
     if uri.startswith("file://"):
         return Path(uri[len("file://") :])
     if "://" in uri:
@@ -68,12 +74,23 @@ def local_path(uri: str) -> Path | None:
     return Path(uri)
 
 
-def table_exists(spark: SparkSession, uri: str) -> bool:
-    """Whether a Delta table is at ``uri`` (a file-system check for local paths)."""
-    local = local_path(uri)
-    if local is not None:
-        log = local / "_delta_log"
-        return log.is_dir() and any(p.suffix == ".json" for p in log.iterdir())
+def _is_lake_uri(uri: str) -> bool:
+    """Whether :class:`LakeFile` speaks ``uri``'s storage (local, file://, s3://, s3a://)."""
+    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
+    return scheme in ("", "file", "s3", "s3a")
+
+
+def table_exists(
+    spark: SparkSession, uri: str, storage_options: Mapping[str, str] | None = None
+) -> bool:
+    """Whether a Delta table is at ``uri``: a commit file in its ``_delta_log`` (looked up
+    with the lake's storage options; other schemes are asked of Spark)."""
+    if _is_lake_uri(uri):
+        log = LakeFile(join_uri(uri, "_delta_log"), storage_options)
+        try:
+            return bool(log.list(".json"))
+        except SinkError as exc:
+            raise MirrorError(f"looking for a Delta table at {log} failed: {exc}") from None
     try:
         spark.read.format("delta").load(uri).schema  # noqa: B018 (forces the lookup)
     except Exception as exc:  # engines differ; judge by the message
@@ -85,11 +102,11 @@ def table_exists(spark: SparkSession, uri: str) -> bool:
     return True
 
 
-def delta_version(uri: str) -> int | None:
+def delta_version(uri: str, storage_options: Mapping[str, str] | None = None) -> int | None:
     """The table's current version read with delta-rs, or None when that is not possible
     (Sail cannot run ``DESCRIBE HISTORY``; delta-rs reads local and object-store tables)."""
     try:
-        return int(DeltaTable(uri).version())
+        return int(DeltaTable(uri, storage_options=dict(storage_options or {}) or None).version())
     except Exception as exc:  # any storage / table problem: the version is informational
         logger.debug("no Delta version for %s: %s", uri, exc)
         return None
@@ -99,9 +116,11 @@ def delta_ref(uri: str) -> str:
     return "delta." + quote_identifier(uri)
 
 
-def mirror_tables(spark: SparkSession, change_log_uri: str) -> list[tuple[str, str]]:
+def mirror_tables(
+    spark: SparkSession, change_log_uri: str, storage_options: Mapping[str, str] | None = None
+) -> list[tuple[str, str]]:
     """(db, table) of every table with row changes or DDL in the change log, sorted."""
-    require_change_log(spark, change_log_uri)
+    require_change_log(spark, change_log_uri, storage_options)
     rows = (
         read_change_log(spark, change_log_uri)
         .where(F.col("db").isNotNull() & F.col("table").isNotNull())
@@ -112,6 +131,9 @@ def mirror_tables(spark: SparkSession, change_log_uri: str) -> list[tuple[str, s
     return sorted((str(r["db"]), str(r["table"])) for r in rows)
 
 
-def require_change_log(spark: SparkSession, change_log_uri: str) -> None:
-    if not table_exists(spark, change_log_uri):
+def require_change_log(
+    spark: SparkSession, change_log_uri: str, storage_options: Mapping[str, str] | None = None
+) -> None:
+    """MirrorError when there is no change-log table at ``change_log_uri`` yet."""
+    if not table_exists(spark, change_log_uri, storage_options):
         raise MirrorError(f"no change log at {change_log_uri}: has the destination committed?")

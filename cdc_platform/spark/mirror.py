@@ -39,7 +39,7 @@ import logging
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
@@ -48,7 +48,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark idiom)
 from pyspark.sql import types as T  # noqa: N812 (the PySpark idiom)
 
-from cdc_platform.errors import CdcError, MirrorError
+from cdc_platform.errors import CdcError, MirrorError, SinkError
+from cdc_platform.sink.lake_files import LakeFile, join_uri
 from cdc_platform.spark import multiset
 from cdc_platform.spark.locations import (
     STAGING_DIR,
@@ -86,7 +87,7 @@ logger = logging.getLogger("cdc_platform.spark.mirror")
 
 
 STALE_STAGING_SECONDS = 3600
-"""Staging tables left by interrupted applies are removed after this long (local paths)."""
+"""Staging tables left by interrupted applies are removed after this long (local disks)."""
 
 
 Step = Literal["computed", "mirror_committed", "state_committed"]
@@ -152,7 +153,11 @@ class MirrorResult:
 
 
 def _needs_rebuild(  # noqa: PLR0911 (one reason per return)
-    line: Timeline, state: MirrorState | None, mirror_exists: bool, uri: str
+    line: Timeline,
+    state: MirrorState | None,
+    mirror_exists: bool,
+    uri: str,
+    storage_options: Mapping[str, str] | None,
 ) -> str | None:
     """Why the increment cannot be merged, or None when it can."""
     if state is None or state.schema is None:
@@ -161,7 +166,9 @@ def _needs_rebuild(  # noqa: PLR0911 (one reason per return)
         return "mirror missing"
     keyless = line.target is not None and not line.target.has_primary_key
     # counts are added, not set: a keyless mirror merges only onto the version its state saw
-    if keyless and (state.mirror_version is None or delta_version(uri) != state.mirror_version):
+    if keyless and (
+        state.mirror_version is None or delta_version(uri, storage_options) != state.mirror_version
+    ):
         return "no primary key and the mirror is not at its remembered version"
     if line.reset_seq is not None:
         return "table truncated or dropped"
@@ -187,8 +194,10 @@ class _Apply:
         table: str,
         *,
         hook: Hook | None,
+        storage_options: Mapping[str, str] | None,
     ) -> None:
         self.spark = spark
+        self.options = storage_options
         self.change_log_uri = change_log_uri
         self.root = root
         self.db = db
@@ -198,18 +207,18 @@ class _Apply:
         self.started = time.perf_counter()
 
     def run(self) -> MirrorResult:
-        require_change_log(self.spark, self.change_log_uri)
+        require_change_log(self.spark, self.change_log_uri, self.options)
         changes = read_change_log(self.spark, self.change_log_uri)
-        change_log_version = delta_version(self.change_log_uri)
-        history = state_history(self.spark, self.root, self.db, self.table)
+        change_log_version = delta_version(self.change_log_uri, self.options)
+        history = state_history(self.spark, self.root, self.db, self.table, self.options)
         state = history[-1] if history else None
-        exists = table_exists(self.spark, self.uri)
+        exists = table_exists(self.spark, self.uri, self.options)
         last = state.last_seq if state is not None and exists else 0
         base = state.schema if state is not None else None
         line = timeline(changes, self.db, self.table, lo=last, base=base)
         if line.empty:
             return self._noop(state, last, change_log_version)
-        reason = _needs_rebuild(line, state, exists, self.uri)
+        reason = _needs_rebuild(line, state, exists, self.uri, self.options)
         if reason is not None:
             if last > 0:  # rebuilds need the whole history's versions and resets
                 line = timeline(changes, self.db, self.table, lo=0, hi=line.hi)
@@ -242,7 +251,7 @@ class _Apply:
         # MERGE then read it instead of parsing the JSON twice (Sail ignores cache()), and
         # MERGE from a table is ~5x faster on Sail than from the inline plan (measured).
         place = location_name(self.db, self.table)
-        staging = f"{self.root.rstrip('/')}/{STAGING_DIR}/{place}/{uuid.uuid4().hex}"
+        staging = join_uri(self.root, STAGING_DIR, place, uuid.uuid4().hex)
         self._final(changes, line).write.format("delta").mode("overwrite").save(staging)
         final = self.spark.read.format("delta").load(staging)
         if target.has_primary_key:
@@ -264,8 +273,8 @@ class _Apply:
         finally:
             self.spark.catalog.dropTempView(view)
         if not target.has_primary_key:
-            _remove_staging(f"{staging}-rows")
-        _remove_staging(staging)
+            _remove_staging(f"{staging}-rows", self.options)
+        _remove_staging(staging, self.options)
         return self._finish(
             line,
             history,
@@ -332,7 +341,7 @@ class _Apply:
         assert target is not None
         if mirror_rows is None:
             mirror_rows = self.spark.read.format("delta").load(self.uri).count()
-        mirror_version = delta_version(self.uri)
+        mirror_version = delta_version(self.uri, self.options)
         state = MirrorState(
             apply_id=(history[-1].apply_id + 1) if history else 1,
             last_seq=line.hi,
@@ -390,16 +399,21 @@ class _Apply:
         )
 
 
-def _remove_staging(staging: str) -> None:
-    """Delete this apply's staging table, and ones interrupted applies left long ago.
+def _remove_staging(staging: str, storage_options: Mapping[str, str] | None) -> None:
+    """Delete this apply's staging table (local or object store), and, on local disks, the
+    ones interrupted applies left long ago.
 
-    Only on local file systems; elsewhere they stay (each is one apply's changes, small) and
-    are for the storage's lifecycle rules to expire.
+    On object stores a leftover of an interrupted apply (one apply's changes, small) stays
+    for the storage's lifecycle rules to expire: folders there have no age to judge by.
     """
+    try:
+        LakeFile(staging, storage_options).delete_tree()
+    except SinkError as exc:  # a leftover staging table harms nothing
+        logger.warning("staging table %s not removed: %s", staging, exc)
+        return
     local = local_path(staging)
     if local is None:
         return
-    shutil.rmtree(local, ignore_errors=True)
     cutoff = time.time() - STALE_STAGING_SECONDS
     for sibling in local.parent.iterdir() if local.parent.is_dir() else ():
         with contextlib.suppress(OSError):
@@ -454,19 +468,23 @@ def apply_changes(  # noqa: PLR0913 (which table of which change log; the hook k
     table: str,
     *,
     hook: Hook | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> MirrorResult:
     """Bring the mirror of ``db.table`` up to the change log's newest row of that table.
 
     Idempotent and safe to interrupt at any point (see the module docstring). ``hook`` is
     called with "computed", "mirror_committed" and "state_committed" as the apply passes them
-    (for tests that simulate crashes).
+    (for tests that simulate crashes). ``storage_options`` are the lake's (``config.lake``):
+    delta-rs and the existence checks use them; Spark reads the same store itself.
 
     Raises:
         MirrorError: engine or storage trouble (transient), or a change log without column
             types for the table.
         UnsupportedColumnTypeError: a source column type with no Spark type.
     """
-    job = _Apply(spark, change_log_uri, mirror_root, db, table, hook=hook)
+    job = _Apply(
+        spark, change_log_uri, mirror_root, db, table, hook=hook, storage_options=storage_options
+    )
     try:
         return job.run()
     except CdcError:

@@ -8,6 +8,7 @@ start: a lost state means one rebuild.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -73,10 +74,16 @@ class MirrorState:
     rows_deleted: int = 0
 
 
-def state_history(spark: SparkSession, root: str, db: str, table: str) -> list[MirrorState]:
+def state_history(
+    spark: SparkSession,
+    root: str,
+    db: str,
+    table: str,
+    storage_options: Mapping[str, str] | None = None,
+) -> list[MirrorState]:
     """Every remembered apply of the mirror, oldest first (empty when none)."""
     uri = state_uri(root, db, table)
-    if not table_exists(spark, uri):
+    if not table_exists(spark, uri, storage_options):
         return []
     rows = spark.read.format("delta").load(uri).collect()
     states = [
@@ -99,9 +106,15 @@ def state_history(spark: SparkSession, root: str, db: str, table: str) -> list[M
     return sorted(states, key=lambda s: s.apply_id)
 
 
-def read_state(spark: SparkSession, root: str, db: str, table: str) -> MirrorState | None:
+def read_state(
+    spark: SparkSession,
+    root: str,
+    db: str,
+    table: str,
+    storage_options: Mapping[str, str] | None = None,
+) -> MirrorState | None:
     """The newest remembered apply of the mirror, or None."""
-    history = state_history(spark, root, db, table)
+    history = state_history(spark, root, db, table, storage_options)
     return history[-1] if history else None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,27 @@ def test_default_keys_paths_and_groups(configset: ConfigSet) -> None:
     assert broken.metadata["table_uri"] == str(configset.lake_root / "broken")
     assert check_key("shop").asset_key == AssetKey(["cdc", "shop", "mirrors"])
     assert translator.mirror_root(configset, "shop") == str(configset.lake_root / "shop/mirror")
+
+
+def test_lake_locations_on_object_storage_are_uris(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every lake location of a destination stays an ``s3://`` URI (no Path arithmetic)."""
+    monkeypatch.setenv("CDC_SOURCE_PASSWORD", "x")
+    conf = tmp_path / "conf"
+    (conf / "destinations" / "shop").mkdir(parents=True)
+    (conf / "platform.yaml").write_text("lake_root: s3://lake/prefix\n")
+    (conf / "destinations" / "shop" / "instance.yaml").write_text(
+        "source: {user: cdc, password_env: CDC_SOURCE_PASSWORD, server_id: 7}\n"
+    )
+    configset = load_config(conf)
+    translator = CdcTranslator()
+    assert translator.destination_root(configset, "shop") == "s3://lake/prefix/shop"
+    assert translator.mirror_root(configset, "shop") == "s3://lake/prefix/shop/mirror"
+    day = date(2026, 3, 1)
+    history = translator.history_root(configset, "shop", day)
+    assert history == "s3://lake/prefix/shop/history/2026-03-01"
+    assert len(spark_assets(configset, translator)) == 2
 
 
 def test_a_subclass_renames_every_definition_at_once(configset: ConfigSet) -> None:
