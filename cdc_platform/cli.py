@@ -305,7 +305,7 @@ def _reconcile(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    factory = SparkSessionFactory(config.platform.spark)
+    factory = SparkSessionFactory(config.platform.spark, config.lake)
     try:
         report = reconcile_destination(
             config,

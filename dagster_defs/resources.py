@@ -10,6 +10,7 @@ from pydantic import PrivateAttr
 from pyspark.sql import SparkSession
 
 from cdc_platform.config import ConfigSet, load_config, load_platform
+from cdc_platform.config.loader import resolve_lake
 from cdc_platform.spark import SparkSessionFactory
 
 __all__ = ["PlatformResource", "SparkResource", "default_conf_dir"]
@@ -45,8 +46,10 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
     _factory: SparkSessionFactory | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
-        """Read the Spark settings; connects nothing yet."""
-        self._factory = SparkSessionFactory(load_platform(Path(self.conf_dir)).spark)
+        """Read the Spark and lake settings; connects nothing yet."""
+        conf_dir = Path(self.conf_dir)
+        platform = load_platform(conf_dir)
+        self._factory = SparkSessionFactory(platform.spark, resolve_lake(conf_dir, platform))
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         """Stop the execution's session (the embedded engine stays up for the process)."""

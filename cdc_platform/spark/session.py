@@ -13,6 +13,10 @@ machine. PySpark decides per process whether ``pyspark.sql.functions`` talk Spar
 classic Spark, so one process uses either a connect-style mode (embedded, connect) or classic;
 it also marks the environment (``SPARK_CONNECT_MODE_ENABLED``), which a child process must not
 inherit if it is to run classic Spark.
+
+Given the lake (``config.lake``), a factory makes the engine read and write a lake on S3 with
+the same settings as delta-rs (:mod:`.storage`): Sail through the AWS environment,
+connect / classic through the equivalent ``spark.hadoop.fs.s3a.*`` settings.
 """
 
 from __future__ import annotations
@@ -25,9 +29,11 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from cdc_platform.config.lake import LakeLocation
 from cdc_platform.config.models import SparkConfig
 from cdc_platform.config.urls import redact_url
 from cdc_platform.errors import SparkSessionError
+from cdc_platform.spark.storage import export_sail_environment, s3a_conf
 
 __all__ = [
     "DELTA_SQL_CONF",
@@ -125,29 +131,41 @@ def stop_embedded_server() -> None:
     _EMBEDDED.stop()
 
 
-def _settings(config: SparkConfig) -> dict[str, str]:
-    return {**config.conf, **SESSION_CONF}
+def _settings(config: SparkConfig, lake: LakeLocation | None = None) -> dict[str, str]:
+    """The lake's S3A settings, then the user's ``conf`` (which may override them), then
+    :data:`SESSION_CONF`."""
+    storage = s3a_conf(lake) if lake is not None else {}
+    return {**storage, **config.conf, **SESSION_CONF}
 
 
-def connect_builder(url: str, config: SparkConfig) -> SparkSession.Builder:
-    """A Spark Connect builder for ``url`` with the platform's settings (creates nothing)."""
+def connect_builder(
+    url: str, config: SparkConfig, lake: LakeLocation | None = None
+) -> SparkSession.Builder:
+    """A Spark Connect builder for ``url`` with the platform's settings (creates nothing).
+
+    With a ``lake`` on S3 (mode ``connect``) the session gets the ``spark.hadoop.fs.s3a.*``
+    settings of :func:`.storage.s3a_conf`.
+    """
     if not url.startswith("sc://"):
         raise SparkSessionError(f"a Spark Connect URL starts with sc://, not {redact_url(url)!r}")
     builder = SparkSession.Builder().remote(url)
-    for key, value in _settings(config).items():
+    for key, value in _settings(config, lake).items():
         builder = builder.config(key, value)
     return builder
 
 
-def classic_builder(config: SparkConfig) -> SparkSession.Builder:
+def classic_builder(config: SparkConfig, lake: LakeLocation | None = None) -> SparkSession.Builder:
     """A classic PySpark builder with Delta configured; creating it starts no JVM.
+
+    With a ``lake`` on S3 it also has the ``spark.hadoop.fs.s3a.*`` settings of
+    :func:`.storage.s3a_conf` (the hadoop-aws jars must be on the class path).
 
     With ``delta_pip`` the delta-spark Maven coordinates matching the installed delta-spark
     are added (``spark.jars.packages``); Spark resolves them from Maven Central when the
     session starts, which fails where Maven Central is unreachable (as on the build machines).
     """
     builder = SparkSession.Builder().master(config.master).appName(config.app_name)
-    for key, value in {**DELTA_SQL_CONF, **_settings(config)}.items():
+    for key, value in {**DELTA_SQL_CONF, **_settings(config, lake)}.items():
         builder = builder.config(key, value)
     if config.delta_pip:
         from delta import configure_spark_with_delta_pip  # noqa: PLC0415 (classic only)
@@ -161,10 +179,12 @@ class SparkSessionFactory:
 
     Thread-safe. ``session()`` is what Dagster resources and benchmarks call; ``builder()``
     exposes the configuration without connecting (tests of the connect and classic modes).
+    ``lake`` (``config.lake``) makes the session reach a lake on S3 with its settings.
     """
 
-    def __init__(self, config: SparkConfig | None = None) -> None:
+    def __init__(self, config: SparkConfig | None = None, lake: LakeLocation | None = None) -> None:
         self.config = config or SparkConfig()
+        self.lake = lake
         self._lock = threading.Lock()
         self._session: SparkSession | None = None
         self._session_url: str | None = None
@@ -176,6 +196,8 @@ class SparkSessionFactory:
     def _url(self) -> str | None:
         config = self.config
         if config.mode == "embedded":
+            if self.lake is not None:
+                export_sail_environment(self.lake)
             return embedded_url(config)
         if config.mode == "connect":
             if not config.connect_url:
@@ -188,8 +210,10 @@ class SparkSessionFactory:
 
     def _builder(self, url: str | None) -> SparkSession.Builder:
         if url is None:
-            return classic_builder(self.config)
-        return connect_builder(url, self.config)
+            return classic_builder(self.config, self.lake)
+        if self.config.mode == "embedded":  # Sail reads the AWS environment, not s3a conf
+            return connect_builder(url, self.config)
+        return connect_builder(url, self.config, self.lake)
 
     def session(self) -> SparkSession:
         """The session, created on first call; raises SparkSessionError naming the mode.

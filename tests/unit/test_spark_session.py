@@ -7,8 +7,11 @@ mode runs for real against the embedded engine in tests/integration/test_spark_s
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from cdc_platform.config.lake import LakeLocation
 from cdc_platform.config.models import PlatformConfig, SparkConfig
 from cdc_platform.errors import SparkSessionError
 from cdc_platform.spark.session import (
@@ -17,6 +20,7 @@ from cdc_platform.spark.session import (
     classic_builder,
     connect_builder,
 )
+from cdc_platform.spark.storage import S3A_FILESYSTEM, s3a_conf, sail_environment
 
 pytestmark = pytest.mark.unit
 
@@ -71,3 +75,49 @@ def test_platform_defaults_stay_backward_compatible() -> None:
     parsed = PlatformConfig.model_validate({"spark": {"mode": "classic", "delta_pip": False}})
     assert parsed.spark.mode == "classic"
     assert not parsed.spark.delta_pip
+
+
+def _s3_lake(options: dict[str, str] | None = None) -> LakeLocation:
+    return LakeLocation.resolve("s3://lake/prefix", Path("/unused"), options, environ={})
+
+
+def test_connect_and_classic_get_the_lakes_s3a_settings_without_secrets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The endpoint, region and path style come from the lake settings (the options win over
+    the environment); credentials stay with the AWS provider chain."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:8333")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t-value")
+    lake = _s3_lake({"aws_region": "eu-west-3"})
+    config = SparkConfig(
+        mode="connect",
+        connect_url="sc://spark.example:15002",
+        conf={"spark.hadoop.fs.s3a.path.style.access": "false"},
+    )
+    options = SparkSessionFactory(config, lake).builder()._options
+    assert options["spark.hadoop.fs.s3.impl"] == S3A_FILESYSTEM
+    assert options["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:8333"
+    assert options["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
+    assert options["spark.hadoop.fs.s3a.endpoint.region"] == "eu-west-3"
+    assert options["spark.hadoop.fs.s3a.path.style.access"] == "false"  # the user's conf wins
+    classic = classic_builder(SparkConfig(mode="classic", delta_pip=False), lake)._options
+    assert classic["spark.hadoop.fs.s3a.path.style.access"] == "true"
+    assert classic["spark.hadoop.fs.s3a.endpoint.region"] == "eu-west-3"
+    for built in (options, classic):
+        assert not any("s3cr3t" in v for v in built.values())
+        assert not any("secret" in k or "access.key" in k for k in built)
+    local = LakeLocation.resolve("/data/lake", Path("/"))
+    assert s3a_conf(local) == {}
+    assert "spark.hadoop.fs.s3.impl" not in SparkSessionFactory(config, local).builder()._options
+
+
+def test_embedded_mode_takes_the_lake_overrides_through_the_environment() -> None:
+    """Sail has no S3 conf: lake_storage_options' non-secret overrides become AWS variables."""
+    lake = _s3_lake({"endpoint": "https://store.example", "aws_allow_http": "false"})
+    assert sail_environment(lake) == {
+        "AWS_ENDPOINT_URL": "https://store.example",
+        "AWS_ALLOW_HTTP": "false",
+    }
+    assert sail_environment(_s3_lake()) == {}
+    assert s3a_conf(lake, environ={})["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "true"
