@@ -123,8 +123,8 @@ def test_spark_resource_session_lives_one_execution(
     made: list[FakeFactory] = []
 
     class FakeFactory:
-        def __init__(self, config: Any) -> None:
-            self.config, self.stopped = config, False
+        def __init__(self, config: Any, lake: Any) -> None:
+            self.config, self.lake, self.stopped = config, lake, False
             made.append(self)
 
         def session(self) -> str:
@@ -146,3 +146,4 @@ def test_spark_resource_session_lives_one_execution(
         assert made[-1].stopped
     assert len(made) == 2
     assert made[0].config == configset.platform.spark
+    assert made[0].lake == configset.lake  # the session reaches the lake with its settings
