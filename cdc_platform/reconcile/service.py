@@ -233,9 +233,7 @@ def _repair_with_own_lease(
     """
     term = take_lease(
         lease,
-        WriteTerm(
-            destination, config.destinations[destination].config, config.table_uri(destination)
-        ),
+        WriteTerm.in_lake(destination, config.destinations[destination].config, config.lake),
         timeout=lease_timeout,
         doing="a reconciliation repair",
     )

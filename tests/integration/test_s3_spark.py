@@ -1,0 +1,151 @@
+"""Spark mirrors, daily history and reconciliation with the lake on S3 (a private SeaweedFS).
+
+Only the standard AWS environment variables point the platform and the embedded engine
+(Sail) at the server (the `s3_lake` fixture sets them); the config holds nothing but
+``lake_root: s3://...``. Real MariaDB binlog, real Delta tables on the object store.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from cdc_platform.config import ConfigSet, load_config
+from cdc_platform.reconcile.service import reconcile_destination
+from cdc_platform.runtime import DestinationRuntime
+from cdc_platform.sink.term import WriteTerm
+from cdc_platform.spark.history import mirror_as_of
+from cdc_platform.spark.locations import mirror_root, mirror_tables, mirror_uri, table_exists
+from cdc_platform.spark.mirror import apply_changes
+from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
+from cdc_platform.testing.workload import Workload, source_rows
+from tests.conftest import MariaDBDatabase, S3Lake
+from tests.integration.test_spark_pipeline import assert_mirror_equals_source
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def s3_destination(
+    mariadb: MariaDBDatabase, s3_lake: S3Lake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> ConfigSet:
+    """Destination `d` over the test database with ``lake_root: s3://...``; start pinned."""
+    monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
+    conf = tmp_path / "conf"
+    write_conf(
+        conf,
+        destination="d",
+        server=mariadb.server,
+        user=mariadb.user,
+        database=mariadb.name,
+        lake_root=s3_lake.uri,
+        server_id=3301,
+        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/lease.db', "
+        "renew_interval_seconds: 0.2, expiry_seconds: 1.5}\n",
+    )
+    config = load_config(conf)
+    assert not config.errors, config.errors
+    assert config.lake.is_remote
+    catch_up(config)  # pins the start position
+    return config
+
+
+def catch_up(config: ConfigSet) -> None:
+    """Stream until idle: everything the source committed so far is in the change log."""
+    term = WriteTerm.in_lake("d", config.destinations["d"].config, config.lake)
+    summary = DestinationRuntime(term).run(exit_when_idle_seconds=1.5)
+    assert summary.error is None, summary
+
+
+def test_mirrors_and_history_on_s3_equal_the_source(
+    spark: SparkSession,
+    s3_destination: ConfigSet,
+    mariadb: MariaDBDatabase,
+    s3_lake: S3Lake,
+    tmp_path: Path,
+) -> None:
+    config, name = s3_destination, mariadb.name
+    lake = config.lake
+    options = lake.storage_options
+    uri = config.table_uri("d")
+    root = mirror_root(lake.uri, "d")
+    assert root == f"{s3_lake.uri}/d/mirror"
+    workload = Workload(mariadb.server, name, seed=11)
+    workload.create_schema()
+    workload.run_transactions(80)
+    catch_up(config)
+
+    tables = sorted(t for d, t in mirror_tables(spark, uri, options) if d == name)
+    assert tables == ["customers", "orders"]
+    for table in tables:
+        result = apply_changes(spark, uri, root, name, table, storage_options=options)
+        assert result.mode == "rebuild"
+        assert result.mirror_version == 0  # delta-rs read the version on S3
+        assert_mirror_equals_source(spark, mariadb, root, table)
+        assert table_exists(spark, mirror_uri(root, name, table), options)
+
+    workload.run_transactions(60)
+    catch_up(config)
+    for table in tables:
+        result = apply_changes(spark, uri, root, name, table, storage_options=options)
+        assert result.mode == "merge", "an increment is merged on S3 too"
+        assert_mirror_equals_source(spark, mariadb, root, table)
+        again = apply_changes(spark, uri, root, name, table, storage_options=options)
+        assert again.mode == "noop"
+
+    keys = s3_lake.keys()
+    assert any(f"/d/mirror/_cdc_state/{name}.customers/_delta_log/" in k for k in keys)
+    assert not [k for k in keys if "/_cdc_staging/" in k], "merge staging removed on S3"
+
+    day = datetime.now(UTC).date()
+    history = lake.join("d", "history", day.isoformat())
+    for table in tables:
+        target = mirror_uri(history, name, table)
+        result = mirror_as_of(
+            spark, uri, name, table, day, target, mirror_root=root, storage_options=options
+        )
+        assert result.mirror_rows == len(source_rows(mariadb.server, name, table))
+        assert result.mirror_version is not None
+    objects = s3_lake.keys()
+    assert any(f"/d/history/{day.isoformat()}/{name}.orders/_delta_log/" in k for k in objects)
+    assert not list(tmp_path.glob("**/s3:*")), "s3:// must not become a local directory"
+
+
+def test_reconcile_on_s3_finds_and_repairs_a_damaged_mirror_row(
+    spark: SparkSession, s3_destination: ConfigSet, mariadb: MariaDBDatabase, s3_lake: S3Lake
+) -> None:
+    config, name = s3_destination, mariadb.name
+    options = config.lake.storage_options
+    mariadb.server.execute(
+        "CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(40), qty INT)",
+        "INSERT INTO items VALUES "
+        + ", ".join(f"({i}, 'item {i}', {i % 7})" for i in range(1, 301)),
+        database=name,
+    )
+    catch_up(config)
+    uri = config.table_uri("d")
+    root = mirror_root(config.lake.uri, "d")
+    apply_changes(spark, uri, root, name, "items", storage_options=options)
+    clean = reconcile_destination(config, "d", spark)
+    assert clean.status == "clean", clean.metadata()
+
+    spark.sql(f"DELETE FROM delta.`{mirror_uri(root, name, 'items')}` WHERE id = 7").collect()
+    mariadb.server.execute(
+        "SET sql_log_bin = 0",
+        "UPDATE items SET name = 'changed quietly' WHERE id = 11",
+        database=name,
+    )
+    report = reconcile_destination(config, "d", spark)
+    assert report.status == "repaired", report.metadata()
+    items = next(t for t in report.tables if t.table == "items")
+    assert (items.missing_in_mirror, items.changed, items.extra_in_mirror) == (1, 1, 0)
+    objects = s3_lake.keys()
+    assert not [k for k in objects if "/_cdc_staging/" in k], "comparison staging removed"
+
+    apply_changes(spark, uri, root, name, "items", storage_options=options)
+    assert_mirror_equals_source(spark, mariadb, root, "items")
+    again = reconcile_destination(config, "d", spark)
+    assert again.status == "clean", again.metadata()
