@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from dagster import AssetKey, materialize
 from pyspark.sql import SparkSession
 
 from cdc_platform.config import ConfigSet, load_config
@@ -22,6 +23,9 @@ from cdc_platform.spark.locations import mirror_root, mirror_tables, mirror_uri,
 from cdc_platform.spark.mirror import apply_changes
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.workload import Workload, source_rows
+from dagster_defs.assets import change_log_specs
+from dagster_defs.resources import PlatformResource, SparkResource
+from dagster_defs.spark_assets import spark_assets
 from tests.conftest import MariaDBDatabase, S3Lake
 from tests.integration.test_spark_pipeline import assert_mirror_equals_source
 
@@ -149,3 +153,44 @@ def test_reconcile_on_s3_finds_and_repairs_a_damaged_mirror_row(
     assert_mirror_equals_source(spark, mariadb, root, "items")
     again = reconcile_destination(config, "d", spark)
     assert again.status == "clean", again.metadata()
+
+
+def test_dagster_mirror_and_history_assets_on_s3(
+    spark: SparkSession, s3_destination: ConfigSet, mariadb: MariaDBDatabase, s3_lake: S3Lake
+) -> None:
+    """The Dagster assets, with only ``lake_root: s3://...`` in the config: the mirrors and
+    today's history partition are written to the bucket and equal the source."""
+    config, name = s3_destination, mariadb.name
+    workload = Workload(mariadb.server, name, seed=17)
+    workload.create_schema()
+    workload.run_transactions(40)
+    catch_up(config)
+    assets = [*change_log_specs(config), *spark_assets(config)]
+    resources = {
+        "platform": PlatformResource(conf_dir=str(config.conf_dir)),
+        "spark": SparkResource(conf_dir=str(config.conf_dir)),
+    }
+    mirrors = materialize(
+        assets, selection=[AssetKey(["cdc", "d", "mirrors"])], resources=resources
+    )
+    assert mirrors.success
+    (event,) = mirrors.asset_materializations_for_node("cdc__d__mirrors")
+    assert event.metadata["mirror_root"].value == f"{s3_lake.uri}/d/mirror"
+    root = mirror_root(config.lake.uri, "d")
+    for table in ("customers", "orders"):
+        assert_mirror_equals_source(spark, mariadb, root, table)
+
+    today = datetime.now(UTC).date().isoformat()
+    history = materialize(
+        assets,
+        selection=[AssetKey(["cdc", "d", "daily_history"])],
+        partition_key=today,
+        resources=resources,
+    )
+    assert history.success
+    (event,) = history.asset_materializations_for_node("cdc__d__daily_history")
+    assert event.metadata["history_root"].value == f"{s3_lake.uri}/d/history/{today}"
+    expected = sum(len(source_rows(mariadb.server, name, t)) for t in ("customers", "orders"))
+    assert event.metadata["as_of_rows"].value == expected
+    objects = s3_lake.keys()
+    assert any(f"/d/history/{today}/{name}.orders/_delta_log/" in k for k in objects)
