@@ -7,6 +7,9 @@ Only the standard AWS environment variables point the platform and the embedded 
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -153,6 +156,27 @@ def test_reconcile_on_s3_finds_and_repairs_a_damaged_mirror_row(
     assert_mirror_equals_source(spark, mariadb, root, "items")
     again = reconcile_destination(config, "d", spark)
     assert again.status == "clean", again.metadata()
+
+    # `cdc-platform reconcile` in its own process: only the AWS environment points it at S3
+    spark.sql(f"DELETE FROM delta.`{mirror_uri(root, name, 'items')}` WHERE id = 20").collect()
+    command = [
+        sys.executable,
+        "-m",
+        "cdc_platform.cli",
+        "reconcile",
+        "--conf",
+        str(config.conf_dir),
+        "--destination",
+        "d",
+        "--json",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    cli = json.loads(done.stdout)
+    assert cli["status"] == "repaired", cli
+    assert cli["missing_in_mirror"] == 1
+    apply_changes(spark, uri, root, name, "items", storage_options=options)
+    assert_mirror_equals_source(spark, mariadb, root, "items")
 
 
 def test_dagster_mirror_and_history_assets_on_s3(
