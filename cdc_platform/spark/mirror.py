@@ -34,9 +34,7 @@ Only Spark SQL and DataFrame API that Apache Spark with Delta runs as well: ``re
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import shutil
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -44,6 +42,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
+import pyarrow.fs as pafs
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark idiom)
 from pyspark.sql import types as T  # noqa: N812 (the PySpark idiom)
@@ -55,7 +54,6 @@ from cdc_platform.spark.locations import (
     STAGING_DIR,
     delta_ref,
     delta_version,
-    local_path,
     mirror_uri,
     require_change_log,
     table_exists,
@@ -87,7 +85,10 @@ logger = logging.getLogger("cdc_platform.spark.mirror")
 
 
 STALE_STAGING_SECONDS = 3600
-"""Staging tables left by interrupted applies are removed after this long (local disks)."""
+"""Staging tables left by interrupted applies are removed after this long."""
+
+FIRST_COMMIT = "00000000000000000000.json"
+"""A staging table's only commit: its time is the table's age."""
 
 
 Step = Literal["computed", "mirror_committed", "state_committed"]
@@ -400,25 +401,28 @@ class _Apply:
 
 
 def _remove_staging(staging: str, storage_options: Mapping[str, str] | None) -> None:
-    """Delete this apply's staging table (local or object store), and, on local disks, the
-    ones interrupted applies left long ago.
-
-    On object stores a leftover of an interrupted apply (one apply's changes, small) stays
-    for the storage's lifecycle rules to expire: folders there have no age to judge by.
-    """
+    """Delete this apply's staging table, and the ones interrupted applies of the same mirror
+    left more than :data:`STALE_STAGING_SECONDS` ago (local disk or object store alike)."""
+    table = LakeFile(staging, storage_options)
     try:
-        LakeFile(staging, storage_options).delete_tree()
-    except SinkError as exc:  # a leftover staging table harms nothing
-        logger.warning("staging table %s not removed: %s", staging, exc)
-        return
-    local = local_path(staging)
-    if local is None:
-        return
+        table.delete_tree()
+        _remove_stale_staging(LakeFile(staging.rstrip("/").rsplit("/", 1)[0], storage_options))
+    except (SinkError, OSError) as exc:  # a leftover staging table harms nothing
+        logger.warning("staging table %s not removed: %s", table, exc)
+
+
+def _remove_stale_staging(folder: LakeFile) -> None:
+    """Remove the tables in ``folder`` whose first commit is older than the cutoff (an
+    uncommitted leftover by its folder's age where the storage has folders: local disks)."""
     cutoff = time.time() - STALE_STAGING_SECONDS
-    for sibling in local.parent.iterdir() if local.parent.is_dir() else ():
-        with contextlib.suppress(OSError):
-            if sibling.stat().st_mtime < cutoff:
-                shutil.rmtree(sibling, ignore_errors=True)
+    selector = pafs.FileSelector(folder.path, allow_not_found=True, recursive=False)
+    for info in folder.filesystem.get_file_info(selector):
+        if info.type != pafs.FileType.Directory:
+            continue
+        leftover = folder.child(info.base_name)
+        first = leftover.child("_delta_log", FIRST_COMMIT).modified() or leftover.modified()
+        if first is not None and first < cutoff:
+            leftover.delete_tree()
 
 
 def _mirror_struct(target: TableSchema, db: str, table: str) -> T.StructType:

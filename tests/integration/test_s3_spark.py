@@ -20,10 +20,19 @@ from pyspark.sql import SparkSession
 from cdc_platform.config import ConfigSet, load_config
 from cdc_platform.reconcile.service import reconcile_destination
 from cdc_platform.runtime import DestinationRuntime
+from cdc_platform.sink.lake_files import join_uri
 from cdc_platform.sink.term import WriteTerm
+from cdc_platform.spark import mirror
 from cdc_platform.spark.history import mirror_as_of
-from cdc_platform.spark.locations import mirror_root, mirror_tables, mirror_uri, table_exists
+from cdc_platform.spark.locations import (
+    STAGING_DIR,
+    mirror_root,
+    mirror_tables,
+    mirror_uri,
+    table_exists,
+)
 from cdc_platform.spark.mirror import apply_changes
+from cdc_platform.spark.names import location_name
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.workload import Workload, source_rows
 from dagster_defs.assets import change_log_specs
@@ -72,7 +81,7 @@ def test_mirrors_and_history_on_s3_equal_the_source(
     s3_destination: ConfigSet,
     mariadb: MariaDBDatabase,
     s3_lake: S3Lake,
-    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     config, name = s3_destination, mariadb.name
     lake = config.lake
@@ -94,6 +103,9 @@ def test_mirrors_and_history_on_s3_equal_the_source(
         assert_mirror_equals_source(spark, mariadb, root, table)
         assert table_exists(spark, mirror_uri(root, name, table), options)
 
+    # what an apply interrupted before removing its staging table leaves behind
+    leftover = join_uri(root, STAGING_DIR, location_name(name, "orders"), "leftover")
+    spark.createDataFrame([(1,)], "x int").write.format("delta").save(leftover)
     workload.run_transactions(60)
     catch_up(config)
     for table in tables:
@@ -105,7 +117,14 @@ def test_mirrors_and_history_on_s3_equal_the_source(
 
     keys = s3_lake.keys()
     assert any(f"/d/mirror/_cdc_state/{name}.customers/_delta_log/" in k for k in keys)
-    assert not [k for k in keys if "/_cdc_staging/" in k], "merge staging removed on S3"
+    staged = {k.split("/_cdc_staging/")[1].split("/")[1] for k in keys if "/_cdc_staging/" in k}
+    assert staged == {"leftover"}, "each merge removed its staging; a fresh leftover stays"
+    monkeypatch.setattr(mirror, "STALE_STAGING_SECONDS", -60)  # every leftover is stale now
+    workload.run_transactions(10)
+    catch_up(config)
+    assert apply_changes(spark, uri, root, name, "orders", storage_options=options).mode == "merge"
+    keys = s3_lake.keys()
+    assert not [k for k in keys if "/_cdc_staging/" in k], "stale staging removed from S3"
 
     day = datetime.now(UTC).date()
     history = lake.join("d", "history", day.isoformat())
@@ -118,7 +137,8 @@ def test_mirrors_and_history_on_s3_equal_the_source(
         assert result.mirror_version is not None
     objects = s3_lake.keys()
     assert any(f"/d/history/{day.isoformat()}/{name}.orders/_delta_log/" in k for k in objects)
-    assert not list(tmp_path.glob("**/s3:*")), "s3:// must not become a local directory"
+    work = config.conf_dir.parent
+    assert not list(work.glob("**/s3:*")), "s3:// must not become a local directory"
 
 
 def test_reconcile_on_s3_finds_and_repairs_a_damaged_mirror_row(
