@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,8 +19,10 @@ from dagster import AssetKey, materialize
 from pyspark.sql import SparkSession
 
 from cdc_platform.config import ConfigSet, load_config
+from cdc_platform.reconcile.inbox import destination_inbox
 from cdc_platform.reconcile.service import reconcile_destination
 from cdc_platform.runtime import DestinationRuntime
+from cdc_platform.runtime.supervisor import supervised_destination
 from cdc_platform.sink.lake_files import join_uri
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.spark import mirror
@@ -238,3 +241,38 @@ def test_dagster_mirror_and_history_assets_on_s3(
     assert event.metadata["as_of_rows"].value == expected
     objects = s3_lake.keys()
     assert any(f"/d/history/{today}/{name}.orders/_delta_log/" in k for k in objects)
+
+
+def test_reconcile_on_s3_sends_the_repair_to_the_streaming_lease_holder(
+    spark: SparkSession, s3_destination: ConfigSet, mariadb: MariaDBDatabase
+) -> None:
+    """While the destination streams, the suspected keys go through the inbox on S3 and the
+    lease holder writes the repair."""
+    config, name = s3_destination, mariadb.name
+    options = config.lake.storage_options
+    mariadb.server.execute(
+        "CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(40))",
+        "INSERT INTO items VALUES " + ", ".join(f"({i}, 'item {i}')" for i in range(1, 101)),
+        database=name,
+    )
+    catch_up(config)
+    uri = config.table_uri("d")
+    root = mirror_root(config.lake.uri, "d")
+    apply_changes(spark, uri, root, name, "items", storage_options=options)
+    spark.sql(f"DELETE FROM delta.`{mirror_uri(root, name, 'items')}` WHERE id = 5").collect()
+    with supervised_destination(config, config.destinations["d"]) as supervisor:
+        thread = threading.Thread(target=supervisor.run, daemon=True)
+        thread.start()
+        try:
+            report = reconcile_destination(config, "d", spark, wait_seconds=60)
+        finally:
+            supervisor.request_stop("test over")
+            thread.join(timeout=30)
+        assert not thread.is_alive()
+        assert supervisor.repairs == 1
+    assert report.status == "repaired", report.metadata()
+    assert "lease holder" in (report.repaired_by or "")
+    inbox = destination_inbox(config.lake.uri, "d", config.destinations["d"].config.source, options)
+    assert not inbox.requests.list(".json"), "the request was taken from the inbox on S3"
+    apply_changes(spark, uri, root, name, "items", storage_options=options)
+    assert_mirror_equals_source(spark, mariadb, root, "items")
