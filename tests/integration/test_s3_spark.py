@@ -8,6 +8,7 @@ Only the standard AWS environment variables point the platform and the embedded 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -276,3 +277,49 @@ def test_reconcile_on_s3_sends_the_repair_to_the_streaming_lease_holder(
     assert not inbox.requests.list(".json"), "the request was taken from the inbox on S3"
     apply_changes(spark, uri, root, name, "items", storage_options=options)
     assert_mirror_equals_source(spark, mariadb, root, "items")
+
+
+SAIL_FROM_OPTIONS = """
+import sys
+from pathlib import Path
+from cdc_platform.config import load_config
+from cdc_platform.spark.session import SparkSessionFactory
+config = load_config(Path(sys.argv[1]))
+factory = SparkSessionFactory(config.platform.spark, config.lake)
+spark = factory.session()
+uri = config.lake.join("sail-probe")
+spark.createDataFrame([(1, "a"), (2, "b")], "id int, v string").write.format("delta").save(uri)
+print(spark.read.format("delta").load(uri).count())
+factory.stop()
+"""
+
+
+def test_embedded_engine_takes_the_endpoint_from_lake_storage_options(
+    s3_lake: S3Lake, tmp_path: Path
+) -> None:
+    """A process whose environment has only the credentials: the endpoint, region and
+    allow-http given in ``lake_storage_options`` reach Sail, which writes to the bucket."""
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    env = s3_lake.server.environment()
+    (conf / "platform.yaml").write_text(
+        f"lake_root: {s3_lake.uri}\n"
+        "lake_storage_options:\n"
+        f"  aws_endpoint_url: {env['AWS_ENDPOINT_URL']}\n"
+        f"  aws_region: {env['AWS_REGION']}\n"
+        "  aws_allow_http: 'true'\n"
+    )
+    child = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    child["AWS_ACCESS_KEY_ID"] = env["AWS_ACCESS_KEY_ID"]
+    child["AWS_SECRET_ACCESS_KEY"] = env["AWS_SECRET_ACCESS_KEY"]
+    done = subprocess.run(
+        [sys.executable, "-c", SAIL_FROM_OPTIONS, str(conf)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=child,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "2"
+    assert any("/sail-probe/_delta_log/" in k for k in s3_lake.keys())  # noqa: SIM118
