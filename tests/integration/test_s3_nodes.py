@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,10 @@ RATE = 40.0
 
 def _files(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def _standing_by(node: Node) -> bool:
+    return "standby" in node.text()
 
 
 def start_node(cluster: Cluster, homes: Path, logs: Path, address: str) -> tuple[Node, Path]:
@@ -103,7 +108,7 @@ def test_three_nodes_sharing_only_s3_source_and_zookeeper_survive_two_kill_nines
         cluster.wait(lambda: cluster.checkpoint() is not None, "node-a's first commit")
         others = [start_node(cluster, homes, logs, name) for name in ("node-b", "node-c")]
         for node, _ in others:
-            cluster.wait(lambda n=node: "standby" in n.text(), f"{node.address} to stand by")
+            cluster.wait(partial(_standing_by, node), f"{node.address} to stand by")
         workload.start(rate_per_second=RATE)
         cluster.wait_rows_beyond(cluster.rows())
 
