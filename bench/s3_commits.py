@@ -60,8 +60,15 @@ class Run:
             f"{self.name:>6}: {self.rows():,} rows, {len(latencies)} commits, {rate:,.0f} rows/s; "
             f"commit p50 {statistics.median(latencies):.0f} ms, p99 {p99:.0f} ms; "
             f"p50 first 10% {statistics.median(latencies[:tenth]):.0f} ms, "
-            f"last 10% {statistics.median(latencies[-tenth:]):.0f} ms"
+            f"last 10% {statistics.median(latencies[-tenth:]):.0f} ms\n"
+            f"        p50 per tenth of the run: {self.tenths(latencies)}"
         )
+
+    @staticmethod
+    def tenths(latencies: list[float]) -> str:
+        size = max(1, len(latencies) // 10)
+        parts = [latencies[i : i + size] for i in range(0, len(latencies), size)]
+        return " ".join(f"{statistics.median(p):.0f}" for p in parts[:10]) + " ms"
 
 
 def position(server: MariaDBServer) -> ResumePosition:
