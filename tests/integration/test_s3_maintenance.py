@@ -20,6 +20,8 @@ from deltalake import DeltaTable
 from cdc_platform.config.lake import LakeLocation
 from cdc_platform.events import ResumePosition
 from cdc_platform.sink import DeltaChangeLog, MaintenancePolicy
+from cdc_platform.sink.maintenance import TableMaintenance
+from cdc_platform.sink.storage_errors import Redactor, StorageGuard
 from cdc_platform.testing.replay import replay
 from tests.conftest import S3Lake
 from tests.integration.test_delta_sink import Binlog, resume_of
@@ -57,34 +59,74 @@ class Reader:
             self.longest = max(self.longest, len(seqs))
 
 
-def stream(lake: LakeLocation, policy: MaintenancePolicy, table: str) -> tuple[str, Reader]:
-    """Commit BATCHES batches with ``policy`` while a reader reads; the uri and the reader."""
+@dataclass
+class Maintainer:
+    """A separate process's scheduled maintenance of the same table (an operator's OPTIMIZE,
+    checkpoint, log cleanup and vacuum), in a loop; keeps how often each landed or failed."""
+
+    uri: str
+    rounds: int = 0
+    failures: list[str] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                table = DeltaTable(self.uri)
+                table.optimize.compact(target_size=64 * 1024)
+                table.create_checkpoint()
+                table.cleanup_metadata()
+                table.vacuum(dry_run=False, full=True)
+                self.rounds += 1
+            except Exception as exc:  # a conflict with the writer is allowed, not a wrong result
+                self.failures.append(f"{type(exc).__name__}: {exc}"[-200:])
+
+
+def stream(
+    lake: LakeLocation,
+    policy: MaintenancePolicy,
+    table: str,
+    *,
+    maintainer: bool = False,
+    batches: int = BATCHES,
+) -> tuple[str, Reader]:
+    """Commit ``batches`` batches with ``policy`` while a reader reads (and, if ``maintainer``,
+    another process maintains the table); the uri and the reader."""
     uri = lake.join(table, "changes")
     sink = DeltaChangeLog(uri, "maint", storage_options=lake.delta_options(), maintenance=policy)
     binlog = Binlog()
     first = binlog.rows(ROWS)
     sink.commit(first, batch_seq=1, resume=resume_of(first), epoch=1)
-    reader = Reader(uri)
-    thread = threading.Thread(target=reader.run, name="reader", daemon=True)
-    thread.start()
+    reader, other = Reader(uri), Maintainer(uri)
+    threads = [threading.Thread(target=reader.run, name="reader", daemon=True)]
+    if maintainer:
+        threads.append(threading.Thread(target=other.run, name="maintainer", daemon=True))
+    for thread in threads:
+        thread.start()
     last = ResumePosition("x", 0)
     try:
-        for batch in range(2, BATCHES + 1):
+        for batch in range(2, batches + 1):
             events = binlog.rows(ROWS, table=f"t{batch % 3}")
             last = resume_of(events)
             sink.commit(events, batch_seq=batch, resume=last, epoch=1)
     finally:
         reader.stop.set()
-        thread.join(timeout=120)
+        other.stop.set()
+        for thread in threads:
+            thread.join(timeout=120)
+    if maintainer:
+        print(f"maintainer: {other.rounds} rounds, {len(other.failures)} failed")
+        assert other.rounds > 0, other.failures[:3]
     checkpoint = DeltaChangeLog(uri, "maint", storage_options=lake.delta_options()).recover()
     assert checkpoint is not None
     assert (checkpoint.batch_seq, checkpoint.last_seq, checkpoint.resume) == (
-        BATCHES,
-        BATCHES * ROWS,
+        batches,
+        batches * ROWS,
         last,
     )
+    assert DeltaTable(uri).to_pyarrow_table(columns=["seq"]).num_rows == batches * ROWS
     result = replay(uri)
-    assert result.rows == BATCHES * ROWS
+    assert result.rows == batches * ROWS
     assert not result.duplicates
     assert not result.seq_gaps
     assert not result.problems
@@ -149,3 +191,60 @@ def test_vacuum_without_retention_on_s3_can_fail_a_reader_but_never_misleads_it(
     assert len(data) <= len(DeltaTable(uri).file_uris()) + 3, "vacuumed down to the live files"
     log_files = [k for k in objects if "/zero/changes/_delta_log/" in k]
     assert not any(k.endswith("/00000000000000000000.json") for k in log_files), "log cleanup"
+
+
+def test_another_process_maintaining_the_table_on_s3_never_breaks_a_commit_or_a_read(
+    s3_lake: S3Lake, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An operator's scheduled OPTIMIZE, checkpoint, log cleanup and full vacuum racing the
+    writer's commits (its own compaction off, see the next test): a commit that loses a version
+    to them is re-checked and retried, so every batch lands once, and every read stays a whole
+    prefix."""
+    lake = LakeLocation.resolve(s3_lake.uri, tmp_path, environ=os.environ)
+    caplog.set_level(logging.INFO, logger="cdc_platform.sink")
+    _, reader = stream(lake, replace(AGGRESSIVE, compact_every=None), "shared", maintainer=True)
+    assert reader.failures == [], reader.failures[:5]
+    assert any("lost a commit race" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.xfail(
+    raises=AssertionError,
+    strict=False,  # a race: a lucky run may not hit it
+    reason="delta-rs 1.6 lets two concurrent compactions of the same files both commit "
+    "(removes of data_change=false files are not a conflict), so every row is kept twice",
+)
+def test_two_compactions_at_once_keep_rows_once(s3_lake: S3Lake, tmp_path: Path) -> None:
+    """Known hazard: the sink's own compaction and an external OPTIMIZE of the change log at
+    the same time duplicate rows (also on a local disk; max_commit_retries=0 does not stop
+    it). Hence: never OPTIMIZE the change log from outside."""
+    lake = LakeLocation.resolve(s3_lake.uri, tmp_path, environ=os.environ)
+    stream(lake, AGGRESSIVE, "twice", maintainer=True, batches=30)
+
+
+def test_compaction_is_skipped_once_someone_else_committed(
+    s3_lake: S3Lake, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A holder that resumes after a takeover (its successor has committed since its own
+    commit) does not compact: its compaction could otherwise land beside the successor's."""
+    lake = LakeLocation.resolve(s3_lake.uri, tmp_path, environ=os.environ)
+    uri = lake.join("skip", "changes")
+    binlog = Binlog()
+    old = DeltaChangeLog(uri, "maint", storage_options=lake.delta_options())
+    for batch in range(1, 4):
+        events = binlog.rows(ROWS)
+        old.commit(events, batch_seq=batch, resume=resume_of(events), epoch=1)
+    stale = DeltaTable(uri)  # the old holder's table after its last commit
+    new = DeltaChangeLog(uri, "maint", storage_options=lake.delta_options())
+    events = binlog.rows(ROWS)
+    new.commit(events, batch_seq=4, resume=resume_of(events), epoch=2)
+    policy = replace(AGGRESSIVE, compact_every=1, checkpoint_every=None, vacuum_every=None)
+    guard = StorageGuard("maint", Redactor(uri, lake.delta_options()))
+    caplog.set_level(logging.INFO, logger="cdc_platform.sink")
+    TableMaintenance(policy, guard, lambda: DeltaTable(uri)).after_commit(stale, 1)
+    assert "compaction of" in caplog.text
+    assert "skipped" in caplog.text
+    assert "OPTIMIZE" not in [h["operation"] for h in DeltaTable(uri).history()]
+    # With nobody else committing since, the same call compacts.
+    TableMaintenance(policy, guard, lambda: DeltaTable(uri)).after_commit(DeltaTable(uri), 1)
+    assert "OPTIMIZE" in [h["operation"] for h in DeltaTable(uri).history()]
+    assert DeltaTable(uri).to_pyarrow_table(columns=["seq"]).num_rows == 4 * ROWS
