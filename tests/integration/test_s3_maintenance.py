@@ -1,0 +1,250 @@
+"""Maintenance on S3 (a private SeaweedFS) never races a commit or a reader into a wrong result.
+
+A long stream is committed with every maintenance task on a short cadence (compaction,
+checkpoints, vacuum, log cleanup, reopen) while a reader loads the change log again and again.
+Every read must be a whole prefix of the log (seq 1..n, no gap, no duplicate, never shorter
+than an earlier read), and the log must replay exactly once at the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from cdc_platform.config.lake import LakeLocation
+from cdc_platform.events import ResumePosition
+from cdc_platform.sink import DeltaChangeLog, MaintenancePolicy
+from cdc_platform.sink.maintenance import TableMaintenance
+from cdc_platform.sink.storage_errors import Redactor, StorageGuard
+from cdc_platform.testing.replay import replay
+from tests.conftest import S3Lake
+from tests.integration.test_delta_sink import Binlog, resume_of
+
+pytestmark = pytest.mark.integration
+
+BATCHES = 120
+ROWS = 10
+
+
+@dataclass
+class Reader:
+    """Reads the change log in a loop; keeps every wrong result and every failed read."""
+
+    uri: str
+    reads: int = 0
+    longest: int = 0
+    wrong: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                table = DeltaTable(self.uri).to_pyarrow_table(columns=["seq"])
+            except Exception as exc:  # a failed read is counted, never a wrong one
+                self.failures.append(f"{type(exc).__name__}: {exc}"[-200:])
+                continue
+            seqs = sorted(int(s) for s in table.column("seq").to_pylist())
+            self.reads += 1
+            if seqs != list(range(1, len(seqs) + 1)):
+                self.wrong.append(f"read {self.reads}: not a prefix: {len(seqs)} rows")
+            elif len(seqs) < self.longest:
+                self.wrong.append(f"read {self.reads}: {len(seqs)} rows after {self.longest}")
+            self.longest = max(self.longest, len(seqs))
+
+
+@dataclass
+class Maintainer:
+    """A separate process's scheduled maintenance of the same table (an operator's OPTIMIZE,
+    checkpoint, log cleanup and vacuum), in a loop; keeps how often each landed or failed."""
+
+    uri: str
+    rounds: int = 0
+    failures: list[str] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                table = DeltaTable(self.uri)
+                table.optimize.compact(target_size=64 * 1024)
+                table.create_checkpoint()
+                table.cleanup_metadata()
+                table.vacuum(dry_run=False, full=True)
+                self.rounds += 1
+            except Exception as exc:  # a conflict with the writer is allowed, not a wrong result
+                self.failures.append(f"{type(exc).__name__}: {exc}"[-200:])
+
+
+def stream(
+    lake: LakeLocation,
+    policy: MaintenancePolicy,
+    table: str,
+    *,
+    maintainer: bool = False,
+    batches: int = BATCHES,
+) -> tuple[str, Reader]:
+    """Commit ``batches`` batches with ``policy`` while a reader reads (and, if ``maintainer``,
+    another process maintains the table); the uri and the reader."""
+    uri = lake.join(table, "changes")
+    sink = DeltaChangeLog(uri, "maint", storage_options=lake.delta_options(), maintenance=policy)
+    binlog = Binlog()
+    first = binlog.rows(ROWS)
+    sink.commit(first, batch_seq=1, resume=resume_of(first), epoch=1)
+    reader, other = Reader(uri), Maintainer(uri)
+    threads = [threading.Thread(target=reader.run, name="reader", daemon=True)]
+    if maintainer:
+        threads.append(threading.Thread(target=other.run, name="maintainer", daemon=True))
+    for thread in threads:
+        thread.start()
+    last = ResumePosition("x", 0)
+    try:
+        for batch in range(2, batches + 1):
+            events = binlog.rows(ROWS, table=f"t{batch % 3}")
+            last = resume_of(events)
+            sink.commit(events, batch_seq=batch, resume=last, epoch=1)
+    finally:
+        reader.stop.set()
+        other.stop.set()
+        for thread in threads:
+            thread.join(timeout=120)
+    if maintainer:
+        print(f"maintainer: {other.rounds} rounds, {len(other.failures)} failed")
+        assert other.rounds > 0, other.failures[:3]
+    checkpoint = DeltaChangeLog(uri, "maint", storage_options=lake.delta_options()).recover()
+    assert checkpoint is not None
+    assert (checkpoint.batch_seq, checkpoint.last_seq, checkpoint.resume) == (
+        batches,
+        batches * ROWS,
+        last,
+    )
+    assert DeltaTable(uri).to_pyarrow_table(columns=["seq"]).num_rows == batches * ROWS
+    result = replay(uri)
+    assert result.rows == batches * ROWS
+    assert not result.duplicates
+    assert not result.seq_gaps
+    assert not result.problems
+    assert reader.reads > 0
+    assert reader.wrong == [], reader.wrong[:5]
+    return uri, reader
+
+
+AGGRESSIVE = MaintenancePolicy(
+    compact_every=3,
+    compact_target_size=64 * 1024,
+    checkpoint_every=4,
+    checkpoint_interval=5,
+    vacuum_every=5,
+    cleanup_every=5,
+    reopen_every=7,
+)
+"""Every task due every few commits; the retentions are the defaults."""
+
+
+def test_aggressive_maintenance_on_s3_keeps_every_read_and_the_replay_exact(
+    s3_lake: S3Lake, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The default retentions (deleted files 1 hour, log 1 minute) protect a reader's snapshot
+    from vacuum and log cleanup: no read fails, even with every task due every few commits."""
+    lake = LakeLocation.resolve(s3_lake.uri, tmp_path, environ=os.environ)
+    caplog.set_level(logging.DEBUG, logger="cdc_platform.sink")
+    uri, reader = stream(lake, AGGRESSIVE, "kept")
+    assert not [r for r in caplog.records if "failed" in r.getMessage()], caplog.text
+    assert reader.failures == [], reader.failures[:5]
+    ran = {
+        r.getMessage().split(": ", 1)[1].split(" took")[0]
+        for r in caplog.records
+        if " took " in r.getMessage()
+    }
+    assert ran >= {"compaction", "checkpoint", "vacuum", "log cleanup", "reopen"}, ran
+    assert "OPTIMIZE" in [h["operation"] for h in DeltaTable(uri).history()]
+    keys = s3_lake.keys()
+    log_files = [k for k in keys if "/kept/changes/_delta_log/" in k]
+    assert any(k.endswith(".checkpoint.parquet") for k in log_files)
+    assert not list(tmp_path.iterdir()), "nothing local"
+
+
+def test_vacuum_without_retention_on_s3_can_fail_a_reader_but_never_misleads_it(
+    s3_lake: S3Lake, tmp_path: Path
+) -> None:
+    """Retentions of 0 (not the default) let vacuum and log cleanup delete files and
+    checkpoints a reader is still loading: such a read fails (a retry reads the new snapshot);
+    it never returns a wrong result."""
+    lake = LakeLocation.resolve(s3_lake.uri, tmp_path, environ=os.environ)
+    policy = replace(
+        AGGRESSIVE,
+        vacuum_retention_hours=0,
+        vacuum_enforce_retention_duration=False,
+        deleted_file_retention="interval 0 seconds",
+        log_retention="interval 0 seconds",
+    )
+    uri, reader = stream(lake, policy, "zero")
+    print(f"{reader.reads} reads, {len(reader.failures)} failed: {reader.failures[:2]}")
+    objects = s3_lake.keys()
+    data = [k for k in objects if "/zero/changes/" in k and "_delta_log" not in k]
+    assert len(data) <= len(DeltaTable(uri).file_uris()) + 3, "vacuumed down to the live files"
+    log_files = [k for k in objects if "/zero/changes/_delta_log/" in k]
+    assert not any(k.endswith("/00000000000000000000.json") for k in log_files), "log cleanup"
+
+
+def test_another_process_maintaining_the_table_on_s3_never_breaks_a_commit_or_a_read(
+    s3_lake: S3Lake, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An operator's scheduled OPTIMIZE, checkpoint, log cleanup and full vacuum racing the
+    writer's commits (its own compaction off, see the next test): a commit that loses a version
+    to them is re-checked and retried, so every batch lands once, and every read stays a whole
+    prefix."""
+    lake = LakeLocation.resolve(s3_lake.uri, tmp_path, environ=os.environ)
+    caplog.set_level(logging.INFO, logger="cdc_platform.sink")
+    _, reader = stream(lake, replace(AGGRESSIVE, compact_every=None), "shared", maintainer=True)
+    assert reader.failures == [], reader.failures[:5]
+    assert any("lost a commit race" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.xfail(
+    raises=AssertionError,
+    strict=False,  # a race: a lucky run may not hit it
+    reason="delta-rs 1.6 lets two concurrent compactions of the same files both commit "
+    "(removes of data_change=false files are not a conflict), so every row is kept twice",
+)
+def test_two_compactions_at_once_keep_rows_once(s3_lake: S3Lake, tmp_path: Path) -> None:
+    """Known hazard: the sink's own compaction and an external OPTIMIZE of the change log at
+    the same time duplicate rows (also on a local disk; max_commit_retries=0 does not stop
+    it). Hence: never OPTIMIZE the change log from outside."""
+    lake = LakeLocation.resolve(s3_lake.uri, tmp_path, environ=os.environ)
+    stream(lake, AGGRESSIVE, "twice", maintainer=True, batches=30)
+
+
+def test_compaction_is_skipped_once_someone_else_committed(
+    s3_lake: S3Lake, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A holder that resumes after a takeover (its successor has committed since its own
+    commit) does not compact: its compaction could otherwise land beside the successor's."""
+    lake = LakeLocation.resolve(s3_lake.uri, tmp_path, environ=os.environ)
+    uri = lake.join("skip", "changes")
+    binlog = Binlog()
+    old = DeltaChangeLog(uri, "maint", storage_options=lake.delta_options())
+    for batch in range(1, 4):
+        events = binlog.rows(ROWS)
+        old.commit(events, batch_seq=batch, resume=resume_of(events), epoch=1)
+    stale = DeltaTable(uri)  # the old holder's table after its last commit
+    new = DeltaChangeLog(uri, "maint", storage_options=lake.delta_options())
+    events = binlog.rows(ROWS)
+    new.commit(events, batch_seq=4, resume=resume_of(events), epoch=2)
+    policy = replace(AGGRESSIVE, compact_every=1, checkpoint_every=None, vacuum_every=None)
+    guard = StorageGuard("maint", Redactor(uri, lake.delta_options()))
+    caplog.set_level(logging.INFO, logger="cdc_platform.sink")
+    TableMaintenance(policy, guard, lambda: DeltaTable(uri)).after_commit(stale, 1)
+    assert "compaction of" in caplog.text
+    assert "skipped" in caplog.text
+    assert "OPTIMIZE" not in [h["operation"] for h in DeltaTable(uri).history()]
+    # With nobody else committing since, the same call compacts.
+    TableMaintenance(policy, guard, lambda: DeltaTable(uri)).after_commit(DeltaTable(uri), 1)
+    assert "OPTIMIZE" in [h["operation"] for h in DeltaTable(uri).history()]
+    assert DeltaTable(uri).to_pyarrow_table(columns=["seq"]).num_rows == 4 * ROWS
