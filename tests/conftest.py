@@ -52,6 +52,21 @@ def _rendered(record: logging.LogRecord) -> str:
     return text
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test is marked unit or integration: CI selects by marker, so an unmarked test
+    would silently never run."""
+    unmarked = [
+        item.nodeid
+        for item in items
+        if item.get_closest_marker("unit") is None
+        and item.get_closest_marker("integration") is None
+    ]
+    if unmarked:
+        raise pytest.UsageError(
+            f"tests without a unit or integration marker (add pytestmark): {unmarked[:5]}"
+        )
+
+
 def _failed(request: pytest.FixtureRequest) -> bool:
     return any(
         getattr(getattr(request.node, f"rep_{when}", None), "failed", False)

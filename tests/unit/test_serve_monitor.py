@@ -11,6 +11,8 @@ from cdc_platform.config.loader import ConfigSet, Destination, load_config
 from cdc_platform.runtime.config_watch import ConfigWatch, is_relevant
 from cdc_platform.runtime.serve_monitor import ServeMonitor, platform_file_hash
 
+pytestmark = pytest.mark.unit
+
 ENV = {"SRC_PW": "x"}
 
 
