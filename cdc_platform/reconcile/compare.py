@@ -43,6 +43,7 @@ from cdc_platform.backfill.repair import RepairKey, RepairTable
 from cdc_platform.errors import SinkError
 from cdc_platform.sink.lake_files import LakeFile, join_uri
 from cdc_platform.source.row_reader import SnapshotTable, encode_key, read_chunk
+from cdc_platform.source.sql import qualified_name
 from cdc_platform.source.values import dumps
 from cdc_platform.spark.locations import STAGING_DIR, mirror_uri, table_exists
 from cdc_platform.spark.mirror_state import read_state, schema_signature
@@ -250,7 +251,7 @@ def _stage_whole_table(
     chunk: an unbuffered SELECT, so the rows never gather in memory. Returns the rows."""
     started = time.perf_counter()
     select = ", ".join(c.select for c in spec.columns)
-    sql = f"SELECT {select} FROM {_sql_quote(spec.db)}.{_sql_quote(spec.table)}"  # noqa: S608
+    sql = f"SELECT {select} FROM {qualified_name(spec.db, spec.table)}"  # noqa: S608
     rows = files = 0
     with conn.cursor(pymysql.cursors.SSCursor) as cur:
         cur.execute(sql)
@@ -278,10 +279,6 @@ def _stage_whole_table(
             if on_chunk is not None:
                 on_chunk(ChunkProgress(spec.name, 1, rows, time.perf_counter() - started))
     return rows
-
-
-def _sql_quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 def _remove(staging: LakeFile) -> None:

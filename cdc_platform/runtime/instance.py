@@ -19,7 +19,6 @@ from typing import TypeVar
 from cdc_platform.errors import CdcError, CommitRefusedError, SinkError, SourceError
 from cdc_platform.events import ChangeEvent, EventKind, ResumePosition, ServerIdentity
 from cdc_platform.sink import Checkpoint, FencedCommitError
-from cdc_platform.sink.lake_check import check_lake
 from cdc_platform.sink.report import CommitReport
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source import BinlogSource  # noqa: F401 - tests patch it through this module
@@ -163,9 +162,6 @@ class DestinationRuntime:
         error in the summary and every committed batch intact; transient sink errors, and a
         source that cannot be reached at start, are retried with backoff.
         """
-        refused = self._check_lake()
-        if refused is not None:
-            return refused
         checkpoint = self.sink.recover()
         term_epoch = self.term.epoch
         epoch = term_epoch if term_epoch is not None else (checkpoint.epoch if checkpoint else 0)
@@ -233,19 +229,6 @@ class DestinationRuntime:
             resume,
             error,
         )
-
-    def _check_lake(self) -> RunSummary | None:
-        """The failed run when the term's lake cannot be used (bad input fails at start)."""
-        lake = self.term.lake
-        if lake is None:
-            return None
-        try:
-            check_lake(lake)
-        except CdcError as exc:
-            log.error("%s: %s", self.name, exc)
-            self.sink.close()
-            return RunSummary(self.name, "failed", 0, 0, 0, None, exc)
-        return None
 
     def _until_reachable(self, step: Callable[[], T]) -> T | None:
         """``step`` of the source's start-up, retried while the source is unreachable.

@@ -249,7 +249,6 @@ class BinlogSource:
             start,
             self._tables,
             plans,
-            is_mariadb=self._mariadb(),
             clock=self._clock,
             filters=self._filters,
         )
@@ -293,7 +292,7 @@ class BinlogSource:
         start = ResumePosition(xa.file, xa.pos)
         plans = TablePlans(self._tables, self._catalog, is_mariadb=self._mariadb())
         assembler = TransactionAssembler(
-            start, self._tables, plans, is_mariadb=self._mariadb(), clock=self._clock,
+            start, self._tables, plans, clock=self._clock,
             filters=self._filters,
         )  # fmt: skip
         try:

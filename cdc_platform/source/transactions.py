@@ -94,19 +94,17 @@ class TransactionAssembler:
     state) or, inside a transaction, its start and how many of its events were emitted.
     """
 
-    def __init__(  # noqa: PLR0913 (where, what and how to decode; the rest keyword-only)
+    def __init__(
         self,
         start: ResumePosition,
         tables: TableFilter,
         plans: TablePlans,
         *,
-        is_mariadb: bool,
         clock: Callable[[], float],
         filters: str | None = None,
     ) -> None:
         self._tables = tables
         self._plans = plans
-        self._mariadb = is_mariadb
         self._clock = clock
         self._filters = filters
         self._file = start.file

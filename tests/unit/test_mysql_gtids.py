@@ -65,7 +65,7 @@ def test_mysql_transactions_carry_their_gtid_into_resume_positions() -> None:
     start = ResumePosition("binlog.000003", 1000, f"{UUID}:1-5")
     tables = TableFilter([r"shop\..*"], [])
     plans = TablePlans(tables, lambda db, table: Catalog(), is_mariadb=False)
-    assembler = TransactionAssembler(start, tables, plans, is_mariadb=False, clock=lambda: 100.0)
+    assembler = TransactionAssembler(start, tables, plans, clock=lambda: 100.0)
     events = []
     for event in [*_mysql_transaction(1000, 6), *_mysql_transaction(1181, 7)]:
         events.extend(assembler.feed(event))
