@@ -14,6 +14,11 @@ from dataclasses import dataclass
 
 from deltalake import DeltaTable
 
+from cdc_platform.sink.compaction import (
+    commit_compaction,
+    plan_compaction,
+    read_compaction_rows,
+)
 from cdc_platform.sink.schema import STATS_COLUMNS
 from cdc_platform.sink.storage_errors import StorageGuard
 
@@ -39,14 +44,15 @@ class MaintenancePolicy:
       a full vacuum (which also removes orphans of commits that lost a race) deletes the files.
 
     ``compact_target_size`` bounds what one compaction rewrites: a compacted file is merged
-    again with new small files until it reaches that size. Bigger files (fewer, cheaper per
-    commit over months) would need a separate OPTIMIZE, but never run one on the change log:
-    delta-rs 1.6 lets two concurrent compactions of the same files both commit (removing a
-    file with ``dataChange=false`` twice is not a conflict, and ``max_commit_retries=0`` does
-    not stop the rebase), which keeps their rows twice. For the same reason the sink skips a
-    due compaction when someone else has committed since its own commit (a successor after a
-    takeover). Checkpoints, log cleanup and vacuum by
-    another process are safe (an append that loses a version to them is re-checked and retried).
+    again with new small files until it reaches that size. The compaction is the sink's own
+    fenced rewrite (:mod:`cdc_platform.sink.compaction`), not delta-rs's ``optimize``: it
+    commits against the snapshot it read or not at all, so a holder paused inside it can never
+    keep rows twice beside its successor's compaction. Never run delta-rs or Spark OPTIMIZE on
+    the change log from outside: those are not fenced that way (delta-rs 1.6 commits two
+    compactions of the same files both). The sink also skips a due compaction when someone else
+    has committed since its own commit (a successor after a takeover), which saves the work.
+    Checkpoints, log cleanup and vacuum by another process are safe (an append that loses a
+    version to them is re-checked and retried).
 
     ``stats_columns``, ``checkpoint_interval``, ``log_retention`` and ``deleted_file_retention``
     are table properties, applied only when this sink creates the table. A short log retention
@@ -176,31 +182,54 @@ class TableMaintenance:
             run("reopen", reopen)
         return current
 
-    def _compact(self, table: DeltaTable) -> None:
-        """Compact only while the table's newest version is still this sink's own commit.
+    def _compact(self, table: DeltaTable) -> bool:
+        """Rewrite the small files as one fenced commit (:mod:`cdc_platform.sink.compaction`).
 
-        Two compactions of the same files at once both commit in delta-rs 1.6 (the rows stay
-        twice), so compaction is skipped once anyone else has committed: a successor holder
-        after a takeover (this sink is then fenced), or an outside process. That narrows the
-        race to the compaction's own duration; it does not close it.
+        Skipped, cheaply, once anyone else has committed since this sink's commit (a successor
+        after a takeover, or an outside process); a commit by anyone between the plan and the
+        compaction's own commit makes it lose cleanly. Returns False when the table object
+        should be reloaded.
         """
+        guard = self._guard
         version = table.version()
         table.update_incremental()
         if table.version() != version:
             logger.info(
                 "%s: compaction of %s skipped: version %d was committed by someone else",
-                self._guard.destination,
-                self._guard.redact.uri,
+                guard.destination,
+                guard.redact.uri,
                 table.version(),
             )
-            return
-        table.optimize.compact(target_size=self.policy.compact_target_size)
+            return True
+        target = self.policy.compact_target_size
+        plan = plan_compaction(table, target)
+        if plan is None:
+            return True
+        rows = read_compaction_rows(table, plan)
+        metadata = {"cdc.operation": "compaction", "cdc.destination.compacted": guard.destination}
+        if commit_compaction(table, plan, rows, target_size=target, metadata=metadata):
+            logger.debug(
+                "%s: compacted %d files (%d rows) of %s",
+                guard.destination,
+                plan.files,
+                rows.num_rows,
+                guard.redact.uri,
+            )
+            return True
+        logger.info(
+            "%s: compaction of %s lost a commit race (someone committed after version %d);"
+            " skipped, nothing changed",
+            guard.destination,
+            guard.redact.uri,
+            plan.version,
+        )
+        return False
 
     def _run_task(self, name: str, task: Callable[[], object]) -> bool:
         guard = self._guard
         started = time.perf_counter()
         try:
-            task()
+            trusted = task() is not False  # False: done, but reload the table object
         except Exception as exc:  # maintenance must never fail a commit
             logger.warning(
                 "%s: %s of %s failed (the commit is safe; will retry on the next cadence): %s",
@@ -211,4 +240,4 @@ class TableMaintenance:
             )
             return False
         logger.debug("%s: %s took %.3f s", guard.destination, name, time.perf_counter() - started)
-        return True
+        return trusted
