@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import tracemalloc
@@ -16,6 +17,7 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_platform.cli import main
+from cdc_platform.config.lake import LakeLocation
 from cdc_platform.config.models import (
     IdWatchConfig,
     IdWatchExpireConfig,
@@ -33,7 +35,7 @@ from cdc_platform.source.id_watch import IdWatchSource
 from cdc_platform.source.id_watch_state import load_known_state
 from cdc_platform.testing.destinations import PASSWORD_ENV
 from cdc_platform.testing.replay import RowKey, replay
-from tests.conftest import MariaDBDatabase
+from tests.conftest import MariaDBDatabase, S3Lake
 
 pytestmark = pytest.mark.integration
 
@@ -527,3 +529,42 @@ def test_a_start_over_a_large_table_does_not_hold_its_images(
     second = DestinationRuntime(WriteTerm("d", config(mariadb, page_size=500), uri))
     assert second.run(exit_when_idle_seconds=1.0).error is None
     assert Counter(ids_in(uri, "c")) == Counter(range(1, rows + 1)), "a restart repeats nothing"
+
+
+@pytest.mark.usefixtures("env_password")
+def test_id_watch_on_s3_restarts_from_the_state_in_the_lake(
+    mariadb: MariaDBDatabase, s3_lake: S3Lake, tmp_path: Path
+) -> None:
+    """With the lake on S3 the id-watch state (position, known rows) is read back from the
+    change log in the bucket: a second run with a new working directory emits only what
+    changed while it was down, and the log replays to the source."""
+    server, db = mariadb.server, mariadb.name
+    server.execute(TABLE, database=db)
+    server.execute(
+        "INSERT INTO items (name, qty) VALUES " + ", ".join(f"('n{i}', {i})" for i in range(60)),
+        database=db,
+    )
+    server.execute("UPDATE items SET created = created - INTERVAL 1 HOUR", database=db)
+    lake = LakeLocation.resolve(s3_lake.uri, tmp_path / "one", environ=os.environ)
+    first = DestinationRuntime(WriteTerm.in_lake("d", config(mariadb), lake))
+    summary = first.run(exit_when_idle_seconds=2.0)
+    assert summary.error is None, summary
+    uri = lake.join("d", "changes")
+    assert uri.startswith("s3://")
+    server.execute(
+        "INSERT INTO items (name, created) VALUES ('while down', NOW(6) - INTERVAL 1 HOUR)",
+        "UPDATE items SET qty = -1 WHERE id = 1",
+        "DELETE FROM items WHERE id = 2",
+        database=db,
+    )
+    again = LakeLocation.resolve(s3_lake.uri, tmp_path / "two", environ=os.environ)
+    second = DestinationRuntime(WriteTerm.in_lake("d", config(mariadb), again))
+    summary = second.run(exit_when_idle_seconds=2.0)
+    assert summary.error is None, summary
+    inserts = Counter(ids_in(uri, "c"))
+    assert sorted(inserts) == list(range(1, 62))
+    assert max(inserts.values()) == 1, "no row inserted twice"
+    assert ids_in(uri, "d") == [2]
+    assert_replay_equals_source(mariadb, uri)
+    assert not (tmp_path / "one").exists()
+    assert not (tmp_path / "two").exists()
