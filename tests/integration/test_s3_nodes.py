@@ -3,16 +3,20 @@ directory and its own copy of the conf, and the nodes share only the object stor
 the source (MariaDB) and ZooKeeper.
 
 The active node is killed -9 under load, then its successor too; the last node drains. The
-change log replays to exactly the source, and no node wrote a file into its own directory.
+change log replays to exactly the source. A fourth machine then builds the mirrors through
+Dagster (the `dagster` CLI over the project's definitions) and reconciles them with the
+source (`cdc-platform reconcile`). No node wrote a file into its own directory.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -70,6 +74,59 @@ def start_node(cluster: Cluster, homes: Path, logs: Path, address: str) -> tuple
     return node, home
 
 
+def mirror_and_reconcile(
+    cluster: Cluster, homes: Path, address: str
+) -> tuple[Path, dict[str, Any]]:
+    """On a machine of its own (a new working directory with a conf copy): the mirror assets
+    materialized by the `dagster` CLI, then `cdc-platform reconcile --json`; its report."""
+    home = homes / address
+    home.mkdir(parents=True)
+    shutil.copytree(cluster.conf, home / "conf")
+    env = {**cluster.env, "CDC_CONF_DIR": "conf"}
+    materialize = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dagster",
+            "asset",
+            "materialize",
+            "-m",
+            "dagster_defs.definitions",
+            "--select",
+            f"cdc/{cluster.destination}/mirrors",
+        ],
+        cwd=home,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert materialize.returncode == 0, (materialize.stdout + materialize.stderr)[-4000:]
+    reconcile = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cdc_platform.cli",
+            "reconcile",
+            "--conf",
+            "conf",
+            "--destination",
+            cluster.destination,
+            "--json",
+        ],
+        cwd=home,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert reconcile.returncode == 0, (reconcile.stdout + reconcile.stderr)[-4000:]
+    report: dict[str, Any] = json.loads(reconcile.stdout)
+    return home, report
+
+
 def wait_new_holder(cluster: Cluster, dead: Node, above: int) -> tuple[Node, HolderInfo]:
     """Wait until a node other than ``dead`` holds the lease above epoch ``above``."""
     found: list[HolderInfo] = []
@@ -125,10 +182,16 @@ def test_three_nodes_sharing_only_s3_source_and_zookeeper_survive_two_kill_nines
         finish(cluster, workload, third)
         epochs = {c.epoch for c in commit_history(cluster.uri)}
         assert epochs >= {held.epoch, taken.epoch, last.epoch}, epochs
+        home_d, report = mirror_and_reconcile(cluster, homes, "node-d")
+        assert report["status"] == "clean", report
+        assert report["differences"] == 0, report
+        assert report["source_rows"] > 0, report
+        assert {t["table"].split(".")[-1] for t in report["tables"]} >= {"customers", "orders"}
         objects = s3_lake.keys()
         assert any("/multi/changes/_delta_log/" in key for key in objects)
+        assert any("/multi/mirror/" in key for key in objects)
         conf_files = _files(cluster.conf)
-        for home in (home_a, *(h for _, h in others)):
+        for home in (home_a, home_d, *(h for _, h in others)):
             written = [f for f in _files(home) if f.removeprefix("conf/") not in conf_files]
             assert written == [], f"{home.name} wrote into its own directory: {written}"
             assert sorted(p.name for p in home.iterdir()) == ["conf"]
