@@ -9,12 +9,13 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from cdc_platform import __version__
 from cdc_platform.config import ConfigSet, Destination, load_config
 from cdc_platform.config.deployment import deployment_warnings
 from cdc_platform.errors import CdcError, ConfigError
+from cdc_platform.infra.process_exit import exit_code, exit_process
 
 __all__ = ["main"]
 
@@ -528,5 +529,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def console() -> NoReturn:
+    """The ``cdc-platform`` console script: :func:`main`, then the process ends with its code
+    without native libraries' interpreter-exit teardown (see ``infra/process_exit.py``)."""
+    try:
+        code = main()
+    except SystemExit as exc:  # argparse's --help and usage errors
+        code = exit_code(exc)
+    exit_process(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()
