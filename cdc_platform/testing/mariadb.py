@@ -68,6 +68,9 @@ class MariaDBServer:
         self.datadir = base_dir / "data"
         self.socket = base_dir / "mysqld.sock"
         self.error_log_path = base_dir / "error.log"
+        # A private temporary directory: servers bootstrapping at once in a shared /tmp collided
+        # on their temporary table files ("Could not remove temporary table", install aborted).
+        self.tmpdir = base_dir / "tmp"
         self.host = "127.0.0.1"
         self.port = port or free_port()
         self.server_id = server_id
@@ -81,6 +84,7 @@ class MariaDBServer:
         if self._proc is not None and self._proc.poll() is None:
             return
         self.base_dir.mkdir(parents=True, exist_ok=True)
+        self.tmpdir.mkdir(exist_ok=True)
         if not (self.datadir / "mysql").exists():
             self._install_db()
         mariadbd = find_binary("mariadbd")
@@ -89,6 +93,7 @@ class MariaDBServer:
             "--no-defaults",
             "--user=root",
             f"--datadir={self.datadir}",
+            f"--tmpdir={self.tmpdir}",
             f"--socket={self.socket}",
             f"--port={self.port}",
             "--bind-address=127.0.0.1",
@@ -132,6 +137,7 @@ class MariaDBServer:
                 "--no-defaults",
                 "--user=root",
                 f"--datadir={self.datadir}",
+                f"--tmpdir={self.tmpdir}",
                 "--auth-root-authentication-method=normal",
                 "--skip-test-db",
                 "--innodb-log-file-size=16M",
