@@ -108,10 +108,11 @@ class SideWork:
     # -- automatic snapshots -------------------------------------------------------------------
 
     def snapshots(self, config: InstanceConfig) -> bool:
-        """Whether the destination copies new tables itself (a binlog source, the option on)."""
+        """Whether the destination copies new tables itself (a binlog source, and
+        ``snapshot.new_tables`` on or ``start: {mode: initial}``)."""
         return (
             self.lake_root is not None
-            and config.snapshot.new_tables
+            and (config.snapshot.new_tables or config.start.mode == "initial")
             and config.source.mode == "binlog"  # the watch-by-id source lists its tables itself
         )
 
@@ -134,7 +135,12 @@ class SideWork:
         self._begin(stop, lambda: "lease lost" if halted() == "lease lost" else None)
         try:
             snapshot_new_tables(
-                term, self.lake_root, on_progress=on_progress, on_runner=on_runner, stop=stop
+                term,
+                self.lake_root,
+                on_progress=on_progress,
+                on_runner=on_runner,
+                stop=stop,
+                adopt_existing=not term.config.snapshot.new_tables,
             )
         finally:
             self._end()
