@@ -242,7 +242,7 @@ def _transactions(
         blocking=False,
         is_mariadb=False,  # with True the library ignores log_file/log_pos
         only_events=[MariadbGtidEvent, GtidEvent, RotateEvent],
-        pymysql_wrapper=library_connection,
+        pymysql_wrapper=lambda **kwargs: library_connection(kwargs),
         enable_logging=False,
     )
     current = file
@@ -253,7 +253,7 @@ def _transactions(
                     return
                 current = event.next_binlog
                 continue
-            start = int(event.packet.log_pos) - int(event.event_size)
+            start = int(event.packet.log_pos) - int(event.packet.event_size)
             gtid = getattr(event, "gtid", None)
             yield TransactionHead(current, start, int(event.timestamp), gtid and str(gtid))
     except STREAM_ERRORS + MYSQL_ERRORS as exc:
