@@ -33,6 +33,9 @@ def _config_check(args: argparse.Namespace) -> int:
             dest = config.destinations[name]
             state = "OK" if dest.config.enabled else "OK (disabled)"
             print(f"{name}: {state}  {dest.path}  sha256:{dest.content_hash[:12]}")
+            drift = _start_drift(config, dest)
+            if drift is not None:
+                print(f"  warning: {drift}")
             if args.connect:
                 line, ok = _connect_check(config, dest)
                 print(f"  {line}", flush=True)
@@ -46,6 +49,22 @@ def _config_check(args: argparse.Namespace) -> int:
         print(line, flush=True)
         unreachable += not ok
     return 1 if config.errors or unreachable else 0
+
+
+def _start_drift(config: ConfigSet, dest: Destination) -> str | None:
+    """Whether ``start:`` differs from the start the destination began with (reported, never
+    applied: its checkpoint rules)."""
+    from cdc_platform.sink.start_record import (  # noqa: PLC0415 (keep `config check` light)
+        StartRecord,
+        start_drift,
+        start_record_file,
+    )
+
+    file = start_record_file(config.table_uri(dest.name), config.lake.delta_options())
+    try:
+        return start_drift(dest.config.start, StartRecord.load(file))
+    except CdcError as exc:
+        return f"cannot read the start record {file}: {exc}"
 
 
 def _lake_check(config: ConfigSet) -> tuple[str, bool]:

@@ -4,6 +4,8 @@ database, and a changed start reported instead of applied."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import threading
 import time
 from collections.abc import Iterator
@@ -11,9 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from cdc_platform.backfill.snapshot import SnapshotProgress
+from cdc_platform.cli import main
 from cdc_platform.config.models import InstanceConfig, StartConfig
 from cdc_platform.errors import StartPositionError
 from cdc_platform.runtime import DestinationRuntime
+from cdc_platform.sink.lake_files import LakeFile
+from cdc_platform.sink.snapshot_progress import TableProgress, read_snapshot_progress
 from cdc_platform.sink.start_record import StartRecord, start_drift, start_record_file
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.binlog_server import BinlogServer
@@ -209,8 +215,15 @@ def test_initial_default_over_a_busy_database_then_a_changed_start_is_reported(
     assert loaded.destinations["d"].config.start.mode == "initial"  # the default
 
     chunks: list[str] = []
+    seen: list[TableProgress] = []
+    state_file = LakeFile(str(lake_root / "d" / "_snapshot_state.json"))
+
+    def on_progress(progress: SnapshotProgress) -> None:
+        chunks.append(progress.table)
+        seen.extend(read_snapshot_progress(state_file))  # what status and metrics read
+
     with supervised_destination(
-        loaded, loaded.destinations["d"], on_snapshot_progress=lambda p: chunks.append(p.table)
+        loaded, loaded.destinations["d"], on_snapshot_progress=on_progress
     ) as supervisor:
         workload.start(rate_per_second=100)
         runner = threading.Thread(
@@ -224,6 +237,11 @@ def test_initial_default_over_a_busy_database_then_a_changed_start_is_reported(
         runner.join(timeout=120)
         assert not runner.is_alive()
     assert len(chunks) >= 4, chunks  # several chunks, the workload writing in between
+    copying = [p for p in seen if p.state == "copying" and p.rows_read > 0]
+    assert copying, seen
+    assert all(p.estimated_rows > 0 and 0 < p.percent <= 99 for p in copying), copying
+    assert {p.table for p in seen} == {f"{db.name}.customers", f"{db.name}.orders"}
+    assert not state_file.exists()  # done: nothing in progress any more
     uri = str(lake_root / "d" / "changes")
     result = replay(uri)
     assert result.duplicates == []
@@ -240,3 +258,13 @@ def test_initial_default_over_a_busy_database_then_a_changed_start_is_reported(
     assert "initial" in drift
     assert "not applied" in drift
     assert start_drift(StartConfig(), record) is None
+
+    # `config check` and `status` report an edited start; the next run ignores it
+    instance_file.write_text(instance_file.read_text() + "start: {mode: earliest}\n")
+    for command in (["config", "check"], ["status"]):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            main([*command, "--conf", str(conf)])
+        text = out.getvalue()
+        assert "start: is now earliest, but the destination began with initial" in text, text
+    assert "  start: initial" in text
