@@ -231,7 +231,38 @@ def _checkpoint_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _snapshot_request(args: argparse.Namespace) -> int:
+    """`snapshot --request`: a request in the lake, served by the running node."""
+    from cdc_platform.backfill.snapshot_requests import snapshot_inbox  # noqa: PLC0415
+
+    config, destination = _destination(args)
+    if not args.table:
+        raise ConfigError("snapshot --request needs the tables: --table db.table ...")
+    inbox = snapshot_inbox(
+        config.lake.uri, destination.name, destination.config.source, config.lake.storage_options
+    )
+    request_id = inbox.submit(args.table, requester="cli")
+    print(f"{destination.name}: snapshot request {request_id} for {', '.join(args.table)}")
+    if args.wait <= 0:
+        return 0
+    answer = inbox.wait(request_id, args.wait)
+    if answer is None:
+        print(f"{destination.name}: no answer within {args.wait:g} s; the request waits")
+        return 4
+    if answer.get("error"):
+        print(f"{destination.name}: snapshot request {request_id} failed: {answer['error']}")
+        return 1
+    rows = answer.get("rows") or {}
+    print(
+        f"{destination.name}: snapshot request {request_id} done: "
+        + ", ".join(f"{table} {count} rows" for table, count in sorted(rows.items()))
+    )
+    return 0
+
+
 def _snapshot(args: argparse.Namespace) -> int:
+    if args.request:
+        return _snapshot_request(args)
     # Imported here to keep `config check` light.
     from cdc_platform.backfill.lease import take_lease  # noqa: PLC0415
     from cdc_platform.backfill.snapshot import (  # noqa: PLC0415
@@ -489,6 +520,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=30.0,
         metavar="SECONDS",
         help="wait this long for the destination's lease (default: 30)",
+    )
+    snapshot.add_argument(
+        "--request",
+        action="store_true",
+        help="do not take the lease: ask the destination's running node to snapshot the "
+        "--table list between two batches, without stopping its run",
+    )
+    snapshot.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="with --request: wait this long for the answer (default: 0, return at once)",
     )
     snapshot.set_defaults(handler=_snapshot)
     reconcile = commands.add_parser(
