@@ -433,6 +433,45 @@ def _add_serve_parser(commands: Any) -> None:
     serve.set_defaults(handler=_serve)
 
 
+def _add_snapshot_parser(commands: Any) -> None:
+    """`snapshot` (its own function: the parser builder is long enough)."""
+    snapshot = commands.add_parser(
+        "snapshot",
+        help="copy existing rows into the change log (chunked, lock-free, resumable)",
+    )
+    _add_destination_args(snapshot)
+    snapshot.add_argument(
+        "--table",
+        action="append",
+        metavar="DB.TABLE",
+        help="table to snapshot (repeatable; default: every table the destination captures)",
+    )
+    snapshot.add_argument(
+        "--chunk-size", type=int, default=2000, help="rows per chunk (default: 2000)"
+    )
+    snapshot.add_argument(
+        "--lease-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="wait this long for the destination's lease (default: 30)",
+    )
+    snapshot.add_argument(
+        "--request",
+        action="store_true",
+        help="do not take the lease: ask the destination's running node to snapshot the "
+        "--table list between two batches, without stopping its run",
+    )
+    snapshot.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="with --request: wait this long for the answer (default: 0, return at once)",
+    )
+    snapshot.set_defaults(handler=_snapshot)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; each subcommand stores its handler in `handler`."""
     parser = argparse.ArgumentParser(
@@ -500,41 +539,7 @@ def build_parser() -> argparse.ArgumentParser:
     show = checkpoint_commands.add_parser("show", help="print the last committed position")
     _add_destination_args(show)
     show.set_defaults(handler=_checkpoint_show)
-    snapshot = commands.add_parser(
-        "snapshot",
-        help="copy existing rows into the change log (chunked, lock-free, resumable)",
-    )
-    _add_destination_args(snapshot)
-    snapshot.add_argument(
-        "--table",
-        action="append",
-        metavar="DB.TABLE",
-        help="table to snapshot (repeatable; default: every table the destination captures)",
-    )
-    snapshot.add_argument(
-        "--chunk-size", type=int, default=2000, help="rows per chunk (default: 2000)"
-    )
-    snapshot.add_argument(
-        "--lease-timeout",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="wait this long for the destination's lease (default: 30)",
-    )
-    snapshot.add_argument(
-        "--request",
-        action="store_true",
-        help="do not take the lease: ask the destination's running node to snapshot the "
-        "--table list between two batches, without stopping its run",
-    )
-    snapshot.add_argument(
-        "--wait",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="with --request: wait this long for the answer (default: 0, return at once)",
-    )
-    snapshot.set_defaults(handler=_snapshot)
+    _add_snapshot_parser(commands)
     reconcile = commands.add_parser(
         "reconcile",
         help="compare source tables with their mirrors; repair differences through the log",
