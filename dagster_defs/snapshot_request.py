@@ -17,8 +17,6 @@ Register it by adding ``snapshot_request_job`` to the ``jobs`` of the code locat
 ``Definitions`` (it needs the ``platform`` resource, a :class:`PlatformResource`).
 """
 
-from __future__ import annotations
-
 from dagster import Config, Failure, OpExecutionContext, job, op
 
 from cdc_platform.backfill.snapshot_requests import snapshot_inbox
