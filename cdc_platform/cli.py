@@ -399,6 +399,24 @@ def _reconcile(args: argparse.Namespace) -> int:
     return 3 if report.status == "not_repaired" else 0
 
 
+def _import_canal(args: argparse.Namespace) -> int:
+    from cdc_platform.config.canal_import import import_canal  # noqa: PLC0415
+
+    result = import_canal(Path(args.canal_dir), Path(args.out))
+    for path in result.files:
+        print(f"wrote {path}")
+    for name, variable in result.password_envs.items():
+        print(f"{name}: put the source password in the environment variable {variable}")
+    for note in result.notes:
+        print(f"note: {note}")
+    for source, keys in result.not_imported.items():
+        if keys:
+            print(f"not imported from {source} (no equivalent here): {', '.join(keys)}")
+    for name, error in result.errors.items():
+        print(f"{name}: ERROR {error}")
+    return 1 if result.errors else 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from cdc_platform.demo import run_demo  # noqa: PLC0415 (only the demo needs the test servers)
 
@@ -472,6 +490,20 @@ def _add_snapshot_parser(commands: Any) -> None:
     snapshot.set_defaults(handler=_snapshot)
 
 
+def _add_import_canal_parser(commands: Any) -> None:
+    """`import-canal` (its own function: the parser builder is long enough)."""
+    parser = commands.add_parser(
+        "import-canal",
+        help="write destinations from a Canal conf directory (canal.properties and each "
+        "<destination>/instance.properties)",
+    )
+    parser.add_argument("canal_dir", metavar="CANAL_CONF_DIR", help="Canal's conf directory")
+    parser.add_argument(
+        "--out", default="conf", help="configuration directory to write (default: conf)"
+    )
+    parser.set_defaults(handler=_import_canal)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; each subcommand stores its handler in `handler`."""
     parser = argparse.ArgumentParser(
@@ -540,6 +572,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_destination_args(show)
     show.set_defaults(handler=_checkpoint_show)
     _add_snapshot_parser(commands)
+    _add_import_canal_parser(commands)
     reconcile = commands.add_parser(
         "reconcile",
         help="compare source tables with their mirrors; repair differences through the log",
