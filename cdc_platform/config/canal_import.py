@@ -36,6 +36,7 @@ loader, so what `config check` would refuse is reported at once.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -284,7 +285,10 @@ def import_canal(canal_dir: Path, out: Path) -> CanalImport:
         result.destinations[name] = _destination(name, server, props, index, result)
         result.not_imported[str(instance_file)] = _unknown(props, known)
     _write(result, out)
-    loaded = load_config(out)
+    # The password variables are usually set only where the destination runs: check the rest.
+    unset = {v: "" for v in result.password_envs.values() if v not in os.environ}
+    environ = {**os.environ, **unset}
+    loaded = load_config(out, environ=environ)
     for name in result.destinations:
         if name in loaded.errors:
             result.errors[name] = str(loaded.errors[name])
