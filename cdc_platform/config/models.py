@@ -239,7 +239,8 @@ class SnapshotSettings(_Model):
     new_tables: bool = False
     """Copy the rows a table already has when the destination starts capturing it: every
     table at the destination's first start, and later each existing table the filters start
-    to match. Off: only changes from the start position on (as Canal does)."""
+    to match. ``start: {mode: initial}`` (the default) does the same without it; off with
+    another start mode: only changes from the start position on (as Canal does)."""
     chunk_size: int = Field(default=2000, ge=1)
     """Rows per snapshot chunk (one Delta commit each)."""
     segment_events: int = Field(default=20_000, ge=1)
