@@ -202,11 +202,12 @@ def _at_time(server: BinlogServer, logs: list[str], timestamp: str, oldest: str)
             oldest=oldest,
         )
 
-    def started_by(file: str) -> bool:
+    def started_before(file: str) -> bool:
+        # Strictly before: a transaction of the target second may end the previous file.
         found = first_time(file)
-        return found is not None and found <= target
+        return found is not None and found < target
 
-    index = _last(logs, started_by)
+    index = _last(logs, started_before)
     for head in _transactions(server, logs[index]):
         if head.timestamp >= target:
             return ResumePosition(head.file, head.pos)
@@ -214,9 +215,10 @@ def _at_time(server: BinlogServer, logs: list[str], timestamp: str, oldest: str)
 
 
 def _last(logs: list[str], holds: Callable[[str], bool]) -> int:
-    """The index of the last file for which ``holds`` is true (0 if none), by binary search:
-    ``holds`` is true for a prefix of the files (files without transactions count as true,
-    so the search lands before them)."""
+    """The index of the last file for which ``holds`` is true (0 if none), by binary search
+    (``holds`` is true for a prefix of the files). A file it cannot judge (no transaction)
+    counts as false: the search may then land on an earlier file, which is safe, since the
+    scan goes forward from there; it never lands on a later one than the answer."""
     low, high = 0, len(logs) - 1
     while low < high:
         middle = (low + high + 1) // 2
