@@ -82,18 +82,23 @@ def _lake_check(config: ConfigSet) -> tuple[str, bool]:
 def _connect_check(config: ConfigSet, dest: Destination) -> tuple[str, bool]:
     """Connect to one destination's source once (no retries: fail fast before a deploy) and
     check its settings and grants; one line for the report and whether it passed."""
+    from cdc_platform.sink.start_record import StartRecord, start_record_file  # noqa: PLC0415
     from cdc_platform.source.binlog import SourceInfo  # noqa: PLC0415 (keep `config check` light)
-    from cdc_platform.source.factory import open_source  # noqa: PLC0415
+    from cdc_platform.source.factory import open_source, start_position  # noqa: PLC0415
 
-    source = dest.config.source
+    source, start = dest.config.source, dest.config.start
     where = f"source {source.host}:{source.port} ({source.mode})"
+    table_uri, options = config.table_uri(dest.name), config.lake.delta_options()
     try:
-        found = open_source(
-            source,
-            resume=None,
-            table_uri=config.table_uri(dest.name),
-            storage_options=config.lake.delta_options(),
-        ).check()
+        opened = open_source(source, resume=None, table_uri=table_uri, storage_options=options)
+        found = opened.check()
+        # A destination that has not begun yet: would its start be found on the server?
+        if (
+            source.mode == "binlog"
+            and start.mode not in ("initial", "latest")
+            and StartRecord.load(start_record_file(table_uri, options)) is None
+        ):
+            where += f", start {start.describe()} at {start_position(opened, start)}"
     except CdcError as exc:
         return f"{where}: ERROR {exc}", False
     if isinstance(found, SourceInfo):

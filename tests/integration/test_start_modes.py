@@ -156,7 +156,7 @@ def test_timestamp_starts_at_the_first_transaction_at_or_after_it(
 
 
 def test_bad_starts_are_refused_naming_the_oldest_position(
-    db: MariaDBDatabase, lake_root: Path
+    db: MariaDBDatabase, lake_root: Path, tmp_path: Path
 ) -> None:
     db.server.execute("CREATE TABLE t (id INT PRIMARY KEY, v TEXT)", database=db.name)
     old_gtid = str(db.server.query("SELECT @@gtid_binlog_pos")[0][0])
@@ -183,6 +183,17 @@ def test_bad_starts_are_refused_naming_the_oldest_position(
             resolve_start(server, start)
         assert caught.value.oldest == f"{oldest}:4", what
         assert f"{oldest}:4" in str(caught.value), what
+    # `config check --connect` finds it before a deploy
+    conf = tmp_path / "conf"
+    write_conf(
+        conf, destination="d", server=db.server, user=db.user, database=db.name,
+        lake_root=lake_root, server_id=3303, start=f"{{mode: gtid, gtid: '{old_gtid}'}}",
+    )  # fmt: skip
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["config", "check", "--conf", str(conf), "--connect"])
+    assert code == 1, out.getvalue()
+    assert f"oldest position the server has is {oldest}:4" in out.getvalue()
     # through a run: the error ends it, nothing is written
     uri = str(lake_root / "d" / "changes")
     summary = DestinationRuntime(WriteTerm("d", config(db, bad["purged gtid"]), uri)).run()
