@@ -199,7 +199,9 @@ class SideWork:
                 result = runner.run()
             except CdcError as exc:
                 if exc.transient or halted() is not None:
-                    log.warning("%s: snapshot request %s interrupted: %s", name, request, exc)
+                    log.warning(
+                        "%s: snapshot request %s interrupted: %s", name, request.request_id, exc
+                    )
                     return  # the request stays: finished later
                 log.error("%s: snapshot request %s failed: %s", name, request.request_id, exc)
                 inbox.finish(request.request_id, error=f"{type(exc).__name__}: {exc}")
