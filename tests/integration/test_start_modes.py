@@ -279,3 +279,19 @@ def test_initial_default_over_a_busy_database_then_a_changed_start_is_reported(
         text = out.getvalue()
         assert "start: is now earliest, but the destination began with initial" in text, text
     assert "  start: initial" in text
+
+    # the next run: the edited start is not applied (no re-read from the oldest binlog), and
+    # a table that appeared meanwhile is copied by default (initial implies new tables)
+    db.server.execute(
+        "CREATE TABLE extra (id INT PRIMARY KEY)", "INSERT INTO extra VALUES (1), (2)",
+        database=db.name,
+    )  # fmt: skip
+    orders_before = len(replay(uri).tables[f"{db.name}.orders"])
+    again = load_config(conf)
+    with supervised_destination(again, again.destinations["d"]) as supervisor:
+        summary = supervisor.run(exit_when_idle_seconds=1.0)
+    assert summary.error is None, summary
+    result = replay(uri)
+    assert result.duplicates == []
+    assert result.tables[f"{db.name}.extra"] == source_rows(db.server, db.name, "extra")
+    assert len(result.tables[f"{db.name}.orders"]) == orders_before
