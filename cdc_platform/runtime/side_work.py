@@ -204,14 +204,17 @@ class SideWork:
                     )
                     return  # the request stays: finished later
                 log.error("%s: snapshot request %s failed: %s", name, request.request_id, exc)
-                inbox.finish(request.request_id, error=f"{type(exc).__name__}: {exc}")
+                error = f"{type(exc).__name__}: {exc}"
+                if not self._answer_snapshot(name, request.request_id, None, error):
+                    return
                 continue
             finally:
                 self._end()
             if state_file.exists():
                 return  # stopped after a chunk: the request stays, finished later
             self.snapshot_requests += 1
-            inbox.finish(request.request_id, rows=dict(result.per_table))
+            if not self._answer_snapshot(name, request.request_id, dict(result.per_table), None):
+                return
             log.info(
                 "%s: snapshot request %s done: %d rows in %d chunks",
                 name,
@@ -219,6 +222,19 @@ class SideWork:
                 result.rows_written,
                 result.chunks,
             )
+
+    def _answer_snapshot(
+        self, name: str, request_id: str, rows: dict[str, int] | None, error: str | None
+    ) -> bool:
+        """Answer a snapshot request; False when the lake refused (logged: the request stays
+        and is served again later; a snapshot repeated is harmless)."""
+        assert self.snapshot_inbox is not None
+        try:
+            self.snapshot_inbox.finish(request_id, rows=rows, error=error)
+        except (OSError, SinkError) as exc:  # the inbox is in the lake
+            log.error("%s: cannot answer snapshot request %s: %s", name, request_id, exc)
+            return False
+        return True
 
     def _progress(self, progress: SnapshotProgress) -> None:
         self.snapshot_progress = progress
