@@ -28,12 +28,14 @@ def _config_check(args: argparse.Namespace) -> int:
     if not names:
         print(f"no destinations under {Path(args.conf) / 'destinations'}")
     unreachable = 0
+    remote = config.lake.is_remote
     for name in names:
         if name in config.destinations:
             dest = config.destinations[name]
             state = "OK" if dest.config.enabled else "OK (disabled)"
             print(f"{name}: {state}  {dest.path}  sha256:{dest.content_hash[:12]}")
-            drift = _start_drift(config, dest)
+            # An object store is only asked with --connect: `config check` stays offline.
+            drift = _start_drift(config, dest) if args.connect or not remote else None
             if drift is not None:
                 print(f"  warning: {drift}")
             if args.connect:
