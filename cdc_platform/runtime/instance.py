@@ -85,6 +85,10 @@ class DestinationRuntime:
     commit once a newer epoch has committed. Without a lease backend (None) the checkpoint's
     own epoch is used, which still refuses a second writer of the same batch. The term's gate
     runs right before every Delta commit and raises (e.g. LeaseLostError) to forbid it.
+
+    Without a checkpoint it begins where ``start:`` says. The snapshot of ``start: {mode:
+    initial}`` is side work of the lease holder (:mod:`.side_work`), done before this runtime
+    is started: a runtime run on its own begins at the binlog's current end for ``initial``.
     """
 
     def __init__(
