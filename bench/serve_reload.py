@@ -36,6 +36,7 @@ def instance(server: MariaDBServer, user: str, tables: list[str]) -> str:
         f"source:\n  host: {server.host}\n  port: {server.port}\n  user: {user}\n"
         f"  password_env: {PASSWORD_ENV}\n  server_id: 4001\n"
         f"  include_tables: ['shop\\.({pattern})']\n"
+        "start: {mode: latest}\n"
         "store:\n  batch_timeout_seconds: 0.2\n"
     )
 

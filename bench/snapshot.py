@@ -1,13 +1,19 @@
 """Initial snapshot speed: rows/s of a chunked, watermark-merged snapshot into Delta.
 
     .venv/bin/python bench/snapshot.py [--rows 200000] [--chunk-size 10000] [--rate 0]
-                                       [--reconcile] [--differences 10]
+                                       [--lag [--tick-rate 50]] [--reconcile] [--differences 10]
 
 Fills a table in a private MariaDB with --rows rows, then snapshots it into a fresh change
 log with SnapshotRunner (each chunk: low watermark, SELECT, high watermark, binlog segment,
 one Delta commit) and prints rows/s. With --rate N a writer updates random rows at N
 transactions/s during the snapshot, and the replayed change log is checked against the
 table at the end (after the normal run catches up).
+
+With --lag a second writer streams too: it inserts a row stamped with its wall-clock time
+into another captured table at --tick-rate transactions/s while the snapshot runs, and the
+stream's lag during the snapshot is printed as p50/p99/max of (the change log's
+``committed_at`` of each such row - its stamp): how long a change waited for the change log
+while the table was being copied.
 
 With --reconcile it then builds the table's mirror (Spark, embedded Sail), times a
 reconciliation that finds nothing, injects --differences divergences (a third each: rows
@@ -19,12 +25,15 @@ next apply finds nothing.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import tempfile
 import threading
 import time
 from pathlib import Path
+
+from deltalake import DeltaTable
 
 from cdc_platform.backfill.snapshot import SnapshotProgress, SnapshotRunner, state_path
 from cdc_platform.config.models import InstanceConfig
@@ -69,10 +78,51 @@ def writer(server: MariaDBServer, rows: int, rate: float, stop: threading.Event)
     return done
 
 
+TICKS = "CREATE TABLE bench.ticks (id BIGINT AUTO_INCREMENT PRIMARY KEY, t DOUBLE NOT NULL)"
+
+
 def config(server: MariaDBServer, user: str) -> InstanceConfig:
     return instance_config(
-        server, user, [r"bench\.items"], server_id=3101, password_env="BENCH_CDC_PASSWORD"
+        server,
+        user,
+        [r"bench\.items", r"bench\.ticks"],
+        server_id=3101,
+        password_env="BENCH_CDC_PASSWORD",
     )
+
+
+def ticker(server: MariaDBServer, rate: float, stop: threading.Event) -> int:
+    """Insert rows stamped with their wall-clock time at ``rate`` per second."""
+    done = 0
+    with server.connect("bench") as conn, conn.cursor() as cur:
+        next_at = time.monotonic()
+        while not stop.is_set():
+            cur.execute("INSERT INTO ticks (t) VALUES (%s)", (time.time(),))
+            done += 1
+            next_at += 1.0 / rate
+            time.sleep(max(0.0, next_at - time.monotonic()))
+    return done
+
+
+def stream_lag(uri: str, since: float, until: float) -> list[float]:
+    """Seconds from each tick's stamp to its commit, for ticks stamped in [since, until]."""
+    rows = (
+        DeltaTable(uri)
+        .to_pyarrow_table(columns=["table", "op", "after", "committed_at"])
+        .to_pylist()
+    )
+    lags: list[float] = []
+    for row in rows:
+        if row["table"] != "ticks" or row["op"] != "c":
+            continue
+        stamp = float(json.loads(row["after"])["t"])
+        if since <= stamp <= until:
+            lags.append(row["committed_at"].timestamp() - stamp)
+    return sorted(lags)
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    return values[min(len(values) - 1, int(fraction * len(values)))] if values else float("nan")
 
 
 def reconcile(
@@ -143,6 +193,10 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--chunk-size", type=int, default=10_000)
     parser.add_argument("--rate", type=float, default=0.0, help="updates/s during the snapshot")
+    parser.add_argument(
+        "--lag", action="store_true", help="stream inserts during the snapshot; print their lag"
+    )
+    parser.add_argument("--tick-rate", type=float, default=50.0, help="inserts/s with --lag")
     parser.add_argument("--reconcile", action="store_true", help="also time reconciliation")
     parser.add_argument("--differences", type=int, default=10)
     args = parser.parse_args()
@@ -151,7 +205,7 @@ def main() -> None:
         with MariaDBServer(root / "mariadb") as server:
             user = server.create_replication_user("bench", "bench-pw")
             os.environ["BENCH_CDC_PASSWORD"] = user.password
-            server.execute("CREATE DATABASE bench", TABLE)
+            server.execute("CREATE DATABASE bench", TABLE, TICKS)
             started = time.perf_counter()
             fill(server, args.rows)
             print(f"filled {args.rows} rows in {time.perf_counter() - started:.1f} s")
@@ -166,6 +220,14 @@ def main() -> None:
                     daemon=True,
                 )
                 thread.start()
+            ticks: list[int] = []
+            tick_thread = None
+            if args.lag:
+                tick_thread = threading.Thread(
+                    target=lambda: ticks.append(ticker(server, args.tick_rate, stop)),
+                    daemon=True,
+                )
+                tick_thread.start()
             last = [0.0]
 
             def progress(p: SnapshotProgress) -> None:
@@ -176,13 +238,17 @@ def main() -> None:
             runner = SnapshotRunner(
                 WriteTerm("bench", config(server, user.name), uri, maintenance=MaintenancePolicy()),
                 state_path(lake, "bench"),
+                tables=["bench.items"],
                 chunk_size=args.chunk_size,
                 on_progress=progress,
             )
+            snapshot_started = time.time()
             result = runner.run()
+            snapshot_ended = time.time()
             stop.set()
-            if thread is not None:
-                thread.join()
+            for running in (thread, tick_thread):
+                if running is not None:
+                    running.join()
             rate = result.rows_written / result.seconds
             print(
                 f"snapshot: {result.rows_written} rows in {result.chunks} chunks of "
@@ -190,6 +256,13 @@ def main() -> None:
                 f"({result.rows_dropped} merged from the binlog, {result.streamed_events} "
                 f"binlog events streamed{f', {updates[0]} updates' if updates else ''})"
             )
+            if args.lag:
+                lags = stream_lag(uri, snapshot_started, snapshot_ended)
+                print(
+                    f"stream during the snapshot: {len(lags)} inserts at {args.tick_rate:g}/s, "
+                    f"lag p50 {percentile(lags, 0.5):.2f} s, p99 {percentile(lags, 0.99):.2f} s, "
+                    f"max {lags[-1] if lags else float('nan'):.2f} s"
+                )
             if args.rate > 0:
                 summary = DestinationRuntime(
                     WriteTerm("bench", config(server, user.name), uri)

@@ -28,11 +28,16 @@ def _config_check(args: argparse.Namespace) -> int:
     if not names:
         print(f"no destinations under {Path(args.conf) / 'destinations'}")
     unreachable = 0
+    remote = config.lake.is_remote
     for name in names:
         if name in config.destinations:
             dest = config.destinations[name]
             state = "OK" if dest.config.enabled else "OK (disabled)"
             print(f"{name}: {state}  {dest.path}  sha256:{dest.content_hash[:12]}")
+            # An object store is only asked with --connect: `config check` stays offline.
+            drift = _start_drift(config, dest) if args.connect or not remote else None
+            if drift is not None:
+                print(f"  warning: {drift}")
             if args.connect:
                 line, ok = _connect_check(config, dest)
                 print(f"  {line}", flush=True)
@@ -46,6 +51,22 @@ def _config_check(args: argparse.Namespace) -> int:
         print(line, flush=True)
         unreachable += not ok
     return 1 if config.errors or unreachable else 0
+
+
+def _start_drift(config: ConfigSet, dest: Destination) -> str | None:
+    """Whether ``start:`` differs from the start the destination began with (reported, never
+    applied: its checkpoint rules)."""
+    from cdc_platform.sink.start_record import (  # noqa: PLC0415 (keep `config check` light)
+        StartRecord,
+        start_drift,
+        start_record_file,
+    )
+
+    file = start_record_file(config.table_uri(dest.name), config.lake.delta_options())
+    try:
+        return start_drift(dest.config.start, StartRecord.load(file))
+    except CdcError as exc:
+        return f"cannot read the start record {file}: {exc}"
 
 
 def _lake_check(config: ConfigSet) -> tuple[str, bool]:
@@ -63,18 +84,23 @@ def _lake_check(config: ConfigSet) -> tuple[str, bool]:
 def _connect_check(config: ConfigSet, dest: Destination) -> tuple[str, bool]:
     """Connect to one destination's source once (no retries: fail fast before a deploy) and
     check its settings and grants; one line for the report and whether it passed."""
+    from cdc_platform.sink.start_record import StartRecord, start_record_file  # noqa: PLC0415
     from cdc_platform.source.binlog import SourceInfo  # noqa: PLC0415 (keep `config check` light)
-    from cdc_platform.source.factory import open_source  # noqa: PLC0415
+    from cdc_platform.source.factory import open_source, start_position  # noqa: PLC0415
 
-    source = dest.config.source
+    source, start = dest.config.source, dest.config.start
     where = f"source {source.host}:{source.port} ({source.mode})"
+    table_uri, options = config.table_uri(dest.name), config.lake.delta_options()
     try:
-        found = open_source(
-            source,
-            resume=None,
-            table_uri=config.table_uri(dest.name),
-            storage_options=config.lake.delta_options(),
-        ).check()
+        opened = open_source(source, resume=None, table_uri=table_uri, storage_options=options)
+        found = opened.check()
+        # A destination that has not begun yet: would its start be found on the server?
+        if (
+            source.mode == "binlog"
+            and start.mode not in ("initial", "latest")
+            and StartRecord.load(start_record_file(table_uri, options)) is None
+        ):
+            where += f", start {start.describe()} at {start_position(opened, start)}"
     except CdcError as exc:
         return f"{where}: ERROR {exc}", False
     if isinstance(found, SourceInfo):
@@ -212,7 +238,38 @@ def _checkpoint_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _snapshot_request(args: argparse.Namespace) -> int:
+    """`snapshot --request`: a request in the lake, served by the running node."""
+    from cdc_platform.backfill.snapshot_requests import snapshot_inbox  # noqa: PLC0415
+
+    config, destination = _destination(args)
+    if not args.table:
+        raise ConfigError("snapshot --request needs the tables: --table db.table ...")
+    inbox = snapshot_inbox(
+        config.lake.uri, destination.name, destination.config.source, config.lake.storage_options
+    )
+    request_id = inbox.submit(args.table, requester="cli")
+    print(f"{destination.name}: snapshot request {request_id} for {', '.join(args.table)}")
+    if args.wait <= 0:
+        return 0
+    answer = inbox.wait(request_id, args.wait)
+    if answer is None:
+        print(f"{destination.name}: no answer within {args.wait:g} s; the request waits")
+        return 4
+    if answer.get("error"):
+        print(f"{destination.name}: snapshot request {request_id} failed: {answer['error']}")
+        return 1
+    rows = answer.get("rows") or {}
+    print(
+        f"{destination.name}: snapshot request {request_id} done: "
+        + ", ".join(f"{table} {count} rows" for table, count in sorted(rows.items()))
+    )
+    return 0
+
+
 def _snapshot(args: argparse.Namespace) -> int:
+    if args.request:
+        return _snapshot_request(args)
     # Imported here to keep `config check` light.
     from cdc_platform.backfill.lease import take_lease  # noqa: PLC0415
     from cdc_platform.backfill.snapshot import (  # noqa: PLC0415
@@ -349,6 +406,24 @@ def _reconcile(args: argparse.Namespace) -> int:
     return 3 if report.status == "not_repaired" else 0
 
 
+def _import_canal(args: argparse.Namespace) -> int:
+    from cdc_platform.config.canal_import import import_canal  # noqa: PLC0415
+
+    result = import_canal(Path(args.canal_dir), Path(args.out))
+    for path in result.files:
+        print(f"wrote {path}")
+    for name, variable in result.password_envs.items():
+        print(f"{name}: put the source password in the environment variable {variable}")
+    for note in result.notes:
+        print(f"note: {note}")
+    for source, keys in result.not_imported.items():
+        if keys:
+            print(f"not imported from {source} (no equivalent here): {', '.join(keys)}")
+    for name, error in result.errors.items():
+        print(f"{name}: ERROR {error}")
+    return 1 if result.errors else 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from cdc_platform.demo import run_demo  # noqa: PLC0415 (only the demo needs the test servers)
 
@@ -381,6 +456,59 @@ def _add_serve_parser(commands: Any) -> None:
         help="this process's name in every lease (default: lease.address, or serve@host:pid)",
     )
     serve.set_defaults(handler=_serve)
+
+
+def _add_snapshot_parser(commands: Any) -> None:
+    """`snapshot` (its own function: the parser builder is long enough)."""
+    snapshot = commands.add_parser(
+        "snapshot",
+        help="copy existing rows into the change log (chunked, lock-free, resumable)",
+    )
+    _add_destination_args(snapshot)
+    snapshot.add_argument(
+        "--table",
+        action="append",
+        metavar="DB.TABLE",
+        help="table to snapshot (repeatable; default: every table the destination captures)",
+    )
+    snapshot.add_argument(
+        "--chunk-size", type=int, default=2000, help="rows per chunk (default: 2000)"
+    )
+    snapshot.add_argument(
+        "--lease-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="wait this long for the destination's lease (default: 30)",
+    )
+    snapshot.add_argument(
+        "--request",
+        action="store_true",
+        help="do not take the lease: ask the destination's running node to snapshot the "
+        "--table list between two batches, without stopping its run",
+    )
+    snapshot.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="with --request: wait this long for the answer (default: 0, return at once)",
+    )
+    snapshot.set_defaults(handler=_snapshot)
+
+
+def _add_import_canal_parser(commands: Any) -> None:
+    """`import-canal` (its own function: the parser builder is long enough)."""
+    parser = commands.add_parser(
+        "import-canal",
+        help="write destinations from a Canal conf directory (canal.properties and each "
+        "<destination>/instance.properties)",
+    )
+    parser.add_argument("canal_dir", metavar="CANAL_CONF_DIR", help="Canal's conf directory")
+    parser.add_argument(
+        "--out", default="conf", help="configuration directory to write (default: conf)"
+    )
+    parser.set_defaults(handler=_import_canal)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -450,28 +578,8 @@ def build_parser() -> argparse.ArgumentParser:
     show = checkpoint_commands.add_parser("show", help="print the last committed position")
     _add_destination_args(show)
     show.set_defaults(handler=_checkpoint_show)
-    snapshot = commands.add_parser(
-        "snapshot",
-        help="copy existing rows into the change log (chunked, lock-free, resumable)",
-    )
-    _add_destination_args(snapshot)
-    snapshot.add_argument(
-        "--table",
-        action="append",
-        metavar="DB.TABLE",
-        help="table to snapshot (repeatable; default: every table the destination captures)",
-    )
-    snapshot.add_argument(
-        "--chunk-size", type=int, default=2000, help="rows per chunk (default: 2000)"
-    )
-    snapshot.add_argument(
-        "--lease-timeout",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="wait this long for the destination's lease (default: 30)",
-    )
-    snapshot.set_defaults(handler=_snapshot)
+    _add_snapshot_parser(commands)
+    _add_import_canal_parser(commands)
     reconcile = commands.add_parser(
         "reconcile",
         help="compare source tables with their mirrors; repair differences through the log",

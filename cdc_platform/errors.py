@@ -34,6 +34,7 @@ __all__ = [
     "SourceTableChangedError",
     "SparkError",
     "SparkSessionError",
+    "StartPositionError",
     "StoreError",
     "TooFarBehindError",
     "UnknownPositionError",
@@ -74,6 +75,16 @@ class SourceSettingsError(SourceError):
 
 class BinlogGapError(SourceError):
     """The position to resume from is no longer on the server (purged binlog, GTID gap)."""
+
+
+class StartPositionError(BinlogGapError):
+    """The configured start (``start:`` of instance.yaml) is not in the server's retained
+    binlog: a purged file or GTID, a timestamp older than the oldest binlog, a position that is
+    not a transaction's start. ``oldest`` names the oldest position the server still has."""
+
+    def __init__(self, message: str, *, oldest: str | None) -> None:
+        self.oldest = oldest
+        super().__init__(message)
 
 
 class BinlogReadError(SourceError):

@@ -40,6 +40,7 @@ from cdc_platform.backfill.snapshot import (
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.errors import SnapshotError
 from cdc_platform.sink.lake_files import LakeFile
+from cdc_platform.sink.start_record import StartRecord, start_record_file
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.filters import StatementKind, classify_statement
 
@@ -174,13 +175,50 @@ def created_in_log(
     return created
 
 
-def snapshot_new_tables(
+def _record_start_or_adopt(
+    term: WriteTerm,
+    record: CapturedTables,
+    state_file: LakeFile,
+    stop: SideWorkStop | None,
+    *,
+    adopt_existing: bool,
+) -> bool:
+    """At a first start, record the start; when today's tables are taken as they are (see
+    :func:`snapshot_new_tables`), record them and return True: nothing to copy."""
+    name, config, storage = term.destination, term.config, term.storage_options
+    began = current_batch(term.table_uri, name, storage)
+    chosen_start = config.start.mode not in ("initial", "latest")
+    if began == 0 and not chosen_start:
+        StartRecord.write(start_record_file(term.table_uri, storage), config.start, None)
+        return False
+    if not (adopt_existing or began == 0) or record.exists or state_file.exists():
+        return False
+    # began == 0 here: a start at a chosen position (the run pins it next) takes the changes
+    # from there, not a copy of today's rows.
+    probe = SnapshotRunner(term, state_file, tables=[], stop=stop)
+    record.tables = set(probe.captured_tables())
+    record.after_batch = began
+    record.filters = [list(config.source.include_tables), list(config.source.exclude_tables)]
+    record.save()
+    log.info(
+        "%s: no snapshot (start: %s, change log at batch %d); recording its %d table(s) as "
+        "they are",
+        name,
+        config.start.describe(),
+        began,
+        len(record.tables),
+    )
+    return True
+
+
+def snapshot_new_tables(  # noqa: PLR0913 (the term and lake; observers, stop and a flag, keyword-only)
     term: WriteTerm,
     lake_root: str | os.PathLike[str],
     *,
     on_progress: Callable[[SnapshotProgress], None] | None = None,
     on_runner: Callable[[SnapshotRunner | None], None] | None = None,
     stop: SideWorkStop | None = None,
+    adopt_existing: bool = False,
 ) -> SnapshotResult | None:
     """Snapshot what the destination does not have a copy of yet, under the caller's lease
     (``term``: its epoch and commit gate; ``stop`` interrupts it when the lease goes).
@@ -195,12 +233,21 @@ def snapshot_new_tables(
     ``on_runner`` receives the runner while it works (so a stop request can reach it) and
     None afterwards.
 
+    A first start at a chosen position (``start`` mode earliest, position, gtid, timestamp)
+    records today's tables without copying them. ``adopt_existing`` (``start: {mode:
+    initial}`` without ``snapshot.new_tables``): a
+    destination whose change log began before there was a record (it started with another
+    start mode, or before start modes existed) is not snapshotted now: its checkpoint rules,
+    and the tables it captures today are recorded as they are.
+
     Returns the last snapshot's result, or None when there was nothing to copy.
     """
     name, config, table_uri = term.destination, term.config, term.table_uri
     storage = term.storage_options
     state_file = state_path(lake_root, name, storage)
     record = CapturedTables.load(captured_tables_path(lake_root, name, storage))
+    if _record_start_or_adopt(term, record, state_file, stop, adopt_existing=adopt_existing):
+        return None
     source = config.source
     filters = [list(source.include_tables), list(source.exclude_tables)]
     if record.exists and record.filters != filters:

@@ -454,8 +454,7 @@ class SnapshotRunner:
                 raise
             self._end(state, spec.name, gone, result)
             return
-        tally = SnapshotProgress(spec.name, state["index"], len(state["tables"]), *[0] * 7)
-        tally.estimated_rows = estimated
+        tally = _tally(state, spec.name, estimated)
         while not self._stop.is_set():
             self._interrupt.check()
             low = ctx.probe.current_position()
@@ -500,6 +499,11 @@ class SnapshotRunner:
                 log.warning("%s: ending the snapshot of %s: %s", self.name, spec.name, ended)
                 state["ended"][spec.name] = ended
                 result.ended[spec.name] = ended
+            state["progress"][spec.name] = {
+                "rows_read": tally.rows_read + counted,
+                "estimated_rows": tally.estimated_rows,
+                "chunks": tally.chunks + 1,
+            }
             state.update(index=next_index, after=next_after, pending=None)
             self._save_state(state)
             table_index = state["index"] if not done else state["index"] - 1
@@ -578,9 +582,31 @@ class _Chunking:
     resume: ResumePosition
 
 
+def _tally(state: dict[str, Any], table: str, estimated: int) -> SnapshotProgress:
+    """The progress of ``table`` so far: what the state kept from before an interruption
+    (``progress``, read by :mod:`cdc_platform.sink.snapshot_progress`), with the new
+    estimate."""
+    tally = SnapshotProgress(table, state["index"], len(state["tables"]), *[0] * 7)
+    kept = state.setdefault("progress", {}).setdefault(table, {})
+    tally.rows_read = int(kept.get("rows_read", 0))
+    tally.chunks = int(kept.get("chunks", 0))
+    tally.estimated_rows = kept["estimated_rows"] = estimated
+    return tally
+
+
 def _count(conn: pymysql.connections.Connection[Any], spec: SnapshotTable) -> int:
-    """The table's row count (for progress only)."""
+    """The table's estimated row count, for progress only: ``TABLE_ROWS`` of
+    information_schema (InnoDB's estimate, read without scanning the table, unlike COUNT(*));
+    a missing table raises the server's "doesn't exist" error like a read would."""
     with conn.cursor() as cur:
-        cur.execute(f"SELECT COUNT(*) FROM {qualified_name(spec.db, spec.table)}")  # noqa: S608
+        cur.execute(
+            "SELECT TABLE_ROWS FROM information_schema.TABLES "
+            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+            (spec.db, spec.table),
+        )
         row = cur.fetchone()
-    return int(row[0]) if row else 0
+        if row is None:
+            # The same error a read of a dropped table gets, so one path handles both.
+            cur.execute(f"SELECT 1 FROM {qualified_name(spec.db, spec.table)} LIMIT 0")  # noqa: S608
+            return 0
+    return int(row[0] or 0)

@@ -4,7 +4,9 @@
   ``master_lock`` row and the node registry);
 * committed position and the epoch that wrote it: the change log's checkpoint;
 * lag and the age of the last commit: the holder's ``status/<destination>`` entry in the state
-  watch (published on commits, at most once per publish interval).
+  watch (published on commits, at most once per publish interval);
+* the start the destination began with and whether ``start:`` was edited since (the start
+  record in the lake), and a snapshot's progress per table (its state file in the lake).
 
 Each source may fail on its own (ZooKeeper down, table not created yet): the error is reported
 next to whatever else could be read.
@@ -22,6 +24,9 @@ from cdc_platform.coordination.factory import open_lease, open_registry, open_st
 from cdc_platform.errors import CdcError
 from cdc_platform.ha.lease import HolderInfo, MemberInfo
 from cdc_platform.sink import DeltaChangeLog
+from cdc_platform.sink.lake_files import LakeFile
+from cdc_platform.sink.snapshot_progress import TableProgress, read_snapshot_progress
+from cdc_platform.sink.start_record import StartRecord, start_drift, start_record_file
 from cdc_platform.watch.keys import status_key
 
 __all__ = ["DestinationStatus", "collect_status", "format_status"]
@@ -41,11 +46,19 @@ class DestinationStatus:
     lag_seconds: float | None = None
     committed_at: float | None = None
     status_epoch: int | None = None
+    start: str | None = None
+    """The start the destination began with (``start:`` when it had no checkpoint)."""
+    start_changed: str | None = None
+    """Set when ``start:`` was edited since: it is not applied (the checkpoint rules)."""
+    snapshot: list[TableProgress] = field(default_factory=list)
+    """A snapshot in progress, per table ([] when none runs)."""
     errors: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return asdict(self)
+        data = asdict(self)
+        data["snapshot"] = [table.to_dict() for table in self.snapshot]
+        return data
 
 
 def collect_status(config: ConfigSet, names: list[str]) -> list[DestinationStatus]:
@@ -78,6 +91,7 @@ def collect_status(config: ConfigSet, names: list[str]) -> list[DestinationStatu
                 status.errors.append(f"change log: {exc}")
             finally:
                 sink.close()
+            _lake_state(config, name, status)
             try:
                 entry = store.get(status_key(name))
                 if entry is not None:
@@ -93,6 +107,25 @@ def collect_status(config: ConfigSet, names: list[str]) -> list[DestinationStatu
         if registry is not None:
             registry.db.close()
     return result
+
+
+def _lake_state(config: ConfigSet, name: str, status: DestinationStatus) -> None:
+    """The start record and a snapshot's progress, both in the destination's lake folder."""
+    options = config.lake.delta_options()
+    try:
+        record = StartRecord.load(start_record_file(config.table_uri(name), options))
+        if record is not None:
+            status.start = record.start.describe() + (
+                f" at {record.position}" if record.position else ""
+            )
+            destination = config.destinations.get(name)
+            if destination is not None:
+                status.start_changed = start_drift(destination.config.start, record)
+        status.snapshot = read_snapshot_progress(
+            LakeFile(config.lake.join(name, "_snapshot_state.json"), options)
+        )
+    except CdcError as exc:
+        status.errors.append(f"lake: {exc}")
 
 
 def format_status(status: DestinationStatus, now: float | None = None) -> str:
@@ -121,5 +154,14 @@ def format_status(status: DestinationStatus, now: float | None = None) -> str:
         lines.append(f"  lag: {status.lag_seconds:.1f} s at the last commit{age}")
     else:
         lines.append("  lag: -")
+    if status.start is not None:
+        lines.append(f"  start: {status.start}")
+    if status.start_changed is not None:
+        lines.append(f"  warning: {status.start_changed}")
+    for table in status.snapshot:
+        lines.append(
+            f"  snapshot {table.table}: {table.state}, {table.rows_read}/"
+            f"~{table.estimated_rows} rows ({table.percent:.0f}%), {table.chunks} chunks"
+        )
     lines.extend(f"  error: {error}" for error in status.errors)
     return "\n".join(lines)

@@ -20,9 +20,10 @@ from cdc_platform.errors import CdcError, CommitRefusedError, SinkError, SourceE
 from cdc_platform.events import ChangeEvent, EventKind, ResumePosition, ServerIdentity
 from cdc_platform.sink import Checkpoint, FencedCommitError
 from cdc_platform.sink.report import CommitReport
+from cdc_platform.sink.start_record import StartRecord, start_record_file
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source import BinlogSource  # noqa: F401 - tests patch it through this module
-from cdc_platform.source.factory import Source, open_source
+from cdc_platform.source.factory import Source, open_source, start_position
 from cdc_platform.store import Batch, EventStore, StoreClosedError
 
 __all__ = ["DestinationRuntime", "RunSummary", "RuntimeMetrics"]
@@ -84,6 +85,10 @@ class DestinationRuntime:
     commit once a newer epoch has committed. Without a lease backend (None) the checkpoint's
     own epoch is used, which still refuses a second writer of the same batch. The term's gate
     runs right before every Delta commit and raises (e.g. LeaseLostError) to forbid it.
+
+    Without a checkpoint it begins where ``start:`` says. The snapshot of ``start: {mode:
+    initial}`` is side work of the lease holder (:mod:`.side_work`), done before this runtime
+    is started: a runtime run on its own begins at the binlog's current end for ``initial``.
     """
 
     def __init__(
@@ -177,15 +182,22 @@ class DestinationRuntime:
             if resume is None:
                 # Pin the start position durably before reading: otherwise a crash before the
                 # first commit would restart at a later "current" position and lose changes.
-                resume = self._until_reachable(self.source.current_position)
+                source, start = self.source, self.config.start
+                resume = self._until_reachable(lambda: start_position(source, start))
                 if resume is None:
                     self.sink.close()
                     return RunSummary(self.name, self._stop_reason, 0, 0, batch_seq, None)
                 batch_seq += 1
                 self._gate()
+                StartRecord.write(
+                    start_record_file(self.table_uri, self.term.storage_options), start, resume
+                )
                 self.sink.commit((), batch_seq=batch_seq, resume=resume, epoch=epoch)
                 log.info(
-                    "%s: no checkpoint, starting at the current position %s", self.name, resume
+                    "%s: no checkpoint, starting at %s (start: %s)",
+                    self.name,
+                    resume,
+                    start.describe(),
                 )
                 self.source = self._open_source(resume)
             else:

@@ -1,10 +1,14 @@
-"""What the lease holder writes beside its stream: new-table snapshots and repair requests.
+"""What the lease holder writes beside its stream: new-table snapshots, repair requests and
+ad-hoc snapshot requests.
 
 Only the lease holder writes a destination's change log. So the supervisor itself copies the
 tables it has no copy of yet before it streams (config ``snapshot.new_tables``), and when a
 reconciliation drops a repair request into the destination's inbox
 (:mod:`cdc_platform.reconcile.inbox`) it stops the runtime after its in-flight commit, writes
-the repair events under the same term, and streams again from the checkpoint.
+the repair events under the same term, and streams again from the checkpoint. A snapshot
+request (:mod:`cdc_platform.backfill.snapshot_requests`) is served the same way: the runtime
+stops after its in-flight commit, the watermark snapshot of the requested tables runs under
+the term (the binlog flows into the change log with each chunk), and streaming goes on.
 
 Each piece of side work runs under a :class:`~cdc_platform.backfill.stop.SideWorkStop`: the
 lease-loss callback cuts its source connection, so a read blocked on the source ends at once
@@ -20,7 +24,8 @@ from typing import Protocol
 
 from cdc_platform.backfill.new_tables import snapshot_new_tables
 from cdc_platform.backfill.repair import RepairResult, repair_keys
-from cdc_platform.backfill.snapshot import SnapshotProgress, SnapshotRunner
+from cdc_platform.backfill.snapshot import SnapshotProgress, SnapshotRunner, state_path
+from cdc_platform.backfill.snapshot_requests import SnapshotInbox
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.config.models import InstanceConfig
 from cdc_platform.errors import CdcError, SinkError
@@ -49,7 +54,8 @@ class SideWork:
     """The lease holder's side writers for one destination; see the module docstring.
 
     ``inbox``: where repair requests arrive (None: none are served); ``lake_root``: where the
-    record of copied tables lives (None: no automatic snapshots).
+    record of copied tables lives (None: no automatic snapshots); ``snapshot_inbox``: where
+    ad-hoc snapshot requests arrive (None: none are served; needs ``lake_root``).
     """
 
     def __init__(
@@ -58,9 +64,15 @@ class SideWork:
         inbox: RepairInbox | None = None,
         lake_root: str | None = None,
         on_snapshot_progress: Callable[[SnapshotProgress], None] | None = None,
+        snapshot_inbox: SnapshotInbox | None = None,
     ) -> None:
         self.inbox = inbox
         self.lake_root = lake_root
+        self.snapshot_inbox = snapshot_inbox
+        self.snapshot_due = threading.Event()
+        """Set by the inbox watch when a snapshot request waits."""
+        self.snapshot_requests = 0
+        """Snapshot requests served."""
         self._on_snapshot_progress = on_snapshot_progress
         self.repair_due = threading.Event()
         """Set by the inbox watch when a request waits: serve it once the runtime stopped."""
@@ -108,10 +120,11 @@ class SideWork:
     # -- automatic snapshots -------------------------------------------------------------------
 
     def snapshots(self, config: InstanceConfig) -> bool:
-        """Whether the destination copies new tables itself (a binlog source, the option on)."""
+        """Whether the destination copies new tables itself (a binlog source, and
+        ``snapshot.new_tables`` on or ``start: {mode: initial}``)."""
         return (
             self.lake_root is not None
-            and config.snapshot.new_tables
+            and (config.snapshot.new_tables or config.start.mode == "initial")
             and config.source.mode == "binlog"  # the watch-by-id source lists its tables itself
         )
 
@@ -134,34 +147,131 @@ class SideWork:
         self._begin(stop, lambda: "lease lost" if halted() == "lease lost" else None)
         try:
             snapshot_new_tables(
-                term, self.lake_root, on_progress=on_progress, on_runner=on_runner, stop=stop
+                term,
+                self.lake_root,
+                on_progress=on_progress,
+                on_runner=on_runner,
+                stop=stop,
+                adopt_existing=not term.config.snapshot.new_tables,
             )
         finally:
             self._end()
+
+    # -- ad-hoc snapshots ------------------------------------------------------------------------
+
+    def serve_snapshot_requests(self, term: WriteTerm, halted: Halted) -> None:
+        """Snapshot the tables of every waiting request under ``term``, answering each.
+
+        A stop or a lost lease ends the snapshot after (or, lease lost, inside) its chunk: the
+        request stays, and this or the next holder finishes the same snapshot. A refusal (a
+        table without a primary key, another snapshot in progress) is the request's answer.
+        """
+        inbox, lake_root = self.snapshot_inbox, self.lake_root
+        assert inbox is not None
+        assert lake_root is not None
+        name, config = term.destination, term.config
+        state_file = state_path(lake_root, name, term.storage_options)
+        while halted() is None:
+            try:
+                request = inbox.next()
+            except (OSError, SinkError) as exc:  # the inbox is in the lake
+                log.warning("%s: cannot read the snapshot inbox: %s", name, exc)
+                return
+            if request is None:
+                return
+            log.info(
+                "%s: snapshot request %s: %s", name, request.request_id, ", ".join(request.tables)
+            )
+            stop = SideWorkStop(name, term.epoch, work="snapshot")
+            runner = SnapshotRunner(
+                term,
+                state_file,
+                tables=request.tables,
+                chunk_size=config.snapshot.chunk_size,
+                segment_events=config.snapshot.segment_events,
+                on_progress=self._progress,
+                stop=stop,
+            )
+            self._begin(stop, lambda: "lease lost" if halted() == "lease lost" else None)
+            with self._lock:
+                self._runner = runner
+            try:
+                result = runner.run()
+            except CdcError as exc:
+                if exc.transient or halted() is not None:
+                    log.warning(
+                        "%s: snapshot request %s interrupted: %s", name, request.request_id, exc
+                    )
+                    return  # the request stays: finished later
+                log.error("%s: snapshot request %s failed: %s", name, request.request_id, exc)
+                error = f"{type(exc).__name__}: {exc}"
+                if not self._answer_snapshot(name, request.request_id, None, error):
+                    return
+                continue
+            finally:
+                self._end()
+            if state_file.exists():
+                return  # stopped after a chunk: the request stays, finished later
+            self.snapshot_requests += 1
+            if not self._answer_snapshot(name, request.request_id, dict(result.per_table), None):
+                return
+            log.info(
+                "%s: snapshot request %s done: %d rows in %d chunks",
+                name,
+                request.request_id,
+                result.rows_written,
+                result.chunks,
+            )
+
+    def _answer_snapshot(
+        self, name: str, request_id: str, rows: dict[str, int] | None, error: str | None
+    ) -> bool:
+        """Answer a snapshot request; False when the lake refused (logged: the request stays
+        and is served again later; a snapshot repeated is harmless)."""
+        assert self.snapshot_inbox is not None
+        try:
+            self.snapshot_inbox.finish(request_id, rows=rows, error=error)
+        except (OSError, SinkError) as exc:  # the inbox is in the lake
+            log.error("%s: cannot answer snapshot request %s: %s", name, request_id, exc)
+            return False
+        return True
+
+    def _progress(self, progress: SnapshotProgress) -> None:
+        self.snapshot_progress = progress
+        if self._on_snapshot_progress is not None:
+            self._on_snapshot_progress(progress)
 
     # -- repairs (reconciliation) --------------------------------------------------------------
 
     def start_inbox_watch(
         self, runtime: StoppableRuntime, stop: threading.Event
     ) -> threading.Thread | None:
-        """A thread that stops the runtime when a repair request arrives."""
-        inbox = self.inbox
-        if inbox is None:
+        """A thread that stops the runtime when a repair or snapshot request arrives."""
+        watched = [
+            (inbox, due, what)
+            for inbox, due, what in (
+                (self.inbox, self.repair_due, "repair"),
+                (self.snapshot_inbox, self.snapshot_due, "snapshot"),
+            )
+            if inbox is not None
+        ]
+        if not watched:
             return None
         name = runtime.name
 
         def watch() -> None:
             while not stop.wait(INBOX_POLL_SECONDS):
-                try:
-                    waiting = inbox.pending()
-                except (OSError, SinkError) as exc:  # the inbox is in the lake
-                    log.warning("%s: cannot read the repair inbox: %s", name, exc)
-                    continue
-                if waiting:
-                    log.info("%s: repair request received; pausing the stream for it", name)
-                    self.repair_due.set()
-                    runtime.request_stop("repair requested")
-                    return
+                for inbox, due, what in watched:
+                    try:
+                        waiting = inbox.pending()
+                    except (OSError, SinkError) as exc:  # the inbox is in the lake
+                        log.warning("%s: cannot read the %s inbox: %s", name, what, exc)
+                        continue
+                    if waiting:
+                        log.info("%s: %s request received; pausing the stream for it", name, what)
+                        due.set()
+                        runtime.request_stop(f"{what} requested")
+                        return
 
         thread = threading.Thread(target=watch, name=f"cdc-inbox-{name}", daemon=True)
         thread.start()

@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 from cdc_platform.backfill.lease import take_lease
 from cdc_platform.backfill.snapshot import SnapshotProgress
+from cdc_platform.backfill.snapshot_requests import snapshot_inbox
 from cdc_platform.config.loader import ConfigSet, Destination
 from cdc_platform.coordination.factory import open_lease, open_registry, open_state_store
 from cdc_platform.errors import CdcError, LeaseError, LeaseLostError, SinkError
@@ -443,6 +444,10 @@ class LeaseSupervisor:
                 side.repair_due.clear()
                 side.serve_inbox(term, self._halted)
                 continue  # stream again from the checkpoint, same term
+            if side.snapshot_due.is_set() and error is None and self._halted() is None:
+                side.snapshot_due.clear()
+                self._serve_snapshot_requests(term)
+                continue  # stream again from the checkpoint, same term
             if (
                 isinstance(error, FencedCommitError)
                 and not _fenced(error, epoch)
@@ -464,6 +469,14 @@ class LeaseSupervisor:
         self.role = "snapshot"
         try:
             self._side.snapshot_new_tables(term, self._halted)
+        finally:
+            self.role = "active"
+
+    def _serve_snapshot_requests(self, term: WriteTerm) -> None:
+        """Ad-hoc snapshots requested through the lake, between two stretches of streaming."""
+        self.role = "snapshot"
+        try:
+            self._side.serve_snapshot_requests(term, self._halted)
         finally:
             self.role = "active"
 
@@ -537,6 +550,9 @@ def supervised_destination(  # noqa: PLR0913 (the CLI's and the Dagster run's op
             ),
             lake_root=lake.uri,
             on_snapshot_progress=on_snapshot_progress,
+            snapshot_inbox=snapshot_inbox(
+                lake.uri, name, destination.config.source, lake.storage_options
+            ),
         )
         yield LeaseSupervisor(
             WriteTerm.in_lake(name, destination.config, lake, on_commit=on_commit),

@@ -11,12 +11,13 @@ from typing import Protocol
 
 from pydantic import SecretStr
 
-from cdc_platform.config.models import SourceConfig
+from cdc_platform.config.models import SourceConfig, StartConfig
 from cdc_platform.events import ChangeEvent, ResumePosition
 from cdc_platform.source.binlog import BinlogSource
 from cdc_platform.source.id_watch import IdWatchSource
+from cdc_platform.source.start_position import resolve_start
 
-__all__ = ["Source", "open_source"]
+__all__ = ["Source", "open_source", "start_position"]
 
 
 class Source(Protocol):
@@ -60,3 +61,11 @@ def open_source(
             storage_options=storage_options,
         )
     return BinlogSource(config, resume=resume, password=password)
+
+
+def start_position(source: Source, start: StartConfig) -> ResumePosition:
+    """Where a destination without a checkpoint begins: ``start`` resolved on the binlog
+    source's server (see :mod:`.start_position`); the id watch begins at its own start."""
+    if isinstance(source, BinlogSource):
+        return resolve_start(source.binlog_server, start)
+    return source.current_position()

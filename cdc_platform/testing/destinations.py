@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cdc_platform.config.models import InstanceConfig, SourceConfig, StoreConfig
+from cdc_platform.config.models import InstanceConfig, SourceConfig, StartConfig, StoreConfig
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
 
 __all__ = ["PASSWORD_ENV", "instance_config", "write_conf"]
@@ -26,10 +26,14 @@ def instance_config(
     *,
     server_id: int,
     password_env: str = PASSWORD_ENV,
+    start: StartConfig | None = None,
     **store: Any,
 ) -> InstanceConfig:
-    """A destination on ``server``: quick reconnects and short batch timeouts for tests."""
+    """A destination on ``server``: quick reconnects and short batch timeouts for tests.
+    It starts at the binlog's current end unless ``start`` says otherwise (most tests
+    stream what they write themselves; ``start: initial`` is tested on its own)."""
     return InstanceConfig(
+        start=start or StartConfig(mode="latest"),
         source=SourceConfig(
             host=server.host,
             port=server.port,
@@ -55,9 +59,11 @@ def write_conf(
     server_id: int = 1001,
     extra_store: str = "",
     extra_platform: str = "",
+    start: str = "{mode: latest}",
 ) -> None:
     """A conf directory with one destination capturing every table of ``database``;
-    ``extra_platform`` is appended to platform.yaml (lease, reconcile, ... settings)."""
+    ``extra_platform`` is appended to platform.yaml (lease, reconcile, ... settings);
+    ``start`` is the destination's ``start:`` (flow style)."""
     (conf / "destinations" / destination).mkdir(parents=True, exist_ok=True)
     (conf / "platform.yaml").write_text(f"lake_root: {lake_root}\n{extra_platform}")
     (conf / "destinations" / destination / "instance.yaml").write_text(
@@ -71,6 +77,7 @@ source:
   include_tables: ['{database}\\..*']
   reconnect_initial_seconds: 0.1
   reconnect_max_seconds: 1
+start: {start}
 store:
   buffer_size: 1024
   batch_size: 64

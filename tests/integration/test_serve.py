@@ -93,6 +93,7 @@ def instance_yaml(mariadb: MariaDBDatabase, tables: str, server_id: int) -> str:
         f"  user: {mariadb.user.name}\n  password_env: {PASSWORD_ENV}\n"
         f"  server_id: {server_id}\n  include_tables: ['{tables}']\n"
         "  reconnect_initial_seconds: 0.1\n  reconnect_max_seconds: 1\n"
+        "start: {mode: latest}\n"
         "store:\n  batch_timeout_seconds: 0.2\n"
     )
 

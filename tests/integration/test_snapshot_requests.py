@@ -1,0 +1,147 @@
+"""Ad-hoc snapshots while the destination streams: requested from the CLI and from the Dagster
+job, served by the running node between batches, without stopping its run."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from cdc_platform.backfill.snapshot import SnapshotProgress, state_path
+from cdc_platform.backfill.snapshot_requests import snapshot_inbox
+from cdc_platform.cli import main
+from cdc_platform.config import load_config
+from cdc_platform.errors import SnapshotError
+from cdc_platform.runtime.supervisor import LeaseSupervisor, supervised_destination
+from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
+from cdc_platform.testing.replay import replay
+from cdc_platform.testing.workload import Workload, source_rows
+from dagster_defs.resources import PlatformResource
+from dagster_defs.snapshot_request import snapshot_request_job
+from tests.conftest import MariaDBDatabase
+
+pytestmark = pytest.mark.integration
+
+
+def test_ad_hoc_snapshots_while_streaming(
+    mariadb: MariaDBDatabase, lake_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
+    db = mariadb.name
+    workload = Workload(mariadb.server, db, seed=21)
+    workload.create_schema()
+    workload.run_transactions(400)  # rows the destination's start (latest) does not see
+    conf = tmp_path / "conf"
+    write_conf(
+        conf, destination="d", server=mariadb.server, user=mariadb.user, database=db,
+        lake_root=lake_root, server_id=2501,
+        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/l.db'}}\n",
+        extra_store="snapshot: {chunk_size: 100}\n",
+    )  # fmt: skip
+    loaded = load_config(conf)
+    assert not loaded.errors, loaded.errors
+    uri = str(lake_root / "d" / "changes")
+    inbox = snapshot_inbox(lake_root, "d", loaded.destinations["d"].config.source)
+    with pytest.raises(SnapshotError, match="not captured"):
+        inbox.submit(["other.table"])
+
+    with supervised_destination(loaded, loaded.destinations["d"]) as supervisor:
+        runner = threading.Thread(
+            target=lambda: supervisor.run(exit_when_idle_seconds=2.0), daemon=True
+        )
+        workload.start(rate_per_second=80)
+        runner.start()
+        try:
+            deadline = time.monotonic() + 30
+            while not Path(uri, "_delta_log").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            before = replay(uri).tables
+            assert len(before.get(f"{db}.customers", {})) < 400  # only what streamed so far
+
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                code = main(
+                    ["snapshot", "--conf", str(conf), "--destination", "d",
+                     "--table", f"{db}.customers", "--request", "--wait", "60"]
+                )  # fmt: skip
+            assert code == 0, out.getvalue()
+            assert f"{db}.customers" in out.getvalue()
+            assert "done" in out.getvalue()
+
+            result = snapshot_request_job.execute_in_process(
+                run_config={
+                    "ops": {
+                        "request_snapshot": {
+                            "config": {"destination": "d", "tables": [f"{db}.orders"]}
+                        }
+                    }
+                },
+                resources={"platform": PlatformResource(conf_dir=str(conf))},
+            )
+            assert result.success
+            assert supervisor.runtime is not None or runner.is_alive()  # the run goes on
+        finally:
+            workload.stop()
+        runner.join(timeout=60)
+        assert not runner.is_alive()
+    assert workload.stats.committed > 0
+    replayed = replay(uri)
+    assert replayed.duplicates == []
+    for table in ("customers", "orders"):
+        assert replayed.tables.get(f"{db}.{table}", {}) == source_rows(mariadb.server, db, table)
+    assert not inbox.pending()
+
+
+def test_a_request_interrupted_by_a_stop_is_finished_by_the_next_run(
+    mariadb: MariaDBDatabase, lake_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
+    db = mariadb.name
+    workload = Workload(mariadb.server, db, seed=22)
+    workload.create_schema()
+    workload.run_transactions(400)
+    conf = tmp_path / "conf"
+    write_conf(
+        conf, destination="d", server=mariadb.server, user=mariadb.user, database=db,
+        lake_root=lake_root, server_id=2502,
+        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/l.db'}}\n",
+        extra_store="snapshot: {chunk_size: 50}\n",
+    )  # fmt: skip
+    loaded = load_config(conf)
+    inbox = snapshot_inbox(lake_root, "d", loaded.destinations["d"].config.source)
+    request_id = inbox.submit([f"{db}.customers"])
+    chunks: list[int] = []
+    running: list[LeaseSupervisor] = []
+
+    def stop_after_two_chunks(progress: SnapshotProgress) -> None:
+        chunks.append(progress.chunks)
+        if len(chunks) == 2:
+            running[0].request_stop("stopped mid-snapshot")
+
+    with supervised_destination(
+        loaded, loaded.destinations["d"], on_snapshot_progress=stop_after_two_chunks
+    ) as first:
+        running.append(first)
+        assert first.run(exit_when_idle_seconds=30.0).error is None
+    assert len(chunks) == 2
+    assert inbox.pending()  # not answered: the next run finishes it
+    assert inbox.result(request_id) is None
+    assert state_path(lake_root, "d").exists()
+
+    with supervised_destination(
+        loaded, loaded.destinations["d"], on_snapshot_progress=lambda p: chunks.append(p.chunks)
+    ) as second:
+        summary = second.run(exit_when_idle_seconds=2.0)
+    assert summary.error is None, summary
+    answer = inbox.result(request_id)
+    assert answer is not None
+    assert answer["error"] is None
+    assert chunks[2] == 3  # resumed at the third chunk, not from the start
+    assert not state_path(lake_root, "d").exists()
+    replayed = replay(str(lake_root / "d" / "changes"))
+    assert replayed.duplicates == []
+    assert replayed.tables[f"{db}.customers"] == source_rows(mariadb.server, db, "customers")
