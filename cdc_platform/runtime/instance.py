@@ -19,7 +19,7 @@ from typing import TypeVar
 from cdc_platform.errors import CdcError, CommitRefusedError, SinkError, SourceError
 from cdc_platform.events import ChangeEvent, EventKind, ResumePosition, ServerIdentity
 from cdc_platform.sink import Checkpoint, FencedCommitError
-from cdc_platform.sink.report import CommitReport
+from cdc_platform.sink.report import CommitReport, count_ops
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source import BinlogSource  # noqa: F401 - tests patch it through this module
 from cdc_platform.source.factory import Source, open_source
@@ -51,8 +51,16 @@ class RuntimeMetrics:
     last_position: str | None = None
     last_commit_at: float | None = None
     lag_seconds: float | None = None
+    """Now minus :attr:`source_time` (live in :meth:`DestinationRuntime.metrics`)."""
+    source_time: float | None = None
+    """Source time (epoch seconds) up to which everything is committed: the last committed
+    transaction's binlog timestamp, or the last heartbeat of an idle server."""
+    buffer_fill: float = 0.0
+    """How full the ring buffer is, 0..1 (the larger of items and bytes)."""
     source_reconnects: int = 0
     commit_failures: int = 0
+    idle_checkpoints: int = 0
+    """Empty commits that moved the checkpoint to where an idle server's heartbeat was."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +107,10 @@ class DestinationRuntime:
         self.name = name
         self.config = config
         self.table_uri = term.table_uri
-        self._on_commit = term.on_commit
+        self._recorder = term.recorder
+        self._idle_every = config.sink.idle_checkpoint_seconds
+        self._reconnects_seen = 0
+        self._last_commit = time.monotonic()
         self._metrics_interval = metrics_interval_seconds
         self._retry_initial = commit_retry_initial_seconds
         self._retry_max = commit_retry_max_seconds
@@ -139,15 +150,34 @@ class DestinationRuntime:
         """The latest metrics snapshot, with live buffer figures."""
         stats = self.store.stats()
         source = self.source
+        fill = stats.items / stats.capacity_items
+        if stats.capacity_bytes:
+            fill = max(fill, stats.bytes / stats.capacity_bytes)
         with self._lock:
+            source_time = self._metrics.source_time
             return replace(
                 self._metrics,
                 buffer_items=stats.items,
                 buffer_bytes=stats.bytes,
                 buffer_capacity_items=stats.capacity_items,
                 buffer_capacity_bytes=stats.capacity_bytes,
+                buffer_fill=min(1.0, fill),
                 source_reconnects=source.reconnects if source is not None else 0,
+                lag_seconds=None if source_time is None else max(0.0, time.time() - source_time),
             )
+
+    def _observe(self) -> None:
+        """Hand the recorder the figures measured elsewhere (buffer fill, reconnects)."""
+        m = self.metrics()
+        self._recorder.buffer(m.buffer_fill)
+        if m.source_reconnects > self._reconnects_seen:
+            self._recorder.reconnected(m.source_reconnects - self._reconnects_seen)
+            self._reconnects_seen = m.source_reconnects
+
+    def _caught_up(self, source_time: float) -> None:
+        with self._lock:
+            self._metrics = replace(self._metrics, source_time=source_time)
+        self._recorder.caught_up(source_time)
 
     def _update(self, **changes: object) -> None:
         with self._lock:
@@ -316,11 +346,17 @@ class DestinationRuntime:
             except StoreClosedError:
                 break
             now = time.monotonic()
+            self._observe()
             if now >= next_metrics:
                 self._log_metrics(rates)
                 rates = _Rates()
                 next_metrics = now + self._metrics_interval
-            if not batch.events:
+            if not batch.events or _heartbeats_only(batch):
+                if batch.events:
+                    try:
+                        batch_seq, resume = self._idle(batch, batch_seq, resume, epoch, now)
+                    except CdcError as exc:
+                        return batch_seq, resume, exc
                 if exit_when_idle is not None and now - last_activity >= exit_when_idle:
                     self.request_stop(f"idle for {exit_when_idle:g} s")
                 continue
@@ -336,6 +372,8 @@ class DestinationRuntime:
             ack_point = batch.ack_point
             assert ack_point is not None
             self.store.ack(ack_point)
+            self._last_commit = now
+            self._caught_up(ack_point.txn.timestamp)
             rates.events += report.events
             rates.rows += report.rows
             with self._lock:
@@ -348,11 +386,43 @@ class DestinationRuntime:
                     last_batch_seq=batch_seq,
                     last_position=str(resume),
                     last_commit_at=time.time(),
-                    lag_seconds=report.lag_seconds,
                 )
-            if self._on_commit is not None:
-                self._on_commit(report)
+            self.term.report(report)
         return batch_seq, resume, None
+
+    def _idle(
+        self, batch: Batch, batch_seq: int, resume: ResumePosition | None, epoch: int, now: float
+    ) -> tuple[int, ResumePosition | None]:
+        """A batch of heartbeats only: everything the server wrote is committed, so the lag's
+        source time is the heartbeat's. The heartbeat's position is committed (an empty
+        commit) only when it moved and the last commit is ``sink.idle_checkpoint_seconds``
+        old: a heartbeat every second must not cost a Delta commit every second."""
+        ack_point = batch.ack_point
+        assert ack_point is not None
+        position = batch.resume_position()
+        if position != resume and now - self._last_commit >= self._idle_every:
+            report = self._commit(batch, batch_seq + 1, epoch)
+            if report is None:  # stop requested while retrying
+                self.store.rollback()
+                return batch_seq, resume
+            batch_seq, resume = report.batch_seq, report.resume
+            self._last_commit = now
+            with self._lock:
+                metrics = self._metrics
+                self._metrics = replace(
+                    metrics,
+                    batches_total=metrics.batches_total + 1,
+                    idle_checkpoints=metrics.idle_checkpoints + 1,
+                    last_batch_seq=batch_seq,
+                    last_position=str(resume),
+                    last_commit_at=time.time(),
+                )
+            self.term.report(report)
+        else:
+            self._with_server(batch, ack_point.resume_after())  # keep the server changes in step
+        self.store.ack(ack_point)
+        self._caught_up(ack_point.txn.timestamp)
+        return batch_seq, resume
 
     def _commit(self, batch: Batch, batch_seq: int, epoch: int) -> CommitReport | None:
         """Commit one batch, retrying transient failures; None if stopped while retrying."""
@@ -394,6 +464,7 @@ class DestinationRuntime:
         assert last is not None
         if rows < 0:
             rows = sum(1 for event in batch.events if event.kind is not EventKind.COMMIT)
+        events = batch.events
         return CommitReport(
             destination=self.name,
             batch_seq=batch_seq,
@@ -405,6 +476,8 @@ class DestinationRuntime:
             lag_seconds=max(0.0, time.time() - last.txn.timestamp),
             commit_seconds=seconds,
             partial=batch.partial,
+            ops=count_ops(events),
+            transactions=sum(1 for e in events if e.ends_transaction and not e.txn.idle),
         )
 
     def _with_server(self, batch: Batch, resume: ResumePosition) -> ResumePosition:
@@ -448,3 +521,9 @@ class DestinationRuntime:
             m.last_position,
             m.source_reconnects,
         )
+
+
+def _heartbeats_only(batch: Batch) -> bool:
+    """True when every event of ``batch`` is an idle server's heartbeat (no change, no
+    transaction): see ``Transaction.idle``."""
+    return all(event.txn.idle for event in batch.events)
