@@ -64,7 +64,7 @@ def test_the_endpoint_serves_the_text_format_on_a_free_port() -> None:
     try:
         assert port > 0
         assert metrics.url == f"http://127.0.0.1:{port}/metrics"
-        with urllib.request.urlopen(metrics.url, timeout=5) as response:  # noqa: S310
+        with urllib.request.urlopen(metrics.url, timeout=5) as response:
             text = response.read().decode()
         assert 'cdc_buffer_fill_ratio{destination="shop"} 0.25' in text
         with pytest.raises(ConfigError, match="cannot serve metrics"):
