@@ -3,8 +3,9 @@
 * holder, epoch, standbys: the lease store (ZooKeeper running and cluster nodes, or the
   ``master_lock`` row and the node registry);
 * committed position and the epoch that wrote it: the change log's checkpoint;
-* lag and the age of the last commit: the holder's ``status/<destination>`` entry in the state
-  watch (published on commits, at most once per publish interval).
+* lag, rows/s, buffer fill, snapshot progress, the last commit and the holder's metrics
+  endpoint: the holder's ``status/<destination>`` entry in the state watch (published on
+  commits and every lease renewal, at most once per publish interval; either lease backend).
 
 Each source may fail on its own (ZooKeeper down, table not created yet): the error is reported
 next to whatever else could be read.
@@ -41,6 +42,12 @@ class DestinationStatus:
     lag_seconds: float | None = None
     committed_at: float | None = None
     status_epoch: int | None = None
+    rows_per_second: float | None = None
+    buffer_fill: float | None = None
+    snapshot: dict[str, Any] | None = None
+    metrics_url: str | None = None
+    published_at: float | None = None
+    """When the holder published these figures (its clock)."""
     errors: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -85,6 +92,11 @@ def collect_status(config: ConfigSet, names: list[str]) -> list[DestinationStatu
                     status.lag_seconds = data.get("lag_seconds")
                     status.committed_at = data.get("committed_at")
                     status.status_epoch = data.get("epoch")
+                    status.rows_per_second = data.get("rows_per_second")
+                    status.buffer_fill = data.get("buffer_fill")
+                    status.snapshot = data.get("snapshot")
+                    status.metrics_url = data.get("metrics_url")
+                    status.published_at = data.get("published_at")
             except (CdcError, ValueError) as exc:
                 status.errors.append(f"state watch: {exc}")
             result.append(status)
@@ -117,9 +129,27 @@ def format_status(status: DestinationStatus, now: float | None = None) -> str:
             f"position {status.position}"
         )
     if status.lag_seconds is not None:
-        age = f", {now - status.committed_at:.0f} s ago" if status.committed_at else ""
-        lines.append(f"  lag: {status.lag_seconds:.1f} s at the last commit{age}")
+        if status.published_at is not None:
+            when = f"reported {now - status.published_at:.0f} s ago"
+        else:
+            when = "at the last commit"
+        lines.append(f"  lag: {status.lag_seconds:.1f} s ({when})")
     else:
         lines.append("  lag: -")
+    if status.committed_at is not None:
+        lines.append(f"  last commit: {now - status.committed_at:.0f} s ago")
+    if status.rows_per_second is not None or status.buffer_fill is not None:
+        rate = "-" if status.rows_per_second is None else f"{status.rows_per_second:.0f}"
+        fill = "-" if status.buffer_fill is None else f"{100 * status.buffer_fill:.0f} %"
+        lines.append(f"  rows/s: {rate}, buffer fill: {fill}")
+    snapshot = status.snapshot
+    if snapshot:
+        lines.append(
+            f"  snapshot: {100 * float(snapshot.get('progress', 0)):.0f} % "
+            f"({snapshot.get('table')}, {snapshot.get('rows_written')} rows copied, "
+            f"{snapshot.get('tables')} tables)"
+        )
+    if status.metrics_url is not None:
+        lines.append(f"  metrics: {status.metrics_url}")
     lines.extend(f"  error: {error}" for error in status.errors)
     return "\n".join(lines)

@@ -111,6 +111,7 @@ class DestinationRuntime:
         self._idle_every = config.sink.idle_checkpoint_seconds
         self._reconnects_seen = 0
         self._last_commit = time.monotonic()
+        self._epoch: int | None = term.epoch
         self._metrics_interval = metrics_interval_seconds
         self._retry_initial = commit_retry_initial_seconds
         self._retry_max = commit_retry_max_seconds
@@ -225,12 +226,14 @@ class DestinationRuntime:
                     batch_seq,
                     resume,
                     epoch,
+                    extra={"position": str(resume), "epoch": epoch, "batch_seq": batch_seq},
                 )
         except CdcError as exc:
             log.error("%s: %s", self.name, exc)
             self.sink.close()
             return RunSummary(self.name, "failed", 0, 0, batch_seq, resume, exc)
 
+        self._epoch = epoch
         self._update(state="running", last_batch_seq=batch_seq, last_position=str(resume))
         reader = threading.Thread(target=self._read, name=f"cdc-source-{self.name}", daemon=True)
         reader.start()
@@ -249,7 +252,14 @@ class DestinationRuntime:
         reason = "failed" if error is not None else self._stop_reason
         metrics = self.metrics()
         self._update(state="stopped" if error is None else "failed")
-        log.info("%s: stopped (%s) after batch %d at %s", self.name, reason, batch_seq, resume)
+        log.info(
+            "%s: stopped (%s) after batch %d at %s",
+            self.name,
+            reason,
+            batch_seq,
+            resume,
+            extra={"position": str(resume), "epoch": epoch, "batch_seq": batch_seq},
+        )
         return RunSummary(
             self.name,
             reason,
@@ -520,6 +530,16 @@ class DestinationRuntime:
             lag,
             m.last_position,
             m.source_reconnects,
+            extra={
+                "position": m.last_position,
+                "epoch": self._epoch,
+                "batch_seq": m.last_batch_seq,
+                "lag_seconds": None if m.lag_seconds is None else round(m.lag_seconds, 3),
+                "rows_per_second": round(m.rows_per_second, 1),
+                "events_per_second": round(m.events_per_second, 1),
+                "buffer_fill": round(m.buffer_fill, 4),
+                "reconnects": m.source_reconnects,
+            },
         )
 
 
