@@ -1,0 +1,178 @@
+"""The Prometheus endpoint of a real `cdc-platform run` against real MariaDB: the counters
+equal the change log, the lag stays true on an idle source while the checkpoint moves on, and
+the lease gauges follow the lease when the holder is killed."""
+
+from __future__ import annotations
+
+import math
+import re
+import signal
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from cdc_platform.testing.ha import Cluster, Node, fast_database_lease
+from tests.conftest import MariaDBDatabase
+
+pytestmark = pytest.mark.integration
+
+_SAMPLE = re.compile(r"^([a-z_]+)\{([^}]*)\} (\S+)$")
+
+
+def scrape(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample of the endpoint: (name, labels) -> value."""
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    samples: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if match is None:
+            continue
+        name, labels, value = match.groups()
+        pairs = frozenset(
+            tuple(part.split("=", 1)) for part in re.findall(r'[a-z_]+="[^"]*"', labels)
+        )
+        samples[name, frozenset((k, v.strip('"')) for k, v in pairs)] = float(value)
+    return samples
+
+
+def sample(url: str, name: str, **labels: str) -> float | None:
+    return scrape(url).get((name, frozenset({"destination": "ha", **labels}.items())))
+
+
+def metrics_url(cluster: Cluster, node: Node) -> str:
+    found: list[str] = []
+
+    def printed() -> bool:
+        match = re.search(r"^metrics: (http://\S+)$", node.text(), re.MULTILINE)
+        if match:
+            found.append(match.group(1))
+        return bool(found)
+
+    cluster.wait(printed, f"{node.address} to print its metrics endpoint", timeout=30)
+    return found[0]
+
+
+@pytest.fixture
+def cluster(mariadb: MariaDBDatabase, tmp_path: Path) -> Iterator[Cluster]:
+    # A SQLite lease: the source sees no traffic but the test's, so idle means idle.
+    made = Cluster(
+        tmp_path,
+        mariadb.server,
+        mariadb.user,
+        mariadb.name,
+        fast_database_lease(f"sqlite:///{tmp_path}/lease.db"),
+    )
+    instance = made.conf / "destinations" / made.destination / "instance.yaml"
+    with instance.open("a") as out:
+        out.write("sink: {idle_checkpoint_seconds: 2}\n")
+    yield made
+    made.close()
+
+
+def change_log_ops(uri: str) -> Counter[str]:
+    ops = DeltaTable(uri).to_pyarrow_table(columns=["op"]).column("op").to_pylist()
+    return Counter(str(op) for op in ops)
+
+
+def test_counters_equal_the_change_log_and_an_idle_source_keeps_lag_low(
+    cluster: Cluster, mariadb: MariaDBDatabase
+) -> None:
+    server, db = mariadb.server, mariadb.name
+    server.execute("CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(20))", database=db)
+    node = cluster.start("node-a", "--metrics-port", "0")
+    url = metrics_url(cluster, node)
+    cluster.wait(lambda: cluster.checkpoint() is not None, "the first commit")
+    statements = [f"INSERT INTO items VALUES ({i}, 'n{i}')" for i in range(1, 31)]
+    statements += [f"UPDATE items SET name = 'u{i}' WHERE id = {i}" for i in range(1, 11)]
+    statements += [
+        "DELETE FROM items WHERE id > 25",
+        "ALTER TABLE items ADD COLUMN price INT",
+        "INSERT INTO items VALUES (99, 'after ddl', 3)",
+    ]
+    server.execute(*statements, database=db)
+    cluster.wait(lambda: cluster.rows() >= 30 + 10 + 5 + 1 + 1, "every change committed")
+
+    expected = change_log_ops(cluster.uri)
+    assert expected == {"c": 31, "u": 10, "d": 5, "ddl": 1}
+
+    def counters_match() -> bool:
+        return all(
+            sample(url, "cdc_rows_committed_total", op=op) == expected.get(op, 0)
+            for op in ("c", "u", "d", "r", "ddl")
+        )
+
+    cluster.wait(counters_match, "the row counters to equal the change log's rows per op")
+    # Autocommit: one transaction per statement (the DDL included).
+    assert sample(url, "cdc_transactions_committed_total") == len(statements)
+    assert (sample(url, "cdc_commit_duration_seconds_count") or 0) >= 1
+    last_commit = sample(url, "cdc_last_commit_timestamp_seconds")
+    assert last_commit is not None
+    assert abs(time.time() - last_commit) < 60
+    assert sample(url, "cdc_lease_held") == 1
+    fill = sample(url, "cdc_buffer_fill_ratio")
+    assert fill is not None
+    assert 0 <= fill <= 1
+
+    # Idle: a new binlog file and no change for 30 s. The lag stays under two heartbeats
+    # plus a batch, and the checkpoint follows the server into the new file.
+    before = cluster.checkpoint()
+    assert before is not None
+    server.execute("FLUSH BINARY LOGS")
+    new_file = str(server.query("SHOW MASTER STATUS")[0][0])
+    assert new_file != before.resume.file
+    lags: list[float] = []
+    moved_at: float | None = None
+    started = time.monotonic()
+    while time.monotonic() - started < 30:
+        lag = sample(url, "cdc_source_lag_seconds")
+        assert lag is not None
+        assert not math.isnan(lag)
+        lags.append(lag)
+        if moved_at is None:
+            checkpoint = cluster.checkpoint()
+            if checkpoint is not None and checkpoint.resume.file == new_file:
+                moved_at = time.monotonic() - started
+        time.sleep(1.0)
+    assert max(lags) < 5, f"idle lag samples: {lags}"
+    assert moved_at is not None, "the checkpoint stayed in the old binlog file while idle"
+    after = cluster.checkpoint()
+    assert after is not None
+    assert after.resume.file == new_file
+    # One heartbeat a second, yet no commit per heartbeat: the move is one empty commit.
+    assert after.batch_seq - before.batch_seq <= 2, (before.batch_seq, after.batch_seq)
+    assert after.last_seq == before.last_seq
+    assert node.stop() == 0
+
+
+def test_the_lease_gauges_flip_when_the_holder_is_killed(
+    cluster: Cluster, mariadb: MariaDBDatabase
+) -> None:
+    a = cluster.start("node-a", "--metrics-port", "0")
+    a_url = metrics_url(cluster, a)
+    held = cluster.wait_holder(a)
+    b = cluster.start("node-b", "--metrics-port", "0")
+    b_url = metrics_url(cluster, b)
+    cluster.wait(lambda: sample(a_url, "cdc_lease_held") == 1, "node-a's gauge to show the lease")
+    assert sample(a_url, "cdc_lease_epoch") == held.epoch
+    assert sample(b_url, "cdc_lease_held") == 0
+    lag = sample(b_url, "cdc_source_lag_seconds")
+    assert lag is not None
+    assert math.isnan(lag), "a standby reports no lag"
+
+    a.signal(signal.SIGKILL)
+    a.proc.wait(timeout=30)
+    taken = cluster.wait_holder(b, above=held.epoch)
+    cluster.wait(lambda: sample(b_url, "cdc_lease_held") == 1, "node-b's gauge to show the lease")
+    assert sample(b_url, "cdc_lease_epoch") == taken.epoch
+    cluster.wait(
+        lambda: (sample(b_url, "cdc_source_lag_seconds") or math.inf) < 5,
+        "node-b to report a low lag on the idle source",
+        timeout=30,
+    )
+    assert b.stop() == 0
