@@ -105,15 +105,11 @@ def _destination(args: argparse.Namespace) -> tuple[ConfigSet, Destination]:
 def _metrics(args: argparse.Namespace, config: ConfigSet) -> PrometheusMetrics | None:
     """The process's Prometheus endpoint if ``--metrics-port`` or ``metrics.port`` asks for
     one; its address is printed (and published for `status`)."""
-    from cdc_platform.runtime.prometheus import PrometheusMetrics  # noqa: PLC0415 (light CLI)
+    from cdc_platform.runtime.prometheus import open_metrics  # noqa: PLC0415 (light CLI)
 
-    settings = config.platform.metrics
-    port = args.metrics_port if args.metrics_port is not None else settings.port
-    if port is None:
-        return None
-    metrics = PrometheusMetrics()
-    metrics.serve(args.metrics_host or settings.host, port)
-    print(f"metrics: {metrics.url}", flush=True)
+    metrics = open_metrics(config.platform.metrics, port=args.metrics_port, host=args.metrics_host)
+    if metrics is not None:
+        print(f"metrics: {metrics.url}", flush=True)
     return metrics
 
 

@@ -108,6 +108,7 @@ class DestinationRuntime:
         self.config = config
         self.table_uri = term.table_uri
         self._recorder = term.recorder
+        self._on_commit = term.on_commit
         self._idle_every = config.sink.idle_checkpoint_seconds
         self._reconnects_seen = 0
         self._last_commit = time.monotonic()
@@ -174,6 +175,11 @@ class DestinationRuntime:
         if m.source_reconnects > self._reconnects_seen:
             self._recorder.reconnected(m.source_reconnects - self._reconnects_seen)
             self._reconnects_seen = m.source_reconnects
+
+    def _report(self, report: CommitReport) -> None:
+        self.term.record(report)
+        if self._on_commit is not None:
+            self._on_commit(report)
 
     def _caught_up(self, source_time: float) -> None:
         with self._lock:
@@ -397,7 +403,7 @@ class DestinationRuntime:
                     last_position=str(resume),
                     last_commit_at=time.time(),
                 )
-            self.term.report(report)
+            self._report(report)
         return batch_seq, resume, None
 
     def _idle(
@@ -427,7 +433,7 @@ class DestinationRuntime:
                     last_position=str(resume),
                     last_commit_at=time.time(),
                 )
-            self.term.report(report)
+            self._report(report)
         else:
             self._with_server(batch, ack_point.resume_after())  # keep the server changes in step
         self.store.ack(ack_point)

@@ -18,11 +18,12 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from cdc_platform.config.models import MetricsConfig
 from cdc_platform.errors import ConfigError
 from cdc_platform.events import Op
 from cdc_platform.infra.recorder import MetricsRecorder
 
-__all__ = ["COMMIT_BUCKETS", "PrometheusMetrics", "PrometheusRecorder"]
+__all__ = ["COMMIT_BUCKETS", "PrometheusMetrics", "PrometheusRecorder", "open_metrics"]
 
 log = logging.getLogger("cdc_platform.runtime")
 
@@ -239,3 +240,16 @@ class PrometheusRecorder(MetricsRecorder):
 
     def snapshot(self, progress: float) -> None:
         self._snapshot.set(progress)
+
+
+def open_metrics(
+    settings: MetricsConfig, *, port: int | None = None, host: str | None = None
+) -> PrometheusMetrics | None:
+    """A process's endpoint, serving, if ``port`` (a command-line override) or
+    ``settings.port`` asks for one; None otherwise. For `run`, `serve` and a Dagster run."""
+    port = port if port is not None else settings.port
+    if port is None:
+        return None
+    metrics = PrometheusMetrics()
+    metrics.serve(host or settings.host, port)
+    return metrics

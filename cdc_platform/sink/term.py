@@ -92,14 +92,18 @@ class WriteTerm:
         if self.commit_gate is not None:
             self.commit_gate()
 
-    def report(self, report: CommitReport) -> None:
-        """Tell the recorder and ``on_commit`` of a commit that landed."""
+    def record(self, report: CommitReport) -> None:
+        """Tell the recorder (only) of a commit that landed."""
         self.recorder.committed(
             ops=dict(report.ops),
             transactions=report.transactions,
             seconds=report.commit_seconds,
             at=time.time(),
         )
+
+    def report(self, report: CommitReport) -> None:
+        """Tell the recorder and ``on_commit`` of a commit that landed."""
+        self.record(report)
         if self.on_commit is not None:
             self.on_commit(report)
 

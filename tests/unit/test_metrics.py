@@ -3,7 +3,9 @@ the lag from an injected clock, and the lease gauges flipping when the lease mov
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import threading
 import urllib.request
 from pathlib import Path
@@ -118,3 +120,26 @@ def test_the_lease_gauges_follow_the_lease_from_one_node_to_the_other(tmp_path: 
         for thread in threads:
             if thread.is_alive() or thread.ident is not None:
                 thread.join(timeout=30)
+
+
+def _exported() -> tuple[set[str], set[str]]:
+    """(sample names, metric names as documented: counters with ``_total``)."""
+    metrics = PrometheusMetrics()
+    metrics.recorder("shop").committed(ops={"c": 1}, transactions=1, seconds=0.1, at=1.0)
+    families = list(metrics.registry.collect())
+    samples = {s.name for family in families for s in family.samples}
+    documented = {f.name + ("_total" if f.type == "counter" else "") for f in families}
+    return samples, documented
+
+
+def test_the_dashboard_and_the_docs_use_the_real_metric_names() -> None:
+    root = Path(__file__).resolve().parents[2]
+    samples, metrics = _exported()
+    dashboard = json.loads((root / "docs/grafana/cdc-platform.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    used = {n for e in exprs for n in re.findall(r"\bcdc_[a-z_]+", e)}
+    assert used, "the dashboard queries nothing"
+    assert used <= samples, f"unknown in the dashboard: {sorted(used - samples)}"
+    text = (root / "docs/operations.md").read_text()
+    table = set(re.findall(r"^\| `(cdc_[a-z_]+)", text, re.MULTILINE))
+    assert table == metrics, "docs/operations.md's table lists exactly the metrics served"
