@@ -314,6 +314,7 @@ class DestinationRuntime:
             password=self.term.password,
             table_uri=self.table_uri,
             storage_options=self.term.storage_options,
+            heartbeats=True,
         )
 
     def _read(self) -> None:

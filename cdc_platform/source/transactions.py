@@ -104,11 +104,13 @@ class TransactionAssembler:
         clock: Callable[[], float],
         filters: str | None = None,
         wall_clock: Callable[[], float] = time.time,
+        heartbeats: bool = False,
     ) -> None:
         self._tables = tables
         self._plans = plans
         self._clock = clock
         self._wall_clock = wall_clock
+        self._heartbeats = heartbeats
         self._filters = filters
         self._file = start.file
         self._boundary = BinlogPosition(start.file, start.pos)
@@ -359,8 +361,10 @@ class TransactionAssembler:
 
     def _idle(self, server_id: int) -> list[ChangeEvent]:
         """Heartbeat: the server has sent everything it has. Outside a transaction, a held-back
-        quiet COMMIT comes out now, followed by an idle COMMIT at the last boundary (see
-        ``Transaction.idle``): the runtime takes from it that everything up to now is read."""
+        quiet COMMIT comes out now, followed (when asked for: ``heartbeats``) by an idle COMMIT
+        at the last boundary (see ``Transaction.idle``): the runtime takes from it that
+        everything up to now is read. The snapshot's segments do without: their idle cut
+        relies on a quiet stream."""
         if self._txn is not None or self._expect is not None:
             return []
         out: list[ChangeEvent] = []
@@ -380,7 +384,8 @@ class TransactionAssembler:
             xa_prepared=self._xa.pending,
             idle=True,
         )
-        out.append(ChangeEvent(EventKind.COMMIT, idle, boundary, 0))
+        if self._heartbeats:
+            out.append(ChangeEvent(EventKind.COMMIT, idle, boundary, 0))
         return out
 
     def _rotate(self, event: Any) -> list[ChangeEvent]:

@@ -35,11 +35,18 @@ def _event(cls: type, pos: int, size: int, **fields: Any) -> Any:
     return event
 
 
-def _assembler(start: ResumePosition, wall: list[float]) -> TransactionAssembler:
+def _assembler(
+    start: ResumePosition, wall: list[float], *, heartbeats: bool = True
+) -> TransactionAssembler:
     tables = TableFilter([r"shop\..*"], [])
     plans = TablePlans(tables, lambda db, table: Catalog(), is_mariadb=True)
     return TransactionAssembler(
-        start, tables, plans, clock=lambda: 100.0, wall_clock=lambda: wall[0]
+        start,
+        tables,
+        plans,
+        clock=lambda: 100.0,
+        wall_clock=lambda: wall[0],
+        heartbeats=heartbeats,
     )
 
 
@@ -82,3 +89,9 @@ def test_after_a_rotation_the_idle_commit_is_in_the_new_file() -> None:
     assembler.feed(_event(RotateEvent, 450, 50, next_binlog="mysql-bin.000002", position=4))
     (idle,) = assembler.feed(_heartbeat(4))
     assert idle.resume_after() == ResumePosition("mysql-bin.000002", 4, "0-1-5")
+
+
+def test_without_heartbeats_asked_for_a_heartbeat_emits_nothing() -> None:
+    """The snapshot's segment stream cuts on a quiet stream: it does not ask for them."""
+    assembler = _assembler(ResumePosition("mysql-bin.000001", 400), [1.0e9], heartbeats=False)
+    assert assembler.feed(_heartbeat(400)) == []
