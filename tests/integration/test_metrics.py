@@ -4,14 +4,18 @@ the lease gauges follow the lease when the holder is killed."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import signal
+import subprocess
+import sys
 import time
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from deltalake import DeltaTable
@@ -156,7 +160,7 @@ def test_the_lease_gauges_flip_when_the_holder_is_killed(
     a = cluster.start("node-a", "--metrics-port", "0")
     a_url = metrics_url(cluster, a)
     held = cluster.wait_holder(a)
-    b = cluster.start("node-b", "--metrics-port", "0")
+    b = cluster.start("node-b", "--metrics-port", "0", "--log-format", "json")
     b_url = metrics_url(cluster, b)
     cluster.wait(lambda: sample(a_url, "cdc_lease_held") == 1, "node-a's gauge to show the lease")
     assert sample(a_url, "cdc_lease_epoch") == held.epoch
@@ -175,4 +179,39 @@ def test_the_lease_gauges_flip_when_the_holder_is_killed(
         "node-b to report a low lag on the idle source",
         timeout=30,
     )
+
+    # `status` shows the new holder's figures and where its metrics are.
+    def status() -> dict[str, Any]:
+        out = subprocess.run(
+            [sys.executable, "-m", "cdc_platform.cli", "status", "--conf", str(cluster.conf),
+             "--json"],
+            capture_output=True, text=True, env=cluster.env, timeout=60, check=False,
+        )  # fmt: skip
+        (entry,) = json.loads(out.stdout)
+        return dict(entry)
+
+    cluster.wait(lambda: status()["metrics_url"] == b_url, "status to show node-b's endpoint")
+    shown = status()
+    assert shown["holder"]["address"] == "node-b"
+    assert shown["lag_seconds"] is not None
+    assert shown["lag_seconds"] < 5
+    assert shown["buffer_fill"] is not None
+    assert shown["rows_per_second"] is not None
     assert b.stop() == 0
+
+    # node-b logged JSON: one object per line, each naming the destination; the start of its
+    # term carries the position and the epoch; never the password.
+    text = b.text()
+    assert mariadb.user.password not in text
+    records = []
+    for line in text.splitlines():
+        if line.startswith(("metrics: ", "ha: ")):  # the endpoint and the summary, on stdout
+            continue
+        record = json.loads(line)
+        assert record["destination"] == "ha", line
+        assert {"ts", "level", "logger", "event"} <= record.keys(), line
+        records.append(record)
+    assert any(
+        r.get("epoch") == taken.epoch and r.get("position") and "resuming" in r["event"]
+        for r in records
+    ), "no JSON record of the new term's start with its epoch and position"
