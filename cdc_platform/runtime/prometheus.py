@@ -190,12 +190,14 @@ class PrometheusRecorder(MetricsRecorder):
         self.destination = destination
         self._clock = clock
         self._source_time: float | None = None
+        self._held: bool | None = None
+        """None until a lease supervisor reports (a run without a lease)."""
         self._rows = {op: metrics.rows.labels(destination, op) for op in _OPS}
         self._transactions = metrics.transactions.labels(destination)
         self._commit = metrics.commit_duration.labels(destination)
         self._last_commit = metrics.last_commit.labels(destination)
         self._fill = metrics.buffer_fill.labels(destination)
-        self._held = metrics.lease_held.labels(destination)
+        self._held_gauge = metrics.lease_held.labels(destination)
         self._epoch = metrics.lease_epoch.labels(destination)
         self._reconnects = metrics.reconnects.labels(destination)
         self._snapshot = metrics.snapshot.labels(destination)
@@ -223,7 +225,8 @@ class PrometheusRecorder(MetricsRecorder):
         self._last_commit.set(at)
 
     def caught_up(self, source_time: float) -> None:
-        self._source_time = source_time
+        if self._held is not False:  # a late report of a lost term must not revive the lag
+            self._source_time = source_time
 
     def buffer(self, fill_ratio: float) -> None:
         self._fill.set(fill_ratio)
@@ -232,7 +235,8 @@ class PrometheusRecorder(MetricsRecorder):
         self._reconnects.inc(count)
 
     def lease(self, *, held: bool, epoch: int | None) -> None:
-        self._held.set(1 if held else 0)
+        self._held = held
+        self._held_gauge.set(1 if held else 0)
         if epoch is not None:
             self._epoch.set(epoch)
         if not held:

@@ -53,6 +53,7 @@ def test_lag_is_now_minus_the_committed_source_time() -> None:
     clock.advance(1.5)
     assert _value(metrics, "cdc_source_lag_seconds", destination="shop") == 3.5
     recorder.lease(held=False, epoch=4)
+    recorder.caught_up(5001.0)  # the lost term's last heartbeat, reported late
     lag = _value(metrics, "cdc_source_lag_seconds", destination="shop")
     assert lag is not None
     assert math.isnan(lag), "a former holder reports no lag"
