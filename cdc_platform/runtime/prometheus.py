@@ -247,13 +247,20 @@ class PrometheusRecorder(MetricsRecorder):
 
 
 def open_metrics(
-    settings: MetricsConfig, *, port: int | None = None, host: str | None = None
+    settings: MetricsConfig,
+    *,
+    port: int | None = None,
+    host: str | None = None,
+    any_port: bool = False,
 ) -> PrometheusMetrics | None:
     """A process's endpoint, serving, if ``port`` (a command-line override) or
-    ``settings.port`` asks for one; None otherwise. For `run`, `serve` and a Dagster run."""
+    ``settings.port`` asks for one; None otherwise. ``any_port``: a free port whatever the
+    configured one (a Dagster run: several runs share a machine)."""
     port = port if port is not None else settings.port
     if port is None:
         return None
+    if any_port:
+        port = 0
     metrics = PrometheusMetrics()
     metrics.serve(host or settings.host, port)
     return metrics

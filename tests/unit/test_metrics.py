@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from cdc_platform.config.models import MetricsConfig
 from cdc_platform.errors import ConfigError
 from cdc_platform.runtime.instance import RunSummary
-from cdc_platform.runtime.prometheus import PrometheusMetrics
+from cdc_platform.runtime.prometheus import PrometheusMetrics, open_metrics
 from cdc_platform.runtime.supervisor import LeaseSupervisor
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.fakes import FakeClock, InMemoryLease, InMemoryLeaseStore
@@ -74,6 +75,21 @@ def test_the_endpoint_serves_the_text_format_on_a_free_port() -> None:
             PrometheusMetrics().serve("127.0.0.1", port)
     finally:
         metrics.close()
+
+
+def test_open_metrics_serves_only_when_asked_and_any_port_for_a_dagster_run() -> None:
+    assert open_metrics(MetricsConfig()) is None
+    taken = PrometheusMetrics()
+    port = taken.serve("127.0.0.1", 0)
+    try:
+        with pytest.raises(ConfigError):
+            open_metrics(MetricsConfig(port=port))
+        run = open_metrics(MetricsConfig(port=port), any_port=True)
+        assert run is not None
+        assert run.port not in (None, port)
+        run.close()
+    finally:
+        taken.close()
 
 
 def test_forget_drops_a_destinations_series() -> None:
