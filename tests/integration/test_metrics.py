@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import signal
 import subprocess
@@ -13,7 +14,7 @@ import sys
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,9 @@ from deltalake import DeltaTable
 
 from cdc_platform.testing.ha import Cluster, Node, fast_database_lease
 from tests.conftest import MariaDBDatabase
+from tests.integration.test_serve import Serve, instance_yaml, serve, write_instance
+
+__all__ = ["serve"]  # the fixture, shared with test_serve.py
 
 pytestmark = pytest.mark.integration
 
@@ -215,3 +219,59 @@ def test_the_lease_gauges_flip_when_the_holder_is_killed(
         r.get("epoch") == taken.epoch and r.get("position") and "resuming" in r["event"]
         for r in records
     ), "no JSON record of the new term's start with its epoch and position"
+
+
+def test_serve_exposes_every_destination_on_one_endpoint(
+    mariadb: MariaDBDatabase, serve: Serve
+) -> None:
+    db = mariadb.name
+    mariadb.server.execute(
+        "CREATE TABLE t1 (id INT PRIMARY KEY)", "CREATE TABLE t2 (id INT PRIMARY KEY)", database=db
+    )
+    write_instance(serve.conf, "d1", instance_yaml(mariadb, f"{db}\\.t1", 2101))
+    write_instance(serve.conf, "d2", instance_yaml(mariadb, f"{db}\\.t2", 2102))
+    proc = serve.start("--metrics-port", "0")
+    try:
+        found: list[str] = []
+
+        def printed() -> bool:
+            found.extend(re.findall(r"^metrics: (http://\S+)$", serve.log.read_text(), re.M))
+            return bool(found)
+
+        serve.wait(printed, "the metrics endpoint")
+        url = found[0]
+
+        def held(name: str) -> Callable[[], bool]:
+            return lambda: (
+                scrape(url).get(("cdc_lease_held", frozenset({"destination": name}.items()))) == 1
+            )
+
+        serve.wait(held("d1"), "d1 held")
+        serve.wait(held("d2"), "d2 held")
+        # Both have pinned their start position once the change logs exist.
+        serve.wait(
+            lambda: all(Path(serve.uri(d), "_delta_log").exists() for d in ("d1", "d2")),
+            "both change logs",
+        )
+        mariadb.server.execute(
+            "INSERT INTO t1 VALUES (1), (2), (3)", "INSERT INTO t2 VALUES (1), (2)", database=db
+        )
+
+        def rows(name: str) -> float | None:
+            return scrape(url).get(
+                ("cdc_rows_committed_total", frozenset({"destination": name, "op": "c"}.items()))
+            )
+
+        serve.wait(lambda: rows("d1") == 3 and rows("d2") == 2, "each destination's rows")
+
+        # Removed: its series go with it.
+        (serve.conf / "destinations" / "d2" / "instance.yaml").unlink()
+        (serve.conf / "destinations" / "d2").rmdir()
+        serve.wait(lambda: rows("d2") is None, "d2's series removed")
+        assert rows("d1") == 3
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
