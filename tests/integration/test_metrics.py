@@ -92,6 +92,15 @@ def test_counters_equal_the_change_log_and_an_idle_source_keeps_lag_low(
     cluster: Cluster, mariadb: MariaDBDatabase
 ) -> None:
     server, db = mariadb.server, mariadb.name
+    # Rows that exist before the destination starts are copied by its new-table snapshot (op r).
+    server.execute(
+        "CREATE TABLE old (id INT PRIMARY KEY)",
+        "INSERT INTO old VALUES (1), (2), (3), (4), (5), (6), (7)",
+        database=db,
+    )
+    instance = cluster.conf / "destinations" / cluster.destination / "instance.yaml"
+    with instance.open("a") as out:
+        out.write("snapshot: {new_tables: true}\n")
     server.execute("CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(20))", database=db)
     node = cluster.start("node-a", "--metrics-port", "0")
     url = metrics_url(cluster, node)
@@ -104,10 +113,10 @@ def test_counters_equal_the_change_log_and_an_idle_source_keeps_lag_low(
         "INSERT INTO items VALUES (99, 'after ddl', 3)",
     ]
     server.execute(*statements, database=db)
-    cluster.wait(lambda: cluster.rows() >= 30 + 10 + 5 + 1 + 1, "every change committed")
+    cluster.wait(lambda: cluster.rows() >= 7 + 30 + 10 + 5 + 1 + 1, "every change committed")
 
     expected = change_log_ops(cluster.uri)
-    assert expected == {"c": 31, "u": 10, "d": 5, "ddl": 1}
+    assert expected == {"r": 7, "c": 31, "u": 10, "d": 5, "ddl": 1}
 
     def counters_match() -> bool:
         return all(
@@ -123,6 +132,7 @@ def test_counters_equal_the_change_log_and_an_idle_source_keeps_lag_low(
     assert last_commit is not None
     assert abs(time.time() - last_commit) < 60
     assert sample(url, "cdc_lease_held") == 1
+    assert sample(url, "cdc_snapshot_progress_ratio") == 1
     fill = sample(url, "cdc_buffer_fill_ratio")
     assert fill is not None
     assert 0 <= fill <= 1
