@@ -494,7 +494,7 @@ class DestinationRuntime:
             commit_seconds=seconds,
             partial=batch.partial,
             ops=count_ops(events),
-            transactions=sum(1 for e in events if e.ends_transaction and not e.txn.idle),
+            transactions=sum(1 for e in events if _captured_end(e)),
         )
 
     def _with_server(self, batch: Batch, resume: ResumePosition) -> ResumePosition:
@@ -548,6 +548,14 @@ class DestinationRuntime:
                 "reconnects": m.source_reconnects,
             },
         )
+
+
+def _captured_end(event: ChangeEvent) -> bool:
+    """The end of a source transaction that changed captured tables: a DDL, or a COMMIT
+    after rows (not the COMMIT of a transaction with nothing captured, nor a heartbeat)."""
+    if event.kind is EventKind.DDL:
+        return True
+    return event.kind is EventKind.COMMIT and event.index > 0 and not event.txn.idle
 
 
 def _heartbeats_only(batch: Batch) -> bool:
