@@ -9,13 +9,16 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from cdc_platform import __version__
 from cdc_platform.config import ConfigSet, Destination, load_config
 from cdc_platform.config.deployment import deployment_warnings
 from cdc_platform.errors import CdcError, ConfigError
 from cdc_platform.infra.process_exit import exit_code, exit_process
+
+if TYPE_CHECKING:
+    from cdc_platform.runtime.prometheus import PrometheusMetrics
 
 __all__ = ["main"]
 
@@ -125,12 +128,30 @@ def _destination(args: argparse.Namespace) -> tuple[ConfigSet, Destination]:
     return config, config.destinations[args.destination]
 
 
+def _metrics(args: argparse.Namespace, config: ConfigSet) -> PrometheusMetrics | None:
+    """The process's Prometheus endpoint if ``--metrics-port`` or ``metrics.port`` asks for
+    one; its address is printed (and published for `status`)."""
+    from cdc_platform.runtime.prometheus import open_metrics  # noqa: PLC0415 (light CLI)
+
+    metrics = open_metrics(config.platform.metrics, port=args.metrics_port, host=args.metrics_host)
+    if metrics is not None:
+        print(f"metrics: {metrics.url}", flush=True)
+    return metrics
+
+
 def _run(args: argparse.Namespace) -> int:
-    from cdc_platform.runtime.supervisor import supervised_destination  # noqa: PLC0415 (light CLI)
+    from cdc_platform.infra.recorder import NULL_RECORDER  # noqa: PLC0415 (light CLI)
+    from cdc_platform.runtime.supervisor import supervised_destination  # noqa: PLC0415
 
     config, destination = _destination(args)
+    metrics = _metrics(args, config)
     with supervised_destination(
-        config, destination, address=args.address, metrics_interval_seconds=args.metrics_interval
+        config,
+        destination,
+        address=args.address,
+        metrics_interval_seconds=args.metrics_interval,
+        recorder=metrics.recorder(destination.name) if metrics is not None else NULL_RECORDER,
+        metrics_url=metrics.url if metrics is not None else None,
     ) as supervisor:
 
         def on_signal(signum: int, _frame: object) -> None:
@@ -154,10 +175,16 @@ def _serve(args: argparse.Namespace) -> int:
     from cdc_platform.runtime.serve import ServeProcess  # noqa: PLC0415
 
     conf = Path(args.conf)
-    platform = load_config(conf).platform
+    config = load_config(conf)
+    platform = config.platform
     # One identity for every destination this process holds: `status` shows it as the holder.
     address = args.address or platform.lease.address or f"serve@{default_address()}"
-    server = ServeProcess(conf, address=address, metrics_interval_seconds=args.metrics_interval)
+    server = ServeProcess(
+        conf,
+        address=address,
+        metrics_interval_seconds=args.metrics_interval,
+        metrics=_metrics(args, config),
+    )
 
     def on_stop(signum: int, _frame: object) -> None:
         server.request_stop(f"signal {signal.Signals(signum).name}")
@@ -455,6 +482,7 @@ def _add_serve_parser(commands: Any) -> None:
         "--address",
         help="this process's name in every lease (default: lease.address, or serve@host:pid)",
     )
+    _add_operations_args(serve)
     serve.set_defaults(handler=_serve)
 
 
@@ -511,6 +539,26 @@ def _add_import_canal_parser(commands: Any) -> None:
     parser.set_defaults(handler=_import_canal)
 
 
+def _add_operations_args(parser: argparse.ArgumentParser) -> None:
+    """The metrics endpoint and log format of the long-running commands (`run`, `serve`)."""
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus metrics on this port, 0 for a free one (default: metrics.port "
+        "in platform.yaml; none if unset)",
+    )
+    parser.add_argument(
+        "--metrics-host", metavar="HOST", help="metrics address (default: metrics.host)"
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="json: one JSON object per line (default: text)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; each subcommand stores its handler in `handler`."""
     parser = argparse.ArgumentParser(
@@ -553,6 +601,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--address",
         help="this process's name in the lease (default: host:pid, or lease.address)",
     )
+    _add_operations_args(run)
     run.set_defaults(handler=_run)
 
     _add_serve_parser(commands)
@@ -625,10 +674,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    if getattr(args, "log_format", "text") == "json":
+        from cdc_platform.infra.json_log import JsonFormatter  # noqa: PLC0415 (light CLI)
+
+        handler_ = logging.StreamHandler()
+        handler_.setFormatter(JsonFormatter(getattr(args, "destination", None)))
+        logging.basicConfig(level=logging.INFO, handlers=[handler_])
+    else:
+        logging.basicConfig(
+            level=logging.INFO,
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
     handler: Handler = args.handler
     try:
         return handler(args)

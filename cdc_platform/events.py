@@ -264,6 +264,11 @@ class Transaction:
     """XA transactions prepared and not resolved before this transaction."""
     xa_resolves: str | None = None
     """The XID this transaction commits (an ``XA COMMIT`` group), if any."""
+    idle: bool = False
+    """Not a transaction: a server heartbeat while nothing was open. Its COMMIT event says
+    that everything up to ``start`` is read and that the server was idle at ``timestamp``
+    (the reader's clock), which keeps the lag true and the checkpoint moving on a quiet
+    source; it carries no change."""
 
     @property
     def gtid_set_after(self) -> str | None:

@@ -28,7 +28,9 @@ from dagster import (
 
 from cdc_platform.backfill.snapshot import SnapshotProgress
 from cdc_platform.config import ConfigSet, Destination
+from cdc_platform.infra.recorder import NULL_RECORDER
 from cdc_platform.runtime import RunSummary
+from cdc_platform.runtime.prometheus import open_metrics
 from cdc_platform.runtime.supervisor import LeaseSupervisor, supervised_destination
 from cdc_platform.sink.report import CommitReport
 from dagster_defs.resources import PlatformResource
@@ -39,6 +41,7 @@ __all__ = [
     "CONFIG_HASH_TAG",
     "DESTINATION_TAG",
     "HOST_TAG",
+    "METRICS_TAG",
     "PID_TAG",
     "STREAM_OP",
     "DestinationRunConfig",
@@ -54,6 +57,8 @@ DESTINATION_TAG = "cdc/destination"
 CONFIG_HASH_TAG = "cdc/config_hash"
 PID_TAG = "cdc/pid"
 HOST_TAG = "cdc/host"
+METRICS_TAG = "cdc/metrics"
+"""The run's Prometheus endpoint (with ``metrics.port`` set; a free port per run)."""
 
 
 class DestinationRunConfig(Config):
@@ -266,12 +271,17 @@ def _stream(
     context.instance.add_run_tags(
         context.run_id, {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
     )
+    metrics = open_metrics(configset.platform.metrics, any_port=True)
+    if metrics is not None and metrics.url is not None:
+        context.instance.add_run_tags(context.run_id, {METRICS_TAG: metrics.url})
     with supervised_destination(
         configset,
         destination,
         address=f"{socket.gethostname()}:{os.getpid()}:{context.run_id[:8]}",
         on_commit=reporter.queue.put,
         metrics_interval_seconds=60.0,
+        recorder=metrics.recorder(name) if metrics is not None else NULL_RECORDER,
+        metrics_url=metrics.url if metrics is not None else None,
     ) as supervisor:
         # The running monitor judges liveness by the run's newest event: log at least this often.
         summary = _supervise(

@@ -133,6 +133,14 @@ class SnapshotProgress:
     batch_seq: int
     seconds: float
 
+    @property
+    def done_fraction(self) -> float:
+        """0..1: tables done plus the current table's share of its estimated rows."""
+        if self.tables <= 0:
+            return 1.0
+        share = min(1.0, self.rows_read / self.estimated_rows) if self.estimated_rows > 0 else 0.0
+        return min(1.0, (self.table_index + share) / self.tables)
+
 
 @dataclass
 class SnapshotResult:

@@ -27,6 +27,7 @@ __all__ = [
     "IdWatchTableConfig",
     "InstanceConfig",
     "LeaseConfig",
+    "MetricsConfig",
     "PlatformConfig",
     "ReconcileConfig",
     "ServeSettings",
@@ -162,8 +163,11 @@ class SourceConfig(_Model):
     """Resume by binlog file/position, or by GTID (survives a switch to another source server)."""
     connect_timeout_seconds: float = Field(default=10.0, gt=0)
     """Timeout of each connection attempt."""
-    heartbeat_seconds: float = Field(default=5.0, gt=0)
-    """Server heartbeat period, so an idle stream still notices a dead server."""
+    heartbeat_seconds: float = Field(default=1.0, gt=0, le=60)
+    """Server heartbeat period (the replica's ``MASTER_HEARTBEAT_PERIOD``): an idle server
+    sends a heartbeat this often, which keeps the lag true on a quiet source, moves the
+    checkpoint forward (``sink.idle_checkpoint_seconds``) and lets the stream notice a dead
+    server. At most 60 s (the read timeout is four periods)."""
     reconnect_initial_seconds: float = Field(default=0.5, gt=0)
     """First back-off delay after the server went away."""
     reconnect_max_seconds: float = Field(default=30.0, gt=0)
@@ -231,6 +235,10 @@ class SinkConfig(_Model):
 
     table: str = Field(default="changes", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
     """Table directory under `<lake_root>/<destination>/`."""
+    idle_checkpoint_seconds: float = Field(default=60.0, gt=0)
+    """On an idle source, the position the server's heartbeats report is committed (an empty
+    commit) at most this often, so a quiet destination never sits on a binlog the server
+    purges; heartbeats in between cost no commit."""
 
 
 class SnapshotSettings(_Model):
@@ -482,6 +490,16 @@ class WatchConfig(_Model):
     """Each process writes its status at most this often."""
 
 
+class MetricsConfig(_Model):
+    """The Prometheus endpoint of `cdc-platform run` and `serve` (docs/operations.md)."""
+
+    host: str = "127.0.0.1"
+    """Address the endpoint listens on (``0.0.0.0``: every interface)."""
+    port: int | None = Field(default=None, ge=0, le=65535)
+    """Port of ``/metrics``; 0 picks a free port (shown by `status`); None (the default):
+    no endpoint unless ``--metrics-port`` asks for one."""
+
+
 class ReconcileConfig(_Model):
     """Scheduled full-list reconciliation of sources against their mirrors (docs/reconcile.md)."""
 
@@ -523,6 +541,7 @@ class PlatformConfig(_Model):
     dagster: DagsterSettings = DagsterSettings()
     serve: ServeSettings = ServeSettings()
     reconcile: ReconcileConfig = ReconcileConfig()
+    metrics: MetricsConfig = MetricsConfig()
 
     @field_validator("lake_root")
     @classmethod

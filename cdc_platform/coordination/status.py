@@ -3,8 +3,9 @@
 * holder, epoch, standbys: the lease store (ZooKeeper running and cluster nodes, or the
   ``master_lock`` row and the node registry);
 * committed position and the epoch that wrote it: the change log's checkpoint;
-* lag and the age of the last commit: the holder's ``status/<destination>`` entry in the state
-  watch (published on commits, at most once per publish interval);
+* lag, rows/s, buffer fill, the last commit and the holder's metrics endpoint: the
+  holder's ``status/<destination>`` entry in the state watch (published on commits and
+  every lease renewal, at most once per publish interval; either lease backend);
 * the start the destination began with and whether ``start:`` was edited since (the start
   record in the lake), and a snapshot's progress per table (its state file in the lake).
 
@@ -52,6 +53,11 @@ class DestinationStatus:
     """Set when ``start:`` was edited since: it is not applied (the checkpoint rules)."""
     snapshot: list[TableProgress] = field(default_factory=list)
     """A snapshot in progress, per table ([] when none runs)."""
+    rows_per_second: float | None = None
+    buffer_fill: float | None = None
+    metrics_url: str | None = None
+    published_at: float | None = None
+    """When the holder published these figures (its clock)."""
     errors: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -99,6 +105,10 @@ def collect_status(config: ConfigSet, names: list[str]) -> list[DestinationStatu
                     status.lag_seconds = data.get("lag_seconds")
                     status.committed_at = data.get("committed_at")
                     status.status_epoch = data.get("epoch")
+                    status.rows_per_second = data.get("rows_per_second")
+                    status.buffer_fill = data.get("buffer_fill")
+                    status.metrics_url = data.get("metrics_url")
+                    status.published_at = data.get("published_at")
             except (CdcError, ValueError) as exc:
                 status.errors.append(f"state watch: {exc}")
             result.append(status)
@@ -149,11 +159,28 @@ def format_status(status: DestinationStatus, now: float | None = None) -> str:
             f"  change log: batch {status.batch_seq}, epoch {status.table_epoch}, "
             f"position {status.position}"
         )
+    lines.extend(_figure_lines(status, now))
+    lines.extend(f"  error: {error}" for error in status.errors)
+    return "\n".join(lines)
+
+
+def _figure_lines(status: DestinationStatus, now: float) -> list[str]:
+    """Lag, last commit, rate, start and snapshot lines (the holder's and the lake's figures)."""
+    lines: list[str] = []
     if status.lag_seconds is not None:
-        age = f", {now - status.committed_at:.0f} s ago" if status.committed_at else ""
-        lines.append(f"  lag: {status.lag_seconds:.1f} s at the last commit{age}")
+        if status.published_at is not None:
+            when = f"reported {now - status.published_at:.0f} s ago"
+        else:
+            when = "at the last commit"
+        lines.append(f"  lag: {status.lag_seconds:.1f} s ({when})")
     else:
         lines.append("  lag: -")
+    if status.committed_at is not None:
+        lines.append(f"  last commit: {now - status.committed_at:.0f} s ago")
+    if status.rows_per_second is not None or status.buffer_fill is not None:
+        rate = "-" if status.rows_per_second is None else f"{status.rows_per_second:.0f}"
+        fill = "-" if status.buffer_fill is None else f"{100 * status.buffer_fill:.0f} %"
+        lines.append(f"  rows/s: {rate}, buffer fill: {fill}")
     if status.start is not None:
         lines.append(f"  start: {status.start}")
     if status.start_changed is not None:
@@ -163,5 +190,6 @@ def format_status(status: DestinationStatus, now: float | None = None) -> str:
             f"  snapshot {table.table}: {table.state}, {table.rows_read}/"
             f"~{table.estimated_rows} rows ({table.percent:.0f}%), {table.chunks} chunks"
         )
-    lines.extend(f"  error: {error}" for error in status.errors)
-    return "\n".join(lines)
+    if status.metrics_url is not None:
+        lines.append(f"  metrics: {status.metrics_url}")
+    return lines

@@ -19,7 +19,7 @@ from typing import TypeVar
 from cdc_platform.errors import CdcError, CommitRefusedError, SinkError, SourceError
 from cdc_platform.events import ChangeEvent, EventKind, ResumePosition, ServerIdentity
 from cdc_platform.sink import Checkpoint, FencedCommitError
-from cdc_platform.sink.report import CommitReport
+from cdc_platform.sink.report import CommitReport, count_ops
 from cdc_platform.sink.start_record import StartRecord, start_record_file
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source import BinlogSource  # noqa: F401 - tests patch it through this module
@@ -52,8 +52,16 @@ class RuntimeMetrics:
     last_position: str | None = None
     last_commit_at: float | None = None
     lag_seconds: float | None = None
+    """Now minus :attr:`source_time` (live in :meth:`DestinationRuntime.metrics`)."""
+    source_time: float | None = None
+    """Source time (epoch seconds) up to which everything is committed: the last committed
+    transaction's binlog timestamp, or the last heartbeat of an idle server."""
+    buffer_fill: float = 0.0
+    """How full the ring buffer is, 0..1 (the larger of items and bytes)."""
     source_reconnects: int = 0
     commit_failures: int = 0
+    idle_checkpoints: int = 0
+    """Empty commits that moved the checkpoint to where an idle server's heartbeat was."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +112,12 @@ class DestinationRuntime:
         self.name = name
         self.config = config
         self.table_uri = term.table_uri
+        self._recorder = term.recorder
         self._on_commit = term.on_commit
+        self._idle_every = config.sink.idle_checkpoint_seconds
+        self._reconnects_seen = 0
+        self._last_commit = time.monotonic()
+        self._epoch: int | None = term.epoch
         self._metrics_interval = metrics_interval_seconds
         self._retry_initial = commit_retry_initial_seconds
         self._retry_max = commit_retry_max_seconds
@@ -144,15 +157,39 @@ class DestinationRuntime:
         """The latest metrics snapshot, with live buffer figures."""
         stats = self.store.stats()
         source = self.source
+        fill = stats.items / stats.capacity_items
+        if stats.capacity_bytes:
+            fill = max(fill, stats.bytes / stats.capacity_bytes)
         with self._lock:
+            source_time = self._metrics.source_time
             return replace(
                 self._metrics,
                 buffer_items=stats.items,
                 buffer_bytes=stats.bytes,
                 buffer_capacity_items=stats.capacity_items,
                 buffer_capacity_bytes=stats.capacity_bytes,
+                buffer_fill=min(1.0, fill),
                 source_reconnects=source.reconnects if source is not None else 0,
+                lag_seconds=None if source_time is None else max(0.0, time.time() - source_time),
             )
+
+    def _observe(self) -> None:
+        """Hand the recorder the figures measured elsewhere (buffer fill, reconnects)."""
+        m = self.metrics()
+        self._recorder.buffer(m.buffer_fill)
+        if m.source_reconnects > self._reconnects_seen:
+            self._recorder.reconnected(m.source_reconnects - self._reconnects_seen)
+            self._reconnects_seen = m.source_reconnects
+
+    def _report(self, report: CommitReport) -> None:
+        self.term.record(report)
+        if self._on_commit is not None:
+            self._on_commit(report)
+
+    def _caught_up(self, source_time: float) -> None:
+        with self._lock:
+            self._metrics = replace(self._metrics, source_time=source_time)
+        self._recorder.caught_up(source_time)
 
     def _update(self, **changes: object) -> None:
         with self._lock:
@@ -207,12 +244,14 @@ class DestinationRuntime:
                     batch_seq,
                     resume,
                     epoch,
+                    extra={"position": str(resume), "epoch": epoch, "batch_seq": batch_seq},
                 )
         except CdcError as exc:
             log.error("%s: %s", self.name, exc)
             self.sink.close()
             return RunSummary(self.name, "failed", 0, 0, batch_seq, resume, exc)
 
+        self._epoch = epoch
         self._update(state="running", last_batch_seq=batch_seq, last_position=str(resume))
         reader = threading.Thread(target=self._read, name=f"cdc-source-{self.name}", daemon=True)
         reader.start()
@@ -231,7 +270,14 @@ class DestinationRuntime:
         reason = "failed" if error is not None else self._stop_reason
         metrics = self.metrics()
         self._update(state="stopped" if error is None else "failed")
-        log.info("%s: stopped (%s) after batch %d at %s", self.name, reason, batch_seq, resume)
+        log.info(
+            "%s: stopped (%s) after batch %d at %s",
+            self.name,
+            reason,
+            batch_seq,
+            resume,
+            extra={"position": str(resume), "epoch": epoch, "batch_seq": batch_seq},
+        )
         return RunSummary(
             self.name,
             reason,
@@ -280,6 +326,7 @@ class DestinationRuntime:
             password=self.term.password,
             table_uri=self.table_uri,
             storage_options=self.term.storage_options,
+            heartbeats=True,
         )
 
     def _read(self) -> None:
@@ -328,11 +375,17 @@ class DestinationRuntime:
             except StoreClosedError:
                 break
             now = time.monotonic()
+            self._observe()
             if now >= next_metrics:
                 self._log_metrics(rates)
                 rates = _Rates()
                 next_metrics = now + self._metrics_interval
-            if not batch.events:
+            if not batch.events or _heartbeats_only(batch):
+                if batch.events:
+                    try:
+                        batch_seq, resume = self._idle(batch, batch_seq, resume, epoch, now)
+                    except CdcError as exc:
+                        return batch_seq, resume, exc
                 if exit_when_idle is not None and now - last_activity >= exit_when_idle:
                     self.request_stop(f"idle for {exit_when_idle:g} s")
                 continue
@@ -348,6 +401,8 @@ class DestinationRuntime:
             ack_point = batch.ack_point
             assert ack_point is not None
             self.store.ack(ack_point)
+            self._last_commit = now
+            self._caught_up(ack_point.txn.timestamp)
             rates.events += report.events
             rates.rows += report.rows
             with self._lock:
@@ -360,11 +415,43 @@ class DestinationRuntime:
                     last_batch_seq=batch_seq,
                     last_position=str(resume),
                     last_commit_at=time.time(),
-                    lag_seconds=report.lag_seconds,
                 )
-            if self._on_commit is not None:
-                self._on_commit(report)
+            self._report(report)
         return batch_seq, resume, None
+
+    def _idle(
+        self, batch: Batch, batch_seq: int, resume: ResumePosition | None, epoch: int, now: float
+    ) -> tuple[int, ResumePosition | None]:
+        """A batch of heartbeats only: everything the server wrote is committed, so the lag's
+        source time is the heartbeat's. The heartbeat's position is committed (an empty
+        commit) only when it moved and the last commit is ``sink.idle_checkpoint_seconds``
+        old: a heartbeat every second must not cost a Delta commit every second."""
+        ack_point = batch.ack_point
+        assert ack_point is not None
+        position = batch.resume_position()
+        if position != resume and now - self._last_commit >= self._idle_every:
+            report = self._commit(batch, batch_seq + 1, epoch)
+            if report is None:  # stop requested while retrying
+                self.store.rollback()
+                return batch_seq, resume
+            batch_seq, resume = report.batch_seq, report.resume
+            self._last_commit = now
+            with self._lock:
+                metrics = self._metrics
+                self._metrics = replace(
+                    metrics,
+                    batches_total=metrics.batches_total + 1,
+                    idle_checkpoints=metrics.idle_checkpoints + 1,
+                    last_batch_seq=batch_seq,
+                    last_position=str(resume),
+                    last_commit_at=time.time(),
+                )
+            self._report(report)
+        else:
+            self._with_server(batch, ack_point.resume_after())  # keep the server changes in step
+        self.store.ack(ack_point)
+        self._caught_up(ack_point.txn.timestamp)
+        return batch_seq, resume
 
     def _commit(self, batch: Batch, batch_seq: int, epoch: int) -> CommitReport | None:
         """Commit one batch, retrying transient failures; None if stopped while retrying."""
@@ -406,6 +493,7 @@ class DestinationRuntime:
         assert last is not None
         if rows < 0:
             rows = sum(1 for event in batch.events if event.kind is not EventKind.COMMIT)
+        events = batch.events
         return CommitReport(
             destination=self.name,
             batch_seq=batch_seq,
@@ -417,6 +505,8 @@ class DestinationRuntime:
             lag_seconds=max(0.0, time.time() - last.txn.timestamp),
             commit_seconds=seconds,
             partial=batch.partial,
+            ops=count_ops(events),
+            transactions=sum(1 for e in events if _captured_end(e)),
         )
 
     def _with_server(self, batch: Batch, resume: ResumePosition) -> ResumePosition:
@@ -459,4 +549,28 @@ class DestinationRuntime:
             lag,
             m.last_position,
             m.source_reconnects,
+            extra={
+                "position": m.last_position,
+                "epoch": self._epoch,
+                "batch_seq": m.last_batch_seq,
+                "lag_seconds": None if m.lag_seconds is None else round(m.lag_seconds, 3),
+                "rows_per_second": round(m.rows_per_second, 1),
+                "events_per_second": round(m.events_per_second, 1),
+                "buffer_fill": round(m.buffer_fill, 4),
+                "reconnects": m.source_reconnects,
+            },
         )
+
+
+def _captured_end(event: ChangeEvent) -> bool:
+    """The end of a source transaction that changed captured tables: a DDL, or a COMMIT
+    after rows (not the COMMIT of a transaction with nothing captured, nor a heartbeat)."""
+    if event.kind is EventKind.DDL:
+        return True
+    return event.kind is EventKind.COMMIT and event.index > 0 and not event.txn.idle
+
+
+def _heartbeats_only(batch: Batch) -> bool:
+    """True when every event of ``batch`` is an idle server's heartbeat (no change, no
+    transaction): see ``Transaction.idle``."""
+    return all(event.txn.idle for event in batch.events)

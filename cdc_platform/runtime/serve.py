@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdc_platform.config.loader import ConfigSet, Destination, load_config
+from cdc_platform.infra.recorder import NULL_RECORDER
 from cdc_platform.runtime.config_watch import ConfigWatch
+from cdc_platform.runtime.prometheus import PrometheusMetrics
 from cdc_platform.runtime.serve_monitor import ServeMonitor, platform_file_hash
 from cdc_platform.runtime.supervisor import LeaseSupervisor, supervised_destination
 
@@ -46,8 +48,10 @@ class ThreadRunner:
         address: str | None,
         metrics_interval_seconds: float = 10.0,
         stop_timeout_seconds: float = 60.0,
+        metrics: PrometheusMetrics | None = None,
     ) -> None:
         self._address = address
+        self._prometheus = metrics
         self._metrics = metrics_interval_seconds
         self._stop_timeout = stop_timeout_seconds
         self._lock = threading.Lock()
@@ -67,12 +71,15 @@ class ThreadRunner:
 
     def _main(self, config: ConfigSet, destination: Destination, run: _Running) -> None:
         name = destination.name
+        prometheus = self._prometheus
         try:
             with supervised_destination(
                 config,
                 destination,
                 address=self._address,
                 metrics_interval_seconds=self._metrics,
+                recorder=prometheus.recorder(name) if prometheus is not None else NULL_RECORDER,
+                metrics_url=prometheus.url if prometheus is not None else None,
             ) as supervisor:
                 with self._lock:
                     run.supervisor = supervisor
@@ -97,6 +104,9 @@ class ThreadRunner:
         except Exception as exc:  # a thread must report, never vanish silently
             run.outcome = f"failed: {exc}"
             log.exception("%s: the run failed", name)
+        finally:
+            if prometheus is not None:
+                prometheus.forget(name)  # a reload starts its series afresh
 
     def request_stop(self, name: str, reason: str) -> None:
         """Ask a destination to stop after its in-flight commit (does not wait)."""
@@ -148,7 +158,7 @@ class ThreadRunner:
 class ServeProcess:
     """The serve loop: scan on events, on SIGHUP and on a timer; stop all on SIGTERM."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (the conf directory; the rest keyword-only with defaults)
         self,
         conf_dir: Path,
         *,
@@ -156,6 +166,7 @@ class ServeProcess:
         metrics_interval_seconds: float = 10.0,
         scan_interval_seconds: float | None = None,
         load: Callable[[], ConfigSet] | None = None,
+        metrics: PrometheusMetrics | None = None,
     ) -> None:
         self.conf_dir = conf_dir
         self._load = load or (lambda: load_config(conf_dir))
@@ -165,6 +176,7 @@ class ServeProcess:
             address=address,
             metrics_interval_seconds=metrics_interval_seconds,
             stop_timeout_seconds=settings.stop_timeout_seconds,
+            metrics=metrics,
         )
         self.monitor = ServeMonitor(
             self._load, self.runner, platform_hash=lambda: platform_file_hash(conf_dir)

@@ -140,6 +140,7 @@ class SideWork:
 
         def on_progress(progress: SnapshotProgress) -> None:
             self.snapshot_progress = progress
+            term.recorder.snapshot(progress.done_fraction)
             if self._on_snapshot_progress is not None:
                 self._on_snapshot_progress(progress)
 

@@ -41,6 +41,7 @@ from cdc_platform.coordination.factory import open_lease, open_registry, open_st
 from cdc_platform.errors import CdcError, LeaseError, LeaseLostError, SinkError
 from cdc_platform.ha.lease import Lease
 from cdc_platform.ha.registry import NodeRegistry
+from cdc_platform.infra.recorder import NULL_RECORDER, MetricsRecorder
 from cdc_platform.reconcile.inbox import destination_inbox
 from cdc_platform.runtime.instance import DestinationRuntime, RunSummary, RuntimeMetrics
 from cdc_platform.runtime.side_work import SideWork, StoppableRuntime
@@ -91,6 +92,7 @@ class LeaseSupervisor:
         config_hash: str | None = None,
         runtime_factory: RuntimeFactory = DestinationRuntime,
         side_work: SideWork | None = None,
+        metrics_url: str | None = None,
     ) -> None:
         self.name = term.destination
         self.config = term.config
@@ -112,6 +114,10 @@ class LeaseSupervisor:
         self.terms = 0
         """Terms this supervisor held the lease for (one per acquisition)."""
         self.role = "standby"
+        self.metrics_url = metrics_url
+        """Where this process serves its Prometheus metrics (published for `status`)."""
+        self._last_commit: dict[str, Any] = {}
+        """The newest commit's figures, published with the live ones."""
 
     # -- control ---------------------------------------------------------------------------------
 
@@ -144,6 +150,7 @@ class LeaseSupervisor:
     def _on_lost(self, error: LeaseLostError) -> None:
         """Lease callback (a lease thread): stop writing now."""
         self._term_lost.set()
+        self.term.recorder.lease(held=False, epoch=self._epoch)
         with self._lock:
             runtime = self._runtime
         if runtime is not None:
@@ -250,39 +257,70 @@ class LeaseSupervisor:
             self._publisher.publish(state_keys(self.name)[kind], value, fence=fence, urgent=urgent)
 
     def _committed(self, report: CommitReport) -> None:
-        self._publish(
-            "status",
-            {
-                "address": self.lease.address,
-                "epoch": report.epoch,
-                "batch_seq": report.batch_seq,
-                "position": str(report.resume),
-                "lag_seconds": round(report.lag_seconds, 3),
-                "committed_at": time.time(),
-                "rows": report.rows,
-            },
-            fence=report.epoch,
-            urgent=False,
-        )
-        self.term.report(report)
+        """Commit observer of every writer under the held term (the term's ``report`` told
+        the recorder already): publish the status, then tell the caller's observer."""
+        self._last_commit = {
+            "epoch": report.epoch,
+            "batch_seq": report.batch_seq,
+            "position": str(report.resume),
+            "lag_seconds": round(report.lag_seconds, 3),
+            "committed_at": time.time(),
+            "rows": report.rows,
+        }
+        self._publish_status(report.epoch)
+        if self.term.on_commit is not None:
+            self.term.on_commit(report)
+
+    def _publish_status(self, epoch: int | None) -> None:
+        """The holder's ``status`` entry for `status`: the newest commit and the live figures
+        (lag, rows/s, buffer fill, snapshot progress, the metrics endpoint)."""
+        if self._publisher is None or epoch is None:
+            return
+        value: dict[str, Any] = {"address": self.lease.address, **self._last_commit}
+        value["epoch"] = epoch
+        runtime = self._runtime
+        if runtime is not None:
+            m = runtime.metrics()
+            if m.lag_seconds is not None:
+                value["lag_seconds"] = round(m.lag_seconds, 3)
+            value["source_time"] = m.source_time
+            value["rows_per_second"] = round(m.rows_per_second, 1)
+            value["buffer_fill"] = round(m.buffer_fill, 4)
+        progress = self._side.snapshot_progress
+        if progress is not None:
+            value["snapshot"] = {
+                "table": progress.table,
+                "tables": progress.tables,
+                "rows_written": progress.rows_written,
+                "progress": round(progress.done_fraction, 4),
+            }
+        if self.metrics_url is not None:
+            value["metrics_url"] = self.metrics_url
+        value["published_at"] = time.time()
+        self._publish("status", value, fence=epoch, urgent=False)
 
     def _heartbeat_loop(self, stop: threading.Event) -> None:
+        """Every renew interval: the registry row (database backend), and while active the
+        live status figures (published at most once per publish interval)."""
         registry = self._registry
         beats = 0
-        while registry is not None and not stop.is_set():
-            try:
-                registry.heartbeat(
-                    self.name,
-                    self.lease.address,
-                    self.lease.run_id,
-                    role=self.role,
-                    epoch=self.lease.epoch,
-                )
-                beats += 1
-                if self.role == "active" and beats % _REGISTRY_MAINTENANCE_EVERY == 0:
-                    registry.maintain()
-            except CdcError as exc:
-                log.warning("%s: node registry heartbeat failed: %s", self.name, exc)
+        while not stop.is_set():
+            if self.role == "active":
+                self._publish_status(self._epoch)
+            if registry is not None:
+                try:
+                    registry.heartbeat(
+                        self.name,
+                        self.lease.address,
+                        self.lease.run_id,
+                        role=self.role,
+                        epoch=self.lease.epoch,
+                    )
+                    beats += 1
+                    if self.role == "active" and beats % _REGISTRY_MAINTENANCE_EVERY == 0:
+                        registry.maintain()
+                except CdcError as exc:
+                    log.warning("%s: node registry heartbeat failed: %s", self.name, exc)
             stop.wait(self.lease.renew_interval)
 
     # -- run -------------------------------------------------------------------------------------
@@ -315,6 +353,7 @@ class LeaseSupervisor:
                 self.terms += 1
                 self._epoch = epoch
                 self.role = "active"
+                self.term.recorder.lease(held=True, epoch=epoch)
                 self._publish_acquired(epoch)
                 summary = self._run_term(held, epoch, exit_when_idle_seconds)
                 summaries.append(summary)
@@ -386,6 +425,7 @@ class LeaseSupervisor:
             )
 
     def _release(self, *, publish: bool = False, epoch: int | None = None) -> None:
+        self.term.recorder.lease(held=False, epoch=self._epoch)
         try:
             self.lease.release()
         except LeaseError as exc:
@@ -519,11 +559,14 @@ def supervised_destination(  # noqa: PLR0913 (the CLI's and the Dagster run's op
     on_commit: Callable[[CommitReport], None] | None = None,
     metrics_interval_seconds: float = 10.0,
     on_snapshot_progress: Callable[[SnapshotProgress], None] | None = None,
+    recorder: MetricsRecorder = NULL_RECORDER,
+    metrics_url: str | None = None,
 ) -> Iterator[LeaseSupervisor]:
     """A LeaseSupervisor wired from the platform config (lease, registry, state publisher).
 
     The one place that builds a lease-gated destination, for `cdc-platform run` and the Dagster
-    run alike; everything it opened is closed on exit.
+    run alike; everything it opened is closed on exit. ``recorder`` hears the destination's
+    figures; ``metrics_url`` (where they are served) is published for `status`.
     """
     platform = config.platform
     lake = config.lake
@@ -555,13 +598,16 @@ def supervised_destination(  # noqa: PLR0913 (the CLI's and the Dagster run's op
             ),
         )
         yield LeaseSupervisor(
-            WriteTerm.in_lake(name, destination.config, lake, on_commit=on_commit),
+            WriteTerm.in_lake(
+                name, destination.config, lake, on_commit=on_commit, recorder=recorder
+            ),
             lease,
             publisher=publisher,
             registry=registry,
             config_hash=destination.content_hash,
             runtime_factory=runtime,
             side_work=side_work,
+            metrics_url=metrics_url,
         )
     finally:
         if publisher is not None:

@@ -6,11 +6,22 @@ runtime, the snapshot and the repair writer beside it.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from cdc_platform.events import ResumePosition
+from cdc_platform.events import ChangeEvent, EventKind, ResumePosition
 
-__all__ = ["CommitReport"]
+__all__ = ["CommitReport", "count_ops"]
+
+
+def count_ops(events: Iterable[ChangeEvent]) -> tuple[tuple[str, int], ...]:
+    """Rows per operation (``c``, ``u``, ``d``, ``r``, ``ddl``) among ``events``, sorted by op;
+    COMMIT events are not rows."""
+    counts = Counter(
+        str(e.op) for e in events if e.kind is not EventKind.COMMIT and e.op is not None
+    )
+    return tuple(sorted(counts.items()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,3 +39,7 @@ class CommitReport:
     """Commit time minus the binlog timestamp of the batch's last transaction."""
     commit_seconds: float
     partial: bool
+    ops: tuple[tuple[str, int], ...] = ()
+    """Rows per operation (:func:`count_ops`)."""
+    transactions: int = 0
+    """Source transactions this commit completed (0 for a snapshot chunk or a repair)."""

@@ -9,6 +9,7 @@ one argument instead of a clump of nine.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -17,10 +18,11 @@ from pydantic import SecretStr
 from cdc_platform.config.lake import LakeLocation
 from cdc_platform.config.models import InstanceConfig
 from cdc_platform.events import ChangeEvent, ResumePosition
+from cdc_platform.infra.recorder import NULL_RECORDER, MetricsRecorder
 from cdc_platform.sink.commit import CommitResult
 from cdc_platform.sink.delta import DeltaChangeLog
 from cdc_platform.sink.maintenance import MaintenancePolicy
-from cdc_platform.sink.report import CommitReport
+from cdc_platform.sink.report import CommitReport, count_ops
 
 __all__ = ["WriteTerm"]
 
@@ -48,6 +50,8 @@ class WriteTerm:
     """The lake the table is in, checked at the start of a run (None: not checked)."""
     maintenance: MaintenancePolicy | None = None
     """The change log's maintenance (None: the defaults)."""
+    recorder: MetricsRecorder = NULL_RECORDER
+    """Hears every commit (and, from the runtime and the supervisor, lag, buffer and lease)."""
 
     @classmethod
     def in_lake(  # noqa: PLR0913 (the WriteTerm fields a caller sets, keyword-only)
@@ -59,6 +63,7 @@ class WriteTerm:
         epoch: int | None = None,
         on_commit: Callable[[CommitReport], None] | None = None,
         maintenance: MaintenancePolicy | None = None,
+        recorder: MetricsRecorder = NULL_RECORDER,
     ) -> WriteTerm:
         """The term of ``destination``'s change log in ``lake``, with the lake's options."""
         return cls(
@@ -70,6 +75,7 @@ class WriteTerm:
             storage_options=lake.delta_options(),
             lake=lake,
             maintenance=maintenance,
+            recorder=recorder,
         )
 
     def open_change_log(self) -> DeltaChangeLog:
@@ -86,8 +92,18 @@ class WriteTerm:
         if self.commit_gate is not None:
             self.commit_gate()
 
+    def record(self, report: CommitReport) -> None:
+        """Tell the recorder (only) of a commit that landed."""
+        self.recorder.committed(
+            ops=dict(report.ops),
+            transactions=report.transactions,
+            seconds=report.commit_seconds,
+            at=time.time(),
+        )
+
     def report(self, report: CommitReport) -> None:
-        """Tell ``on_commit`` of a commit that landed."""
+        """Tell the recorder and ``on_commit`` of a commit that landed."""
+        self.record(report)
         if self.on_commit is not None:
             self.on_commit(report)
 
@@ -116,6 +132,7 @@ class WriteTerm:
                 0.0,
                 landed.seconds,
                 partial=False,
+                ops=count_ops(events),
             )
         )
         return landed

@@ -112,8 +112,11 @@ class BinlogSource:
         resume: ResumePosition | None = None,
         password: str | SecretStr | None = None,
         clock: Callable[[], float] = time.monotonic,
+        heartbeats: bool = False,
     ) -> None:
         self.config = config
+        self._heartbeats = heartbeats
+        """Emit an idle COMMIT on each server heartbeat (the streaming runtime asks for them)."""
         self.resume = resume
         self.reconnects = 0
         self.binlog_server = BinlogServer(config, password)
@@ -251,6 +254,7 @@ class BinlogSource:
             plans,
             clock=self._clock,
             filters=self._filters,
+            heartbeats=self._heartbeats,
         )
         for xa in start.xa_prepared:
             assembler.adopt_prepared(xa, self._read_prepared(xa))

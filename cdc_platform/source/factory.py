@@ -42,16 +42,18 @@ class Source(Protocol):
         ...
 
 
-def open_source(
+def open_source(  # noqa: PLR0913 (the config; the rest keyword-only, as each source needs)
     config: SourceConfig,
     *,
     resume: ResumePosition | None,
     password: str | SecretStr | None = None,
     table_uri: str | None = None,
     storage_options: dict[str, str] | None = None,
+    heartbeats: bool = False,
 ) -> Source:
     """The source for ``config.mode``: the binlog reader, or the id watch, which reads the
-    change log at ``table_uri`` on start to rebuild what it already emitted."""
+    change log at ``table_uri`` on start to rebuild what it already emitted. ``heartbeats``:
+    the binlog reader emits idle COMMITs on server heartbeats (``Transaction.idle``)."""
     if config.mode == "id_watch":
         return IdWatchSource(
             config,
@@ -60,7 +62,7 @@ def open_source(
             table_uri=table_uri,
             storage_options=storage_options,
         )
-    return BinlogSource(config, resume=resume, password=password)
+    return BinlogSource(config, resume=resume, password=password, heartbeats=heartbeats)
 
 
 def start_position(source: Source, start: StartConfig) -> ResumePosition:

@@ -15,6 +15,7 @@ against that transaction's identity and the table filters the skip was counted w
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -94,7 +95,7 @@ class TransactionAssembler:
     state) or, inside a transaction, its start and how many of its events were emitted.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (the start and filters; clocks and fingerprint keyword-only)
         self,
         start: ResumePosition,
         tables: TableFilter,
@@ -102,10 +103,14 @@ class TransactionAssembler:
         *,
         clock: Callable[[], float],
         filters: str | None = None,
+        wall_clock: Callable[[], float] = time.time,
+        heartbeats: bool = False,
     ) -> None:
         self._tables = tables
         self._plans = plans
         self._clock = clock
+        self._wall_clock = wall_clock
+        self._heartbeats = heartbeats
         self._filters = filters
         self._file = start.file
         self._boundary = BinlogPosition(start.file, start.pos)
@@ -214,7 +219,7 @@ class TransactionAssembler:
         return self._begin(event, event.gtid, standalone=True)
 
     def _heartbeat(self, event: Any) -> list[ChangeEvent]:
-        return self._idle()
+        return self._idle(event.packet.server_id)
 
     def _partial_update(self, event: Any) -> list[ChangeEvent]:
         raise SourceSettingsError(
@@ -354,14 +359,34 @@ class TransactionAssembler:
         self._idle_commit = commit
         return None
 
-    def _idle(self) -> list[ChangeEvent]:
-        """Heartbeat: the server is idle; hand out a held-back quiet COMMIT now."""
-        commit = self._idle_commit
-        if commit is None or self._txn is not None:
+    def _idle(self, server_id: int) -> list[ChangeEvent]:
+        """Heartbeat: the server has sent everything it has. Outside a transaction, a held-back
+        quiet COMMIT comes out now, followed (when asked for: ``heartbeats``) by an idle COMMIT
+        at the last boundary (see ``Transaction.idle``): the runtime takes from it that
+        everything up to now is read. The snapshot's segments do without: their idle cut
+        relies on a quiet stream."""
+        if self._txn is not None or self._expect is not None:
             return []
-        self._idle_commit = None
-        self._last_quiet = self._clock()
-        return [commit]
+        out: list[ChangeEvent] = []
+        commit = self._idle_commit
+        if commit is not None:
+            self._idle_commit = None
+            self._last_quiet = self._clock()
+            out.append(commit)
+        boundary = self._boundary
+        idle = Transaction(
+            start=boundary,
+            gtid=None,
+            gtid_set_before=self._gtid_state,
+            server_id=server_id,
+            timestamp=int(self._wall_clock()),
+            filters=self._filters,
+            xa_prepared=self._xa.pending,
+            idle=True,
+        )
+        if self._heartbeats:
+            out.append(ChangeEvent(EventKind.COMMIT, idle, boundary, 0))
+        return out
 
     def _rotate(self, event: Any) -> list[ChangeEvent]:
         self._file = event.next_binlog

@@ -198,6 +198,27 @@ def test_bad_platform_file_names_key(conf: Path) -> None:
     assert caught.value.path.endswith("platform.yaml")
 
 
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("metrics: {port: 70000}\n", "metrics.port"),
+        ("metrics: {port: -1}\n", "metrics.port"),
+        ("metrics: {adress: 0.0.0.0}\n", "metrics.adress"),
+    ],
+)
+def test_bad_metrics_settings_name_the_key(conf: Path, text: str, key: str) -> None:
+    (conf / "platform.yaml").write_text(text)
+    with pytest.raises(ConfigFileError) as caught:
+        load_config(conf, ENV)
+    assert caught.value.key == key
+
+
+def test_metrics_settings_load(conf: Path) -> None:
+    (conf / "platform.yaml").write_text("metrics: {host: 0.0.0.0, port: 0}\n")
+    metrics = load_config(conf, ENV).platform.metrics
+    assert (metrics.host, metrics.port) == ("0.0.0.0", 0)
+
+
 def test_unknown_lease_backend(conf: Path) -> None:
     (conf / "platform.yaml").write_text("lease: {backend: etcd}\n")
     with pytest.raises(ConfigFileError) as caught:

@@ -13,7 +13,7 @@ import pytest
 from cdc_platform.config.models import InstanceConfig, SourceConfig
 from cdc_platform.errors import LeaseLostError
 from cdc_platform.events import ResumePosition
-from cdc_platform.runtime.instance import RunSummary
+from cdc_platform.runtime.instance import RunSummary, RuntimeMetrics
 from cdc_platform.runtime.supervisor import LeaseSupervisor
 from cdc_platform.sink import DeltaChangeLog, FencedCommitError
 from cdc_platform.sink.term import WriteTerm
@@ -88,6 +88,9 @@ class FakeRuntime:
     def request_stop(self, reason: str = "stop requested") -> None:
         self.reason = reason
         self._stop.set()
+
+    def metrics(self) -> RuntimeMetrics:
+        return RuntimeMetrics(self.name, state="running", batches_total=self.commits)
 
     def run(self, *, exit_when_idle_seconds: float | None = None) -> RunSummary:
         checkpoint = self.sink.recover()
