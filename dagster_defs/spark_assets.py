@@ -1,16 +1,15 @@
-"""Spark assets over each destination's change log: current-state mirrors and daily history.
+"""Daily history over each destination's change log (the per-table mirrors are
+``table_assets``).
 
 Thin adapters: every computation is `cdc_platform.spark`; these only pick the paths, call it
 and turn its results into Dagster metadata (numeric values, which the UI charts over time).
 """
 
 from datetime import date
-from typing import Any
 
 from dagster import (
     AssetExecutionContext,
     AssetsDefinition,
-    AutomationCondition,
     DailyPartitionsDefinition,
     MaterializeResult,
     MetadataValue,
@@ -19,7 +18,6 @@ from dagster import (
 
 from cdc_platform.config import ConfigSet
 from cdc_platform.spark import (
-    apply_changes,
     daily_change_stats,
     mirror_as_of,
     mirror_tables,
@@ -28,7 +26,7 @@ from cdc_platform.spark import (
 from dagster_defs.resources import PlatformResource, SparkResource
 from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator, destination_names
 
-__all__ = ["daily_partitions", "spark_assets"]
+__all__ = ["daily_partitions", "history_assets"]
 
 
 def daily_partitions(configset: ConfigSet) -> DailyPartitionsDefinition:
@@ -37,51 +35,6 @@ def daily_partitions(configset: ConfigSet) -> DailyPartitionsDefinition:
     return DailyPartitionsDefinition(
         start_date=configset.platform.dagster.history_start_date, end_offset=1
     )
-
-
-def _mirror_asset(destination: str, translator: CdcTranslator) -> AssetsDefinition:
-    @asset(
-        key=translator.mirrors_key(destination),
-        deps=[translator.changes_key(destination)],
-        group_name=translator.group_name(destination),
-        tags=translator.tags(destination),
-        kinds={"spark", "delta"},
-        automation_condition=AutomationCondition.eager(),
-        description=f"Current state of every table destination {destination} captures, one "
-        f"Delta table each under <lake_root>/{destination}/mirror/, merged from the change log "
-        "by primary key in seq order (incremental, idempotent).",
-        pool=f"cdc-mirror-{destination}",
-    )
-    def mirrors(
-        context: AssetExecutionContext, platform: PlatformResource, spark: SparkResource
-    ) -> MaterializeResult[None]:
-        configset = platform.load()
-        session = spark.session()
-        change_log = translator.change_log_uri(configset, destination)
-        root = translator.mirror_root(configset, destination)
-        options = configset.lake.storage_options
-        totals = {"mirror_rows": 0, "rows_inserted": 0, "rows_updated": 0, "rows_deleted": 0}
-        lag = 0.0
-        per_table: dict[str, dict[str, Any]] = {}
-        for db, table in mirror_tables(session, change_log, options):
-            result = apply_changes(session, change_log, root, db, table, storage_options=options)
-            meta = result.metadata()
-            per_table[f"{db}.{table}"] = meta
-            for key in totals:
-                totals[key] += int(meta[key] or 0)
-            lag = max(lag, float(meta["lag_seconds"] or 0.0))
-            context.log.info(f"{db}.{table}: {meta}")
-        return MaterializeResult(
-            metadata={
-                **totals,
-                "tables": len(per_table),
-                "lag_seconds": round(lag, 3),
-                "by_table": MetadataValue.json(per_table),
-                "mirror_root": MetadataValue.path(root),
-            }
-        )
-
-    return mirrors
 
 
 def _daily_history_asset(
@@ -153,13 +106,11 @@ def _daily_history_asset(
     return daily_history
 
 
-def spark_assets(
+def history_assets(
     configset: ConfigSet, translator: CdcTranslator = DEFAULT_TRANSLATOR
 ) -> list[AssetsDefinition]:
-    """Mirror and daily-history assets for every configured destination."""
+    """The daily-history asset of every configured destination."""
     partitions = daily_partitions(configset)
-    assets: list[AssetsDefinition] = []
-    for name in destination_names(configset):
-        assets.append(_mirror_asset(name, translator))
-        assets.append(_daily_history_asset(name, partitions, translator))
-    return assets
+    return [
+        _daily_history_asset(name, partitions, translator) for name in destination_names(configset)
+    ]

@@ -255,6 +255,9 @@ class InstanceConfig(_Model):
     store: StoreConfig = StoreConfig()
     sink: SinkConfig = SinkConfig()
     snapshot: SnapshotSettings = SnapshotSettings()
+    lag_budget_seconds: float = Field(default=300.0, gt=0)
+    """Lag (source commit to change-log commit) above which the change log's freshness check
+    fails."""
 
 
 class ZooKeeperLeaseConfig(_Model):

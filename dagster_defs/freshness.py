@@ -1,0 +1,117 @@
+"""The change log's freshness check: its lag against the destination's budget.
+
+``lag_within_budget`` on ``cdc/<destination>/changes`` reads the lag the lease holder last
+published (the state watch, as ``cdc-platform status`` shows it), else the newest change-log
+materialization's ``lag_seconds``, and fails (ERROR) when it exceeds ``lag_budget_seconds``
+of the destination's instance.yaml, (WARN) when no lag is known yet. It runs every
+``CHECK_CRON`` tick through declarative automation, and on demand from the UI.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from dagster import (
+    AssetCheckExecutionContext,
+    AssetCheckKey,
+    AssetCheckResult,
+    AssetChecksDefinition,
+    AssetCheckSeverity,
+    AssetKey,
+    AutomationCondition,
+    asset_check,
+)
+
+from cdc_platform.config import ConfigSet
+from cdc_platform.coordination.status import collect_status
+from cdc_platform.errors import CdcError
+from dagster_defs.resources import PlatformResource
+from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator
+
+__all__ = ["CHECK_CRON", "LAG_CHECK", "LagVerdict", "change_log_lag_checks", "judge_lag"]
+
+LAG_CHECK = "lag_within_budget"
+CHECK_CRON = "*/5 * * * *"
+
+
+@dataclass(frozen=True, slots=True)
+class LagVerdict:
+    """A lag check's outcome."""
+
+    passed: bool
+    severity: AssetCheckSeverity
+    description: str
+
+
+def judge_lag(lag_seconds: float | None, budget_seconds: float, source: str) -> LagVerdict:
+    """Pass when the lag is known and within the budget."""
+    if lag_seconds is None:
+        return LagVerdict(False, AssetCheckSeverity.WARN, "no lag known yet (nothing committed)")
+    if lag_seconds > budget_seconds:
+        return LagVerdict(
+            False,
+            AssetCheckSeverity.ERROR,
+            f"lag {lag_seconds:.1f} s over the budget of {budget_seconds:.0f} s ({source})",
+        )
+    return LagVerdict(
+        True,
+        AssetCheckSeverity.ERROR,
+        f"lag {lag_seconds:.1f} s within {budget_seconds:.0f} s ({source})",
+    )
+
+
+_EVERY_TICK: AutomationCondition[AssetKey | AssetCheckKey]
+_EVERY_TICK = AutomationCondition.cron_tick_passed(CHECK_CRON)
+
+
+def _check(destination: str, translator: CdcTranslator) -> AssetChecksDefinition:
+    key = translator.changes_key(destination)
+
+    @asset_check(
+        asset=key,
+        name=LAG_CHECK,
+        description=f"Change-log lag of {destination} within its lag_budget_seconds.",
+        automation_condition=_EVERY_TICK,
+    )
+    def lag_within_budget(
+        context: AssetCheckExecutionContext, platform: PlatformResource
+    ) -> AssetCheckResult:
+        configset = platform.load()
+        budget = configset.destinations[destination].config.lag_budget_seconds
+        lag: float | None = None
+        source = "lease holder's status"
+        committed_at: float | None = None
+        try:
+            (status,) = collect_status(configset, [destination])
+            lag, committed_at = status.lag_seconds, status.committed_at
+        except (CdcError, ValueError) as exc:
+            context.log.warning(f"{destination}: status unavailable ({exc})")
+        if lag is None:
+            event = context.instance.get_latest_materialization_event(key)
+            materialization = event.asset_materialization if event else None
+            value = materialization.metadata.get("lag_seconds") if materialization else None
+            if value is not None and isinstance(value.value, int | float):
+                lag, source = float(value.value), "newest materialization"
+                committed_at = event.timestamp if event else None
+        verdict = judge_lag(lag, budget, source)
+        metadata: dict[str, float] = {"budget_seconds": budget}
+        if lag is not None:
+            metadata["lag_seconds"] = round(lag, 3)
+        if committed_at is not None:
+            metadata["seconds_since_commit"] = round(time.time() - committed_at, 1)
+        return AssetCheckResult(
+            passed=verdict.passed,
+            severity=verdict.severity,
+            description=verdict.description,
+            metadata=metadata,
+        )
+
+    return lag_within_budget
+
+
+def change_log_lag_checks(
+    configset: ConfigSet, translator: CdcTranslator = DEFAULT_TRANSLATOR
+) -> list[AssetChecksDefinition]:
+    """One lag check per valid destination."""
+    return [_check(name, translator) for name in sorted(configset.destinations)]
