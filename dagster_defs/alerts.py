@@ -6,8 +6,6 @@ Every failed run of the code location is logged (ERROR) and, when the environmen
 answer is logged, never retried: the next failure posts again.
 """
 
-from __future__ import annotations
-
 import json
 import logging
 import os

@@ -40,7 +40,7 @@ from dagster_defs.reconcile import (
 )
 from dagster_defs.resources import PlatformResource, SparkResource
 from dagster_defs.sensors import build_config_monitor, build_running_monitor
-from dagster_defs.spark_assets import daily_partitions, history_assets
+from dagster_defs.spark_assets import history_assets
 from dagster_defs.table_assets import mirror_assets
 from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator, destination_names
 
@@ -93,7 +93,6 @@ def build_definitions(
     history_job = define_asset_job(
         DAILY_HISTORY_JOB,
         selection=AssetSelection.assets(*[translator.history_key(name) for name in names]),
-        partitions_def=daily_partitions(configset),
         description="Daily change figures and as-of-day tables; backfill it over a date range.",
     )
     return Definitions(

@@ -7,8 +7,6 @@ of the destination's instance.yaml, (WARN) when no lag is known yet. It runs eve
 ``CHECK_CRON`` tick through declarative automation, and on demand from the UI.
 """
 
-from __future__ import annotations
-
 import time
 from dataclasses import dataclass
 

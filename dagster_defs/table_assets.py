@@ -12,8 +12,6 @@ assets do not rerun. A full run (every table selected) also applies tables the c
 gained since the definitions loaded, so their mirrors exist before the next reload names them.
 """
 
-from __future__ import annotations
-
 import re
 from collections.abc import Iterator
 from typing import Any

@@ -24,8 +24,14 @@ from cdc_platform.backfill.repair import RepairKey, RepairResult, RepairTable
 from cdc_platform.errors import ConfigError, ReconcileError
 from cdc_platform.reconcile.inbox import RepairInbox, signing_key
 from cdc_platform.reconcile.schedule import DueState, next_interval
+from cdc_platform.spark.catalog import Catalog, CatalogTable
 from dagster_defs.cdc_job import CDC_JOB, DESTINATION_TAG
-from dagster_defs.reconcile import RECONCILE_JOB, RECONCILE_TAG, build_reconcile_schedule, check_key
+from dagster_defs.reconcile import (
+    RECONCILE_JOB,
+    RECONCILE_TAG,
+    build_reconcile_schedule,
+    check_keys,
+)
 from dagster_defs.resources import PlatformResource
 
 pytestmark = pytest.mark.unit
@@ -103,7 +109,12 @@ def test_sensor_requests_only_where_the_lease_is_held_after_a_random_wait(
     instance: DagsterInstance, conf: Path
 ) -> None:
     now = [10_000.0]
-    sensor = build_reconcile_schedule(clock=lambda: now[0], rand=lambda: 0.5)
+    tables = {
+        name: Catalog(name, (CatalogTable("db", "t1"), CatalogTable("db", "t2")))
+        for name in ("a", "b")
+    }
+    checks = {name: check_keys(name, catalog) for name, catalog in tables.items()}
+    sensor = build_reconcile_schedule(clock=lambda: now[0], rand=lambda: 0.5, checks=checks)
 
     def tick(cursor: str | None) -> SensorResult:
         context = build_sensor_context(
@@ -124,7 +135,9 @@ def test_sensor_requests_only_where_the_lease_is_held_after_a_random_wait(
     second = tick(first.cursor)
     assert second.run_requests is not None
     assert [r.tags[RECONCILE_TAG] for r in second.run_requests] == ["a"]
-    assert second.run_requests[0].asset_check_keys == [check_key("a")]
+    # one run per destination, every table's check in it (cdc/a/db/t1, cdc/a/db/t2)
+    assert second.run_requests[0].asset_check_keys == checks["a"]
+    assert [k.asset_key.path for k in checks["a"]] == [["cdc", "a", "db", t] for t in ("t1", "t2")]
     due = json.loads(second.cursor or "{}")
     assert due["a"] == due["b"] == now[0] + 22.5 * 60  # b skipped and rescheduled too
 
