@@ -110,7 +110,7 @@ def mirror_assets(
     def mirrors(
         context: AssetExecutionContext, platform: PlatformResource, spark: SparkResource
     ) -> Iterator[MaterializeResult[None]]:
-        context.instance.add_run_tags(context.run_id, {MIRROR_TAG: destination})
+        context.instance.add_run_tags(context.run.run_id, {MIRROR_TAG: destination})
         configset = platform.load()
         session = spark.session()
         change_log = translator.change_log_uri(configset, destination)
