@@ -111,6 +111,7 @@ def _table_result(key: AssetCheckKey, name: str, report: ReconcileReport) -> Ass
     fixed = (repair.upserts.get(name, 0) + repair.deletes.get(name, 0)) if repair else 0
     metadata["repaired"] = fixed
     metadata["status"] = MetadataValue.text(report.status)
+    metadata["repaired_by"] = MetadataValue.text(report.repaired_by or "-")
     if report.status == "not_repaired" and table.differences:
         return AssetCheckResult(
             asset_key=key.asset_key,
