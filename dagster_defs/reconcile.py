@@ -41,7 +41,7 @@ from dagster import (
 )
 
 from cdc_platform.config import ConfigSet
-from cdc_platform.errors import ConfigError
+from cdc_platform.errors import CdcError, ConfigError
 from cdc_platform.reconcile.schedule import DueState
 from cdc_platform.reconcile.service import ReconcileReport, reconcile_destination
 from cdc_platform.spark.catalog import Catalog
@@ -167,9 +167,24 @@ def _checks(destination: str, catalog: Catalog, translator: CdcTranslator) -> As
         selected = [k for k in keys if k in context.selected_asset_check_keys]
         configset = platform.load()
         session = spark.session()
-        report = reconcile_destination(
-            configset, destination, session, tables=[names[k] for k in selected]
-        )
+        try:
+            report = reconcile_destination(
+                configset, destination, session, tables=[names[k] for k in selected]
+            )
+        except CdcError as exc:
+            # A source or lake that cannot be reached fails the checks, not the run: a mirror
+            # materialized with its checks (the CLI, the UI) still counts as materialized.
+            context.log.error(f"{destination}: reconciliation not possible: {exc}")
+            for key in selected:
+                yield AssetCheckResult(
+                    asset_key=key.asset_key,
+                    check_name=key.name,
+                    passed=False,
+                    severity=AssetCheckSeverity.ERROR,
+                    description=f"reconciliation not possible: {exc}",
+                    metadata={"status": MetadataValue.text("not_run")},
+                )
+            return
         for table in report.tables:
             context.log.info(f"{table.name}: {table.summary()}")
         for key in selected:

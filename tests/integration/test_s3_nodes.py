@@ -93,7 +93,7 @@ def mirror_and_reconcile(
             "-m",
             "dagster_defs.definitions",
             "--select",
-            f"cdc/{cluster.destination}/mirrors",
+            f'key:"cdc/{cluster.destination}/*/*"',  # every table's mirror
         ],
         cwd=home,
         env=env,
