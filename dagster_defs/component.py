@@ -14,8 +14,6 @@ so definitions load fast and without the source. Without state yet it uses what 
 logs already hold.
 """
 
-from __future__ import annotations
-
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
