@@ -47,17 +47,19 @@ def alert_payload(
 
 def post_alert(url: str, payload: Mapping[str, Any], timeout: float = 5.0) -> str | None:
     """POST ``payload`` as JSON; None when the server took it, else why not (no URL in it)."""
+    if not url.startswith(("http://", "https://")):
+        return f"{WEBHOOK_ENV} is not an http(s) URL"
     request = urllib.request.Request(  # noqa: S310 - the operator's own URL, http(s) only
         url,
         data=json.dumps(payload).encode(),
         headers={"Content-Type": "application/json"},
         method="POST",
     )
-    if not url.startswith(("http://", "https://")):
-        return f"{WEBHOOK_ENV} is not an http(s) URL"
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
             status = int(response.status)
+    except urllib.error.HTTPError as exc:
+        status = int(exc.code)
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         return f"webhook not reached: {type(exc).__name__}: {reason}"

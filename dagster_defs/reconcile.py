@@ -213,7 +213,7 @@ def reconcile_job(checks: list[AssetChecksDefinition]) -> Any:
     """
     return define_asset_job(
         RECONCILE_JOB,
-        selection=AssetSelection.checks(*checks) if checks else AssetSelection.keys(),
+        selection=AssetSelection.checks(*checks) if checks else AssetSelection.assets(),
         description="Full-list reconciliation of destinations against their mirrors.",
     )
 
