@@ -12,6 +12,7 @@ knows. ``catalogs`` skips discovery (the Component passes its cached state).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -48,6 +49,8 @@ __all__ = ["DAILY_HISTORY_JOB", "build_definitions", "discover_catalogs"]
 
 DAILY_HISTORY_JOB = "cdc_daily_history"
 
+log = logging.getLogger(__name__)
+
 
 def discover_catalogs(configset: ConfigSet, *, use_source: bool = True) -> dict[str, Catalog]:
     """Every valid destination's catalog, read side by side (a source that is down costs its
@@ -57,7 +60,11 @@ def discover_catalogs(configset: ConfigSet, *, use_source: bool = True) -> dict[
         return {}
     with ThreadPoolExecutor(max_workers=min(8, len(names))) as pool:
         found = pool.map(lambda n: discover_tables(configset, n, use_source=use_source), names)
-        return dict(zip(names, found, strict=True))
+        catalogs = dict(zip(names, found, strict=True))
+    for name, catalog in catalogs.items():
+        for problem in catalog.problems:
+            log.warning("%s: tables listed without it: %s", name, problem)
+    return catalogs
 
 
 def build_definitions(
