@@ -27,7 +27,11 @@ from dagster.components import (
     Resolvable,
     ResolvedDefsStateConfig,
     Resolver,
+    Scaffolder,
+    ScaffoldRequest,
     StateBackedComponent,
+    scaffold_component,
+    scaffold_with,
 )
 
 from cdc_platform.config import load_config
@@ -35,7 +39,7 @@ from cdc_platform.spark.catalog import Catalog
 from dagster_defs.factory import build_definitions, discover_catalogs
 from dagster_defs.translator import CdcTranslator
 
-__all__ = ["CdcComponent", "PrefixTranslator"]
+__all__ = ["CdcComponent", "CdcScaffolder", "PrefixTranslator"]
 
 
 class PrefixTranslator(CdcTranslator):
@@ -59,6 +63,15 @@ def _state_to_catalogs(text: str) -> dict[str, Catalog]:
     return {name: Catalog.from_json(entry) for name, entry in doc["catalogs"].items()}
 
 
+class CdcScaffolder(Scaffolder):
+    """``dg scaffold defs dagster_defs.CdcComponent <path>``: a defs.yaml to fill in."""
+
+    def scaffold(self, request: ScaffoldRequest) -> None:
+        """Write defs.yaml with the attributes a user sets first."""
+        scaffold_component(request, {"conf_dir": "conf", "key_prefix": ["cdc"], "group": "cdc"})
+
+
+@scaffold_with(CdcScaffolder)
 @dataclass
 class CdcComponent(StateBackedComponent, Resolvable):
     """CDC from MySQL/MariaDB binlogs into Delta Lake: each destination's change log, one

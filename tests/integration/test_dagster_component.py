@@ -89,7 +89,9 @@ def test_component_lists_one_asset_per_table(mariadb: MariaDBDatabase, tmp_path:
 
     dg(project, env, "scaffold", "defs", "dagster_defs.CdcComponent", "cdc")
     defs_yaml = project / "analytics" / "defs" / "cdc" / "defs.yaml"
-    assert "type: dagster_defs.CdcComponent" in defs_yaml.read_text()
+    scaffolded = defs_yaml.read_text()
+    assert "type: dagster_defs.CdcComponent" in scaffolded
+    assert "conf_dir: conf" in scaffolded
     defs_yaml.write_text(
         "type: dagster_defs.CdcComponent\n\n"
         "attributes:\n  conf_dir: conf\n  key_prefix: [lake]\n  group: replicas\n"
