@@ -108,8 +108,15 @@ def _table_result(key: AssetCheckKey, name: str, report: ReconcileReport) -> Ass
         )
     table = found[0]
     metadata = _numbers(table.summary())
-    fixed = (repair.upserts.get(name, 0) + repair.deletes.get(name, 0)) if repair else 0
-    metadata["repaired"] = fixed
+    upserts = repair.upserts.get(name, 0) if repair else 0
+    deletes = repair.deletes.get(name, 0) if repair else 0
+    fixed = upserts + deletes
+    metadata.update(
+        differences=table.differences,
+        repaired=fixed,
+        repair_upserts=upserts,
+        repair_deletes=deletes,
+    )
     metadata["status"] = MetadataValue.text(report.status)
     metadata["repaired_by"] = MetadataValue.text(report.repaired_by or "-")
     if report.status == "not_repaired" and table.differences:
