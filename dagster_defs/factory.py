@@ -43,7 +43,7 @@ from dagster_defs.resources import PlatformResource, SparkResource
 from dagster_defs.sensors import build_config_monitor, build_running_monitor
 from dagster_defs.spark_assets import history_assets
 from dagster_defs.table_assets import mirror_assets
-from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator, destination_names
+from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator
 
 __all__ = ["DAILY_HISTORY_JOB", "build_definitions", "discover_catalogs"]
 
@@ -83,7 +83,6 @@ def build_definitions(
     configset = load_config(Path(conf_dir))
     if catalogs is None:
         catalogs = discover_catalogs(configset)
-    names = destination_names(configset)
     interval = configset.platform.dagster.sensor_interval_seconds
     mirrors = [
         a
@@ -97,16 +96,17 @@ def build_definitions(
         if name in catalogs
     }
     checks = reconcile_checks(configset, catalogs, translator)
+    history = history_assets(configset, catalogs, translator)
     history_job = define_asset_job(
         DAILY_HISTORY_JOB,
-        selection=AssetSelection.assets(*[translator.history_key(name) for name in names]),
+        selection=AssetSelection.assets(*[key for a in history for key in a.keys]),
         description="Daily change figures and as-of-day tables; backfill it over a date range.",
     )
     return Definitions(
         assets=[
             *change_log_specs(configset, translator),
             *mirrors,
-            *history_assets(configset, translator),
+            *history,
         ],
         asset_checks=[*checks, *change_log_lag_checks(configset, translator)],
         jobs=[build_cdc_destination_job(translator), history_job, reconcile_job(checks)],

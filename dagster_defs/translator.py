@@ -46,9 +46,9 @@ class CdcTranslator:
         """Group of one table's mirror (the destination's live group by default)."""
         return self.group_name(destination)
 
-    def history_key(self, destination: str) -> AssetKey:
-        """The daily-partitioned change figures and as-of-day tables."""
-        return AssetKey([*self.key_prefix(destination), "daily_history"])
+    def table_history_key(self, destination: str, db: str, table: str) -> AssetKey:
+        """One table's daily-partitioned change figures and as-of-day state."""
+        return AssetKey([*self.table_key(destination, db, table).path, "daily_history"])
 
     def group_name(self, destination: str) -> str:
         """Group of the assets kept current as changes arrive (change log, mirrors)."""

@@ -218,7 +218,10 @@ def test_dagster_mirror_and_history_assets_on_s3(
         mirrors = run_assets(defs, keys, instance)
         history = run_assets(
             defs,
-            [AssetKey(["cdc", "d", "daily_history"])],
+            [
+                AssetKey(["cdc", "d", name, table, "daily_history"])
+                for table in ("customers", "orders")
+            ],
             instance,
             partition_key=datetime.now(UTC).date().isoformat(),
         )
@@ -234,10 +237,13 @@ def test_dagster_mirror_and_history_assets_on_s3(
 
     today = datetime.now(UTC).date().isoformat()
     assert history.success
-    (event,) = history.asset_materializations_for_node("cdc__d__daily_history")
-    assert event.metadata["history_root"].value == f"{s3_lake.uri}/d/history/{today}"
-    expected = sum(len(source_rows(mariadb.server, name, t)) for t in ("customers", "orders"))
-    assert event.metadata["as_of_rows"].value == expected
+    days = {
+        e.asset_key.path[-2]: e.materialization for e in history.get_asset_materialization_events()
+    }
+    for table in ("customers", "orders"):
+        metadata = days[table].metadata
+        assert metadata["dagster/uri"].value == f"{s3_lake.uri}/d/history/{today}/{name}.{table}"
+        assert metadata["as_of_rows"].value == len(source_rows(mariadb.server, name, table))
     objects = s3_lake.keys()
     assert any(f"/d/history/{today}/{name}.orders/_delta_log/" in k for k in objects)
 

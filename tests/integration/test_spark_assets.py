@@ -94,12 +94,12 @@ def test_daily_partitions_and_mirrors(
 
     # The source is down (nothing listens on its port): the tables come from the change log.
     defs = build_definitions(str(conf))
-    history_key = AssetKey(["cdc", "shop", "daily_history"])
+    history_key = AssetKey(["cdc", "shop", "shop", "orders", "daily_history"])
     with instance_for_test() as instance:
         for day in DAYS:
             result = run_assets(defs, [history_key], instance, partition_key=day.isoformat())
             assert result.success
-            (event,) = result.asset_materializations_for_node("cdc__shop__daily_history")
+            (event,) = result.asset_materializations_for_node("cdc_daily_history_shop")
             metadata = {k: v.value for k, v in event.metadata.items()}
             assert {k: metadata[k] for k in expected[day]} == expected[day], day
             assert metadata["max_lag_seconds"] == pytest.approx(2.0)
@@ -188,7 +188,7 @@ def test_cli_backfill_of_three_days_under_a_daemon(
             cwd=PROJECT, env=env, check=True, capture_output=True, timeout=120,
         )  # fmt: skip
         deadline = time.monotonic() + 240
-        key = AssetKey(["cdc", "shop", "daily_history"])
+        key = AssetKey(["cdc", "shop", "shop", "orders", "daily_history"])
         while time.monotonic() < deadline:
             records = instance.fetch_materializations(key, limit=10).records
             if len({r.partition_key for r in records}) == 3:

@@ -70,11 +70,11 @@ def _keys(defs: Definitions) -> set[AssetKey]:
 def test_default_keys_paths_and_groups(configset: ConfigSet) -> None:
     translator = CdcTranslator()
     defs = _defs(configset)
-    assert _keys(defs) == {
-        AssetKey(["cdc", name, part])
-        for name in ("broken", "shop")
-        for part in ("changes", "daily_history")
-    } | {AssetKey(["cdc", "shop", "shop", table]) for table in ("items", "orders")}
+    assert _keys(defs) == {AssetKey(["cdc", name, "changes"]) for name in ("broken", "shop")} | {
+        AssetKey(["cdc", "shop", "shop", table, *part])
+        for table in ("items", "orders")
+        for part in ([], ["daily_history"])
+    }
     (spec,) = [s for s in change_log_specs(configset) if s.key == translator.changes_key("shop")]
     assert spec.group_name == "cdc"
     assert spec.metadata["table_uri"] == configset.table_uri("shop")
