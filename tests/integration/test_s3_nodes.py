@@ -93,7 +93,8 @@ def mirror_and_reconcile(
             "-m",
             "dagster_defs.definitions",
             "--select",
-            f'key:"cdc/{cluster.destination}/*/*"',  # every table's mirror
+            # every table's mirror (not their daily history, a partitioned asset)
+            f'key:"cdc/{cluster.destination}/*/*" and not key:"*/daily_history"',
         ],
         cwd=home,
         env=env,
