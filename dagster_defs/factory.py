@@ -31,7 +31,7 @@ from cdc_platform.spark.catalog import Catalog, discover_tables
 from dagster_defs.alerts import build_run_failure_alert
 from dagster_defs.assets import change_log_specs
 from dagster_defs.cdc_job import build_cdc_destination_job
-from dagster_defs.freshness import change_log_lag_checks
+from dagster_defs.freshness import change_log_lag_checks, mirror_freshness_checks
 from dagster_defs.mirror_catch_up import build_mirror_catch_up
 from dagster_defs.reconcile import (
     build_reconcile_schedule,
@@ -108,7 +108,11 @@ def build_definitions(
             *mirrors,
             *history,
         ],
-        asset_checks=[*checks, *change_log_lag_checks(configset, translator)],
+        asset_checks=[
+            *checks,
+            *change_log_lag_checks(configset, translator),
+            *mirror_freshness_checks(configset, catalogs, translator),
+        ],
         jobs=[build_cdc_destination_job(translator), history_job, reconcile_job(checks)],
         sensors=[
             build_reconcile_schedule(
