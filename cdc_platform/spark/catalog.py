@@ -44,6 +44,10 @@ CATALOG_FORMAT_VERSION = 1
 DISCOVERY_CONNECT_TIMEOUT_SECONDS = 3.0
 """How long discovery waits for the source: definitions must load even when it is down."""
 
+DISCOVERY_READ_TIMEOUT_SECONDS = 5.0
+"""How long discovery waits for each answer, the server's greeting included (a host that
+accepts the connection but never answers otherwise holds the load for the full read timeout)."""
+
 
 @dataclass(frozen=True, slots=True)
 class CatalogColumn:
@@ -133,7 +137,9 @@ def source_tables(
         SourceError: the server cannot be reached, refused the login or the query.
     """
     server = SourceServer(source, purpose="table discovery")
-    conn = server.connect(read_timeout=30.0, connect_timeout=connect_timeout)
+    conn = server.connect(
+        read_timeout=DISCOVERY_READ_TIMEOUT_SECONDS, connect_timeout=connect_timeout
+    )
     filt = TableFilter(source.include_tables, source.exclude_tables)
     try:
         with conn.cursor() as cur:
