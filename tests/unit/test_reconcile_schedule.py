@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from dagster import (
@@ -322,6 +323,48 @@ def test_mirror_catch_up_decision() -> None:
     assert not decide(50.0, 40.0, busy=True)  # a mirrors run is queued or running
     assert decide(50.0, None)  # never mirrored
     assert not decide(None, None)  # no change log yet
+
+
+def test_mirror_catch_up_requests_every_table_after_a_run_that_skipped_them(
+    instance: DagsterInstance, conf: Path
+) -> None:
+    """Runs that applied nothing materialize no table, so the sensor judges by the newest
+    successful run tagged with the destination, and asks for all of its tables."""
+    from dagster import AssetKey, AssetMaterialization  # noqa: PLC0415
+
+    from dagster_defs.mirror_catch_up import CATCH_UP_TAG, build_mirror_catch_up  # noqa: PLC0415
+    from dagster_defs.table_assets import MIRROR_TAG  # noqa: PLC0415
+
+    tables = [AssetKey(["cdc", "a", "db", t]) for t in ("t1", "t2")]
+    now = [time.time() + 100]
+    sensor = build_mirror_catch_up(
+        {"a": tables}, grace_seconds=10, clock=lambda: now[0], minimum_interval_seconds=1
+    )
+
+    def tick() -> list[Any]:
+        context = build_sensor_context(
+            instance=instance, resources={"platform": PlatformResource(conf_dir=str(conf))}
+        )
+        result = sensor(context)
+        return list(result.run_requests or []) if isinstance(result, SensorResult) else []
+
+    instance.report_runless_asset_event(AssetMaterialization(AssetKey(["cdc", "a", "changes"])))
+    (request,) = tick()  # never mirrored
+    assert request.asset_selection == tables
+    assert request.tags == {CATCH_UP_TAG: "a"}
+    time.sleep(0.01)
+    instance.add_run(
+        DagsterRun(
+            job_name="__ASSET_JOB",
+            run_id=str(uuid.uuid4()),
+            status=DagsterRunStatus.SUCCESS,
+            tags={MIRROR_TAG: "a"},
+        )
+    )
+    assert tick() == []  # that run started after the newest commit
+    time.sleep(0.01)
+    instance.report_runless_asset_event(AssetMaterialization(AssetKey(["cdc", "a", "changes"])))
+    assert [r.asset_selection for r in tick()] == [tables]
 
 
 def test_repair_notes_its_own_commits_instead_of_rereading_the_log() -> None:
