@@ -1,7 +1,5 @@
 """The Dagster Spark assets: three daily partitions and the per-table mirrors, for real."""
 
-from __future__ import annotations
-
 import contextlib
 import os
 import random
@@ -17,11 +15,14 @@ from dagster import (
     AssetCheckEvaluation,
     AssetCheckKey,
     AssetCheckSeverity,
+    AssetExecutionContext,
     AssetKey,
     AssetSelection,
     DagsterInstance,
     Definitions,
     ExecuteInProcessResult,
+    MaterializeResult,
+    asset,
     define_asset_job,
     instance_for_test,
 )
@@ -33,6 +34,7 @@ from cdc_platform.testing.processes import die_with_parent, stop_process
 from cdc_platform.testing.spark_changes import ChangeLogWriter, SourceTable, column
 from dagster_defs import build_definitions
 from dagster_defs.freshness import FRESH_CHECK
+from dagster_defs.resources import SparkResource
 
 pytestmark = pytest.mark.integration
 
@@ -146,6 +148,22 @@ def test_daily_partitions_and_mirrors(
         mirror = DeltaTable(str(mirror_path))
         rows = {r["id"]: r["status"] for r in mirror.to_pyarrow_table().to_pylist()}
         assert rows == {key[0]: row["status"] for key, row in orders.rows.items()}
+
+        # A downstream PySpark asset, as docs/dagster.md writes it: the mirror found through
+        # its dagster/uri, read with the platform's Spark resource.
+        @asset(deps=[orders_key])
+        def open_orders(context: AssetExecutionContext, spark: SparkResource) -> MaterializeResult:
+            event = context.instance.get_latest_materialization_event(orders_key)
+            assert event is not None
+            assert event.asset_materialization is not None
+            uri = event.asset_materialization.metadata["dagster/uri"].value
+            frame = spark.session().read.format("delta").load(str(uri))
+            return MaterializeResult(metadata={"rows": frame.count()})
+
+        user = Definitions.merge(defs, Definitions(assets=[open_orders]))
+        downstream = run_assets(user, [open_orders.key], instance)
+        (event,) = downstream.get_asset_materialization_events()
+        assert event.materialization.metadata["rows"].value == len(orders.rows)
 
         # A change to shop.items materializes shop.items alone: shop.orders' downstream
         # assets see no new materialization.
