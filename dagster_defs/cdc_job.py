@@ -89,6 +89,7 @@ class _Reporter:
         self._rows = 0
         self._last: CommitReport | None = None
         self._reported_at = 0.0
+        self._started_at = time.monotonic()
 
     def flush(self, *, force: bool) -> None:
         """Emit one materialization for what arrived, if due (or forced)."""
@@ -104,6 +105,9 @@ class _Reporter:
         if last is None or (not force and time.monotonic() - self._reported_at < self.min_interval):
             return
         self.total_rows += self._rows
+        now = time.monotonic()
+        # Rows per second since the previous materialization (the first: since the run began).
+        elapsed = max(now - (self._reported_at or self._started_at), 1e-3)
         self.context.log_event(
             AssetMaterialization(
                 asset_key=self.asset_key,
@@ -115,6 +119,7 @@ class _Reporter:
                     "batches": self._batches,
                     "rows_total_this_run": self.total_rows,
                     "lag_seconds": round(last.lag_seconds, 3),
+                    "rows_per_second": round(self._rows / elapsed, 1),
                     "epoch": last.epoch,
                     "position": str(last.resume),
                 },
@@ -122,7 +127,7 @@ class _Reporter:
         )
         self._batches = self._rows = 0
         self._last = None
-        self._reported_at = time.monotonic()
+        self._reported_at = now
 
 
 def _snapshot_metadata(progress: SnapshotProgress) -> dict[str, int | float | str]:

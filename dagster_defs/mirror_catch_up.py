@@ -7,20 +7,23 @@ reconciliation's repair, which commits once and stops) the last commits would st
 mirrors until the next change. Seen in tests/integration/test_dagster_e2e.py.
 
 ``mirror_catch_up`` compares, per destination, the newest materialization of
-``cdc/<dest>/changes`` with the start of the run that produced the newest materialization of
-``cdc/<dest>/mirrors``: a change-log commit reported after that run started may be missing,
-so it requests the mirrors again (applies are idempotent; an extra one costs a no-op). It
-waits ``grace_seconds`` so eager automation gets the first chance, and never requests while a
+``cdc/<dest>/changes`` with the start of the newest successful run that applied the
+destination's mirrors (its step tags the run ``cdc/mirrors=<dest>``; a table whose apply
+changed nothing is not materialized, so materializations alone cannot tell): a change-log
+commit reported after that run started may be missing, so it requests every table of the
+destination again (applies are idempotent; an extra one costs a no-op per table). It waits
+``grace_seconds`` so eager automation gets the first chance, and never requests while a
 mirrors run is queued or running.
 """
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 
 from dagster import (
     AssetKey,
     AssetSelection,
     DagsterInstance,
+    DagsterRunStatus,
     DefaultSensorStatus,
     RunRequest,
     RunsFilter,
@@ -34,6 +37,7 @@ from dagster import (
 from cdc_platform.errors import ConfigError
 from dagster_defs.resources import PlatformResource
 from dagster_defs.sensors import LIVE_STATUSES
+from dagster_defs.table_assets import MIRROR_TAG
 from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator
 
 __all__ = ["CATCH_UP_TAG", "build_mirror_catch_up", "needs_catch_up"]
@@ -56,34 +60,39 @@ def needs_catch_up(
     return mirrors_run_started_at is None or changes_at > mirrors_run_started_at
 
 
-def _mirrors_in_progress(instance: DagsterInstance, key: AssetKey) -> bool:
+def _mirrors_in_progress(instance: DagsterInstance, keys: Set[AssetKey]) -> bool:
     for run in instance.get_runs(filters=RunsFilter(statuses=LIVE_STATUSES)):
-        if run.asset_selection and key in run.asset_selection:
+        if run.asset_selection and keys & run.asset_selection:
             return True
     return False
 
 
-def _run_started_at(instance: DagsterInstance, run_id: str) -> float | None:
-    record = instance.get_run_record_by_id(run_id)
-    if record is None:
+def _last_mirrors_run_started_at(instance: DagsterInstance, destination: str) -> float | None:
+    records = instance.get_run_records(
+        filters=RunsFilter(tags={MIRROR_TAG: destination}, statuses=[DagsterRunStatus.SUCCESS]),
+        limit=1,
+    )
+    if not records:
         return None
-    return record.start_time or record.create_timestamp.timestamp()
+    return records[0].start_time or records[0].create_timestamp.timestamp()
 
 
 def build_mirror_catch_up(
-    destinations: Sequence[str],
+    tables: Mapping[str, Sequence[AssetKey]],
     *,
     minimum_interval_seconds: int = 30,
     grace_seconds: float | None = None,
     clock: Callable[[], float] = time.time,
     translator: CdcTranslator = DEFAULT_TRANSLATOR,
 ) -> SensorDefinition:
-    """The `mirror_catch_up` sensor; see the module docstring."""
+    """The `mirror_catch_up` sensor; see the module docstring. ``tables`` names each
+    destination's mirror asset keys."""
+    all_keys = [key for keys in tables.values() for key in keys]
     grace = 2.0 * minimum_interval_seconds if grace_seconds is None else grace_seconds
 
     @sensor(
         name="mirror_catch_up",
-        asset_selection=AssetSelection.assets(*[translator.mirrors_key(n) for n in destinations]),
+        asset_selection=AssetSelection.assets(*all_keys),
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=DefaultSensorStatus.RUNNING,
         description="Materializes a destination's mirrors again when change-log commits "
@@ -99,20 +108,20 @@ def build_mirror_catch_up(
         instance = context.instance
         now = clock()
         requests = []
-        for name in sorted(set(configset.destinations) & set(destinations)):
+        for name in sorted(set(configset.destinations) & set(tables)):
+            keys = list(tables[name])
+            if not keys:
+                continue
             changes = instance.get_latest_materialization_event(translator.changes_key(name))
-            key = translator.mirrors_key(name)
-            mirrored = instance.get_latest_materialization_event(key)
-            started = _run_started_at(instance, mirrored.run_id) if mirrored else None
             if needs_catch_up(
                 changes.timestamp if changes else None,
-                started,
-                in_progress=_mirrors_in_progress(instance, key),
+                _last_mirrors_run_started_at(instance, name),
+                in_progress=_mirrors_in_progress(instance, set(keys)),
                 now=now,
                 grace_seconds=grace,
             ):
                 requests.append(
-                    RunRequest(run_key=None, asset_selection=[key], tags={CATCH_UP_TAG: name})
+                    RunRequest(run_key=None, asset_selection=keys, tags={CATCH_UP_TAG: name})
                 )
         if not requests:
             return SkipReason("every mirrors run started after its change log's last commit")

@@ -1,22 +1,22 @@
 """Scheduled full-list reconciliation: an asset check per destination, its job and schedule.
 
-The check ``reconciled`` on ``cdc/<destination>/mirrors`` runs
-:func:`cdc_platform.reconcile.service.reconcile_destination`: it compares every captured
-table with its mirror and has the lease holder write repair events into the change log (the
-mirrors then converge through their normal, eager materialization). Its result says what was
-found and fixed.
+The check ``reconciled`` on each table's mirror ``cdc/<destination>/<db>/<table>`` runs
+:func:`cdc_platform.reconcile.service.reconcile_destination` for the selected tables (one
+destination's checks run together, one reconciliation): it compares each table with its mirror
+and has the lease holder write repair events into the change log (the mirrors then converge
+through their normal, eager materialization). Its result says what was found and fixed.
 
-``reconcile_schedule`` is a sensor rather than a cron schedule because each destination's
-next run is due after a *random* 15-30 minutes (``reconcile.interval_minutes``), like
-SOFARegistry's list loop; the due times live in the sensor's cursor. It launches a
-reconciliation only for a destination whose long-lived run is live, i.e. where the lease is
-held (a stopped destination is reconciled by hand: ``cdc-platform reconcile``).
+``reconcile_schedule`` is a sensor rather than a cron schedule because each destination's next
+run is due after a *random* 15-30 minutes (``reconcile.interval_minutes``), like SOFARegistry's
+list loop; the due times live in the sensor's cursor. It launches a reconciliation only for a
+destination whose long-lived run is live, i.e. where the lease is held (a stopped destination
+is reconciled by hand: ``cdc-platform reconcile``).
 """
 
 import random
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from dagster import (
@@ -25,6 +25,7 @@ from dagster import (
     AssetCheckResult,
     AssetChecksDefinition,
     AssetCheckSeverity,
+    AssetCheckSpec,
     AssetSelection,
     DefaultSensorStatus,
     MetadataValue,
@@ -34,24 +35,27 @@ from dagster import (
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
-    asset_check,
     define_asset_job,
+    multi_asset_check,
     sensor,
 )
 
 from cdc_platform.config import ConfigSet
-from cdc_platform.errors import ConfigError
+from cdc_platform.errors import CdcError, ConfigError
 from cdc_platform.reconcile.schedule import DueState
-from cdc_platform.reconcile.service import reconcile_destination
+from cdc_platform.reconcile.service import ReconcileReport, reconcile_destination
+from cdc_platform.spark.catalog import Catalog
 from dagster_defs.resources import PlatformResource, SparkResource
 from dagster_defs.sensors import LIVE_STATUSES, live_runs
-from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator, destination_names
+from dagster_defs.table_assets import op_name
+from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator
 
 __all__ = [
     "CHECK_NAME",
     "RECONCILE_JOB",
     "RECONCILE_TAG",
     "build_reconcile_schedule",
+    "check_keys",
     "reconcile_checks",
     "reconcile_job",
 ]
@@ -63,72 +67,150 @@ RECONCILE_TAG = "cdc/reconcile"
 concurrency limit of one belongs to the long-lived run, which must keep running)."""
 
 
-def check_key(destination: str, translator: CdcTranslator = DEFAULT_TRANSLATOR) -> AssetCheckKey:
-    """The reconciliation check of one destination, on its mirrors asset."""
-    return AssetCheckKey(translator.mirrors_key(destination), CHECK_NAME)
+def check_keys(
+    destination: str, catalog: Catalog, translator: CdcTranslator = DEFAULT_TRANSLATOR
+) -> list[AssetCheckKey]:
+    """The reconciliation checks of one destination, one on each table's mirror."""
+    return [
+        AssetCheckKey(translator.table_key(destination, t.db, t.table), CHECK_NAME)
+        for t in catalog.tables
+    ]
 
 
-def _check(destination: str, translator: CdcTranslator) -> AssetChecksDefinition:
-    @asset_check(
-        asset=translator.mirrors_key(destination),
-        name=CHECK_NAME,
-        blocking=False,
-        description=f"Full-list reconciliation of {destination}: every captured table compared "
-        "with its mirror by chunk checksums; differences are repaired by events written into "
-        "the change log by the lease holder. Fails (WARN) when differences were found and "
-        "repaired, (ERROR) when they could not be repaired.",
+def _numbers(summary: Mapping[str, Any]) -> dict[str, MetadataValue[Any] | int | float]:
+    return {
+        key: value
+        for key, value in summary.items()
+        if isinstance(value, int | float) and not isinstance(value, bool)
+    }
+
+
+def _table_result(key: AssetCheckKey, name: str, report: ReconcileReport) -> AssetCheckResult:
+    """One table's verdict within the destination's reconciliation."""
+    repair = report.repair
+    if name in report.skipped_tables:
+        return AssetCheckResult(
+            asset_key=key.asset_key,
+            check_name=key.name,
+            passed=True,
+            description=f"not compared: {report.skipped_tables[name]}",
+            metadata={"status": MetadataValue.text("skipped")},
+        )
+    found = [t for t in report.tables if t.name == name]
+    if not found:
+        return AssetCheckResult(
+            asset_key=key.asset_key,
+            check_name=key.name,
+            passed=report.status != "not_repaired",
+            severity=AssetCheckSeverity.ERROR,
+            description=f"not compared ({report.status}): {report.message or 'no result'}",
+            metadata={"status": MetadataValue.text(report.status)},
+        )
+    table = found[0]
+    metadata = _numbers(table.summary())
+    upserts = repair.upserts.get(name, 0) if repair else 0
+    deletes = repair.deletes.get(name, 0) if repair else 0
+    fixed = upserts + deletes
+    metadata.update(
+        differences=table.differences,
+        repaired=fixed,
+        repair_upserts=upserts,
+        repair_deletes=deletes,
+    )
+    metadata["status"] = MetadataValue.text(report.status)
+    metadata["repaired_by"] = MetadataValue.text(report.repaired_by or "-")
+    if report.status == "not_repaired" and table.differences:
+        return AssetCheckResult(
+            asset_key=key.asset_key,
+            check_name=key.name,
+            passed=False,
+            severity=AssetCheckSeverity.ERROR,
+            description=f"{table.differences} differences found, not repaired: {report.message}",
+            metadata=metadata,
+        )
+    if fixed:
+        return AssetCheckResult(
+            asset_key=key.asset_key,
+            check_name=key.name,
+            passed=False,
+            severity=AssetCheckSeverity.WARN,
+            description=f"{fixed} rows differed and were repaired through the change log; "
+            "the mirror converges on its next materialization",
+            metadata=metadata,
+        )
+    lagged = f" ({table.differences} rows only lagged)" if table.differences else ""
+    return AssetCheckResult(
+        asset_key=key.asset_key,
+        check_name=key.name,
+        passed=True,
+        description=f"source and mirror agree{lagged}",
+        metadata=metadata,
+    )
+
+
+def _checks(destination: str, catalog: Catalog, translator: CdcTranslator) -> AssetChecksDefinition:
+    keys = check_keys(destination, catalog, translator)
+    names = {key: table.name for key, table in zip(keys, catalog.tables, strict=True)}
+
+    @multi_asset_check(
+        name=op_name("cdc_reconcile", destination),
+        specs=[
+            AssetCheckSpec(
+                CHECK_NAME,
+                asset=key.asset_key,
+                blocking=False,
+                description=f"Full-list reconciliation of {names[key]} ({destination}): the "
+                "table compared with its mirror by chunk checksums; differences are repaired "
+                "by events written into the change log by the lease holder. Fails (WARN) when "
+                "differences were found and repaired, (ERROR) when they could not be.",
+            )
+            for key in keys
+        ],
+        can_subset=True,
     )
     def reconciled(
         context: AssetCheckExecutionContext, platform: PlatformResource, spark: SparkResource
-    ) -> AssetCheckResult:
+    ) -> Iterator[AssetCheckResult]:
+        selected = [k for k in keys if k in context.selected_asset_check_keys]
         configset = platform.load()
         session = spark.session()
-        report = reconcile_destination(configset, destination, session)
-        meta = report.metadata()
+        try:
+            report = reconcile_destination(
+                configset, destination, session, tables=[names[k] for k in selected]
+            )
+        except CdcError as exc:
+            # A source or lake that cannot be reached fails the checks, not the run: a mirror
+            # materialized with its checks (the CLI, the UI) still counts as materialized.
+            context.log.error(f"{destination}: reconciliation not possible: {exc}")
+            for key in selected:
+                yield AssetCheckResult(
+                    asset_key=key.asset_key,
+                    check_name=key.name,
+                    passed=False,
+                    severity=AssetCheckSeverity.ERROR,
+                    description=f"reconciliation not possible: {exc}",
+                    metadata={"status": MetadataValue.text("not_run")},
+                )
+            return
         for table in report.tables:
             context.log.info(f"{table.name}: {table.summary()}")
-        metadata: dict[str, MetadataValue[Any] | int | float] = {
-            key: value
-            for key, value in meta.items()
-            if isinstance(value, int | float) and not isinstance(value, bool)
-        }
-        metadata.update(
-            {
-                "status": MetadataValue.text(report.status),
-                "repaired_by": MetadataValue.text(report.repaired_by or "-"),
-                "tables": MetadataValue.json(meta["tables"]),
-                "skipped_tables": MetadataValue.json(report.skipped_tables),
-            }
-        )
-        if report.status == "not_repaired":
-            description = f"{report.differences} differences found, not repaired: {report.message}"
-            return AssetCheckResult(
-                passed=False,
-                severity=AssetCheckSeverity.ERROR,
-                description=description,
-                metadata=metadata,
-            )
-        if report.repaired:
-            return AssetCheckResult(
-                passed=False,
-                severity=AssetCheckSeverity.WARN,
-                description=f"{report.repaired} rows differed and were repaired through the "
-                "change log; the mirrors converge on their next materialization",
-                metadata=metadata,
-            )
-        lagged = f" ({report.differences} rows only lagged)" if report.differences else ""
-        return AssetCheckResult(
-            passed=True, description=f"source and mirrors agree{lagged}", metadata=metadata
-        )
+        for key in selected:
+            yield _table_result(key, names[key], report)
 
     return reconciled
 
 
 def reconcile_checks(
-    configset: ConfigSet, translator: CdcTranslator = DEFAULT_TRANSLATOR
+    configset: ConfigSet,
+    catalogs: Mapping[str, Catalog],
+    translator: CdcTranslator = DEFAULT_TRANSLATOR,
 ) -> list[AssetChecksDefinition]:
-    """One `reconciled` check per configured destination (invalid ones too, like the assets)."""
-    return [_check(name, translator) for name in destination_names(configset)]
+    """Per valid destination with known tables, its `reconciled` checks (one per table)."""
+    return [
+        _checks(name, catalogs[name], translator)
+        for name in sorted(configset.destinations)
+        if name in catalogs and catalogs[name].tables
+    ]
 
 
 def reconcile_job(checks: list[AssetChecksDefinition]) -> Any:
@@ -138,7 +220,7 @@ def reconcile_job(checks: list[AssetChecksDefinition]) -> Any:
     """
     return define_asset_job(
         RECONCILE_JOB,
-        selection=AssetSelection.checks(*checks) if checks else AssetSelection.keys(),
+        selection=AssetSelection.checks(*checks) if checks else AssetSelection.assets(),
         description="Full-list reconciliation of destinations against their mirrors.",
     )
 
@@ -148,9 +230,11 @@ def build_reconcile_schedule(
     minimum_interval_seconds: int = 60,
     clock: Callable[[], float] = time.time,
     rand: Callable[[], float] = random.random,
-    translator: CdcTranslator = DEFAULT_TRANSLATOR,
+    checks: Mapping[str, Sequence[AssetCheckKey]] | None = None,
 ) -> SensorDefinition:
-    """The `reconcile_schedule` sensor; see the module docstring."""
+    """The `reconcile_schedule` sensor; see the module docstring. ``checks`` names each
+    destination's check keys (a destination without any is skipped)."""
+    by_destination = dict(checks or {})
 
     @sensor(
         name="reconcile_schedule",
@@ -193,10 +277,13 @@ def build_reconcile_schedule(
             if not streaming.get(name):
                 notes.append(f"{name}: not streaming (no lease holder run); skipped this time")
                 continue
+            if not by_destination.get(name):
+                notes.append(f"{name}: no known table to reconcile (reload the definitions)")
+                continue
             requests.append(
                 RunRequest(
                     run_key=None,
-                    asset_check_keys=[check_key(name, translator)],
+                    asset_check_keys=list(by_destination[name]),
                     tags={RECONCILE_TAG: name},
                 )
             )

@@ -13,10 +13,12 @@ with the same content would never run again. Both sensors de-duplicate against l
 import json
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from dagster import (
+    AssetObservation,
     DagsterRun,
     DagsterRunStatus,
     DefaultSensorStatus,
@@ -35,6 +37,7 @@ from cdc_platform.coordination.status import collect_status
 from cdc_platform.errors import CdcError, ConfigError
 from dagster_defs.cdc_job import CDC_JOB, CONFIG_HASH_TAG, DESTINATION_TAG, STREAM_OP
 from dagster_defs.resources import PlatformResource
+from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator
 
 __all__ = [
     "LIVE_STATUSES",
@@ -192,8 +195,12 @@ def build_running_monitor(
     probe_factory: Callable[[SensorEvaluationContext], LivenessProbe] = heartbeat_liveness,
     grace_seconds: float | None = None,
     clock: Callable[[], float] = time.time,
+    translator: CdcTranslator = DEFAULT_TRANSLATOR,
 ) -> SensorDefinition:
     """The running-node monitor sensor.
+
+    Its findings per destination (holder, epoch, batch, lag, live runs) are also recorded as an
+    observation of the destination's change-log asset each tick, so they chart on its page.
 
     A destination must be without a live run for ``grace_seconds`` (default: two sensor
     intervals) before this monitor requests one, so it never races the config monitor, which
@@ -238,32 +245,55 @@ def build_running_monitor(
             else:
                 still_missing[name] = since
                 notes.append(f"{name}: no live run for {now - since:.0f} s")
-        notes.extend(_lease_notes(configset))
+        lease_notes, observations = _lease_findings(configset, live, translator)
+        notes.extend(lease_notes)
         cursor = json.dumps(still_missing, sort_keys=True)
         if requests:
-            return SensorResult(run_requests=requests, cursor=cursor)
+            return SensorResult(run_requests=requests, cursor=cursor, asset_events=observations)
         return SensorResult(
             skip_reason=SkipReason("; ".join(notes) or "every destination has a live run"),
             cursor=cursor,
+            asset_events=observations,
         )
 
     return running_monitor
 
 
-def _lease_notes(configset: ConfigSet) -> list[str]:
-    """Holder, epoch, position and lag of each enabled destination, for the tick's report."""
+def _lease_findings(
+    configset: ConfigSet, live: Mapping[str, Sequence[DagsterRun]], translator: CdcTranslator
+) -> tuple[list[str], list[AssetObservation]]:
+    """Holder, epoch, position and lag of each enabled destination: notes for the tick's
+    report and an observation of each change-log asset."""
     names = [n for n, d in sorted(configset.destinations.items()) if d.config.enabled]
     try:
         statuses = collect_status(configset, names)
     except CdcError as exc:
-        return [f"lease status unavailable: {exc}"]
+        return [f"lease status unavailable: {exc}"], []
     notes = []
+    observations = []
     for status in statuses:
         holder = status.holder
         who = f"holder {holder.address} epoch {holder.epoch}" if holder else "no holder"
         lag = "-" if status.lag_seconds is None else f"{status.lag_seconds:.1f} s"
         notes.append(f"{status.destination}: {who}, batch {status.batch_seq}, lag {lag}")
-    return notes
+        metadata: dict[str, Any] = {
+            "holder": holder.address if holder else "-",
+            "live_runs": len(live.get(status.destination, [])),
+        }
+        if holder is not None:
+            metadata["epoch"] = holder.epoch
+        if status.batch_seq is not None:
+            metadata["batch_seq"] = status.batch_seq
+        if status.lag_seconds is not None:
+            metadata["lag_seconds"] = round(float(status.lag_seconds), 3)
+        observations.append(
+            AssetObservation(
+                asset_key=translator.changes_key(status.destination),
+                description=f"running_monitor: {who}, lag {lag}",
+                metadata=metadata,
+            )
+        )
+    return notes, observations
 
 
 def _healthy_runs(

@@ -13,8 +13,8 @@ tables through the watermark snapshot while changes keep flowing, and answers. T
 for that answer up to ``wait_seconds`` (0: only submit) and fails on a refusal, so the run's
 status says how the snapshot went. The long-lived run is never stopped.
 
-Register it by adding ``snapshot_request_job`` to the ``jobs`` of the code location's
-``Definitions`` (it needs the ``platform`` resource, a :class:`PlatformResource`).
+``build_definitions`` includes it (it needs the ``platform`` resource, a
+:class:`PlatformResource`).
 """
 
 from dagster import Config, Failure, OpExecutionContext, job, op

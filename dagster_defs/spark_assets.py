@@ -1,34 +1,32 @@
-"""Spark assets over each destination's change log: current-state mirrors and daily history.
+"""Daily history of each mirrored table: ``cdc/<destination>/<db>/<table>/daily_history``,
+partitioned by UTC day (one subsettable multi-asset per destination, like the mirrors in
+``table_assets``: one Spark pass over a day of the change log serves every selected table).
 
 Thin adapters: every computation is `cdc_platform.spark`; these only pick the paths, call it
 and turn its results into Dagster metadata (numeric values, which the UI charts over time).
 """
 
+from collections.abc import Iterator, Mapping
 from datetime import date
-from typing import Any
 
 from dagster import (
     AssetExecutionContext,
     AssetsDefinition,
-    AutomationCondition,
+    AssetSpec,
     DailyPartitionsDefinition,
     MaterializeResult,
     MetadataValue,
-    asset,
+    multi_asset,
 )
 
 from cdc_platform.config import ConfigSet
-from cdc_platform.spark import (
-    apply_changes,
-    daily_change_stats,
-    mirror_as_of,
-    mirror_tables,
-    mirror_uri,
-)
+from cdc_platform.spark import daily_change_stats, mirror_as_of, mirror_uri
+from cdc_platform.spark.catalog import Catalog, CatalogTable
 from dagster_defs.resources import PlatformResource, SparkResource
-from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator, destination_names
+from dagster_defs.table_assets import op_name
+from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator
 
-__all__ = ["daily_partitions", "spark_assets"]
+__all__ = ["daily_partitions", "history_assets"]
 
 
 def daily_partitions(configset: ConfigSet) -> DailyPartitionsDefinition:
@@ -39,127 +37,95 @@ def daily_partitions(configset: ConfigSet) -> DailyPartitionsDefinition:
     )
 
 
-def _mirror_asset(destination: str, translator: CdcTranslator) -> AssetsDefinition:
-    @asset(
-        key=translator.mirrors_key(destination),
-        deps=[translator.changes_key(destination)],
-        group_name=translator.group_name(destination),
-        tags=translator.tags(destination),
-        kinds={"spark", "delta"},
-        automation_condition=AutomationCondition.eager(),
-        description=f"Current state of every table destination {destination} captures, one "
-        f"Delta table each under <lake_root>/{destination}/mirror/, merged from the change log "
-        "by primary key in seq order (incremental, idempotent).",
-        pool=f"cdc-mirror-{destination}",
-    )
-    def mirrors(
-        context: AssetExecutionContext, platform: PlatformResource, spark: SparkResource
-    ) -> MaterializeResult[None]:
-        configset = platform.load()
-        session = spark.session()
-        change_log = translator.change_log_uri(configset, destination)
-        root = translator.mirror_root(configset, destination)
-        options = configset.lake.storage_options
-        totals = {"mirror_rows": 0, "rows_inserted": 0, "rows_updated": 0, "rows_deleted": 0}
-        lag = 0.0
-        per_table: dict[str, dict[str, Any]] = {}
-        for db, table in mirror_tables(session, change_log, options):
-            result = apply_changes(session, change_log, root, db, table, storage_options=options)
-            meta = result.metadata()
-            per_table[f"{db}.{table}"] = meta
-            for key in totals:
-                totals[key] += int(meta[key] or 0)
-            lag = max(lag, float(meta["lag_seconds"] or 0.0))
-            context.log.info(f"{db}.{table}: {meta}")
-        return MaterializeResult(
-            metadata={
-                **totals,
-                "tables": len(per_table),
-                "lag_seconds": round(lag, 3),
-                "by_table": MetadataValue.json(per_table),
-                "mirror_root": MetadataValue.path(root),
-            }
-        )
-
-    return mirrors
-
-
-def _daily_history_asset(
-    destination: str, partitions: DailyPartitionsDefinition, translator: CdcTranslator
-) -> AssetsDefinition:
-    @asset(
-        key=translator.history_key(destination),
+def _history_spec(
+    destination: str,
+    table: CatalogTable,
+    partitions: DailyPartitionsDefinition,
+    translator: CdcTranslator,
+) -> AssetSpec:
+    return AssetSpec(
+        key=translator.table_history_key(destination, table.db, table.table),
         deps=[translator.changes_key(destination)],
         partitions_def=partitions,
         group_name=translator.history_group_name(destination),
-        tags=translator.tags(destination),
+        tags=translator.table_tags(destination, table.db, table.table),
         kinds={"spark", "delta"},
-        description=f"Per UTC day: change counts, bytes and max lag per table of {destination}, "
-        f"and each table's state as of the end of that day under "
-        f"<lake_root>/{destination}/history/<day>/<db>.<table>.",
+        description=f"Per UTC day: change counts, bytes and max lag of {table.name} "
+        f"({destination}), and its state as of the end of that day under "
+        f"<lake_root>/{destination}/history/<day>/{table.name}.",
+        metadata={"dagster/table_name": table.name},
+    )
+
+
+def _history_asset(
+    destination: str,
+    catalog: Catalog,
+    partitions: DailyPartitionsDefinition,
+    translator: CdcTranslator,
+) -> AssetsDefinition:
+    specs = [_history_spec(destination, t, partitions, translator) for t in catalog.tables]
+    by_key = {spec.key: table for spec, table in zip(specs, catalog.tables, strict=True)}
+
+    @multi_asset(
+        name=op_name("cdc_daily_history", destination),
+        specs=specs,
+        can_subset=True,
+        pool=f"cdc-mirror-{destination}",
     )
     def daily_history(
         context: AssetExecutionContext, platform: PlatformResource, spark: SparkResource
-    ) -> MaterializeResult[None]:
+    ) -> Iterator[MaterializeResult[None]]:
         configset = platform.load()
         session = spark.session()
         change_log = translator.change_log_uri(configset, destination)
         day = date.fromisoformat(context.partition_key)
-        stats = daily_change_stats(session, change_log, day)
+        stats = {(s.db, s.table): s for s in daily_change_stats(session, change_log, day)}
         history_root = translator.history_root(configset, destination, day)
         root = translator.mirror_root(configset, destination)
         options = configset.lake.storage_options
-        as_of_rows = 0
-        for db, table in mirror_tables(session, change_log, options):
-            target = mirror_uri(history_root, db, table)
+        for key in [k for k in by_key if k in context.selected_asset_keys]:
+            table = by_key[key]
+            target = mirror_uri(history_root, table.db, table.table)
             result = mirror_as_of(
                 session,
                 change_log,
-                db,
-                table,
+                table.db,
+                table.table,
                 day,
                 target,
                 mirror_root=root,
                 storage_options=options,
             )
-            as_of_rows += result.mirror_rows
-        by_table = {
-            f"{s.db}.{s.table}": {
-                "inserts": s.inserts,
-                "updates": s.updates,
-                "deletes": s.deletes,
-                "snapshots": s.snapshots,
-                "ddl": s.ddl,
-                "bytes": s.bytes,
-                "max_lag_seconds": s.max_lag_seconds,
-            }
-            for s in stats
-        }
-        return MaterializeResult(
-            metadata={
-                "inserts": sum(s.inserts for s in stats),
-                "updates": sum(s.updates for s in stats),
-                "deletes": sum(s.deletes for s in stats),
-                "ddl": sum(s.ddl for s in stats),
-                "rows": sum(s.rows for s in stats),
-                "bytes": sum(s.bytes for s in stats),
-                "max_lag_seconds": max((s.max_lag_seconds for s in stats), default=0.0),
-                "as_of_rows": as_of_rows,
-                "by_table": MetadataValue.json(by_table),
-                "history_root": MetadataValue.path(history_root),
-            }
-        )
+            figures = stats.get((table.db, table.table))
+            yield MaterializeResult(
+                asset_key=key,
+                metadata={
+                    "dagster/uri": MetadataValue.path(target),
+                    "dagster/row_count": result.mirror_rows,
+                    "inserts": figures.inserts if figures else 0,
+                    "updates": figures.updates if figures else 0,
+                    "deletes": figures.deletes if figures else 0,
+                    "snapshots": figures.snapshots if figures else 0,
+                    "ddl": figures.ddl if figures else 0,
+                    "rows": figures.rows if figures else 0,
+                    "bytes": figures.bytes if figures else 0,
+                    "max_lag_seconds": figures.max_lag_seconds if figures else 0.0,
+                    "as_of_rows": result.mirror_rows,
+                },
+            )
 
     return daily_history
 
 
-def spark_assets(
-    configset: ConfigSet, translator: CdcTranslator = DEFAULT_TRANSLATOR
+def history_assets(
+    configset: ConfigSet,
+    catalogs: Mapping[str, Catalog],
+    translator: CdcTranslator = DEFAULT_TRANSLATOR,
 ) -> list[AssetsDefinition]:
-    """Mirror and daily-history assets for every configured destination."""
+    """Per valid destination with known tables, the daily history of each table."""
     partitions = daily_partitions(configset)
-    assets: list[AssetsDefinition] = []
-    for name in destination_names(configset):
-        assets.append(_mirror_asset(name, translator))
-        assets.append(_daily_history_asset(name, partitions, translator))
-    return assets
+    return [
+        _history_asset(name, catalogs[name], partitions, translator)
+        for name in sorted(configset.destinations)
+        if name in catalogs and catalogs[name].tables
+    ]

@@ -20,9 +20,10 @@ __all__ = ["DEFAULT_TRANSLATOR", "CdcTranslator", "destination_names"]
 class CdcTranslator:
     """Destination (and, for per-table names, database and table) -> Dagster names.
 
-    Keys are ``<key_prefix>/<name>``, so a per-table key (``[*key_prefix(dest), db, table]``)
-    fits beside the per-destination ones. Lake paths follow the engine's layout, which the
-    reconciliation reads too: override them only together with the engine.
+    Keys are ``<key_prefix>/<name>`` for a destination's own assets (``cdc/shop/changes``) and
+    ``<key_prefix>/<db>/<table>`` for each table's mirror (``cdc/shop/shop/orders``): one part
+    longer, so a table never takes a destination asset's key. Lake paths follow the engine's
+    layout, which the reconciliation reads too: override them only together with the engine.
     """
 
     def key_prefix(self, destination: str) -> list[str]:
@@ -33,13 +34,21 @@ class CdcTranslator:
         """The change-log table, materialized by the destination's long-lived run."""
         return AssetKey([*self.key_prefix(destination), "changes"])
 
-    def mirrors_key(self, destination: str) -> AssetKey:
-        """The current-state mirrors of every captured table (carries the reconciliation check)."""
-        return AssetKey([*self.key_prefix(destination), "mirrors"])
+    def table_key(self, destination: str, db: str, table: str) -> AssetKey:
+        """The current-state mirror of one captured table (carries its reconciliation check)."""
+        return AssetKey([*self.key_prefix(destination), db, table])
 
-    def history_key(self, destination: str) -> AssetKey:
-        """The daily-partitioned change figures and as-of-day tables."""
-        return AssetKey([*self.key_prefix(destination), "daily_history"])
+    def table_tags(self, destination: str, db: str, table: str) -> dict[str, str]:
+        """Asset tags of one table's mirror (the destination's tags by default)."""
+        return self.tags(destination)
+
+    def table_group_name(self, destination: str, db: str, table: str) -> str:
+        """Group of one table's mirror (the destination's live group by default)."""
+        return self.group_name(destination)
+
+    def table_history_key(self, destination: str, db: str, table: str) -> AssetKey:
+        """One table's daily-partitioned change figures and as-of-day state."""
+        return AssetKey([*self.table_key(destination, db, table).path, "daily_history"])
 
     def group_name(self, destination: str) -> str:
         """Group of the assets kept current as changes arrive (change log, mirrors)."""

@@ -330,6 +330,9 @@ class InstanceConfig(_Model):
     snapshot: SnapshotSettings = SnapshotSettings()
     start: StartConfig = StartConfig()
     """Where the destination begins when its change log has no checkpoint yet."""
+    lag_budget_seconds: float = Field(default=300.0, gt=0)
+    """Lag (source commit to change-log commit) above which the change log's freshness check
+    fails."""
 
 
 class ZooKeeperLeaseConfig(_Model):

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from dagster import (
     AssetCheckEvaluation,
+    AssetCheckKey,
     AssetCheckSeverity,
     AssetKey,
     DagsterInstance,
@@ -34,6 +35,7 @@ from cdc_platform.testing.processes import die_with_parent, stop_process
 from cdc_platform.testing.replay import replay
 from cdc_platform.testing.workload import Workload, source_rows
 from dagster_defs.cdc_job import DESTINATION_TAG, PID_TAG
+from dagster_defs.reconcile import CHECK_NAME
 from tests.conftest import MariaDBDatabase
 
 pytestmark = pytest.mark.integration
@@ -62,10 +64,52 @@ def dagster_home(tmp_path: Path) -> Path:
     return home
 
 
+class Daemon:
+    """A Dagster daemon over the project's workspace, with its own conf directory; started
+    by :meth:`start` (after a test wrote what the code location should see when it loads)."""
+
+    def __init__(self, home: Path, conf: Path, env: dict[str, str], log: Path) -> None:
+        self.conf = conf
+        self.env = env
+        self.log_path = log
+        # Create the instance's SQLite storages before the daemon does: two processes creating
+        # them at once collide ("table job_ticks already exists").
+        self.instance = DagsterInstance.from_config(str(home))
+        self.instance.get_runs(limit=1)
+        self.instance.all_instigator_state()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> DagsterInstance:
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "dagster._daemon", "run", "-w",
+                 str(PROJECT / "workspace.yaml")],
+                cwd=PROJECT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=die_with_parent,  # noqa: PLW1509 (main thread)
+            )  # fmt: skip
+        return self.instance
+
+    def stop(self) -> None:
+        instance = self.instance
+        for run in instance.get_runs(filters=RunsFilter(statuses=[DagsterRunStatus.STARTED])):
+            pid = run.tags.get(PID_TAG)
+            if pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            stop_process(self.proc)
+        instance.dispose()
+        if self.log_path.exists():
+            print(self.log_path.read_text(errors="replace")[-6000:])
+
+
 @pytest.fixture
-def daemon(
+def dagster_daemon(
     tmp_path: Path, dagster_home: Path, mariadb: MariaDBDatabase
-) -> Iterator[tuple[DagsterInstance, Path]]:
+) -> Iterator[Daemon]:
     conf = tmp_path / "conf"
     (conf / "destinations").mkdir(parents=True)
     (conf / "platform.yaml").write_text(
@@ -79,35 +123,17 @@ def daemon(
         "CDC_CONF_DIR": str(conf),
         PASSWORD_ENV: mariadb.user.password,
     }
-    # Create the instance's SQLite storages before the daemon does: two processes creating
-    # them at once collide ("table job_ticks already exists").
-    instance = DagsterInstance.from_config(str(dagster_home))
-    instance.get_runs(limit=1)
-    instance.all_instigator_state()
-    log = (tmp_path / "daemon.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dagster._daemon", "run", "-w", str(PROJECT / "workspace.yaml")],
-        cwd=PROJECT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        preexec_fn=die_with_parent,  # noqa: PLW1509 (main thread)
-    )
+    handle = Daemon(dagster_home, conf, env, tmp_path / "daemon.log")
     try:
-        yield instance, conf
+        yield handle
     finally:
-        for run in instance.get_runs(filters=RunsFilter(statuses=[DagsterRunStatus.STARTED])):
-            pid = run.tags.get(PID_TAG)
-            if pid:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(pid), signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        stop_process(proc)
-        log.close()
-        instance.dispose()
-        print((tmp_path / "daemon.log").read_text(errors="replace")[-6000:])
+        handle.stop()
+
+
+@pytest.fixture
+def daemon(dagster_daemon: Daemon) -> tuple[DagsterInstance, Path]:
+    """A daemon started over an empty conf directory (destinations come and go later)."""
+    return dagster_daemon.start(), dagster_daemon.conf
 
 
 def runs_of(instance: DagsterInstance, name: str) -> list[DagsterRun]:
@@ -214,14 +240,16 @@ def test_destination_lifecycle_under_a_real_daemon(
         records_filter=AssetKey(["cdc", name, "changes"]), limit=1000
     ).records
     assert materializations, "committed batches must show up as materializations"
+    metadata = materializations[0].asset_materialization.metadata  # type: ignore[union-attr]
+    assert metadata["rows_per_second"].value >= 0  # charted beside lag_seconds
+    assert "lag_seconds" in metadata
 
 
-def check_evaluations(instance: DagsterInstance, name: str) -> list[AssetCheckEvaluation]:
-    from dagster_defs.reconcile import check_key  # noqa: PLC0415
-
-    records = instance.event_log_storage.get_asset_check_execution_history(
-        check_key(name), limit=100
-    )
+def check_evaluations(
+    instance: DagsterInstance, name: str, db: str, table: str
+) -> list[AssetCheckEvaluation]:
+    key = AssetCheckKey(AssetKey(["cdc", name, db, table]), CHECK_NAME)
+    records = instance.event_log_storage.get_asset_check_execution_history(key, limit=100)
     out = []
     for record in records:
         event = record.event
@@ -233,12 +261,15 @@ def check_evaluations(instance: DagsterInstance, name: str) -> list[AssetCheckEv
 
 
 def test_scheduled_reconciliation_under_a_real_daemon(
-    daemon: tuple[DagsterInstance, Path], mariadb: MariaDBDatabase, tmp_path: Path
+    dagster_daemon: Daemon, mariadb: MariaDBDatabase, tmp_path: Path
 ) -> None:
-    """The reconcile sensor launches the check where the lease is held: rows from before the
-    destination's start and a row changed behind the binlog's back are found, and repaired
-    by the streaming run; the mirrors pick the repairs up by themselves."""
-    instance, conf = daemon
+    """The reconcile sensor launches the per-table checks where the lease is held: rows from
+    before the destination's start and a row changed behind the binlog's back are found, and
+    repaired by the streaming run; the table mirrors pick the repairs up by themselves.
+
+    The destination exists before the daemon starts, so its tables (read from the source's
+    information_schema) have their assets and checks from the code location's first load."""
+    conf = dagster_daemon.conf
     name = "rec"
     platform = conf / "platform.yaml"
     platform.write_text(
@@ -257,25 +288,28 @@ def test_scheduled_reconciliation_under_a_real_daemon(
     )
     (conf / "destinations").mkdir(exist_ok=True)
     shutil.copytree(conf.parent / "staging" / "destinations" / name, conf / "destinations" / name)
+    instance = dagster_daemon.start()
     wait_for("run STARTED", lambda: started_run(instance, name, set()))
     uri = str(tmp_path / "lake" / name / "changes")
     wait_for("change log created", lambda: Path(uri, "_delta_log").exists())
     workload.run_transactions(100)  # changes after the start: the mirrors get them
-    mirrors = AssetKey(["cdc", name, "mirrors"])
+    db = mariadb.name
+    for table in ("customers", "orders"):
+        mirror = AssetKey(["cdc", name, db, table])
+        wait_for(
+            f"mirror of {table} materialized",
+            lambda key=mirror: instance.fetch_materializations(records_filter=key, limit=1).records,
+            timeout=180,
+        )
     wait_for(
-        "mirrors materialized",
-        lambda: instance.fetch_materializations(records_filter=mirrors, limit=1).records,
-        timeout=180,
-    )
-    wait_for(
-        "a reconciliation that compared the mirrors and passed",
+        "a reconciliation that compared the customers mirror and passed",
         lambda: any(
             e.passed and int(e.metadata["source_rows"].value) > 0  # type: ignore[arg-type]
-            for e in check_evaluations(instance, name)
+            for e in check_evaluations(instance, name, db, "customers")
         ),
         timeout=180,
     )
-    seen = len(check_evaluations(instance, name))
+    seen = len(check_evaluations(instance, name, db, "customers"))
     quiet_id = int(
         mariadb.server.query("SELECT MIN(id) FROM customers", mariadb.name)[0][0]  # type: ignore[arg-type]
     )
@@ -288,7 +322,7 @@ def test_scheduled_reconciliation_under_a_real_daemon(
         "a reconciliation that found and repaired the quiet change",
         lambda: [
             e
-            for e in check_evaluations(instance, name)[: -seen or None]  # newest first
+            for e in check_evaluations(instance, name, db, "customers")[: -seen or None]
             if not e.passed and int(e.metadata["changed"].value) >= 1  # type: ignore[arg-type]
         ],
         timeout=240,

@@ -13,6 +13,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from deltalake import DeltaTable
@@ -285,38 +286,36 @@ def test_nothing_is_written_where_the_lease_is_not_held(
 def test_dagster_asset_check_reports_what_it_found_and_fixed(
     spark: SparkSession, destination: ConfigSet, mariadb: MariaDBDatabase
 ) -> None:
-    from dagster import AssetCheckSeverity, Definitions  # noqa: PLC0415
+    from dagster import AssetCheckSeverity  # noqa: PLC0415
 
-    from dagster_defs.reconcile import reconcile_checks, reconcile_job  # noqa: PLC0415
-    from dagster_defs.resources import PlatformResource, SparkResource  # noqa: PLC0415
-    from dagster_defs.spark_assets import spark_assets  # noqa: PLC0415
+    from dagster_defs import build_definitions  # noqa: PLC0415
 
     apply_mirrors(spark, destination, mariadb.name)
     inject(spark, destination, mariadb)
-    checks = reconcile_checks(destination)
-    conf = str(destination.conf_dir)
-    defs = Definitions(
-        assets=spark_assets(destination),
-        asset_checks=checks,
-        jobs=[reconcile_job(checks)],
-        resources={
-            "platform": PlatformResource(conf_dir=conf),
-            "spark": SparkResource(conf_dir=conf),
-        },
-    )
-    job = defs.resolve_job_def("cdc_reconcile")
-    first = job.execute_in_process().get_asset_check_evaluations()
-    assert len(first) == 1
-    assert first[0].passed is False
-    assert first[0].severity == AssetCheckSeverity.WARN
-    assert first[0].metadata["differences"].value == 5
-    assert first[0].metadata["repair_upserts"].value == 4
-    assert first[0].metadata["repair_deletes"].value == 1
+    # One check per table (read from the source), all run by one reconciliation.
+    job = build_definitions(str(destination.conf_dir)).resolve_job_def("cdc_reconcile")
+
+    def by_table(result: Any) -> dict[str, Any]:
+        return {e.asset_key.path[-1]: e for e in result.get_asset_check_evaluations()}
+
+    first = by_table(job.execute_in_process())
+    assert {"items", "pairs", "typed"} <= set(first)
+    items = first["items"]
+    assert items.passed is False
+    assert items.severity == AssetCheckSeverity.WARN
+    assert items.metadata["differences"].value == 3
+    assert items.metadata["repair_upserts"].value == 2
+    assert items.metadata["repair_deletes"].value == 1
+    assert items.metadata["repaired_by"].value != "-"
+    assert first["pairs"].metadata["repair_upserts"].value == 1
+    assert first["typed"].metadata["repair_upserts"].value == 1
+    assert sum(e.metadata["differences"].value for e in first.values()) == 5
+    assert all(e.passed for t, e in first.items() if t not in {"items", "pairs", "typed"})
 
     apply_mirrors(spark, destination, mariadb.name)
-    second = job.execute_in_process().get_asset_check_evaluations()
-    assert second[0].passed is True
-    assert second[0].metadata["differences"].value == 0
+    second = by_table(job.execute_in_process())
+    assert all(e.passed for e in second.values())
+    assert all(e.metadata["differences"].value == 0 for e in second.values())
 
 
 def test_cli_reconcile_one_table(

@@ -93,7 +93,8 @@ def mirror_and_reconcile(
             "-m",
             "dagster_defs.definitions",
             "--select",
-            f"cdc/{cluster.destination}/mirrors",
+            # every table's mirror (not their daily history, a partitioned asset)
+            f'key:"cdc/{cluster.destination}/*/*" and not key:"*/daily_history"',
         ],
         cwd=home,
         env=env,

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from dagster import AssetKey, materialize
+from dagster import AssetKey, instance_for_test
 from pyspark.sql import SparkSession
 
 from cdc_platform.config import ConfigSet, load_config
@@ -39,10 +39,9 @@ from cdc_platform.spark.mirror import apply_changes
 from cdc_platform.spark.names import location_name
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.workload import Workload, source_rows
-from dagster_defs.assets import change_log_specs
-from dagster_defs.resources import PlatformResource, SparkResource
-from dagster_defs.spark_assets import spark_assets
+from dagster_defs import build_definitions
 from tests.conftest import MariaDBDatabase, S3Lake
+from tests.integration.test_spark_assets import run_assets
 from tests.integration.test_spark_pipeline import assert_mirror_equals_source
 
 pytestmark = pytest.mark.integration
@@ -206,40 +205,45 @@ def test_reconcile_on_s3_finds_and_repairs_a_damaged_mirror_row(
 def test_dagster_mirror_and_history_assets_on_s3(
     spark: SparkSession, s3_destination: ConfigSet, mariadb: MariaDBDatabase, s3_lake: S3Lake
 ) -> None:
-    """The Dagster assets, with only ``lake_root: s3://...`` in the config: the mirrors and
-    today's history partition are written to the bucket and equal the source."""
+    """The Dagster assets, with only ``lake_root: s3://...`` in the config: the per-table
+    mirrors and today's history partition are written to the bucket and equal the source."""
     config, name = s3_destination, mariadb.name
     workload = Workload(mariadb.server, name, seed=17)
     workload.create_schema()
     workload.run_transactions(40)
     catch_up(config)
-    assets = [*change_log_specs(config), *spark_assets(config)]
-    resources = {
-        "platform": PlatformResource(conf_dir=str(config.conf_dir)),
-        "spark": SparkResource(conf_dir=str(config.conf_dir)),
-    }
-    mirrors = materialize(
-        assets, selection=[AssetKey(["cdc", "d", "mirrors"])], resources=resources
-    )
+    defs = build_definitions(str(config.conf_dir))  # tables: the source's and the log's on S3
+    keys = [AssetKey(["cdc", "d", name, table]) for table in ("customers", "orders")]
+    with instance_for_test() as instance:
+        mirrors = run_assets(defs, keys, instance)
+        history = run_assets(
+            defs,
+            [
+                AssetKey(["cdc", "d", name, table, "daily_history"])
+                for table in ("customers", "orders")
+            ],
+            instance,
+            partition_key=datetime.now(UTC).date().isoformat(),
+        )
     assert mirrors.success
-    (event,) = mirrors.asset_materializations_for_node("cdc__d__mirrors")
-    assert event.metadata["mirror_root"].value == f"{s3_lake.uri}/d/mirror"
+    events = {e.asset_key: e.materialization for e in mirrors.get_asset_materialization_events()}
+    assert set(events) == set(keys)
+    for key in keys:
+        uri = events[key].metadata["dagster/uri"].value
+        assert uri == f"{s3_lake.uri}/d/mirror/{name}.{key.path[-1]}"
     root = mirror_root(config.lake.uri, "d")
     for table in ("customers", "orders"):
         assert_mirror_equals_source(spark, mariadb, root, table)
 
     today = datetime.now(UTC).date().isoformat()
-    history = materialize(
-        assets,
-        selection=[AssetKey(["cdc", "d", "daily_history"])],
-        partition_key=today,
-        resources=resources,
-    )
     assert history.success
-    (event,) = history.asset_materializations_for_node("cdc__d__daily_history")
-    assert event.metadata["history_root"].value == f"{s3_lake.uri}/d/history/{today}"
-    expected = sum(len(source_rows(mariadb.server, name, t)) for t in ("customers", "orders"))
-    assert event.metadata["as_of_rows"].value == expected
+    days = {
+        e.asset_key.path[-2]: e.materialization for e in history.get_asset_materialization_events()
+    }
+    for table in ("customers", "orders"):
+        metadata = days[table].metadata
+        assert metadata["dagster/uri"].value == f"{s3_lake.uri}/d/history/{today}/{name}.{table}"
+        assert metadata["as_of_rows"].value == len(source_rows(mariadb.server, name, table))
     objects = s3_lake.keys()
     assert any(f"/d/history/{today}/{name}.orders/_delta_log/" in k for k in objects)
 

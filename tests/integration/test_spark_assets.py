@@ -1,6 +1,4 @@
-"""The Dagster Spark assets: three daily partitions and the mirrors, materialized for real."""
-
-from __future__ import annotations
+"""The Dagster Spark assets: three daily partitions and the per-table mirrors, for real."""
 
 import contextlib
 import os
@@ -13,16 +11,30 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from dagster import AssetKey, DagsterInstance, materialize
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckKey,
+    AssetCheckSeverity,
+    AssetExecutionContext,
+    AssetKey,
+    AssetSelection,
+    DagsterInstance,
+    Definitions,
+    ExecuteInProcessResult,
+    MaterializeResult,
+    asset,
+    define_asset_job,
+    instance_for_test,
+)
 from deltalake import DeltaTable
 
 from cdc_platform.config import load_config
 from cdc_platform.spark.session import SparkSessionFactory
 from cdc_platform.testing.processes import die_with_parent, stop_process
 from cdc_platform.testing.spark_changes import ChangeLogWriter, SourceTable, column
-from dagster_defs.assets import change_log_specs
-from dagster_defs.resources import PlatformResource, SparkResource
-from dagster_defs.spark_assets import spark_assets
+from dagster_defs import build_definitions
+from dagster_defs.freshness import FRESH_CHECK
+from dagster_defs.resources import SparkResource
 
 pytestmark = pytest.mark.integration
 
@@ -30,9 +42,35 @@ DAYS = [date(2026, 3, 1), date(2026, 3, 2), date(2026, 3, 3)]
 PROJECT = Path(__file__).resolve().parents[2]
 
 
+def run_assets(
+    defs: Definitions,
+    keys: list[AssetKey],
+    instance: DagsterInstance,
+    partition_key: str | None = None,
+) -> ExecuteInProcessResult:
+    """Materialize ``keys`` of the code location in-process (their checks left out)."""
+    job = define_asset_job("materialize", selection=AssetSelection.assets(*keys).without_checks())
+    merged = Definitions.merge(defs, Definitions(jobs=[job]))
+    return merged.resolve_job_def("materialize").execute_in_process(
+        instance=instance, partition_key=partition_key
+    )
+
+
+def run_checks(
+    defs: Definitions, keys: list[AssetCheckKey], instance: DagsterInstance
+) -> dict[AssetKey, AssetCheckEvaluation]:
+    """Evaluate checks of the code location in-process; their results by asset."""
+    job = define_asset_job("check", selection=AssetSelection.checks(*keys))
+    merged = Definitions.merge(defs, Definitions(jobs=[job]))
+    result = merged.resolve_job_def("check").execute_in_process(instance=instance)
+    return {e.asset_key: e for e in result.get_asset_check_evaluations()}
+
+
 def test_daily_partitions_and_mirrors(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spark_factory: SparkSessionFactory
 ) -> None:
+    """History partitions, then one mirror per table, from a code location whose source is
+    down (the tables are read from the change log)."""
     monkeypatch.setenv("CDC_SOURCE_PASSWORD", "unused")
     conf = tmp_path / "conf"
     (conf / "destinations" / "shop").mkdir(parents=True)
@@ -70,33 +108,85 @@ def test_daily_partitions_and_mirrors(
             log.commit(events, ts=ts, committed_at=ts + timedelta(seconds=2))
         expected[day] = counts
 
-    assets = [*change_log_specs(configset), *spark_assets(configset)]
-    resources = {
-        "platform": PlatformResource(conf_dir=str(conf)),
-        "spark": SparkResource(conf_dir=str(conf)),
-    }
-    history_key = AssetKey(["cdc", "shop", "daily_history"])
-    for day in DAYS:
-        result = materialize(
-            assets, selection=[history_key], partition_key=day.isoformat(), resources=resources
-        )
-        assert result.success
-        (event,) = result.asset_materializations_for_node("cdc__shop__daily_history")
-        metadata = {k: v.value for k, v in event.metadata.items()}
-        assert {k: metadata[k] for k in expected[day]} == expected[day], day
-        assert metadata["max_lag_seconds"] == pytest.approx(2.0)
-        as_of = tmp_path / "lake" / "shop" / "history" / day.isoformat() / "shop.orders"
-        assert DeltaTable(str(as_of)).to_pyarrow_table().num_rows == metadata["as_of_rows"]
+    # The source is down (nothing listens on its port): the tables come from the change log.
+    defs = build_definitions(str(conf))
+    history_key = AssetKey(["cdc", "shop", "shop", "orders", "daily_history"])
+    with instance_for_test() as instance:
+        for day in DAYS:
+            result = run_assets(defs, [history_key], instance, partition_key=day.isoformat())
+            assert result.success
+            (event,) = result.asset_materializations_for_node("cdc_daily_history_shop")
+            metadata = {k: v.value for k, v in event.metadata.items()}
+            assert {k: metadata[k] for k in expected[day]} == expected[day], day
+            assert metadata["max_lag_seconds"] == pytest.approx(2.0)
+            as_of = tmp_path / "lake" / "shop" / "history" / day.isoformat() / "shop.orders"
+            assert DeltaTable(str(as_of)).to_pyarrow_table().num_rows == metadata["as_of_rows"]
 
-    mirrors = materialize(
-        assets, selection=[AssetKey(["cdc", "shop", "mirrors"])], resources=resources
-    )
-    assert mirrors.success
-    (event,) = mirrors.asset_materializations_for_node("cdc__shop__mirrors")
-    assert event.metadata["mirror_rows"].value == len(orders.rows)
-    mirror = DeltaTable(str(tmp_path / "lake" / "shop" / "mirror" / "shop.orders"))
-    rows = {r["id"]: r["status"] for r in mirror.to_pyarrow_table().to_pylist()}
-    assert rows == {key[0]: row["status"] for key, row in orders.rows.items()}
+        items = SourceTable(
+            "shop", "items", [column("sku", "varchar", length=8, pk=True), column("qty", "int")]
+        )
+        now = datetime.now(UTC)
+        log.commit([items.insert({"sku": "a", "qty": 1})], ts=now, committed_at=now)
+        defs = build_definitions(str(conf))
+        orders_key = AssetKey(["cdc", "shop", "shop", "orders"])
+        items_key = AssetKey(["cdc", "shop", "shop", "items"])
+        mirrors = run_assets(defs, [orders_key, items_key], instance)
+        assert mirrors.success
+        events = {e.asset_key: e for e in mirrors.get_asset_materialization_events()}
+        assert set(events) == {orders_key, items_key}
+        orders_meta = events[orders_key].materialization.metadata
+        mirror_path = tmp_path / "lake" / "shop" / "mirror" / "shop.orders"
+        assert orders_meta["dagster/row_count"].value == len(orders.rows)
+        assert orders_meta["dagster/uri"].value == str(mirror_path)
+        assert orders_meta["dagster/table_name"].value == "shop.orders"
+        schema = orders_meta["dagster/column_schema"].value
+        assert [(c.name, c.type) for c in schema.columns] == [
+            ("id", "bigint"),
+            ("status", "varchar"),
+        ]
+        assert orders_meta["rows_inserted"].value == len(orders.rows)
+        mirror = DeltaTable(str(mirror_path))
+        rows = {r["id"]: r["status"] for r in mirror.to_pyarrow_table().to_pylist()}
+        assert rows == {key[0]: row["status"] for key, row in orders.rows.items()}
+
+        # A downstream PySpark asset, as docs/dagster.md writes it: the mirror found through
+        # its dagster/uri, read with the platform's Spark resource.
+        @asset(deps=[orders_key])
+        def open_orders(context: AssetExecutionContext, spark: SparkResource) -> MaterializeResult:
+            event = context.instance.get_latest_materialization_event(orders_key)
+            assert event is not None
+            assert event.asset_materialization is not None
+            uri = event.asset_materialization.metadata["dagster/uri"].value
+            frame = spark.session().read.format("delta").load(str(uri))
+            return MaterializeResult(metadata={"rows": frame.count()})
+
+        user = Definitions.merge(defs, Definitions(assets=[open_orders]))
+        downstream = run_assets(user, [open_orders.key], instance)
+        (event,) = downstream.get_asset_materialization_events()
+        assert event.materialization.metadata["rows"].value == len(orders.rows)
+
+        # A change to shop.items materializes shop.items alone: shop.orders' downstream
+        # assets see no new materialization.
+        log.commit([items.update(("a",), qty=2)], ts=now, committed_at=now)
+        again = run_assets(defs, [orders_key, items_key], instance)
+        assert again.success
+        assert [e.asset_key for e in again.get_asset_materialization_events()] == [items_key]
+
+        # Per-table freshness: a change of shop.items waiting longer than the budget (300 s)
+        # fails its mirror's check; shop.orders' mirror has every change and passes.
+        fresh = [AssetCheckKey(key, FRESH_CHECK) for key in (orders_key, items_key)]
+        current = run_checks(defs, fresh, instance)
+        assert all(e.passed for e in current.values()), current
+        hour_ago = now - timedelta(hours=1)
+        log.commit([items.update(("a",), qty=3)], ts=hour_ago, committed_at=hour_ago)
+        late = run_checks(defs, fresh, instance)
+        assert late[orders_key].passed
+        assert not late[items_key].passed
+        assert late[items_key].severity == AssetCheckSeverity.ERROR
+        assert late[items_key].metadata["pending_changes"].value == 1
+        assert late[items_key].metadata["behind_seconds"].value >= 3600
+        run_assets(defs, [items_key], instance)
+        assert run_checks(defs, fresh, instance)[items_key].passed
 
 
 def test_cli_backfill_of_three_days_under_a_daemon(
@@ -146,7 +236,7 @@ def test_cli_backfill_of_three_days_under_a_daemon(
             cwd=PROJECT, env=env, check=True, capture_output=True, timeout=120,
         )  # fmt: skip
         deadline = time.monotonic() + 240
-        key = AssetKey(["cdc", "shop", "daily_history"])
+        key = AssetKey(["cdc", "shop", "shop", "orders", "daily_history"])
         while time.monotonic() < deadline:
             records = instance.fetch_materializations(key, limit=10).records
             if len({r.partition_key for r in records}) == 3:

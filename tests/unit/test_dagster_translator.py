@@ -7,16 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import AssetKey, Definitions, build_resources
+from dagster import AssetKey, Definitions, asset, build_resources
 
 from cdc_platform.config import ConfigSet, load_config
-from dagster_defs import resources
+from cdc_platform.spark.catalog import Catalog, CatalogColumn, CatalogTable
+from dagster_defs import build_definitions, resources
 from dagster_defs.assets import change_log_specs
-from dagster_defs.cdc_job import build_cdc_destination_job
-from dagster_defs.mirror_catch_up import build_mirror_catch_up
-from dagster_defs.reconcile import check_key, reconcile_checks, reconcile_job
 from dagster_defs.resources import PlatformResource, SparkResource
-from dagster_defs.spark_assets import spark_assets
 from dagster_defs.translator import CdcTranslator
 
 pytestmark = pytest.mark.unit
@@ -36,6 +33,22 @@ def configset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ConfigSet:
     return load_config(conf)
 
 
+CATALOGS = {
+    "shop": Catalog(
+        "shop",
+        (
+            CatalogTable(
+                "shop",
+                "items",
+                (CatalogColumn("id", "int(11)", False, True), CatalogColumn("sku", "varchar(20)")),
+                ("source",),
+            ),
+            CatalogTable("shop", "orders", (), ("change_log",)),
+        ),
+    )
+}
+
+
 class LakeTranslator(CdcTranslator):
     """Renames every key and group, as a user of the code location might."""
 
@@ -46,26 +59,49 @@ class LakeTranslator(CdcTranslator):
         return f"live_{destination}"
 
 
-def _keys(configset: ConfigSet, translator: CdcTranslator) -> set[AssetKey]:
-    specs = change_log_specs(configset, translator)
-    assets = spark_assets(configset, translator)
-    return {spec.key for spec in specs} | {key for a in assets for key in a.keys}
+def _defs(configset: ConfigSet, translator: CdcTranslator | None = None) -> Definitions:
+    return build_definitions(str(configset.conf_dir), translator=translator, catalogs=CATALOGS)
+
+
+def _keys(defs: Definitions) -> set[AssetKey]:
+    return set(defs.resolve_asset_graph().get_all_asset_keys())
 
 
 def test_default_keys_paths_and_groups(configset: ConfigSet) -> None:
     translator = CdcTranslator()
-    assert _keys(configset, translator) == {
-        AssetKey(["cdc", name, part])
-        for name in ("broken", "shop")
-        for part in ("changes", "mirrors", "daily_history")
+    defs = _defs(configset)
+    assert _keys(defs) == {AssetKey(["cdc", name, "changes"]) for name in ("broken", "shop")} | {
+        AssetKey(["cdc", "shop", "shop", table, *part])
+        for table in ("items", "orders")
+        for part in ([], ["daily_history"])
     }
     (spec,) = [s for s in change_log_specs(configset) if s.key == translator.changes_key("shop")]
     assert spec.group_name == "cdc"
     assert spec.metadata["table_uri"] == configset.table_uri("shop")
     (broken,) = [s for s in change_log_specs(configset) if s.key.path[1] == "broken"]
     assert broken.metadata["table_uri"] == str(configset.lake_root / "broken")
-    assert check_key("shop").asset_key == AssetKey(["cdc", "shop", "mirrors"])
     assert translator.mirror_root(configset, "shop") == str(configset.lake_root / "shop/mirror")
+    graph = defs.resolve_asset_graph()
+    items = graph.get(AssetKey(["cdc", "shop", "shop", "items"]))
+    assert set(items.parent_keys) == {translator.changes_key("shop")}
+    assert items.group_name == "cdc"
+    assert items.metadata["dagster/uri"] == str(configset.lake_root / "shop/mirror/shop.items")
+    assert items.metadata["dagster/table_name"] == "shop.items"
+    schema = items.metadata["dagster/column_schema"]
+    assert [(c.name, c.type, c.constraints.nullable) for c in schema.columns] == [
+        ("id", "int(11)", False),
+        ("sku", "varchar(20)", True),
+    ]
+    assert (
+        "dagster/column_schema"
+        not in graph.get(translator.table_key("shop", "shop", "orders")).metadata
+    )
+    # per-table reconciliation checks, and the change log's lag check
+    check_keys = {(k.asset_key.path[-1], k.name) for k in graph.asset_check_keys}
+    assert check_keys == {
+        *((table, check) for table in ("items", "orders") for check in ("reconciled", "fresh")),
+        ("changes", "lag_within_budget"),
+    }
 
 
 def test_lake_locations_on_object_storage_are_uris(
@@ -86,35 +122,45 @@ def test_lake_locations_on_object_storage_are_uris(
     day = date(2026, 3, 1)
     history = translator.history_root(configset, "shop", day)
     assert history == "s3://lake/prefix/shop/history/2026-03-01"
-    assert len(spark_assets(configset, translator)) == 2
+    graph = _defs(configset).resolve_asset_graph()
+    items = graph.get(translator.table_key("shop", "shop", "items"))
+    assert items.metadata["dagster/uri"] == "s3://lake/prefix/shop/mirror/shop.items"
 
 
 def test_a_subclass_renames_every_definition_at_once(configset: ConfigSet) -> None:
     translator = LakeTranslator()
-    keys = _keys(configset, translator)
+    defs = _defs(configset, translator)
+    keys = _keys(defs)
     assert {key.path[0] for key in keys} == {"lake"}
-    checks = reconcile_checks(configset, translator)
-    assert {key.asset_key for c in checks for key in c.check_keys} == {
-        translator.mirrors_key("broken"),
-        translator.mirrors_key("shop"),
+    graph = defs.resolve_asset_graph()
+    assert {k.asset_key for k in graph.asset_check_keys if k.name == "reconciled"} == {
+        translator.table_key("shop", "shop", "items"),
+        translator.table_key("shop", "shop", "orders"),
     }
-    catch_up = build_mirror_catch_up(["shop"], translator=translator)
-    assert catch_up.asset_selection is not None
-    # The whole code location resolves: checks, deps and the catch-up sensor find their assets.
-    defs = Definitions(
-        assets=[*change_log_specs(configset, translator), *spark_assets(configset, translator)],
-        asset_checks=checks,
-        jobs=[build_cdc_destination_job(translator), reconcile_job(checks)],
-        sensors=[catch_up],
-        resources={
-            "platform": PlatformResource(conf_dir=str(configset.conf_dir)),
-            "spark": SparkResource(conf_dir=str(configset.conf_dir)),
-        },
-    )
-    graph = defs.get_repository_def().asset_graph
-    mirrors = graph.get(translator.mirrors_key("shop"))
-    assert mirrors.group_name == "live_shop"
-    assert set(mirrors.parent_keys) == {translator.changes_key("shop")}
+    orders = graph.get(AssetKey(["lake", "shop", "shop", "orders"]))
+    assert orders.group_name == "live_shop"
+    assert set(orders.parent_keys) == {translator.changes_key("shop")}
+    # every job resolves against the renamed assets (the catch-up sensor finds its targets)
+    for job in defs.get_repository_def().get_all_jobs():
+        assert job.name
+
+
+def test_merges_with_a_users_definitions(configset: ConfigSet) -> None:
+    @asset(deps=[AssetKey(["cdc", "shop", "shop", "orders"])])
+    def order_report() -> None: ...
+
+    defs = Definitions.merge(_defs(configset), Definitions(assets=[order_report]))
+    graph = defs.resolve_asset_graph()
+    assert set(graph.get(order_report.key).parent_keys) == {
+        AssetKey(["cdc", "shop", "shop", "orders"])
+    }
+
+
+def test_catalog_json_round_trip() -> None:
+    catalog = CATALOGS["shop"]
+    assert Catalog.from_json(catalog.to_json()) == catalog
+    with pytest.raises(ValueError, match="format"):
+        Catalog.from_json('{"version": 99}')
 
 
 def test_spark_resource_session_lives_one_execution(

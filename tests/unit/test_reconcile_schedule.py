@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from dagster import (
@@ -24,8 +25,14 @@ from cdc_platform.backfill.repair import RepairKey, RepairResult, RepairTable
 from cdc_platform.errors import ConfigError, ReconcileError
 from cdc_platform.reconcile.inbox import RepairInbox, signing_key
 from cdc_platform.reconcile.schedule import DueState, next_interval
+from cdc_platform.spark.catalog import Catalog, CatalogTable
 from dagster_defs.cdc_job import CDC_JOB, DESTINATION_TAG
-from dagster_defs.reconcile import RECONCILE_JOB, RECONCILE_TAG, build_reconcile_schedule, check_key
+from dagster_defs.reconcile import (
+    RECONCILE_JOB,
+    RECONCILE_TAG,
+    build_reconcile_schedule,
+    check_keys,
+)
 from dagster_defs.resources import PlatformResource
 
 pytestmark = pytest.mark.unit
@@ -103,7 +110,12 @@ def test_sensor_requests_only_where_the_lease_is_held_after_a_random_wait(
     instance: DagsterInstance, conf: Path
 ) -> None:
     now = [10_000.0]
-    sensor = build_reconcile_schedule(clock=lambda: now[0], rand=lambda: 0.5)
+    tables = {
+        name: Catalog(name, (CatalogTable("db", "t1"), CatalogTable("db", "t2")))
+        for name in ("a", "b")
+    }
+    checks = {name: check_keys(name, catalog) for name, catalog in tables.items()}
+    sensor = build_reconcile_schedule(clock=lambda: now[0], rand=lambda: 0.5, checks=checks)
 
     def tick(cursor: str | None) -> SensorResult:
         context = build_sensor_context(
@@ -124,7 +136,9 @@ def test_sensor_requests_only_where_the_lease_is_held_after_a_random_wait(
     second = tick(first.cursor)
     assert second.run_requests is not None
     assert [r.tags[RECONCILE_TAG] for r in second.run_requests] == ["a"]
-    assert second.run_requests[0].asset_check_keys == [check_key("a")]
+    # one run per destination, every table's check in it (cdc/a/db/t1, cdc/a/db/t2)
+    assert second.run_requests[0].asset_check_keys == checks["a"]
+    assert [k.asset_key.path for k in checks["a"]] == [["cdc", "a", "db", t] for t in ("t1", "t2")]
     due = json.loads(second.cursor or "{}")
     assert due["a"] == due["b"] == now[0] + 22.5 * 60  # b skipped and rescheduled too
 
@@ -309,6 +323,48 @@ def test_mirror_catch_up_decision() -> None:
     assert not decide(50.0, 40.0, busy=True)  # a mirrors run is queued or running
     assert decide(50.0, None)  # never mirrored
     assert not decide(None, None)  # no change log yet
+
+
+def test_mirror_catch_up_requests_every_table_after_a_run_that_skipped_them(
+    instance: DagsterInstance, conf: Path
+) -> None:
+    """Runs that applied nothing materialize no table, so the sensor judges by the newest
+    successful run tagged with the destination, and asks for all of its tables."""
+    from dagster import AssetKey, AssetMaterialization  # noqa: PLC0415
+
+    from dagster_defs.mirror_catch_up import CATCH_UP_TAG, build_mirror_catch_up  # noqa: PLC0415
+    from dagster_defs.table_assets import MIRROR_TAG  # noqa: PLC0415
+
+    tables = [AssetKey(["cdc", "a", "db", t]) for t in ("t1", "t2")]
+    now = [time.time() + 100]
+    sensor = build_mirror_catch_up(
+        {"a": tables}, grace_seconds=10, clock=lambda: now[0], minimum_interval_seconds=1
+    )
+
+    def tick() -> list[Any]:
+        context = build_sensor_context(
+            instance=instance, resources={"platform": PlatformResource(conf_dir=str(conf))}
+        )
+        result = sensor(context)
+        return list(result.run_requests or []) if isinstance(result, SensorResult) else []
+
+    instance.report_runless_asset_event(AssetMaterialization(AssetKey(["cdc", "a", "changes"])))
+    (request,) = tick()  # never mirrored
+    assert request.asset_selection == tables
+    assert request.tags == {CATCH_UP_TAG: "a"}
+    time.sleep(0.01)
+    instance.add_run(
+        DagsterRun(
+            job_name="__ASSET_JOB",
+            run_id=str(uuid.uuid4()),
+            status=DagsterRunStatus.SUCCESS,
+            tags={MIRROR_TAG: "a"},
+        )
+    )
+    assert tick() == []  # that run started after the newest commit
+    time.sleep(0.01)
+    instance.report_runless_asset_event(AssetMaterialization(AssetKey(["cdc", "a", "changes"])))
+    assert [r.asset_selection for r in tick()] == [tables]
 
 
 def test_repair_notes_its_own_commits_instead_of_rereading_the_log() -> None:

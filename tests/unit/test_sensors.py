@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 from dagster import (
+    AssetKey,
+    AssetObservation,
     DagsterInstance,
     DagsterRun,
     DagsterRunStatus,
@@ -202,3 +204,19 @@ def test_diff_ignores_mtime_and_reports_changes(conf: Path) -> None:
     first = diff_destinations({}, load_config(conf))
     assert first.start == ["a"]
     assert diff_destinations(first.seen, load_config(conf)).empty
+
+
+def test_running_monitor_observes_each_change_log(instance: DagsterInstance, conf: Path) -> None:
+    """Its findings per destination become an observation of the change-log asset."""
+    (conf / "platform.yaml").write_text(
+        f"lease: {{backend: database, url: 'sqlite:///{conf}/l.db'}}\n"
+    )
+    put(conf, "a", INSTANCE.format(server_id=1))
+    add_run(instance, "a", DagsterRunStatus.STARTING)
+    monitor = build_running_monitor(probe_factory=lambda _ctx: lambda *_: Liveness(True, "ok"))
+    result = tick(monitor, instance, conf, None)
+    (observation,) = result.asset_events
+    assert isinstance(observation, AssetObservation)
+    assert observation.asset_key == AssetKey(["cdc", "a", "changes"])
+    assert observation.metadata["holder"].value == "-"  # nobody holds the lease
+    assert observation.metadata["live_runs"].value == 1

@@ -1,0 +1,135 @@
+"""``CdcComponent``: the platform as a Dagster Component, for projects built with ``dg``.
+
+``defs.yaml``::
+
+    type: dagster_defs.CdcComponent
+    attributes:
+      conf_dir: conf            # platform.yaml and destinations/<name>/instance.yaml
+      key_prefix: [cdc]         # optional: keys are [*key_prefix, <destination>, <db>, <table>]
+      group: cdc                # optional: group of the change logs and mirrors
+
+A state-backed component: the tables of each destination (source ``information_schema`` plus
+the change log) are its state, written by ``dg utils refresh-defs-state`` (and by ``dg dev``),
+so definitions load fast and without the source. Without state yet it uses what the change
+logs already hold.
+"""
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated
+
+from dagster import Definitions
+from dagster.components import (
+    ComponentLoadContext,
+    DefsStateConfig,
+    DefsStateConfigArgs,
+    Resolvable,
+    ResolvedDefsStateConfig,
+    Resolver,
+    Scaffolder,
+    ScaffoldRequest,
+    StateBackedComponent,
+    scaffold_component,
+    scaffold_with,
+)
+
+from cdc_platform.config import load_config
+from cdc_platform.spark.catalog import Catalog
+from dagster_defs.factory import build_definitions, discover_catalogs
+from dagster_defs.translator import CdcTranslator
+
+__all__ = ["CdcComponent", "CdcScaffolder", "PrefixTranslator"]
+
+
+class PrefixTranslator(CdcTranslator):
+    """Keys under ``key_prefix`` and one group for the live assets."""
+
+    def __init__(self, key_prefix: list[str], group: str) -> None:
+        self._prefix = list(key_prefix)
+        self._group = group
+
+    def key_prefix(self, destination: str) -> list[str]:
+        """``[*key_prefix, destination]``."""
+        return [*self._prefix, destination]
+
+    def group_name(self, destination: str) -> str:
+        """The component's group."""
+        return self._group
+
+
+def _state_to_catalogs(text: str) -> dict[str, Catalog]:
+    doc = json.loads(text)
+    return {name: Catalog.from_json(entry) for name, entry in doc["catalogs"].items()}
+
+
+class CdcScaffolder(Scaffolder):
+    """``dg scaffold defs dagster_defs.CdcComponent <path>``: a defs.yaml to fill in."""
+
+    def scaffold(self, request: ScaffoldRequest) -> None:
+        """Write defs.yaml with the attributes a user sets first."""
+        scaffold_component(request, {"conf_dir": "conf", "key_prefix": ["cdc"], "group": "cdc"})
+
+
+@scaffold_with(CdcScaffolder)
+@dataclass
+class CdcComponent(StateBackedComponent, Resolvable):
+    """CDC from MySQL/MariaDB binlogs into Delta Lake: each destination's change log, one
+    mirror asset per captured table, daily history, reconciliation checks, lag checks, the
+    long-lived streaming job and the sensors that run it."""
+
+    conf_dir: Annotated[
+        str,
+        Resolver.default(
+            description="Directory holding platform.yaml and destinations/<name>/instance.yaml "
+            "(relative paths: from the project root).",
+            examples=["conf"],
+        ),
+    ]
+    key_prefix: Annotated[
+        list[str],
+        Resolver.default(
+            description="Leading key parts; keys are [*key_prefix, destination, db, table].",
+            examples=[["cdc"]],
+        ),
+    ] = field(default_factory=lambda: ["cdc"])
+    group: Annotated[
+        str,
+        Resolver.default(description="Group of the change logs and table mirrors."),
+    ] = "cdc"
+    defs_state: ResolvedDefsStateConfig = field(
+        default_factory=DefsStateConfigArgs.local_filesystem
+    )
+
+    @property
+    def defs_state_config(self) -> DefsStateConfig:
+        """Where the table catalog is kept, keyed by the conf directory."""
+        return DefsStateConfig.from_args(
+            self.defs_state, default_key=f"CdcComponent[{Path(self.conf_dir).name}]"
+        )
+
+    def _conf_dir(self, root: Path | None = None) -> Path:
+        path = Path(self.conf_dir)
+        return path if path.is_absolute() else (root or Path.cwd()) / path
+
+    def write_state_to_path(self, state_path: Path) -> None:
+        """Discover every destination's tables (source and change log) and store them."""
+        catalogs = discover_catalogs(load_config(self._conf_dir()))
+        state_path.write_text(
+            json.dumps({"catalogs": {n: c.to_json() for n, c in catalogs.items()}})
+        )
+
+    def build_defs_from_state(
+        self, context: ComponentLoadContext, state_path: Path | None
+    ) -> Definitions:
+        """The platform's definitions over the stored catalog (or the change logs' tables)."""
+        conf_dir = self._conf_dir(Path(context.project_root))
+        if state_path is not None and state_path.exists():
+            catalogs = _state_to_catalogs(state_path.read_text())
+        else:
+            catalogs = discover_catalogs(load_config(conf_dir), use_source=False)
+        return build_definitions(
+            str(conf_dir),
+            translator=PrefixTranslator(self.key_prefix, self.group),
+            catalogs=catalogs,
+        )

@@ -1,0 +1,148 @@
+"""``build_definitions``: everything the platform defines for Dagster, for any code location.
+
+A user's project merges it with its own definitions::
+
+    defs = dg.Definitions.merge(build_definitions("conf"), dg.Definitions(assets=[my_asset]))
+
+Each destination's tables come from its catalog (the source's captured tables and the change
+log's, :func:`cdc_platform.spark.catalog.discover_tables`), read when the definitions load:
+a source that is down costs at most a few seconds and leaves the tables the change log
+knows. ``catalogs`` skips discovery (the Component passes its cached state).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from dagster import (
+    AssetKey,
+    AssetSelection,
+    AutomationConditionSensorDefinition,
+    DefaultSensorStatus,
+    Definitions,
+    define_asset_job,
+)
+
+from cdc_platform.config import ConfigSet, load_config
+from cdc_platform.spark.catalog import Catalog, discover_tables
+from dagster_defs.alerts import build_run_failure_alert
+from dagster_defs.assets import change_log_specs
+from dagster_defs.cdc_job import build_cdc_destination_job
+from dagster_defs.freshness import change_log_lag_checks, mirror_freshness_checks
+from dagster_defs.mirror_catch_up import build_mirror_catch_up
+from dagster_defs.reconcile import (
+    build_reconcile_schedule,
+    check_keys,
+    reconcile_checks,
+    reconcile_job,
+)
+from dagster_defs.resources import PlatformResource, SparkResource
+from dagster_defs.sensors import build_config_monitor, build_running_monitor
+from dagster_defs.snapshot_request import snapshot_request_job
+from dagster_defs.spark_assets import history_assets
+from dagster_defs.table_assets import mirror_assets
+from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator
+
+__all__ = ["DAILY_HISTORY_JOB", "build_definitions", "discover_catalogs"]
+
+DAILY_HISTORY_JOB = "cdc_daily_history"
+
+log = logging.getLogger(__name__)
+
+
+def discover_catalogs(configset: ConfigSet, *, use_source: bool = True) -> dict[str, Catalog]:
+    """Every valid destination's catalog, read side by side (a source that is down costs its
+    connect timeout once, not once per destination)."""
+    names = sorted(configset.destinations)
+    if not names:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(8, len(names))) as pool:
+        found = pool.map(lambda n: discover_tables(configset, n, use_source=use_source), names)
+        catalogs = dict(zip(names, found, strict=True))
+    for name, catalog in catalogs.items():
+        for problem in catalog.problems:
+            log.warning("%s: tables listed without it: %s", name, problem)
+    return catalogs
+
+
+def build_definitions(
+    conf_dir: str,
+    *,
+    translator: CdcTranslator | None = None,
+    catalogs: Mapping[str, Catalog] | None = None,
+) -> Definitions:
+    """Jobs, sensors, assets, checks and resources of the destinations under ``conf_dir``.
+
+    ``translator`` names every asset (default :data:`DEFAULT_TRANSLATOR`); ``catalogs`` gives
+    each destination's tables instead of discovering them now.
+    """
+    translator = translator or DEFAULT_TRANSLATOR
+    conf_dir = str(Path(conf_dir).resolve())
+    configset = load_config(Path(conf_dir))
+    if catalogs is None:
+        catalogs = discover_catalogs(configset)
+    interval = configset.platform.dagster.sensor_interval_seconds
+    mirrors = [
+        a
+        for name in sorted(configset.destinations)
+        if name in catalogs
+        and (a := mirror_assets(configset, name, catalogs[name], translator)) is not None
+    ]
+    tables: dict[str, list[AssetKey]] = {
+        name: [translator.table_key(name, t.db, t.table) for t in catalogs[name].tables]
+        for name in sorted(configset.destinations)
+        if name in catalogs
+    }
+    checks = reconcile_checks(configset, catalogs, translator)
+    history = history_assets(configset, catalogs, translator)
+    history_job = define_asset_job(
+        DAILY_HISTORY_JOB,
+        selection=AssetSelection.assets(*[key for a in history for key in a.keys]),
+        description="Daily change figures and as-of-day tables; backfill it over a date range.",
+    )
+    return Definitions(
+        assets=[
+            *change_log_specs(configset, translator),
+            *mirrors,
+            *history,
+        ],
+        asset_checks=[
+            *checks,
+            *change_log_lag_checks(configset, translator),
+            *mirror_freshness_checks(configset, catalogs, translator),
+        ],
+        jobs=[
+            build_cdc_destination_job(translator),
+            history_job,
+            reconcile_job(checks),
+            snapshot_request_job,
+        ],
+        sensors=[
+            build_reconcile_schedule(
+                minimum_interval_seconds=max(interval, 30),
+                checks={
+                    name: check_keys(name, catalogs[name], translator)
+                    for name in configset.destinations
+                    if name in catalogs
+                },
+            ),
+            build_mirror_catch_up(
+                tables, minimum_interval_seconds=max(interval, 10), translator=translator
+            ),
+            build_config_monitor(minimum_interval_seconds=interval),
+            build_running_monitor(minimum_interval_seconds=interval, translator=translator),
+            build_run_failure_alert(),
+            AutomationConditionSensorDefinition(
+                "default_automation_condition_sensor",
+                target=AssetSelection.all(),
+                default_status=DefaultSensorStatus.RUNNING,
+            ),
+        ],
+        resources={
+            "platform": PlatformResource(conf_dir=conf_dir),
+            "spark": SparkResource(conf_dir=conf_dir),
+        },
+    )

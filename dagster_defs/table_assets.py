@@ -1,0 +1,159 @@
+"""One asset per mirrored table: ``cdc/<destination>/<db>/<table>``, each on its change log.
+
+A destination's tables are one subsettable multi-asset (one Spark session per run, any subset
+of tables). Its specs come from the destination's :class:`~cdc_platform.spark.catalog.Catalog`
+(the source's captured tables and the change log's), so they carry the source column types
+as ``dagster/column_schema`` before anything ran.
+
+Per-table automation: each table is ``AutomationCondition.eager()`` on the change log, and a
+run materializes only the tables its apply changed (plus tables never materialized): a
+change to ``shop.items`` materializes ``shop.items`` alone, so ``shop.orders``' downstream
+assets do not rerun. A full run (every table selected) also applies tables the change log
+gained since the definitions loaded, so their mirrors exist before the next reload names them.
+"""
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from dagster import (
+    AssetExecutionContext,
+    AssetKey,
+    AssetsDefinition,
+    AssetSpec,
+    AutomationCondition,
+    MaterializeResult,
+    MetadataValue,
+    TableColumn,
+    TableColumnConstraints,
+    TableSchema,
+    multi_asset,
+)
+
+from cdc_platform.config import ConfigSet
+from cdc_platform.spark import apply_changes, mirror_tables, mirror_uri
+from cdc_platform.spark.catalog import Catalog, CatalogTable
+from dagster_defs.resources import PlatformResource, SparkResource
+from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator
+
+__all__ = ["MIRROR_TAG", "column_schema", "mirror_assets", "op_name"]
+
+MIRROR_TAG = "cdc/mirrors"
+"""Run tag a mirror step sets on its run: the destination whose mirrors it applied."""
+
+
+def op_name(prefix: str, destination: str) -> str:
+    """A valid, readable op name for ``destination`` (any directory name)."""
+    return f"{prefix}_{re.sub(r'[^A-Za-z0-9_]', '_', destination)}"
+
+
+def column_schema(table: CatalogTable) -> TableSchema:
+    """The table's source column types as Dagster's table schema."""
+    return TableSchema(
+        columns=[
+            TableColumn(
+                name=c.name,
+                type=c.type or "unknown",
+                constraints=TableColumnConstraints(nullable=c.nullable, unique=False),
+                tags={"primary_key": ""} if c.primary_key else {},
+            )
+            for c in table.columns
+        ]
+    )
+
+
+def _spec(
+    configset: ConfigSet, destination: str, table: CatalogTable, translator: CdcTranslator
+) -> AssetSpec:
+    uri = mirror_uri(translator.mirror_root(configset, destination), table.db, table.table)
+    metadata: dict[str, Any] = {
+        "dagster/uri": uri,
+        "dagster/table_name": table.name,
+        "found_in": ", ".join(table.found_in),
+    }
+    if table.columns:
+        metadata["dagster/column_schema"] = column_schema(table)
+    return AssetSpec(
+        key=translator.table_key(destination, table.db, table.table),
+        deps=[translator.changes_key(destination)],
+        description=f"Current state of {table.name} as captured by destination {destination}: "
+        "a Delta table merged from the change log by primary key in seq order.",
+        group_name=translator.table_group_name(destination, table.db, table.table),
+        tags=translator.table_tags(destination, table.db, table.table),
+        kinds={"spark", "delta"},
+        metadata=metadata,
+        automation_condition=AutomationCondition.eager(),
+        skippable=True,
+    )
+
+
+def mirror_assets(
+    configset: ConfigSet,
+    destination: str,
+    catalog: Catalog,
+    translator: CdcTranslator = DEFAULT_TRANSLATOR,
+) -> AssetsDefinition | None:
+    """The destination's per-table mirrors (None when no table is known yet)."""
+    if not catalog.tables or destination not in configset.destinations:
+        return None
+    specs = [_spec(configset, destination, t, translator) for t in catalog.tables]
+    by_key: dict[AssetKey, CatalogTable] = {
+        spec.key: table for spec, table in zip(specs, catalog.tables, strict=True)
+    }
+
+    @multi_asset(
+        name=op_name("cdc_mirrors", destination),
+        specs=specs,
+        can_subset=True,
+        pool=f"cdc-mirror-{destination}",
+    )
+    def mirrors(
+        context: AssetExecutionContext, platform: PlatformResource, spark: SparkResource
+    ) -> Iterator[MaterializeResult[None]]:
+        context.instance.add_run_tags(context.run.run_id, {MIRROR_TAG: destination})
+        configset = platform.load()
+        session = spark.session()
+        change_log = translator.change_log_uri(configset, destination)
+        root = translator.mirror_root(configset, destination)
+        options = configset.lake.storage_options
+        selected = [k for k in by_key if k in context.selected_asset_keys]
+        for key in selected:
+            table = by_key[key]
+            result = apply_changes(
+                session, change_log, root, table.db, table.table, storage_options=options
+            )
+            meta = result.metadata()
+            context.log.info(f"{table.name}: {meta}")
+            first = context.instance.get_latest_materialization_event(key) is None
+            if result.mode == "noop" and not first:
+                continue
+            yield MaterializeResult(
+                asset_key=key,
+                metadata={
+                    "dagster/uri": MetadataValue.path(result.mirror_uri),
+                    "dagster/table_name": table.name,
+                    "dagster/row_count": result.mirror_rows,
+                    **({"dagster/column_schema": column_schema(table)} if table.columns else {}),
+                    "rows_inserted": result.rows_inserted,
+                    "rows_updated": result.rows_updated,
+                    "rows_deleted": result.rows_deleted,
+                    "changes": result.changes,
+                    "last_seq": result.last_seq,
+                    "lag_seconds": float(meta["lag_seconds"] or 0.0),
+                    "mode": result.mode,
+                    "seconds": float(meta["seconds"] or 0.0),
+                },
+            )
+        if len(selected) == len(by_key):
+            known = {(t.db, t.table) for t in by_key.values()}
+            for db, table_name in mirror_tables(session, change_log, options):
+                if (db, table_name) not in known:
+                    result = apply_changes(
+                        session, change_log, root, db, table_name, storage_options=options
+                    )
+                    context.log.info(
+                        f"{db}.{table_name}: new in the change log, mirrored ({result.mode}, "
+                        f"{result.mirror_rows} rows); its asset appears on the next reload"
+                    )
+
+    return mirrors

@@ -1,0 +1,104 @@
+"""The platform inside a user's own Dagster project: a separate code location in a temporary
+directory merges ``build_definitions(...)`` with its own asset on ``cdc/shop/shop/orders``;
+the ``dagster`` CLI materializes the mirror and the user's asset, which finds the table
+through the mirror's ``dagster/uri``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from cdc_platform.config import load_config
+from cdc_platform.testing.spark_changes import ChangeLogWriter, SourceTable, column
+
+pytestmark = pytest.mark.integration
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+USER_MODULE = '''
+import json
+import os
+
+import dagster as dg
+from deltalake import DeltaTable
+
+from dagster_defs import build_definitions
+
+ORDERS = dg.AssetKey(["cdc", "shop", "shop", "orders"])
+
+
+@dg.asset(deps=[ORDERS])
+def open_orders(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    """The user's own asset: reads the mirror where its materialization says it is."""
+    event = context.instance.get_latest_materialization_event(ORDERS)
+    uri = event.asset_materialization.metadata["dagster/uri"].value
+    rows = DeltaTable(uri).to_pyarrow_table().to_pylist()
+    opened = sorted(r["id"] for r in rows if r["status"] == "open")
+    with open(os.environ["USER_OUTPUT"], "w") as out:
+        json.dump({"uri": uri, "open": opened}, out)
+    return dg.MaterializeResult(metadata={"open_orders": len(opened)})
+
+
+defs = dg.Definitions.merge(
+    build_definitions(os.environ["USER_CDC_CONF"]), dg.Definitions(assets=[open_orders])
+)
+'''
+
+
+def test_a_users_project_materializes_a_mirror_and_its_own_asset_on_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CDC_SOURCE_PASSWORD", "unused")
+    conf = tmp_path / "conf"
+    (conf / "destinations" / "shop").mkdir(parents=True)
+    (conf / "platform.yaml").write_text(f"lake_root: {tmp_path / 'lake'}\n")
+    # Its source is down: the code location still loads, with the change log's tables.
+    (conf / "destinations" / "shop" / "instance.yaml").write_text(
+        "source: {host: 127.0.0.1, port: 9, user: cdc, password_env: CDC_SOURCE_PASSWORD, "
+        "server_id: 7}\n"
+    )
+    orders = SourceTable(
+        "shop", "orders", [column("id", "bigint", pk=True), column("status", "varchar", length=8)]
+    )
+    log = ChangeLogWriter(load_config(conf).table_uri("shop"))
+    now = datetime.now(UTC)
+    log.commit(
+        [orders.insert({"id": i, "status": "open" if i % 3 else "closed"}) for i in range(1, 10)],
+        ts=now,
+        committed_at=now,
+    )
+    log.commit(
+        [orders.update((4,), status="closed"), orders.delete((5,))], ts=now, committed_at=now
+    )
+
+    project = tmp_path / "user_project"
+    project.mkdir()
+    (project / "user_defs.py").write_text(USER_MODULE)
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    output = tmp_path / "open_orders.json"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(project), str(PROJECT)]),
+        "DAGSTER_HOME": str(home),
+        "USER_CDC_CONF": str(conf),
+        "USER_OUTPUT": str(output),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "user_defs",
+         "--select", "cdc/shop/shop/orders,open_orders"],
+        cwd=project, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    found = json.loads(output.read_text())
+    assert found["uri"] == str(tmp_path / "lake" / "shop" / "mirror" / "shop.orders")
+    expected = sorted(row["id"] for row in orders.rows.values() if row["status"] == "open")
+    assert found["open"] == expected
+    assert 4 not in found["open"]
+    assert 5 not in found["open"]
