@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from cdc_platform.errors import CdcError, CommitRefusedError, SinkError, SourceError
-from cdc_platform.events import ChangeEvent, EventKind, ResumePosition, ServerIdentity
+from cdc_platform.events import ChangeEvent, EventKind, Op, ResumePosition, ServerIdentity
 from cdc_platform.sink import Checkpoint, FencedCommitError
 from cdc_platform.sink.report import CommitReport
 from cdc_platform.sink.term import WriteTerm
@@ -405,6 +405,9 @@ class DestinationRuntime:
             lag_seconds=max(0.0, time.time() - last.txn.timestamp),
             commit_seconds=seconds,
             partial=batch.partial,
+            ddl=tuple(
+                (e.db, e.table, e.ddl) for e in batch.events if e.op is Op.DDL and e.ddl is not None
+            ),
         )
 
     def _with_server(self, batch: Batch, resume: ResumePosition) -> ResumePosition:

@@ -20,11 +20,13 @@ from typing import Protocol
 
 from cdc_platform.backfill.new_tables import snapshot_new_tables
 from cdc_platform.backfill.repair import RepairResult, repair_keys
+from cdc_platform.backfill.reread import RereadRecord, reread_path, reread_tables, tables_to_reread
 from cdc_platform.backfill.snapshot import SnapshotProgress, SnapshotRunner
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.config.models import InstanceConfig
 from cdc_platform.errors import CdcError, SinkError
 from cdc_platform.reconcile.inbox import RepairInbox
+from cdc_platform.sink.report import CommitReport
 from cdc_platform.sink.term import WriteTerm
 
 __all__ = ["Halted", "SideWork", "StoppableRuntime"]
@@ -68,6 +70,8 @@ class SideWork:
         """The newest progress of an automatic snapshot (config `snapshot.new_tables`)."""
         self.repairs = 0
         """Repair requests served."""
+        self.reread_due = threading.Event()
+        """Set when a committed DDL changed rows without row events: re-read once stopped."""
         self._lock = threading.Lock()
         self._runner: SnapshotRunner | None = None
         self._stop: SideWorkStop | None = None
@@ -136,6 +140,45 @@ class SideWork:
             snapshot_new_tables(
                 term, self.lake_root, on_progress=on_progress, on_runner=on_runner, stop=stop
             )
+        finally:
+            self._end()
+
+    # -- re-reads after DDL --------------------------------------------------------------------
+
+    def rereads(self, config: InstanceConfig) -> bool:
+        """Whether tables are re-read after DDL that changed their rows (a binlog source with
+        its state in the lake)."""
+        return self.lake_root is not None and config.source.mode == "binlog"
+
+    def ddl_committed(self, term: WriteTerm, report: CommitReport) -> bool:
+        """Note the tables a committed batch's DDL changed without row events; True when a
+        re-read is now due (the caller stops the runtime after its in-flight commit)."""
+        if self.lake_root is None or not report.ddl:
+            return False
+        tables = tables_to_reread(report.ddl)
+        if not tables:
+            return False
+        RereadRecord(reread_path(self.lake_root, term.destination, term.storage_options)).add(
+            tables
+        )
+        log.info("%s: %s changed by DDL; re-reading after this batch", term.destination, tables)
+        self.reread_due.set()
+        return True
+
+    def reread(self, term: WriteTerm, halted: Halted) -> None:
+        """Copy the tables waiting for a re-read (see :mod:`cdc_platform.backfill.reread`)."""
+        assert self.lake_root is not None
+
+        def on_runner(runner: SnapshotRunner | None) -> None:
+            with self._lock:
+                self._runner = runner
+            if runner is not None and halted() is not None:
+                runner.request_stop()
+
+        stop = SideWorkStop(term.destination, term.epoch, work="snapshot")
+        self._begin(stop, lambda: "lease lost" if halted() == "lease lost" else None)
+        try:
+            reread_tables(term, self.lake_root, on_runner=on_runner, stop=stop)
         finally:
             self._end()
 

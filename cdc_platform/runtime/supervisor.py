@@ -264,6 +264,11 @@ class LeaseSupervisor:
             urgent=False,
         )
         self.term.report(report)
+        if self._side.rereads(self.config) and self._side.ddl_committed(self.term, report):
+            with self._lock:
+                runtime = self._runtime
+            if runtime is not None:
+                runtime.request_stop("re-read after DDL")
 
     def _heartbeat_loop(self, stop: threading.Event) -> None:
         registry = self._registry
@@ -417,6 +422,7 @@ class LeaseSupervisor:
                 if not snapshot_checked:
                     snapshot_checked = True
                     self._snapshot_new_tables(term)
+                    self._reread(term)
             except CdcError as exc:
                 return RunSummary(self.name, "failed", 0, 0, 0, None, exc)
             runtime = self._factory(term)
@@ -439,10 +445,11 @@ class LeaseSupervisor:
             batches, rows = batches + summary.batches, rows + summary.rows
             summary = replace(summary, batches=batches, rows=rows)
             error = summary.error
-            if side.repair_due.is_set() and error is None and self._halted() is None:
-                side.repair_due.clear()
-                side.serve_inbox(term, self._halted)
-                continue  # stream again from the checkpoint, same term
+            try:
+                if error is None and self._paused_for_side_work(term):
+                    continue  # stream again from the checkpoint, same term
+            except CdcError as exc:
+                return RunSummary(self.name, "failed", batches, rows, 0, None, exc)
             if (
                 isinstance(error, FencedCommitError)
                 and not _fenced(error, epoch)
@@ -464,6 +471,32 @@ class LeaseSupervisor:
         self.role = "snapshot"
         try:
             self._side.snapshot_new_tables(term, self._halted)
+        finally:
+            self.role = "active"
+
+    def _paused_for_side_work(self, term: WriteTerm) -> bool:
+        """Serve what the runtime stopped for (a repair request, a re-read after DDL); True
+        when the stream starts again in this term."""
+        side = self._side
+        if self._halted() is not None:
+            return False
+        if side.repair_due.is_set():
+            side.repair_due.clear()
+            side.serve_inbox(term, self._halted)
+            return True
+        if side.reread_due.is_set():
+            side.reread_due.clear()
+            self._reread(term)
+            return True
+        return False
+
+    def _reread(self, term: WriteTerm) -> None:
+        """Re-read tables a DDL changed without row events (:mod:`.side_work`)."""
+        if not self._side.rereads(self.config):
+            return
+        self.role = "snapshot"
+        try:
+            self._side.reread(term, self._halted)
         finally:
             self.role = "active"
 

@@ -28,3 +28,6 @@ class CommitReport:
     """Commit time minus the binlog timestamp of the batch's last transaction."""
     commit_seconds: float
     partial: bool
+    ddl: tuple[tuple[str, str, str], ...] = ()
+    """``(db, table, statement)`` of each DDL row the batch holds (the streaming runtime's
+    batches; the lease holder re-reads tables whose rows a DDL changed)."""

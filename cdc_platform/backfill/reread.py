@@ -1,0 +1,162 @@
+"""Re-reading tables whose rows a DDL changed without row events.
+
+``ALTER TABLE t ADD COLUMN c ... DEFAULT 'red'`` fills every existing row with 'red', and
+``MODIFY`` converts every stored value, yet the binlog carries no row event for them
+(:mod:`cdc_platform.source.ddl_effects` lists such statements). So the lease holder, once
+such a DDL is in the change log, copies the table again with the watermark snapshot
+(:class:`~cdc_platform.backfill.snapshot.SnapshotRunner`): its ``r`` rows, ordered after the
+DDL, carry the values the server now holds, and the mirror just applies them. Nothing
+emulates MySQL's conversions.
+
+The tables waiting for a re-read are kept in ``<lake_root>/<destination>/_reread_tables.json``
+(format ``v`` 1), written as soon as the DDL's commit is heard and emptied table by table once
+their copy is done, so a re-read interrupted by a stop, a crash or a lost lease is done by
+the next lease holder. A table that cannot be copied (dropped or renamed meanwhile, no primary
+key) is left out with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from cdc_platform.backfill.snapshot import SnapshotResult, SnapshotRunner, state_path
+from cdc_platform.backfill.stop import SideWorkStop
+from cdc_platform.errors import SnapshotError
+from cdc_platform.sink.lake_files import LakeFile, join_uri
+from cdc_platform.sink.term import WriteTerm
+from cdc_platform.source.ddl_effects import ddl_effects
+
+__all__ = ["RereadRecord", "reread_path", "reread_tables", "tables_to_reread"]
+
+log = logging.getLogger(__name__)
+
+RECORD_VERSION = 1
+
+
+def reread_path(
+    lake_root: str | os.PathLike[str], destination: str, storage_options: Any = None
+) -> LakeFile:
+    """Where the tables waiting for a re-read are listed (in the lake)."""
+    uri = join_uri(os.fspath(lake_root), destination, "_reread_tables.json")
+    return LakeFile(uri, storage_options)
+
+
+def tables_to_reread(statements: Iterable[tuple[str, str, str]]) -> list[str]:
+    """``db.table`` names to re-read after the DDL rows ``(db, table, statement)`` of a commit.
+
+    Only the table each row is recorded under counts (the source records a statement once
+    per captured table it names), so tables outside the filters are never re-read.
+    """
+    wanted: dict[str, None] = {}
+    for db, table, statement in statements:
+        for effect in ddl_effects(statement, db):
+            if effect.rereads and effect.table == table and (effect.db == db or not db):
+                wanted[f"{db}.{table}"] = None
+    return list(wanted)
+
+
+class RereadRecord:
+    """The waiting list in the lake; thread-safe (the commit observer adds, the lease holder
+    takes)."""
+
+    def __init__(self, path: LakeFile) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+
+    def load(self) -> list[str]:
+        """The tables waiting, oldest first."""
+        try:
+            data = self.path.read_json()
+        except ValueError as exc:
+            raise SnapshotError(
+                f"{self.path}: unreadable list of tables to re-read: {exc}"
+            ) from None
+        if data is None:
+            return []
+        if data.get("v") != RECORD_VERSION:
+            raise SnapshotError(f"{self.path}: unknown record version {data.get('v')!r}")
+        return [str(t) for t in data.get("tables", [])]
+
+    def add(self, tables: Iterable[str]) -> list[str]:
+        """Add ``tables``; returns the whole list."""
+        with self._lock:
+            waiting = self.load()
+            merged = list(dict.fromkeys([*waiting, *tables]))
+            if merged != waiting:
+                self.path.write_json({"v": RECORD_VERSION, "tables": merged})
+            return merged
+
+    def remove(self, tables: Iterable[str]) -> list[str]:
+        """Remove ``tables`` (copied or given up); returns what is left."""
+        gone = set(tables)
+        with self._lock:
+            left = [t for t in self.load() if t not in gone]
+            if left:
+                self.path.write_json({"v": RECORD_VERSION, "tables": left})
+            else:
+                self.path.delete()
+            return left
+
+
+def reread_tables(
+    term: WriteTerm,
+    lake_root: str | os.PathLike[str],
+    *,
+    on_runner: Callable[[SnapshotRunner | None], None] | None = None,
+    stop: SideWorkStop | None = None,
+) -> SnapshotResult | None:
+    """Copy every table on the waiting list again, under the caller's lease (``term``).
+
+    The runtime must be stopped: the snapshot streams the binlog from the change log's
+    checkpoint itself. A snapshot interrupted earlier is finished first (the two share the
+    snapshot state file). Returns the last copy's result, None when nothing waited; a stop
+    leaves the rest on the list for the next call.
+    """
+    name, config = term.destination, term.config
+    storage = term.storage_options
+    record = RereadRecord(reread_path(lake_root, name, storage))
+    waiting = record.load()
+    if not waiting:
+        return None
+    state_file = state_path(lake_root, name, storage)
+
+    def runner(tables: list[str] | None) -> SnapshotRunner:
+        made = SnapshotRunner(
+            term,
+            state_file,
+            tables=tables,
+            chunk_size=config.snapshot.chunk_size,
+            segment_events=config.snapshot.segment_events,
+            stop=stop,
+        )
+        if on_runner is not None:
+            on_runner(made)
+        return made
+
+    try:
+        result: SnapshotResult | None = None
+        if state_file.exists():
+            log.info("%s: finishing an interrupted snapshot before the re-read", name)
+            result = runner(None).run()
+            if state_file.exists():
+                return result
+            record.remove(result.tables)
+            waiting = record.load()
+        refused = runner([]).keyless(waiting)
+        for table, why in refused.items():
+            log.warning("%s: cannot re-read %s after its DDL: %s", name, table, why)
+        copy = [t for t in waiting if t not in refused]
+        if copy:
+            log.info("%s: re-reading %s after DDL that changed their rows", name, ", ".join(copy))
+            result = runner(copy).run()
+            if state_file.exists():
+                return result  # stopped: the list keeps them
+        record.remove(waiting)
+        return result
+    finally:
+        if on_runner is not None:
+            on_runner(None)
