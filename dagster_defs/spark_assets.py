@@ -63,10 +63,13 @@ def _mirror_asset(destination: str, translator: CdcTranslator) -> AssetsDefiniti
         totals = {"mirror_rows": 0, "rows_inserted": 0, "rows_updated": 0, "rows_deleted": 0}
         lag = 0.0
         per_table: dict[str, dict[str, Any]] = {}
+        dropped: dict[str, str] = {}
         for db, table in mirror_tables(session, change_log, options):
             result = apply_changes(session, change_log, root, db, table, storage_options=options)
             meta = result.metadata()
             per_table[f"{db}.{table}"] = meta
+            if result.dropped is not None:
+                dropped[f"{db}.{table}"] = result.dropped
             for key in totals:
                 totals[key] += int(meta[key] or 0)
             lag = max(lag, float(meta["lag_seconds"] or 0.0))
@@ -77,6 +80,8 @@ def _mirror_asset(destination: str, translator: CdcTranslator) -> AssetsDefiniti
                 "tables": len(per_table),
                 "lag_seconds": round(lag, 3),
                 "by_table": MetadataValue.json(per_table),
+                # mirrors of tables dropped or renamed at the source: kept, empty, not current
+                "dropped_tables": MetadataValue.json(dropped),
                 "mirror_root": MetadataValue.path(root),
             }
         )

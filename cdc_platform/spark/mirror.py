@@ -91,6 +91,9 @@ FIRST_COMMIT = "00000000000000000000.json"
 """A staging table's only commit: its time is the table's age."""
 
 
+DROPPED_MODE = "dropped"
+"""The state's ``mode`` of an apply that found the source table gone (dropped or renamed)."""
+
 Step = Literal["computed", "mirror_committed", "state_committed"]
 """Where an apply is: changes computed, mirror committed, state committed."""
 Hook = Callable[[Step], None]
@@ -128,6 +131,9 @@ class MirrorResult:
     columns: tuple[str, ...] = ()
     last_ts: datetime | None = None
     """Binlog timestamp of the newest change applied in this call (None when none was)."""
+    dropped: str | None = None
+    """Why the source table no longer exists ("dropped", "renamed to db.t", "database
+    dropped"): the mirror is empty and no longer current. None while the table exists."""
 
     def metadata(self) -> dict[str, int | float | str | None]:
         """Plain values for asset metadata (Dagster charts numeric ones over time).
@@ -148,6 +154,7 @@ class MirrorResult:
             "last_seq": self.last_seq,
             "change_log_version": self.change_log_version,
             "mirror_version": self.mirror_version,
+            "dropped": self.dropped,
             "lag_seconds": lag,
             "seconds": round(self.seconds, 3),
         }
@@ -217,7 +224,9 @@ class _Apply:
         last = state.last_seq if state is not None and exists else 0
         base = state.schema if state is not None else None
         line = timeline(changes, self.db, self.table, lo=last, base=base)
-        if line.empty:
+        if line.empty or (line.target is None and line.row_changes == 0):
+            # nothing new, or only DDL of a table none of whose rows arrived yet (the new name
+            # of a renamed table before its re-read)
             return self._noop(state, last, change_log_version)
         reason = _needs_rebuild(line, state, exists, self.uri, self.options)
         if reason is not None:
@@ -347,7 +356,7 @@ class _Apply:
             apply_id=(history[-1].apply_id + 1) if history else 1,
             last_seq=line.hi,
             schema=target,
-            mode=mode,
+            mode=DROPPED_MODE if line.dropped is not None else mode,
             change_log_version=change_log_version,
             mirror_version=mirror_version,
             mirror_rows=mirror_rows,
@@ -375,6 +384,7 @@ class _Apply:
             seconds=time.perf_counter() - self.started,
             columns=tuple(target.names),
             last_ts=line.last_ts,
+            dropped=line.dropped,
         )
 
     def _noop(
@@ -397,6 +407,7 @@ class _Apply:
             mirror_version=state.mirror_version if state is not None else None,
             seconds=time.perf_counter() - self.started,
             columns=tuple(schema.names) if schema is not None else (),
+            dropped="dropped" if state is not None and state.mode == DROPPED_MODE else None,
         )
 
 
