@@ -35,6 +35,9 @@ __all__ = ["RereadRecord", "reread_path", "reread_tables", "tables_to_reread"]
 log = logging.getLogger(__name__)
 
 RECORD_VERSION = 1
+_MAX_ROUNDS = 100
+"""Re-read rounds per call at most (DDL arriving faster than tables copy waits for the
+next call, after the stream has caught up)."""
 
 
 def reread_path(
@@ -119,8 +122,7 @@ def reread_tables(
     name, config = term.destination, term.config
     storage = term.storage_options
     record = RereadRecord(reread_path(lake_root, name, storage))
-    waiting = record.load()
-    if not waiting:
+    if not record.load():
         return None
     state_file = state_path(lake_root, name, storage)
 
@@ -145,17 +147,24 @@ def reread_tables(
             if state_file.exists():
                 return result
             record.remove(result.tables)
+        # The copy streams the binlog on: a DDL it passes adds its tables to the list
+        # (through the term's commit observer), and they are copied in the next round.
+        for _ in range(_MAX_ROUNDS):
             waiting = record.load()
-        refused = runner([]).keyless(waiting)
-        for table, why in refused.items():
-            log.warning("%s: cannot re-read %s after its DDL: %s", name, table, why)
-        copy = [t for t in waiting if t not in refused]
-        if copy:
-            log.info("%s: re-reading %s after DDL that changed their rows", name, ", ".join(copy))
-            result = runner(copy).run()
-            if state_file.exists():
-                return result  # stopped: the list keeps them
-        record.remove(waiting)
+            if not waiting:
+                break
+            refused = runner([]).keyless(waiting)
+            for table, why in refused.items():
+                log.warning("%s: cannot re-read %s after its DDL: %s", name, table, why)
+            copy = [t for t in waiting if t not in refused]
+            if copy:
+                log.info(
+                    "%s: re-reading %s after DDL that changed their rows", name, ", ".join(copy)
+                )
+                result = runner(copy).run()
+                if state_file.exists():
+                    return result  # stopped: the list keeps them
+            record.remove(waiting)
         return result
     finally:
         if on_runner is not None:

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from cdc_platform.errors import CdcError, CommitRefusedError, SinkError, SourceError
-from cdc_platform.events import ChangeEvent, EventKind, Op, ResumePosition, ServerIdentity
+from cdc_platform.events import ChangeEvent, EventKind, ResumePosition, ServerIdentity
 from cdc_platform.sink import Checkpoint, FencedCommitError
-from cdc_platform.sink.report import CommitReport
+from cdc_platform.sink.report import CommitReport, ddl_rows
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source import BinlogSource  # noqa: F401 - tests patch it through this module
 from cdc_platform.source.factory import Source, open_source
@@ -405,9 +405,7 @@ class DestinationRuntime:
             lag_seconds=max(0.0, time.time() - last.txn.timestamp),
             commit_seconds=seconds,
             partial=batch.partial,
-            ddl=tuple(
-                (e.db, e.table, e.ddl) for e in batch.events if e.op is Op.DDL and e.ddl is not None
-            ),
+            ddl=ddl_rows(batch.events),
         )
 
     def _with_server(self, batch: Batch, resume: ResumePosition) -> ResumePosition:

@@ -181,6 +181,7 @@ class SideWork:
             reread_tables(term, self.lake_root, on_runner=on_runner, stop=stop)
         finally:
             self._end()
+        self.reread_due.clear()  # what the copy's own commits noted was copied with it
 
     # -- repairs (reconciliation) --------------------------------------------------------------
 

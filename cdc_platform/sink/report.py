@@ -6,11 +6,17 @@ runtime, the snapshot and the repair writer beside it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from cdc_platform.events import ResumePosition
+from cdc_platform.events import ChangeEvent, Op, ResumePosition
 
-__all__ = ["CommitReport"]
+__all__ = ["CommitReport", "ddl_rows"]
+
+
+def ddl_rows(events: Iterable[ChangeEvent]) -> tuple[tuple[str, str, str], ...]:
+    """``(db, table, statement)`` of each DDL row among ``events``."""
+    return tuple((e.db, e.table, e.ddl) for e in events if e.op is Op.DDL and e.ddl is not None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,5 +35,5 @@ class CommitReport:
     commit_seconds: float
     partial: bool
     ddl: tuple[tuple[str, str, str], ...] = ()
-    """``(db, table, statement)`` of each DDL row the batch holds (the streaming runtime's
-    batches; the lease holder re-reads tables whose rows a DDL changed)."""
+    """``(db, table, statement)`` of each DDL row the batch holds (:func:`ddl_rows`): the
+    lease holder re-reads tables whose rows a DDL changed."""

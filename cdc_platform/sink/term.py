@@ -20,7 +20,7 @@ from cdc_platform.events import ChangeEvent, ResumePosition
 from cdc_platform.sink.commit import CommitResult
 from cdc_platform.sink.delta import DeltaChangeLog
 from cdc_platform.sink.maintenance import MaintenancePolicy
-from cdc_platform.sink.report import CommitReport
+from cdc_platform.sink.report import CommitReport, ddl_rows
 
 __all__ = ["WriteTerm"]
 
@@ -116,6 +116,7 @@ class WriteTerm:
                 0.0,
                 landed.seconds,
                 partial=False,
+                ddl=ddl_rows(events),
             )
         )
         return landed

@@ -1,0 +1,181 @@
+"""Schema changes keep mirrors exact: every DDL that changes, replaces or drops rows without
+row events, applied on real MariaDB while the destination streams, then the mirrors built
+through the Dagster asset; every mirror equals its source table row for row, and the mirrors
+of dropped and renamed tables are marked.
+
+One stream, many tables, one mirror build (the cases are grouped to keep the test short).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from dagster import AssetKey, materialize
+from pyspark.sql import SparkSession
+
+from cdc_platform.backfill.reread import reread_path
+from cdc_platform.config import load_config
+from cdc_platform.runtime.supervisor import supervised_destination
+from cdc_platform.spark.locations import mirror_root, mirror_uri
+from cdc_platform.spark.mirror import apply_changes
+from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
+from dagster_defs.assets import change_log_specs
+from dagster_defs.resources import PlatformResource, SparkResource
+from dagster_defs.spark_assets import spark_assets
+from tests.conftest import MariaDBDatabase
+from tests.integration.test_spark_pipeline import assert_mirror_equals_source
+
+pytestmark = pytest.mark.integration
+
+PARTITIONED = (
+    "(id INT PRIMARY KEY, v INT) PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS THAN (100),"
+    " PARTITION p1 VALUES LESS THAN (200), PARTITION p2 VALUES LESS THAN MAXVALUE)"
+)
+
+
+def _tables(db: str) -> list[str]:
+    rows = "(1, 10), (2, 20), (3, 30)"
+    statements = []
+    for table in (
+        "add_default", "add_not_null", "widen", "ren", "alter_ren", "drop_a", "drop_b", "cor",
+        "exch_src", "keep",
+    ):  # fmt: skip
+        kind = "SMALLINT" if table == "widen" else "INT"
+        statements.append(f"CREATE TABLE {table} (id INT PRIMARY KEY, v {kind})")
+        statements.append(f"INSERT INTO {table} VALUES {rows}")
+    statements += [
+        "UPDATE exch_src SET id = id + 10",  # 11, 12, 13: they fit partition p0
+        "CREATE TABLE modify_dec (id INT PRIMARY KEY, amount DECIMAL(10,2))",
+        "INSERT INTO modify_dec VALUES (1, 12.50), (2, 12.49), (3, -3.50), (4, 99999999.99)",
+        f"CREATE TABLE parts {PARTITIONED}",
+        "INSERT INTO parts VALUES (1, 1), (2, 2), (101, 101), (102, 102), (201, 201)",
+        f"CREATE TABLE exch {PARTITIONED}",
+        "INSERT INTO exch VALUES (1, 1), (2, 2), (150, 150)",
+        f"CREATE DATABASE {db}_x",
+        f"CREATE TABLE {db}_x.gone (id INT PRIMARY KEY, v INT)",
+        f"INSERT INTO {db}_x.gone VALUES {rows}",
+    ]
+    return statements
+
+
+def _ddl(db: str) -> list[list[str]]:
+    """Groups of statements; the stream is given a moment between groups, so the re-reads
+    run while later statements and row changes arrive."""
+    return [
+        [
+            "ALTER TABLE add_default ADD COLUMN color VARCHAR(16) DEFAULT 'red'",
+            "UPDATE add_default SET v = 11 WHERE id = 1",
+            "ALTER TABLE add_not_null ADD COLUMN n INT NOT NULL, ADD COLUMN s VARCHAR(4) NOT NULL",
+            "INSERT INTO add_not_null VALUES (4, 40, 7, 'x')",
+        ],
+        [
+            "ALTER TABLE modify_dec MODIFY amount INT",  # MariaDB rounds: 13, 12, -4
+            "INSERT INTO modify_dec VALUES (5, 5)",
+            "ALTER TABLE widen MODIFY v BIGINT",
+            "UPDATE widen SET v = 5000000000 WHERE id = 2",
+        ],
+        [
+            "ALTER TABLE parts TRUNCATE PARTITION p0",
+            "ALTER TABLE parts DROP PARTITION p1",
+            "INSERT INTO parts VALUES (50, 50)",
+            "ALTER TABLE exch EXCHANGE PARTITION p0 WITH TABLE exch_src",
+            "UPDATE exch SET v = 99 WHERE id = 150",
+        ],
+        [
+            "CREATE OR REPLACE TABLE cor (id INT PRIMARY KEY, w VARCHAR(8))",
+            "INSERT INTO cor VALUES (7, 'seven')",
+            "RENAME TABLE ren TO ren2",
+            "UPDATE ren2 SET v = 21 WHERE id = 2",
+            "ALTER TABLE alter_ren RENAME TO alter_ren2",
+            "DROP TABLE drop_a, `drop_b`",
+            f"DROP DATABASE {db}_x",
+        ],
+        [  # what worked before keeps working
+            "ALTER TABLE keep ADD COLUMN w INT, DROP COLUMN v",
+            "ALTER TABLE keep CHANGE w ww INT",
+            "UPDATE keep SET ww = id",
+            "ALTER TABLE keep DROP PRIMARY KEY, ADD PRIMARY KEY (id, ww)",
+        ],
+    ]
+
+
+LIVE = [
+    "add_default", "add_not_null", "modify_dec", "widen", "parts", "exch", "exch_src", "cor",
+    "ren2", "alter_ren2", "keep",
+]  # fmt: skip
+DROPPED = {
+    "ren": "renamed to {db}.ren2",
+    "alter_ren": "renamed to {db}.alter_ren2",
+    "drop_a": "dropped",
+    "drop_b": "dropped",
+}
+
+
+def test_mirrors_equal_the_source_after_each_ddl(
+    spark: SparkSession,
+    mariadb: MariaDBDatabase,
+    lake_root: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
+    server, db = mariadb.server, mariadb.name
+    conf = tmp_path / "conf"
+    write_conf(
+        conf,
+        destination="d",
+        server=server,
+        user=mariadb.user,
+        database=db,
+        lake_root=lake_root,
+        server_id=2141,
+        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/l.db'}}\n",
+    )
+    instance = conf / "destinations" / "d" / "instance.yaml"
+    instance.write_text(
+        instance.read_text().replace(f"['{db}\\..*']", f"['{db}(_x)?\\..*']")
+        + "snapshot: {chunk_size: 2}\n"  # several chunks per re-read
+    )
+    config = load_config(conf)
+    assert not config.errors, config.errors
+
+    def run(during: list[list[str]] | None = None) -> None:
+        with supervised_destination(config, config.destinations["d"]) as supervisor:
+            done = threading.Thread(
+                target=lambda: supervisor.run(exit_when_idle_seconds=2.5), daemon=True
+            )
+            done.start()
+            for group in during or []:
+                server.execute(*group, database=db)
+                time.sleep(0.5)
+            done.join(timeout=180)
+            assert not done.is_alive()
+
+    run()  # pins the start position
+    server.execute(*_tables(db), database=db)
+    run(_ddl(db))
+    assert reread_path(lake_root, "d").read_json() is None  # every re-read done
+
+    assets = [*change_log_specs(config), *spark_assets(config)]
+    resources = {
+        "platform": PlatformResource(conf_dir=str(conf)),
+        "spark": SparkResource(conf_dir=str(conf)),
+    }
+    built = materialize(assets, selection=[AssetKey(["cdc", "d", "mirrors"])], resources=resources)
+    assert built.success
+    (event,) = built.asset_materializations_for_node("cdc__d__mirrors")
+    expected = {f"{db}.{t}": why.format(db=db) for t, why in DROPPED.items()}
+    expected[f"{db}_x.gone"] = "database dropped"
+    assert event.metadata["dropped_tables"].value == expected
+
+    root = mirror_root(lake_root, "d")
+    for table in LIVE:
+        assert_mirror_equals_source(spark, mariadb, root, table)
+    for name in expected:
+        mirror_db, table = name.split(".")
+        assert spark.read.format("delta").load(mirror_uri(root, mirror_db, table)).count() == 0
+        again = apply_changes(spark, str(lake_root / "d" / "changes"), root, mirror_db, table)
+        assert (again.mode, again.dropped) == ("noop", "dropped")
