@@ -8,15 +8,17 @@ One stream, many tables, one mirror build (the cases are grouped to keep the tes
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
 
 import pytest
 from dagster import AssetKey, materialize
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from cdc_platform.backfill.reread import reread_path
+from cdc_platform.backfill.reread import RereadRecord, reread_path
 from cdc_platform.config import load_config
 from cdc_platform.runtime.supervisor import supervised_destination
 from cdc_platform.spark.locations import mirror_root, mirror_uri
@@ -179,3 +181,46 @@ def test_mirrors_equal_the_source_after_each_ddl(
         assert spark.read.format("delta").load(mirror_uri(root, mirror_db, table)).count() == 0
         again = apply_changes(spark, str(lake_root / "d" / "changes"), root, mirror_db, table)
         assert (again.mode, again.dropped) == ("noop", "dropped")
+
+
+def test_a_reread_left_on_the_list_is_done_at_the_next_start(
+    mariadb: MariaDBDatabase, lake_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The list of tables to re-read is in the lake: a lease holder that stopped (or crashed)
+    before copying them leaves them to the next one, which copies them before it streams."""
+    monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
+    server, db = mariadb.server, mariadb.name
+    conf = tmp_path / "conf"
+    write_conf(
+        conf,
+        destination="d",
+        server=server,
+        user=mariadb.user,
+        database=db,
+        lake_root=lake_root,
+        server_id=2142,
+        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/l.db'}}\n",
+    )
+    config = load_config(conf)
+
+    def run() -> None:
+        with supervised_destination(config, config.destinations["d"]) as supervisor:
+            summary = supervisor.run(exit_when_idle_seconds=1.5)
+            assert summary.error is None, summary
+
+    run()  # pins the start position
+    server.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO t VALUES (1, 1), (2, 2)",
+        database=db,
+    )
+    run()
+    record = reread_path(lake_root, "d")
+    RereadRecord(record).add([f"{db}.t"])  # as if the holder stopped before copying it
+    run()
+    assert record.read_json() is None
+    logged = DeltaTable(str(lake_root / "d" / "changes")).to_pyarrow_table(
+        columns=["op", "table", "after"]
+    )
+    copied = [r["after"] for r in logged.to_pylist() if r["op"] == "r" and r["table"] == "t"]
+    assert sorted(json.loads(a)["id"] for a in copied) == [1, 2]
