@@ -10,12 +10,14 @@ events would go stale. :func:`ddl_effects` names those tables and what happened 
   ``MODIFY`` / ``CHANGE`` (a conversion may round, truncate or re-encode every row);
   ``CONVERT TO CHARACTER SET``. The source re-reads the table.
 * :attr:`Effect.REPLACED`: rows vanished or were swapped in: ``TRUNCATE`` / ``DROP`` /
-  ``EXCHANGE PARTITION`` (both tables of an exchange), ``CREATE OR REPLACE TABLE``, the new
+  ``EXCHANGE PARTITION`` (both tables of an exchange), ``CONVERT PARTITION p TO TABLE t2``
+  (both tables), ``CONVERT TABLE t2 TO PARTITION p``, ``CREATE OR REPLACE TABLE``, the new
   name of ``RENAME TABLE`` / ``ALTER TABLE ... RENAME``. The mirror starts again from the
   statement and the source re-reads the table.
 * :attr:`Effect.DROPPED`: the table is gone: ``DROP TABLE`` (each table of the list), the old
-  name of a rename (``renamed_to`` says where), ``DROP DATABASE`` (``table`` is ``""``: every
-  table of the database).
+  name of a rename (``renamed_to`` says where), the table a ``CONVERT TABLE ... TO
+  PARTITION`` absorbed, ``DROP DATABASE`` (``table`` is ``""``: every table of the
+  database).
 
 Conservative on purpose: a statement it cannot read in full costs at most one extra re-read,
 never a missed one, for the statement kinds above.
@@ -94,9 +96,13 @@ _VALUE_WORDS = re.compile(
 )
 _DEFAULT_NULL = re.compile(r"\bDEFAULT\s+NULL\b", _FLAGS)
 _WITHOUT_VALUE = re.compile(r"\bNOT\s+NULL\b|\bAUTO_INCREMENT\b|\bGENERATED\b|\bAS\s*\(", _FLAGS)
-_REPLACING_PARTITION = re.compile(r"(?:TRUNCATE|DROP|EXCHANGE)\s+PARTITION\b", _FLAGS)
-_EXCHANGE_WITH = re.compile(
-    rf"\bEXCHANGE\s+PARTITION\b.*?\bWITH\s+TABLE\s+(?P<name>{_QNAME})", _FLAGS
+_REPLACING_PARTITION = re.compile(
+    r"(?:(?:TRUNCATE|DROP|EXCHANGE|CONVERT)\s+PARTITION|CONVERT\s+TABLE)\b", _FLAGS
+)
+_OTHER_TABLE = re.compile(
+    rf"\b(?:EXCHANGE\s+PARTITION\b.*?\bWITH\s+TABLE|CONVERT\s+PARTITION\b.*?\bTO\s+TABLE"
+    rf"|CONVERT\s+TABLE)\s+(?P<name>{_QNAME})",
+    _FLAGS,
 )
 _ALTER_RENAME = re.compile(
     rf"^RENAME\s+(?!COLUMN\b|INDEX\b|KEY\b|CONSTRAINT\b)(?:TO\s+|AS\s+)?(?P<name>{_QNAME})", _FLAGS
@@ -187,6 +193,11 @@ def _clause_effect(clause: str) -> Effect | None:  # noqa: PLR0911 (one return p
     return None
 
 
+def _verb(clause: str) -> str:
+    """The first two words of a clause, upper case (``CONVERT TABLE``, ``ADD COLUMN``...)."""
+    return " ".join(clause.upper().split()[:2])
+
+
 def _alter(match: re.Match[str], default_db: str) -> list[TableEffect]:
     db, table = _name(match.group("name"), default_db)
     effects: list[TableEffect] = []
@@ -200,10 +211,10 @@ def _alter(match: re.Match[str], default_db: str) -> list[TableEffect]:
         effect = _clause_effect(clause)
         if effect is Effect.REPLACED or (effect is Effect.REREAD and strongest is None):
             strongest = effect
-        exchange = _EXCHANGE_WITH.search(clause)
-        if exchange is not None:
-            other = _name(exchange.group("name"), default_db)
-            effects.append(TableEffect(*other, Effect.REPLACED))
+        other = _OTHER_TABLE.search(clause)
+        if other is not None:
+            other_effect = Effect.DROPPED if _verb(clause) == "CONVERT TABLE" else Effect.REPLACED
+            effects.append(TableEffect(*_name(other.group("name"), default_db), other_effect))
     if renamed is not None and renamed != (db, table):
         return [
             TableEffect(db, table, Effect.DROPPED, renamed_to=renamed),

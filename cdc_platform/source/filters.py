@@ -185,8 +185,11 @@ _ALTER_RENAME = re.compile(
     _FLAGS,
 )
 _ALTER_EXCHANGE = re.compile(
-    rf"\bEXCHANGE\s+PARTITION\b.*?\bWITH\s+TABLE\s+(?P<names>{_QNAME})", _FLAGS
+    rf"\b(?:EXCHANGE\s+PARTITION\b.*?\bWITH\s+TABLE|CONVERT\s+PARTITION\b.*?\bTO\s+TABLE"
+    rf"|CONVERT\s+TABLE)\s+(?P<names>{_QNAME})",
+    _FLAGS,
 )
+"""The second table of a partition exchange or conversion: its rows change too."""
 _DATABASE_STATEMENT = re.compile(
     rf"(?:CREATE|ALTER|DROP)\s+(?:OR\s+REPLACE\s+)?(?:DATABASE|SCHEMA)\s+"
     rf"(?:IF\s+(?:NOT\s+)?EXISTS\s+)?"

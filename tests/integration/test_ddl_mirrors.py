@@ -56,6 +56,8 @@ def _tables(db: str) -> list[str]:
         "INSERT INTO parts VALUES (1, 1), (2, 2), (101, 101), (102, 102), (201, 201)",
         f"CREATE TABLE exch {PARTITIONED}",
         "INSERT INTO exch VALUES (1, 1), (2, 2), (150, 150)",
+        f"CREATE TABLE conv {PARTITIONED}",
+        "INSERT INTO conv VALUES (1, 1), (150, 150), (250, 250)",
         f"CREATE DATABASE {db}_x",
         f"CREATE TABLE {db}_x.gone (id INT PRIMARY KEY, v INT)",
         f"INSERT INTO {db}_x.gone VALUES {rows}",
@@ -85,6 +87,8 @@ def _ddl(db: str) -> list[list[str]]:
             "INSERT INTO parts VALUES (50, 50)",
             "ALTER TABLE exch EXCHANGE PARTITION p0 WITH TABLE exch_src",
             "UPDATE exch SET v = 99 WHERE id = 150",
+            "ALTER TABLE conv CONVERT PARTITION p0 TO TABLE conv_p0",
+            "UPDATE conv_p0 SET v = 2 WHERE id = 1",
         ],
         [
             "CREATE OR REPLACE TABLE cor (id INT PRIMARY KEY, w VARCHAR(8))",
@@ -106,7 +110,7 @@ def _ddl(db: str) -> list[list[str]]:
 
 LIVE = [
     "add_default", "add_not_null", "modify_dec", "widen", "parts", "exch", "exch_src", "cor",
-    "ren2", "alter_ren2", "keep",
+    "ren2", "alter_ren2", "keep", "conv", "conv_p0",
 ]  # fmt: skip
 DROPPED = {
     "ren": "renamed to {db}.ren2",

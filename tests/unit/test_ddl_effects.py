@@ -44,6 +44,14 @@ R, X, D = Effect.REREAD, Effect.REPLACED, Effect.DROPPED
             [("shop", "orders", X), ("arch", "orders_old", X)],
         ),
         ("ALTER TABLE orders ADD n INT DEFAULT 1, TRUNCATE PARTITION p1", [("shop", "orders", X)]),
+        (
+            "ALTER TABLE orders CONVERT PARTITION p0 TO TABLE `old_orders`",
+            [("shop", "orders", X), ("shop", "old_orders", X)],
+        ),
+        (
+            "ALTER TABLE orders CONVERT TABLE old_orders TO PARTITION p0 VALUES LESS THAN (10)",
+            [("shop", "orders", X), ("shop", "old_orders", D)],
+        ),
         ("CREATE OR REPLACE TABLE t (id INT PRIMARY KEY)", [("shop", "t", X)]),
         ("CREATE OR REPLACE TEMPORARY TABLE t (id INT)", []),
         ("CREATE TABLE t (id INT PRIMARY KEY)", []),
