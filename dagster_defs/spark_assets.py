@@ -17,6 +17,7 @@ from dagster import (
     asset,
 )
 
+from cdc_platform.backfill.reread import pending_rereads
 from cdc_platform.config import ConfigSet
 from cdc_platform.spark import (
     apply_changes,
@@ -64,8 +65,18 @@ def _mirror_asset(destination: str, translator: CdcTranslator) -> AssetsDefiniti
         lag = 0.0
         per_table: dict[str, dict[str, Any]] = {}
         dropped: dict[str, str] = {}
+        # tables whose re-read after DDL is under way: their mirrors wait before that DDL
+        rereading = pending_rereads(configset.lake.uri, destination, options)
         for db, table in mirror_tables(session, change_log, options):
-            result = apply_changes(session, change_log, root, db, table, storage_options=options)
+            result = apply_changes(
+                session,
+                change_log,
+                root,
+                db,
+                table,
+                storage_options=options,
+                held=f"{db}.{table}" in rereading,
+            )
             meta = result.metadata()
             per_table[f"{db}.{table}"] = meta
             if result.dropped is not None:
@@ -82,6 +93,7 @@ def _mirror_asset(destination: str, translator: CdcTranslator) -> AssetsDefiniti
                 "by_table": MetadataValue.json(per_table),
                 # mirrors of tables dropped or renamed at the source: kept, empty, not current
                 "dropped_tables": MetadataValue.json(dropped),
+                "rereading_tables": MetadataValue.json(sorted(rereading)),
                 "mirror_root": MetadataValue.path(root),
             }
         )

@@ -30,7 +30,13 @@ from cdc_platform.sink.lake_files import LakeFile, join_uri
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.ddl_effects import ddl_effects
 
-__all__ = ["RereadRecord", "reread_path", "reread_tables", "tables_to_reread"]
+__all__ = [
+    "RereadRecord",
+    "pending_rereads",
+    "reread_path",
+    "reread_tables",
+    "tables_to_reread",
+]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +66,14 @@ def tables_to_reread(statements: Iterable[tuple[str, str, str]]) -> list[str]:
             if effect.rereads and effect.table == table and (effect.db == db or not db):
                 wanted[f"{db}.{table}"] = None
     return list(wanted)
+
+
+def pending_rereads(
+    lake_root: str | os.PathLike[str], destination: str, storage_options: Any = None
+) -> set[str]:
+    """``db.table`` names whose re-read after DDL is not done yet (a table stays listed until
+    its copy is complete): their mirrors wait before that DDL (``apply_changes(held=True)``)."""
+    return set(RereadRecord(reread_path(lake_root, destination, storage_options)).load())
 
 
 class RereadRecord:

@@ -49,6 +49,7 @@ from pyspark.sql import types as T  # noqa: N812 (the PySpark idiom)
 
 from cdc_platform.errors import CdcError, MirrorError, SinkError
 from cdc_platform.sink.lake_files import LakeFile, join_uri
+from cdc_platform.spark import ddl as ddl_parser
 from cdc_platform.spark import multiset
 from cdc_platform.spark.locations import (
     STAGING_DIR,
@@ -203,7 +204,9 @@ class _Apply:
         *,
         hook: Hook | None,
         storage_options: Mapping[str, str] | None,
+        held: bool = False,
     ) -> None:
+        self.held = held
         self.spark = spark
         self.options = storage_options
         self.change_log_uri = change_log_uri
@@ -224,6 +227,10 @@ class _Apply:
         last = state.last_seq if state is not None and exists else 0
         base = state.schema if state is not None else None
         line = timeline(changes, self.db, self.table, lo=last, base=base)
+        cut = _first_rewrite(line) if self.held else None
+        if cut is not None:  # wait before it, in the table's last complete state
+            logger.info("%s.%s: re-read pending: applying up to seq %d", self.db, self.table, cut)
+            line = timeline(changes, self.db, self.table, lo=last, hi=cut - 1, base=base)
         if line.empty or (line.target is None and line.row_changes == 0):
             # nothing new, or only DDL of a table none of whose rows arrived yet (the new name
             # of a renamed table before its re-read)
@@ -411,6 +418,16 @@ class _Apply:
         )
 
 
+def _first_rewrite(line: Timeline) -> int | None:
+    """seq of the first DDL in the range that changed the table's rows without row events
+    (its re-read follows it in the change log), or None."""
+    for seq, statement in line.ddls:
+        effect = ddl_parser.table_effect(statement, line.db, line.table)
+        if effect is not None and effect.rereads:
+            return seq
+    return None
+
+
 def _remove_staging(staging: str, storage_options: Mapping[str, str] | None) -> None:
     """Delete this apply's staging table, and the ones interrupted applies of the same mirror
     left more than :data:`STALE_STAGING_SECONDS` ago (local disk or object store alike)."""
@@ -484,8 +501,13 @@ def apply_changes(  # noqa: PLR0913 (which table of which change log; the hook k
     *,
     hook: Hook | None = None,
     storage_options: Mapping[str, str] | None = None,
+    held: bool = False,
 ) -> MirrorResult:
     """Bring the mirror of ``db.table`` up to the change log's newest row of that table.
+
+    ``held``: the table's re-read after a DDL is not complete yet
+    (:func:`cdc_platform.backfill.reread.pending_rereads`): the apply stops before the first
+    such DDL, so the mirror shows the table's last complete state instead of a partial copy.
 
     Idempotent and safe to interrupt at any point (see the module docstring). ``hook`` is
     called with "computed", "mirror_committed" and "state_committed" as the apply passes them
@@ -498,7 +520,14 @@ def apply_changes(  # noqa: PLR0913 (which table of which change log; the hook k
         UnsupportedColumnTypeError: a source column type with no Spark type.
     """
     job = _Apply(
-        spark, change_log_uri, mirror_root, db, table, hook=hook, storage_options=storage_options
+        spark,
+        change_log_uri,
+        mirror_root,
+        db,
+        table,
+        hook=hook,
+        storage_options=storage_options,
+        held=held,
     )
     try:
         return job.run()
