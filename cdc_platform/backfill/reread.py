@@ -9,10 +9,11 @@ DDL, carry the values the server now holds, and the mirror just applies them. No
 emulates MySQL's conversions.
 
 The tables waiting for a re-read are kept in ``<lake_root>/<destination>/_reread_tables.json``
-(format ``v`` 1), written as soon as the DDL's commit is heard and emptied table by table once
-their copy is done, so a re-read interrupted by a stop, a crash or a lost lease is done by
-the next lease holder. A table that cannot be copied (dropped or renamed meanwhile, no primary
-key) is left out with a warning.
+(format ``v`` 1), written before the batch holding the DDL is committed (the term's
+``before_commit``; a batch that then fails costs one needless copy) and emptied once their
+copy is done, so a re-read interrupted by a stop, a crash or a lost lease is done by the next
+lease holder, and a mirror never sees the DDL before the list names its table. A table that
+cannot be copied (dropped or renamed meanwhile, no primary key) is left out with a warning.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 RECORD_VERSION = 1
+_LOCK = threading.Lock()
+"""One writer of a list at a time in this process (the commit observer, the re-read)."""
 _MAX_ROUNDS = 100
 """Re-read rounds per call at most (DDL arriving faster than tables copy waits for the
 next call, after the stream has caught up)."""
@@ -77,46 +80,58 @@ def pending_rereads(
 
 
 class RereadRecord:
-    """The waiting list in the lake; thread-safe (the commit observer adds, the lease holder
-    takes)."""
+    """The waiting list in the lake: ``{"v": 1, "tables": {name: mark}, "next": n}``.
+
+    Each addition gets a new mark, so a table listed again while its copy runs (a second DDL
+    the copy's own stream passed) stays listed when that copy's entry is removed.
+    """
 
     def __init__(self, path: LakeFile) -> None:
         self.path = path
-        self._lock = threading.Lock()
 
-    def load(self) -> list[str]:
-        """The tables waiting, oldest first."""
+    def load(self) -> dict[str, int]:
+        """The tables waiting, oldest first, with their marks."""
+        data = self._read()
+        return {str(t): int(m) for t, m in data.get("tables", {}).items()}
+
+    def _read(self) -> dict[str, Any]:
         try:
-            data = self.path.read_json()
+            data: dict[str, Any] | None = self.path.read_json()
         except ValueError as exc:
             raise SnapshotError(
                 f"{self.path}: unreadable list of tables to re-read: {exc}"
             ) from None
         if data is None:
-            return []
+            return {}
         if data.get("v") != RECORD_VERSION:
             raise SnapshotError(f"{self.path}: unknown record version {data.get('v')!r}")
-        return [str(t) for t in data.get("tables", [])]
+        return data
 
-    def add(self, tables: Iterable[str]) -> list[str]:
-        """Add ``tables``; returns the whole list."""
-        with self._lock:
-            waiting = self.load()
-            merged = list(dict.fromkeys([*waiting, *tables]))
-            if merged != waiting:
-                self.path.write_json({"v": RECORD_VERSION, "tables": merged})
-            return merged
+    def add(self, tables: Iterable[str]) -> None:
+        """List ``tables`` (again: with a new mark)."""
+        with _LOCK:
+            data = self._read()
+            waiting = {str(t): int(m) for t, m in data.get("tables", {}).items()}
+            mark = int(data.get("next", 1))
+            for table in tables:
+                waiting.pop(table, None)
+                waiting[table] = mark
+                mark += 1
+            self.path.write_json({"v": RECORD_VERSION, "tables": waiting, "next": mark})
 
-    def remove(self, tables: Iterable[str]) -> list[str]:
-        """Remove ``tables`` (copied or given up); returns what is left."""
-        gone = set(tables)
-        with self._lock:
-            left = [t for t in self.load() if t not in gone]
+    def remove(self, done: dict[str, int]) -> None:
+        """Remove the entries ``done`` (name and mark as loaded); a table listed again since
+        keeps its newer entry."""
+        with _LOCK:
+            data = self._read()
+            waiting = {str(t): int(m) for t, m in data.get("tables", {}).items()}
+            left = {t: m for t, m in waiting.items() if done.get(t) != m}
             if left:
-                self.path.write_json({"v": RECORD_VERSION, "tables": left})
+                self.path.write_json(
+                    {"v": RECORD_VERSION, "tables": left, "next": int(data.get("next", 1))}
+                )
             else:
                 self.path.delete()
-            return left
 
 
 def reread_tables(
@@ -157,17 +172,18 @@ def reread_tables(
         result: SnapshotResult | None = None
         if state_file.exists():
             log.info("%s: finishing an interrupted snapshot before the re-read", name)
+            listed = record.load()
             result = runner(None).run()
             if state_file.exists():
                 return result
-            record.remove(result.tables)
-        # The copy streams the binlog on: a DDL it passes adds its tables to the list
-        # (through the term's commit observer), and they are copied in the next round.
+            record.remove({t: m for t, m in listed.items() if t in result.tables})
+        # The copy streams the binlog on: a DDL it passes adds its tables to the list (the
+        # term's before_commit), and they are copied in the next round.
         for _ in range(_MAX_ROUNDS):
             waiting = record.load()
             if not waiting:
                 break
-            refused = runner([]).keyless(waiting)
+            refused = runner([]).keyless(list(waiting))
             for table, why in refused.items():
                 log.warning("%s: cannot re-read %s after its DDL: %s", name, table, why)
             copy = [t for t in waiting if t not in refused]

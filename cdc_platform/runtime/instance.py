@@ -19,7 +19,7 @@ from typing import TypeVar
 from cdc_platform.errors import CdcError, CommitRefusedError, SinkError, SourceError
 from cdc_platform.events import ChangeEvent, EventKind, ResumePosition, ServerIdentity
 from cdc_platform.sink import Checkpoint, FencedCommitError
-from cdc_platform.sink.report import CommitReport, ddl_rows
+from cdc_platform.sink.report import CommitReport
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source import BinlogSource  # noqa: F401 - tests patch it through this module
 from cdc_platform.source.factory import Source, open_source
@@ -360,9 +360,13 @@ class DestinationRuntime:
         assert resume is not None
         resume = self._with_server(batch, resume)
         delay = self._retry_initial
+        prepared = False
         while True:
             try:
                 self._gate()
+                if not prepared:
+                    self.term.prepare(batch.events)
+                    prepared = True
                 result = self.sink.commit(
                     batch.events, batch_seq=batch_seq, resume=resume, epoch=epoch
                 )
@@ -405,7 +409,6 @@ class DestinationRuntime:
             lag_seconds=max(0.0, time.time() - last.txn.timestamp),
             commit_seconds=seconds,
             partial=batch.partial,
-            ddl=ddl_rows(batch.events),
         )
 
     def _with_server(self, batch: Batch, resume: ResumePosition) -> ResumePosition:

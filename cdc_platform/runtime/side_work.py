@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from cdc_platform.backfill.new_tables import snapshot_new_tables
@@ -25,8 +25,9 @@ from cdc_platform.backfill.snapshot import SnapshotProgress, SnapshotRunner
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.config.models import InstanceConfig
 from cdc_platform.errors import CdcError, SinkError
+from cdc_platform.events import ChangeEvent
 from cdc_platform.reconcile.inbox import RepairInbox
-from cdc_platform.sink.report import CommitReport
+from cdc_platform.sink.report import ddl_rows
 from cdc_platform.sink.term import WriteTerm
 
 __all__ = ["Halted", "SideWork", "StoppableRuntime"]
@@ -150,12 +151,14 @@ class SideWork:
         its state in the lake)."""
         return self.lake_root is not None and config.source.mode == "binlog"
 
-    def ddl_committed(self, term: WriteTerm, report: CommitReport) -> bool:
-        """Note the tables a committed batch's DDL changed without row events; True when a
-        re-read is now due (the caller stops the runtime after its in-flight commit)."""
-        if self.lake_root is None or not report.ddl:
+    def note_ddl(self, term: WriteTerm, events: Sequence[ChangeEvent]) -> bool:
+        """Before a batch is committed: list the tables its DDL changes without row events
+        (in the lake, so the list is there before the DDL is); True when a re-read is now due
+        (the caller stops the runtime after the commit). A batch that then fails to commit
+        costs at most one needless copy."""
+        if self.lake_root is None:
             return False
-        tables = tables_to_reread(report.ddl)
+        tables = tables_to_reread(ddl_rows(events))
         if not tables:
             return False
         RereadRecord(reread_path(self.lake_root, term.destination, term.storage_options)).add(

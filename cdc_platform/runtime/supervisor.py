@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, Protocol
@@ -38,6 +38,7 @@ from cdc_platform.backfill.snapshot import SnapshotProgress
 from cdc_platform.config.loader import ConfigSet, Destination
 from cdc_platform.coordination.factory import open_lease, open_registry, open_state_store
 from cdc_platform.errors import CdcError, LeaseError, LeaseLostError, SinkError
+from cdc_platform.events import ChangeEvent
 from cdc_platform.ha.lease import Lease
 from cdc_platform.ha.registry import NodeRegistry
 from cdc_platform.reconcile.inbox import destination_inbox
@@ -264,11 +265,15 @@ class LeaseSupervisor:
             urgent=False,
         )
         self.term.report(report)
-        if self._side.rereads(self.config) and self._side.ddl_committed(self.term, report):
+        if self._side.reread_due.is_set():
             with self._lock:
                 runtime = self._runtime
             if runtime is not None:
                 runtime.request_stop("re-read after DDL")
+
+    def _before_commit(self, events: Sequence[ChangeEvent]) -> None:
+        if self._side.rereads(self.config):
+            self._side.note_ddl(self.term, events)
 
     def _heartbeat_loop(self, stop: threading.Event) -> None:
         registry = self._registry
@@ -310,7 +315,12 @@ class LeaseSupervisor:
                 self._log_standby()
                 held = take_lease(
                     self.lease,
-                    replace(self.term, commit_gate=self._gate, on_commit=self._committed),
+                    replace(
+                        self.term,
+                        commit_gate=self._gate,
+                        on_commit=self._committed,
+                        before_commit=self._before_commit,
+                    ),
                     stop=self._stop,
                 )
                 if held is None or held.epoch is None:

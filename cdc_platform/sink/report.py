@@ -34,6 +34,3 @@ class CommitReport:
     """Commit time minus the binlog timestamp of the batch's last transaction."""
     commit_seconds: float
     partial: bool
-    ddl: tuple[tuple[str, str, str], ...] = ()
-    """``(db, table, statement)`` of each DDL row the batch holds (:func:`ddl_rows`): the
-    lease holder re-reads tables whose rows a DDL changed."""

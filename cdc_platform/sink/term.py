@@ -20,7 +20,7 @@ from cdc_platform.events import ChangeEvent, ResumePosition
 from cdc_platform.sink.commit import CommitResult
 from cdc_platform.sink.delta import DeltaChangeLog
 from cdc_platform.sink.maintenance import MaintenancePolicy
-from cdc_platform.sink.report import CommitReport, ddl_rows
+from cdc_platform.sink.report import CommitReport
 
 __all__ = ["WriteTerm"]
 
@@ -32,7 +32,9 @@ class WriteTerm:
     ``epoch`` is the fencing token of the lease the writer holds (None: no lease backend,
     the checkpoint's own epoch is used, which still refuses a second writer of a batch);
     ``commit_gate`` is called right before every commit and raises (e.g. LeaseLostError) to
-    forbid it; ``on_commit`` hears of every commit that landed.
+    forbid it; ``before_commit`` gets each batch's events once, after the gate and before the
+    batch is committed (what it records must stay true if that commit then fails);
+    ``on_commit`` hears of every commit that landed.
     """
 
     destination: str
@@ -41,6 +43,7 @@ class WriteTerm:
     epoch: int | None = None
     commit_gate: Callable[[], None] | None = None
     on_commit: Callable[[CommitReport], None] | None = None
+    before_commit: Callable[[Sequence[ChangeEvent]], None] | None = None
     password: SecretStr | None = None
     """The source password (None: from the config's environment variable)."""
     storage_options: dict[str, str] | None = None
@@ -86,6 +89,11 @@ class WriteTerm:
         if self.commit_gate is not None:
             self.commit_gate()
 
+    def prepare(self, events: Sequence[ChangeEvent]) -> None:
+        """Hand a batch to ``before_commit`` (see the class docstring)."""
+        if self.before_commit is not None:
+            self.before_commit(events)
+
     def report(self, report: CommitReport) -> None:
         """Tell ``on_commit`` of a commit that landed."""
         if self.on_commit is not None:
@@ -103,6 +111,7 @@ class WriteTerm:
         """One commit written beside the stream (a snapshot chunk, a repair): through the
         gate, then reported with no binlog lag."""
         self.check_gate()
+        self.prepare(events)
         landed = sink.commit(events, batch_seq=batch_seq, resume=resume, epoch=epoch)
         self.report(
             CommitReport(
@@ -116,7 +125,6 @@ class WriteTerm:
                 0.0,
                 landed.seconds,
                 partial=False,
-                ddl=ddl_rows(events),
             )
         )
         return landed
