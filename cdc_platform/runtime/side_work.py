@@ -4,7 +4,10 @@ Only the lease holder writes a destination's change log. So the supervisor itsel
 tables it has no copy of yet before it streams (config ``snapshot.new_tables``), and when a
 reconciliation drops a repair request into the destination's inbox
 (:mod:`cdc_platform.reconcile.inbox`) it stops the runtime after its in-flight commit, writes
-the repair events under the same term, and streams again from the checkpoint.
+the repair events under the same term, and streams again from the checkpoint. A batch whose
+DDL changed rows without row events lists its tables before it commits (``note_ddl``); the
+runtime stops after that commit and the tables are re-read the same way
+(:mod:`cdc_platform.backfill.reread`).
 
 Each piece of side work runs under a :class:`~cdc_platform.backfill.stop.SideWorkStop`: the
 lease-loss callback cuts its source connection, so a read blocked on the source ends at once

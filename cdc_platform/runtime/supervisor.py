@@ -17,9 +17,10 @@
 It also heartbeats the node registry (database backend), runs its bounded cleanup while
 holding the lease, and publishes lease, config and progress state to the state watch.
 
-5. **Side work** (:mod:`.side_work`): new-table snapshots before streaming, and repair requests
-   of a reconciliation: the supervisor stops the runtime after its in-flight commit, writes
-   the repair events itself under the same term, and starts a new runtime from the
+5. **Side work** (:mod:`.side_work`): new-table snapshots before streaming, repair requests
+   of a reconciliation, and re-reads of tables a DDL changed without row events
+   (docs/ddl.md): the supervisor stops the runtime after its in-flight commit, writes the
+   side work's events itself under the same term, and starts a new runtime from the
    checkpoint: only the lease holder ever writes the change log.
 """
 
@@ -488,17 +489,16 @@ class LeaseSupervisor:
         """Serve what the runtime stopped for (a repair request, a re-read after DDL); True
         when the stream starts again in this term."""
         side = self._side
-        if self._halted() is not None:
-            return False
-        if side.repair_due.is_set():
+        served = False
+        if side.repair_due.is_set() and self._halted() is None:
             side.repair_due.clear()
             side.serve_inbox(term, self._halted)
-            return True
-        if side.reread_due.is_set():
+            served = True
+        if side.reread_due.is_set() and self._halted() is None:
             side.reread_due.clear()
             self._reread(term)
-            return True
-        return False
+            served = True
+        return served
 
     def _reread(self, term: WriteTerm) -> None:
         """Re-read tables a DDL changed without row events (:mod:`.side_work`)."""
