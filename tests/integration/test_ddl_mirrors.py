@@ -176,6 +176,7 @@ def test_mirrors_equal_the_source_after_each_ddl(
     expected = {f"{db}.{t}": why.format(db=db) for t, why in DROPPED.items()}
     expected[f"{db}_x.gone"] = "database dropped"
     assert event.metadata["dropped_tables"].value == expected
+    assert event.metadata["rereading_tables"].value == []
 
     root = mirror_root(lake_root, "d")
     for table in LIVE:
