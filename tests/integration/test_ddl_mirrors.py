@@ -18,7 +18,7 @@ from dagster import AssetKey, materialize
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from cdc_platform.backfill.reread import RereadRecord, reread_path
+from cdc_platform.backfill.reread import RereadRecord, pending_rereads, reread_path
 from cdc_platform.config import load_config
 from cdc_platform.runtime.supervisor import supervised_destination
 from cdc_platform.spark.locations import mirror_root, mirror_uri
@@ -27,7 +27,7 @@ from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from dagster_defs.assets import change_log_specs
 from dagster_defs.resources import PlatformResource, SparkResource
 from dagster_defs.spark_assets import spark_assets
-from tests.conftest import MariaDBDatabase
+from tests.conftest import MariaDBDatabase, S3Lake
 from tests.integration.test_spark_pipeline import assert_mirror_equals_source
 
 pytestmark = pytest.mark.integration
@@ -233,3 +233,18 @@ def test_a_reread_left_on_the_list_is_done_at_the_next_start(
     )
     copied = [r["after"] for r in logged.to_pylist() if r["op"] == "r" and r["table"] == "t"]
     assert sorted(json.loads(a)["id"] for a in copied) == [1, 2]
+
+
+def test_the_reread_list_lives_in_the_bucket(s3_lake: S3Lake) -> None:
+    """On S3 the list is an object in the lake (any node continues it), marks included."""
+    record = RereadRecord(reread_path(s3_lake.uri, "d"))
+    record.add(["s.a", "s.b"])
+    taken = record.load()
+    record.add(["s.b"])
+    objects = s3_lake.keys()  # a listing of the bucket, not a dict
+    assert objects == [f"{s3_lake.bucket}/{s3_lake.prefix}/d/_reread_tables.json"]
+    assert pending_rereads(s3_lake.uri, "d") == {"s.a", "s.b"}
+    record.remove(taken)
+    assert pending_rereads(s3_lake.uri, "d") == {"s.b"}
+    record.remove(record.load())
+    assert s3_lake.keys() == []
