@@ -94,6 +94,8 @@ _NOT_A_COLUMN = frozenset(
 _VALUE_WORDS = re.compile(
     r"\bNOT\s+NULL\b|\bDEFAULT\b|\bAUTO_INCREMENT\b|\bGENERATED\b|\bAS\s*\(|\bSERIAL\b", _FLAGS
 )
+_IMPLICIT_TIMESTAMP = re.compile(rf"{_IDENT}\s+TIMESTAMP\b", _FLAGS)
+_EXPLICIT_NULL = re.compile(r"(?<!NOT)\s+NULL\b", _FLAGS)
 _DEFAULT_NULL = re.compile(r"\bDEFAULT\s+NULL\b", _FLAGS)
 _WITHOUT_VALUE = re.compile(r"\bNOT\s+NULL\b|\bAUTO_INCREMENT\b|\bGENERATED\b|\bAS\s*\(", _FLAGS)
 _REPLACING_PARTITION = re.compile(
@@ -169,6 +171,8 @@ def _adds_values(definition: str) -> bool:
     words = head.split(None, 1)
     if not words or words[0].upper() in _NOT_A_COLUMN:
         return False
+    if _IMPLICIT_TIMESTAMP.match(head) and not _EXPLICIT_NULL.search(head):
+        return True  # without explicit_defaults_for_timestamp: NOT NULL DEFAULT now()
     if _DEFAULT_NULL.search(head) and not _WITHOUT_VALUE.search(head):
         return False
     return _VALUE_WORDS.search(head) is not None
