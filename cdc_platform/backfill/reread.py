@@ -24,7 +24,12 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from cdc_platform.backfill.snapshot import SnapshotResult, SnapshotRunner, state_path
+from cdc_platform.backfill.snapshot import (
+    SnapshotProgress,
+    SnapshotResult,
+    SnapshotRunner,
+    state_path,
+)
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.errors import SnapshotError
 from cdc_platform.sink.lake_files import LakeFile, join_uri
@@ -138,10 +143,12 @@ def reread_tables(
     term: WriteTerm,
     lake_root: str | os.PathLike[str],
     *,
+    on_progress: Callable[[SnapshotProgress], None] | None = None,
     on_runner: Callable[[SnapshotRunner | None], None] | None = None,
     stop: SideWorkStop | None = None,
 ) -> SnapshotResult | None:
-    """Copy every table on the waiting list again, under the caller's lease (``term``).
+    """Copy every table on the waiting list again, under the caller's lease (``term``);
+    ``on_progress`` hears of every chunk, as for any snapshot.
 
     The runtime must be stopped: the snapshot streams the binlog from the change log's
     checkpoint itself. A snapshot interrupted earlier is finished first (the two share the
@@ -162,6 +169,7 @@ def reread_tables(
             tables=tables,
             chunk_size=config.snapshot.chunk_size,
             segment_events=config.snapshot.segment_events,
+            on_progress=on_progress,
             stop=stop,
         )
         if on_runner is not None:

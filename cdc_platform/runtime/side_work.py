@@ -133,19 +133,19 @@ class SideWork:
             if runner is not None and halted() is not None:
                 runner.request_stop()
 
-        def on_progress(progress: SnapshotProgress) -> None:
-            self.snapshot_progress = progress
-            if self._on_snapshot_progress is not None:
-                self._on_snapshot_progress(progress)
-
         stop = SideWorkStop(term.destination, term.epoch, work="snapshot")
         self._begin(stop, lambda: "lease lost" if halted() == "lease lost" else None)
         try:
             snapshot_new_tables(
-                term, self.lake_root, on_progress=on_progress, on_runner=on_runner, stop=stop
+                term, self.lake_root, on_progress=self._progress, on_runner=on_runner, stop=stop
             )
         finally:
             self._end()
+
+    def _progress(self, progress: SnapshotProgress) -> None:
+        self.snapshot_progress = progress
+        if self._on_snapshot_progress is not None:
+            self._on_snapshot_progress(progress)
 
     # -- re-reads after DDL --------------------------------------------------------------------
 
@@ -184,7 +184,9 @@ class SideWork:
         stop = SideWorkStop(term.destination, term.epoch, work="snapshot")
         self._begin(stop, lambda: "lease lost" if halted() == "lease lost" else None)
         try:
-            reread_tables(term, self.lake_root, on_runner=on_runner, stop=stop)
+            reread_tables(
+                term, self.lake_root, on_progress=self._progress, on_runner=on_runner, stop=stop
+            )
         finally:
             self._end()
         self.reread_due.clear()  # what the copy's own commits noted was copied with it

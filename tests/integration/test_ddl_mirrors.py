@@ -148,8 +148,12 @@ def test_mirrors_equal_the_source_after_each_ddl(
     config = load_config(conf)
     assert not config.errors, config.errors
 
+    copied: set[str] = set()  # re-read progress, as the Dagster run observes it
+
     def run(during: list[list[str]] | None = None) -> None:
-        with supervised_destination(config, config.destinations["d"]) as supervisor:
+        with supervised_destination(
+            config, config.destinations["d"], on_snapshot_progress=lambda p: copied.add(p.table)
+        ) as supervisor:
             done = threading.Thread(
                 target=lambda: supervisor.run(exit_when_idle_seconds=2.5), daemon=True
             )
@@ -164,6 +168,9 @@ def test_mirrors_equal_the_source_after_each_ddl(
     server.execute(*_tables(db), database=db)
     run(_ddl(db))
     assert reread_path(lake_root, "d").read_json() is None  # every re-read done
+    rewritten = ["add_default", "add_not_null", "modify_dec", "widen", "parts", "exch", "exch_src"]
+    rewritten += ["conv", "conv_p0", "cor", "ren2", "alter_ren2", "keep"]
+    assert copied == {f"{db}.{t}" for t in rewritten}
 
     assets = [*change_log_specs(config), *spark_assets(config)]
     resources = {
