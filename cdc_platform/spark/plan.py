@@ -134,7 +134,8 @@ def change_rows(
 ) -> DataFrame:
     """Rows of one table with ``lo < seq <= hi``, and the DDL rows of its database that name
     no table (``DROP DATABASE``); the (db, table) filter prunes partitions."""
-    database_ddl = F.col("table").isNull() & (F.col("op") == F.lit("ddl"))
+    # only database-level DDL rows have no table; both sides are partition filters
+    database_ddl = F.col("table").isNull()
     condition = (F.col("db") == F.lit(db)) & ((F.col("table") == F.lit(table)) | database_ddl)
     condition &= F.col("seq") > F.lit(lo)
     if hi is not None:
