@@ -30,6 +30,7 @@ from dagster import (
     multi_asset,
 )
 
+from cdc_platform.backfill.reread import pending_rereads
 from cdc_platform.config import ConfigSet
 from cdc_platform.spark import apply_changes, mirror_tables, mirror_uri
 from cdc_platform.spark.catalog import Catalog, CatalogTable
@@ -117,10 +118,19 @@ def mirror_assets(
         root = translator.mirror_root(configset, destination)
         options = configset.lake.storage_options
         selected = [k for k in by_key if k in context.selected_asset_keys]
+        # tables whose re-read after DDL is under way: their mirrors wait before that DDL
+        rereading = pending_rereads(configset.lake.uri, destination, options)
         for key in selected:
             table = by_key[key]
+            held = table.name in rereading
             result = apply_changes(
-                session, change_log, root, table.db, table.table, storage_options=options
+                session,
+                change_log,
+                root,
+                table.db,
+                table.table,
+                storage_options=options,
+                held=held,
             )
             meta = result.metadata()
             context.log.info(f"{table.name}: {meta}")
@@ -142,6 +152,10 @@ def mirror_assets(
                     "lag_seconds": float(meta["lag_seconds"] or 0.0),
                     "mode": result.mode,
                     "seconds": float(meta["seconds"] or 0.0),
+                    # dropped or renamed at the source: kept, empty, not current
+                    "dropped": result.dropped or "",
+                    # a re-read after DDL is under way: the mirror waits before that DDL
+                    "rereading": held,
                 },
             )
         if len(selected) == len(by_key):
@@ -149,7 +163,13 @@ def mirror_assets(
             for db, table_name in mirror_tables(session, change_log, options):
                 if (db, table_name) not in known:
                     result = apply_changes(
-                        session, change_log, root, db, table_name, storage_options=options
+                        session,
+                        change_log,
+                        root,
+                        db,
+                        table_name,
+                        storage_options=options,
+                        held=f"{db}.{table_name}" in rereading,
                     )
                     context.log.info(
                         f"{db}.{table_name}: new in the change log, mirrored ({result.mode}, "

@@ -170,9 +170,7 @@ def touched_keys(
 
 def altered(events: Sequence[ChangeEvent], spec: SnapshotTable) -> bool:
     """Whether a DDL in ``events`` may concern the table (same db; same or unnamed table)."""
-    return any(
-        e.kind is EventKind.DDL and e.db == spec.db and e.table in (spec.table, "") for e in events
-    )
+    return any(e.op is Op.DDL and e.db == spec.db and e.table in (spec.table, "") for e in events)
 
 
 def events_at_cut(

@@ -353,7 +353,6 @@ def compare_table(  # noqa: PLR0913 (Spark, the source table, where its mirror i
             result.chunks = 1 if result.source_rows else 0
         names, keys = target.names, target.key
         key_cols = [col(k) for k in keys]
-        where = {"db": db, "table": table}
         parsed = F.from_json(F.col("after"), raw_struct(names))
         typed = (
             spark.read.parquet(staging.uri).select(
@@ -361,7 +360,7 @@ def compare_table(  # noqa: PLR0913 (Spark, the source table, where its mirror i
                 F.col("key"),
                 F.col("pk"),
                 *[
-                    typed_value(parsed.getField(c.name), c, **where).alias(c.name)
+                    typed_value(parsed.getField(c.name), c, db=db, table=table).alias(c.name)
                     for c in target.columns
                 ],
             )

@@ -459,9 +459,13 @@ class DestinationRuntime:
         assert resume is not None
         resume = self._with_server(batch, resume)
         delay = self._retry_initial
+        prepared = False
         while True:
             try:
                 self._gate()
+                if not prepared:
+                    self.term.prepare(batch.events)
+                    prepared = True
                 result = self.sink.commit(
                     batch.events, batch_seq=batch_seq, resume=resume, epoch=epoch
                 )

@@ -17,9 +17,10 @@
 It also heartbeats the node registry (database backend), runs its bounded cleanup while
 holding the lease, and publishes lease, config and progress state to the state watch.
 
-5. **Side work** (:mod:`.side_work`): new-table snapshots before streaming, and repair requests
-   of a reconciliation: the supervisor stops the runtime after its in-flight commit, writes
-   the repair events itself under the same term, and starts a new runtime from the
+5. **Side work** (:mod:`.side_work`): new-table snapshots before streaming, repair requests
+   of a reconciliation, and re-reads of tables a DDL changed without row events
+   (docs/ddl.md): the supervisor stops the runtime after its in-flight commit, writes the
+   side work's events itself under the same term, and starts a new runtime from the
    checkpoint: only the lease holder ever writes the change log.
 """
 
@@ -28,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, Protocol
@@ -39,6 +40,7 @@ from cdc_platform.backfill.snapshot_requests import snapshot_inbox
 from cdc_platform.config.loader import ConfigSet, Destination
 from cdc_platform.coordination.factory import open_lease, open_registry, open_state_store
 from cdc_platform.errors import CdcError, LeaseError, LeaseLostError, SinkError
+from cdc_platform.events import ChangeEvent
 from cdc_platform.ha.lease import Lease
 from cdc_platform.ha.registry import NodeRegistry
 from cdc_platform.infra.recorder import NULL_RECORDER, MetricsRecorder
@@ -270,6 +272,11 @@ class LeaseSupervisor:
         self._publish_status(report.epoch)
         if self.term.on_commit is not None:
             self.term.on_commit(report)
+        if self._side.reread_due.is_set():
+            with self._lock:
+                runtime = self._runtime
+            if runtime is not None:
+                runtime.request_stop("re-read after DDL")
 
     def _publish_status(self, epoch: int | None) -> None:
         """The holder's ``status`` entry for `status`: the newest commit and the live figures
@@ -298,6 +305,10 @@ class LeaseSupervisor:
             value["metrics_url"] = self.metrics_url
         value["published_at"] = time.time()
         self._publish("status", value, fence=epoch, urgent=False)
+
+    def _before_commit(self, events: Sequence[ChangeEvent]) -> None:
+        if self._side.rereads(self.config):
+            self._side.note_ddl(self.term, events)
 
     def _heartbeat_loop(self, stop: threading.Event) -> None:
         """Every renew interval: the registry row (database backend), and while active the
@@ -344,7 +355,12 @@ class LeaseSupervisor:
                 self._log_standby()
                 held = take_lease(
                     self.lease,
-                    replace(self.term, commit_gate=self._gate, on_commit=self._committed),
+                    replace(
+                        self.term,
+                        commit_gate=self._gate,
+                        on_commit=self._committed,
+                        before_commit=self._before_commit,
+                    ),
                     stop=self._stop,
                 )
                 if held is None or held.epoch is None:
@@ -458,6 +474,7 @@ class LeaseSupervisor:
                 if not snapshot_checked:
                     snapshot_checked = True
                     self._snapshot_new_tables(term)
+                    self._reread(term)
             except CdcError as exc:
                 return RunSummary(self.name, "failed", 0, 0, 0, None, exc)
             runtime = self._factory(term)
@@ -480,14 +497,11 @@ class LeaseSupervisor:
             batches, rows = batches + summary.batches, rows + summary.rows
             summary = replace(summary, batches=batches, rows=rows)
             error = summary.error
-            if side.repair_due.is_set() and error is None and self._halted() is None:
-                side.repair_due.clear()
-                side.serve_inbox(term, self._halted)
-                continue  # stream again from the checkpoint, same term
-            if side.snapshot_due.is_set() and error is None and self._halted() is None:
-                side.snapshot_due.clear()
-                self._serve_snapshot_requests(term)
-                continue  # stream again from the checkpoint, same term
+            try:
+                if error is None and self._paused_for_side_work(term):
+                    continue  # stream again from the checkpoint, same term
+            except CdcError as exc:
+                return RunSummary(self.name, "failed", batches, rows, 0, None, exc)
             if (
                 isinstance(error, FencedCommitError)
                 and not _fenced(error, epoch)
@@ -509,6 +523,35 @@ class LeaseSupervisor:
         self.role = "snapshot"
         try:
             self._side.snapshot_new_tables(term, self._halted)
+        finally:
+            self.role = "active"
+
+    def _paused_for_side_work(self, term: WriteTerm) -> bool:
+        """Serve what the runtime stopped for (a repair request, a re-read after DDL); True
+        when the stream starts again in this term."""
+        side = self._side
+        served = False
+        if side.repair_due.is_set() and self._halted() is None:
+            side.repair_due.clear()
+            side.serve_inbox(term, self._halted)
+            served = True
+        if side.snapshot_due.is_set() and self._halted() is None:
+            side.snapshot_due.clear()
+            self._serve_snapshot_requests(term)
+            served = True
+        if side.reread_due.is_set() and self._halted() is None:
+            side.reread_due.clear()
+            self._reread(term)
+            served = True
+        return served
+
+    def _reread(self, term: WriteTerm) -> None:
+        """Re-read tables a DDL changed without row events (:mod:`.side_work`)."""
+        if not self._side.rereads(self.config):
+            return
+        self.role = "snapshot"
+        try:
+            self._side.reread(term, self._halted)
         finally:
             self.role = "active"
 

@@ -10,9 +10,9 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from cdc_platform.events import ChangeEvent, EventKind, ResumePosition
+from cdc_platform.events import ChangeEvent, EventKind, Op, ResumePosition
 
-__all__ = ["CommitReport", "count_ops"]
+__all__ = ["CommitReport", "count_ops", "ddl_rows"]
 
 
 def count_ops(events: Iterable[ChangeEvent]) -> tuple[tuple[str, int], ...]:
@@ -22,6 +22,11 @@ def count_ops(events: Iterable[ChangeEvent]) -> tuple[tuple[str, int], ...]:
         str(e.op) for e in events if e.kind is not EventKind.COMMIT and e.op is not None
     )
     return tuple(sorted(counts.items()))
+
+
+def ddl_rows(events: Iterable[ChangeEvent]) -> tuple[tuple[str, str, str], ...]:
+    """``(db, table, statement)`` of each DDL row among ``events``."""
+    return tuple((e.db, e.table, e.ddl) for e in events if e.op is Op.DDL and e.ddl is not None)
 
 
 @dataclass(frozen=True, slots=True)

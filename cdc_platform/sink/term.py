@@ -34,7 +34,9 @@ class WriteTerm:
     ``epoch`` is the fencing token of the lease the writer holds (None: no lease backend,
     the checkpoint's own epoch is used, which still refuses a second writer of a batch);
     ``commit_gate`` is called right before every commit and raises (e.g. LeaseLostError) to
-    forbid it; ``on_commit`` hears of every commit that landed.
+    forbid it; ``before_commit`` gets each batch's events once, after the gate and before the
+    batch is committed (what it records must stay true if that commit then fails);
+    ``on_commit`` hears of every commit that landed.
     """
 
     destination: str
@@ -43,6 +45,7 @@ class WriteTerm:
     epoch: int | None = None
     commit_gate: Callable[[], None] | None = None
     on_commit: Callable[[CommitReport], None] | None = None
+    before_commit: Callable[[Sequence[ChangeEvent]], None] | None = None
     password: SecretStr | None = None
     """The source password (None: from the config's environment variable)."""
     storage_options: dict[str, str] | None = None
@@ -101,6 +104,11 @@ class WriteTerm:
             at=time.time(),
         )
 
+    def prepare(self, events: Sequence[ChangeEvent]) -> None:
+        """Hand a batch to ``before_commit`` (see the class docstring)."""
+        if self.before_commit is not None:
+            self.before_commit(events)
+
     def report(self, report: CommitReport) -> None:
         """Tell the recorder and ``on_commit`` of a commit that landed."""
         self.record(report)
@@ -119,6 +127,7 @@ class WriteTerm:
         """One commit written beside the stream (a snapshot chunk, a repair): through the
         gate, then reported with no binlog lag."""
         self.check_gate()
+        self.prepare(events)
         landed = sink.commit(events, batch_seq=batch_seq, resume=resume, epoch=epoch)
         self.report(
             CommitReport(

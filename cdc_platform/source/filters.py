@@ -184,6 +184,12 @@ _ALTER_RENAME = re.compile(
     rf"\bRENAME\s+(?!COLUMN\b|INDEX\b|KEY\b|CONSTRAINT\b)(?:TO\s+|AS\s+)?(?P<names>{_QNAME})",
     _FLAGS,
 )
+_ALTER_EXCHANGE = re.compile(
+    rf"\b(?:EXCHANGE\s+PARTITION\b.*?\bWITH\s+TABLE|CONVERT\s+PARTITION\b.*?\bTO\s+TABLE"
+    rf"|CONVERT\s+TABLE)\s+(?P<names>{_QNAME})",
+    _FLAGS,
+)
+"""The second table of a partition exchange or conversion: its rows change too."""
 _DATABASE_STATEMENT = re.compile(
     rf"(?:CREATE|ALTER|DROP)\s+(?:OR\s+REPLACE\s+)?(?:DATABASE|SCHEMA)\s+"
     rf"(?:IF\s+(?:NOT\s+)?EXISTS\s+)?"
@@ -262,6 +268,9 @@ def classify_statement(sql: str, default_db: str) -> Statement:
         rename = _ALTER_RENAME.search(text)
         if rename:
             tables += _names(rename["names"], default_db)
+        exchange = _ALTER_EXCHANGE.search(text)
+        if exchange:
+            tables += _names(exchange["names"], default_db)
     return Statement(StatementKind.DDL, tables, default_db)
 
 

@@ -133,7 +133,7 @@ class TransactionAssembler:
         self._txn: Transaction | None = None
         self._index = 0
         self._standalone = False
-        self._pending_ddl: list[tuple[str, str, str]] = []
+        self._pending_ddl: list[tuple[list[tuple[str, str]], str]] = []
         self._last_quiet = float("-inf")
         self._idle_commit: ChangeEvent | None = None
         self._handlers: dict[type, Callable[[Any], list[ChangeEvent]]] = {
@@ -306,20 +306,35 @@ class TransactionAssembler:
         return self._finish(self._here(event), None)
 
     def _finish(
-        self, position: BinlogPosition, ddl: tuple[str, str, str] | None
+        self, position: BinlogPosition, ddl: tuple[list[tuple[str, str]], str] | None
     ) -> list[ChangeEvent]:
-        """End the open transaction at ``position`` with a DDL or COMMIT event."""
+        """End the open transaction at ``position`` with a DDL or COMMIT event.
+
+        A DDL naming several captured tables (``DROP TABLE a, b``, ``RENAME TABLE a TO b``)
+        is recorded once per table: op ``ddl`` rows of ROW kind for all but the last, whose
+        DDL event ends the transaction (so a resume inside the group skips what landed).
+        """
         txn = self._txn
         if txn is None:
             self._boundary = position
             return []
         if ddl is None and self._pending_ddl:
-            first_db, first_table, _ = self._pending_ddl[0]
-            ddl = (first_db, first_table, ";\n".join(sql for _, _, sql in self._pending_ddl))
+            names = list(dict.fromkeys(n for tables, _ in self._pending_ddl for n in tables))
+            ddl = (names, ";\n".join(sql for _, sql in self._pending_ddl))
         out = self._held
         event: ChangeEvent | None
         if ddl is not None:
-            db, table, sql = ddl
+            tables, sql = ddl
+            for db, table in tables[:-1]:
+                if self._index >= self._skip:
+                    out.append(
+                        ChangeEvent(
+                            EventKind.ROW, txn, position, self._index, db=db, table=table,
+                            op=Op.DDL, ddl=sql,
+                        )
+                    )  # fmt: skip
+                self._index += 1
+            db, table = tables[-1]
             event = ChangeEvent(
                 EventKind.DDL, txn, position, self._index, db=db, table=table, op=Op.DDL, ddl=sql
             )
@@ -516,24 +531,22 @@ class TransactionAssembler:
             self._standalone = True
         if sql.rstrip().upper().endswith("START TRANSACTION"):
             self._standalone = False  # MySQL 8 atomic CREATE TABLE ... SELECT
-        db, table = tables
         if self._standalone:
-            return self._finish(self._here(event), (db, table, sql))
+            return self._finish(self._here(event), (tables, sql))
         # DDL inside a transaction (MariaDB CREATE TABLE ... SELECT): a DDL event ends a
         # transaction, so it is emitted at the transaction's end, after its rows.
-        self._pending_ddl.append((db, table, sql))
+        self._pending_ddl.append((tables, sql))
         return []
 
-    def _captured(self, statement: Statement) -> tuple[str, str] | None:
-        """(db, table) to report for a captured DDL statement, or None when filtered out."""
+    def _captured(self, statement: Statement) -> list[tuple[str, str]] | None:
+        """Every captured (db, table) a DDL statement names, each once and in order (``[(db,
+        "")]`` for one naming no table), or None when filtered out."""
         tables = self._tables
         if statement.tables:
-            for db, table in statement.tables:
-                if tables.matches(db, table):
-                    return db, table
-            return None
+            named = [(db, t) for db, t in dict.fromkeys(statement.tables) if tables.matches(db, t)]
+            return named or None
         if tables.matches_database(statement.database):
-            return statement.database, ""
+            return [(statement.database, "")]
         return None
 
     def _refuse_statement_dml(self, event: Any, statement: Statement, sql: str) -> None:

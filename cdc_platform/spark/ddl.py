@@ -20,6 +20,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
+from cdc_platform.source.ddl_effects import TableEffect, ddl_effects
 from cdc_platform.spark.types import TYPE_ALIASES, ColumnSpec, TableSchema
 
 __all__ = [
@@ -30,9 +31,12 @@ __all__ = [
     "RenameColumn",
     "apply_clauses",
     "create_table_schema",
+    "creates_table",
+    "dropped_reason",
     "is_reset",
     "parse_alter",
     "renames",
+    "table_effect",
 ]
 
 _IDENT = r"(?:`(?:[^`]|``)+`|[A-Za-z0-9_$\u0080-\uffff]+)"
@@ -46,6 +50,7 @@ _CREATE = re.compile(
     rf"{_QUALIFIED}\s*\((.*)\)[^)]*$",
     re.IGNORECASE | re.DOTALL,
 )
+_CREATES = re.compile(r"^\s*CREATE\s+(?:OR\s+REPLACE\s+)?TABLE\b", re.IGNORECASE)
 _RESET = re.compile(r"^\s*(?:TRUNCATE(?:\s+TABLE)?\s|DROP\s+(?:TEMPORARY\s+)?TABLE\s)", re.I)
 _NOT_A_COLUMN = frozenset(
     {
@@ -269,6 +274,36 @@ def renames(statement: str) -> list[tuple[str, str]]:
 def is_reset(statement: str) -> bool:
     """TRUNCATE or DROP TABLE: the table has no rows afterwards."""
     return _RESET.match(_strip_comments(statement)) is not None
+
+
+def creates_table(statement: str) -> bool:
+    """``CREATE [OR REPLACE] TABLE`` (not TEMPORARY): the table exists afterwards."""
+    return _CREATES.match(_strip_comments(statement)) is not None
+
+
+def table_effect(
+    statement: str, db: str, table: str, *, database_level: bool = False
+) -> TableEffect | None:
+    """What ``statement``, a DDL row recorded under ``db.table`` (``database_level``: under
+    ``db`` and no table), did to the rows of ``db.table`` beyond its row events (see
+    :mod:`cdc_platform.source.ddl_effects`); None when nothing.
+
+    Unqualified names are read in ``db``: the change log keeps the table's database, not the
+    statement's session database.
+    """
+    for effect in ddl_effects(statement, db):
+        if effect.db != db:
+            continue
+        if effect.table == table or (database_level and effect.table == ""):
+            return effect
+    return None
+
+
+def dropped_reason(effect: TableEffect) -> str:
+    """How a dropped mirror is described: "dropped", "renamed to db.t", "database dropped"."""
+    if effect.renamed_to is not None:
+        return "renamed to {}.{}".format(*effect.renamed_to)
+    return "database dropped" if effect.table == "" else "dropped"
 
 
 def create_table_schema(statement: str) -> TableSchema | None:

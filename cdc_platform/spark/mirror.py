@@ -49,6 +49,7 @@ from pyspark.sql import types as T  # noqa: N812 (the PySpark idiom)
 
 from cdc_platform.errors import CdcError, MirrorError, SinkError
 from cdc_platform.sink.lake_files import LakeFile, join_uri
+from cdc_platform.spark import ddl as ddl_parser
 from cdc_platform.spark import multiset
 from cdc_platform.spark.locations import (
     STAGING_DIR,
@@ -91,6 +92,9 @@ FIRST_COMMIT = "00000000000000000000.json"
 """A staging table's only commit: its time is the table's age."""
 
 
+DROPPED_MODE = "dropped"
+"""The state's ``mode`` of an apply that found the source table gone (dropped or renamed)."""
+
 Step = Literal["computed", "mirror_committed", "state_committed"]
 """Where an apply is: changes computed, mirror committed, state committed."""
 Hook = Callable[[Step], None]
@@ -128,6 +132,9 @@ class MirrorResult:
     columns: tuple[str, ...] = ()
     last_ts: datetime | None = None
     """Binlog timestamp of the newest change applied in this call (None when none was)."""
+    dropped: str | None = None
+    """Why the source table no longer exists ("dropped", "renamed to db.t", "database
+    dropped"): the mirror is empty and no longer current. None while the table exists."""
 
     def metadata(self) -> dict[str, int | float | str | None]:
         """Plain values for asset metadata (Dagster charts numeric ones over time).
@@ -148,6 +155,7 @@ class MirrorResult:
             "last_seq": self.last_seq,
             "change_log_version": self.change_log_version,
             "mirror_version": self.mirror_version,
+            "dropped": self.dropped,
             "lag_seconds": lag,
             "seconds": round(self.seconds, 3),
         }
@@ -196,7 +204,9 @@ class _Apply:
         *,
         hook: Hook | None,
         storage_options: Mapping[str, str] | None,
+        held: bool = False,
     ) -> None:
+        self.held = held
         self.spark = spark
         self.options = storage_options
         self.change_log_uri = change_log_uri
@@ -217,7 +227,13 @@ class _Apply:
         last = state.last_seq if state is not None and exists else 0
         base = state.schema if state is not None else None
         line = timeline(changes, self.db, self.table, lo=last, base=base)
-        if line.empty:
+        cut = _first_rewrite(line) if self.held else None
+        if cut is not None:  # wait before it, in the table's last complete state
+            logger.info("%s.%s: re-read pending: applying up to seq %d", self.db, self.table, cut)
+            line = timeline(changes, self.db, self.table, lo=last, hi=cut - 1, base=base)
+        if line.empty or (line.target is None and line.row_changes == 0):
+            # nothing new, or only DDL of a table none of whose rows arrived yet (the new name
+            # of a renamed table before its re-read)
             return self._noop(state, last, change_log_version)
         reason = _needs_rebuild(line, state, exists, self.uri, self.options)
         if reason is not None:
@@ -347,7 +363,7 @@ class _Apply:
             apply_id=(history[-1].apply_id + 1) if history else 1,
             last_seq=line.hi,
             schema=target,
-            mode=mode,
+            mode=DROPPED_MODE if line.dropped is not None else mode,
             change_log_version=change_log_version,
             mirror_version=mirror_version,
             mirror_rows=mirror_rows,
@@ -375,6 +391,7 @@ class _Apply:
             seconds=time.perf_counter() - self.started,
             columns=tuple(target.names),
             last_ts=line.last_ts,
+            dropped=line.dropped,
         )
 
     def _noop(
@@ -397,7 +414,18 @@ class _Apply:
             mirror_version=state.mirror_version if state is not None else None,
             seconds=time.perf_counter() - self.started,
             columns=tuple(schema.names) if schema is not None else (),
+            dropped="dropped" if state is not None and state.mode == DROPPED_MODE else None,
         )
+
+
+def _first_rewrite(line: Timeline) -> int | None:
+    """seq of the first DDL in the range that changed the table's rows without row events
+    (its re-read follows it in the change log), or None."""
+    for seq, statement in line.ddls:
+        effect = ddl_parser.table_effect(statement, line.db, line.table)
+        if effect is not None and effect.rereads:
+            return seq
+    return None
 
 
 def _remove_staging(staging: str, storage_options: Mapping[str, str] | None) -> None:
@@ -473,8 +501,13 @@ def apply_changes(  # noqa: PLR0913 (which table of which change log; the hook k
     *,
     hook: Hook | None = None,
     storage_options: Mapping[str, str] | None = None,
+    held: bool = False,
 ) -> MirrorResult:
     """Bring the mirror of ``db.table`` up to the change log's newest row of that table.
+
+    ``held``: the table's re-read after a DDL is not complete yet
+    (:func:`cdc_platform.backfill.reread.pending_rereads`): the apply stops before the first
+    such DDL, so the mirror shows the table's last complete state instead of a partial copy.
 
     Idempotent and safe to interrupt at any point (see the module docstring). ``hook`` is
     called with "computed", "mirror_committed" and "state_committed" as the apply passes them
@@ -487,7 +520,14 @@ def apply_changes(  # noqa: PLR0913 (which table of which change log; the hook k
         UnsupportedColumnTypeError: a source column type with no Spark type.
     """
     job = _Apply(
-        spark, change_log_uri, mirror_root, db, table, hook=hook, storage_options=storage_options
+        spark,
+        change_log_uri,
+        mirror_root,
+        db,
+        table,
+        hook=hook,
+        storage_options=storage_options,
+        held=held,
     )
     try:
         return job.run()

@@ -4,8 +4,10 @@ Steps, all Spark DataFrame operations that Apache Spark runs as Sail does:
 
 1. :func:`timeline`: for a seq range of one table, the schema versions the rows show (distinct
    ``columns`` JSON with their seq range), the DDL statements, and from them the *target*
-   schema (the newest version, plus DDL that came after its last row) and the last
-   ``TRUNCATE`` / ``DROP TABLE`` (after which the table starts empty).
+   schema (the newest version, plus DDL that came after its last row), the last statement
+   after which the table starts empty (``TRUNCATE``, ``DROP TABLE``, a rename to or from it,
+   ``TRUNCATE`` / ``DROP`` / ``EXCHANGE PARTITION``, ``CREATE OR REPLACE``, ``DROP DATABASE``:
+   rows the source re-reads follow those that replace rows) and whether the table is gone.
 2. :func:`name_mappings`: for every version, which of its columns each target column was,
    following renames (``RENAME COLUMN``, ``CHANGE``) between versions; a column added later
    maps to nothing, so older images give null for it.
@@ -35,10 +37,17 @@ from pyspark.sql import functions as F  # noqa: N812 (the PySpark idiom)
 from pyspark.sql import types as T  # noqa: N812 (the PySpark idiom)
 
 from cdc_platform.errors import SparkError
+from cdc_platform.source.ddl_effects import Effect
 from cdc_platform.spark import ddl as ddl_parser
 from cdc_platform.spark.multiset import apply_counts, row_deltas
 from cdc_platform.spark.names import DELETED, FIRST_KIND, KIND, SEQ, col, quote_identifier
-from cdc_platform.spark.types import TableSchema, parse_columns, raw_struct, typed_value
+from cdc_platform.spark.types import (
+    ColumnSpec,
+    TableSchema,
+    parse_columns,
+    raw_struct,
+    typed_value,
+)
 
 __all__ = [
     "DELETED",
@@ -96,11 +105,15 @@ class Timeline:
     target: TableSchema | None
     """Schema after the range: the newest version plus the DDL after its last row."""
     reset_seq: int | None = None
-    """seq of the last TRUNCATE / DROP TABLE in the range: earlier rows do not count."""
+    """seq of the last statement that emptied or replaced the table in the range (TRUNCATE,
+    DROP TABLE, a rename, partition truncation or exchange...): earlier rows do not count."""
     renamed: bool = field(default=False)
     """Whether any DDL in the range renames a column."""
     last_ts: datetime | None = None
     """Newest binlog timestamp (``ts``) in the range: how current the result is."""
+    dropped: str | None = None
+    """Why the table no longer exists at the end of the range ("dropped", "renamed to db.t",
+    "database dropped"), or None when it does."""
 
     @property
     def empty(self) -> bool:
@@ -119,8 +132,11 @@ def read_change_log(spark: SparkSession, change_log_uri: str) -> DataFrame:
 def change_rows(
     changes: DataFrame, db: str, table: str, lo: int, hi: int | None = None
 ) -> DataFrame:
-    """Rows of one table with ``lo < seq <= hi``; the (db, table) filter prunes partitions."""
-    condition = (F.col("db") == F.lit(db)) & (F.col("table") == F.lit(table))
+    """Rows of one table with ``lo < seq <= hi``, and the DDL rows of its database that name
+    no table (``DROP DATABASE``); the (db, table) filter prunes partitions."""
+    # only database-level DDL rows have no table; both sides are partition filters
+    database_ddl = F.col("table").isNull()
+    condition = (F.col("db") == F.lit(db)) & ((F.col("table") == F.lit(table)) | database_ddl)
     condition &= F.col("seq") > F.lit(lo)
     if hi is not None:
         condition &= F.col("seq") <= F.lit(hi)
@@ -169,16 +185,27 @@ def timeline(  # noqa: PLR0913 (the changes and the table; the range keyword-onl
     )
     ddl_rows = (
         rows.where((F.col("op") == F.lit("ddl")) & F.col("ddl").isNotNull())
-        .select("seq", "ddl")
+        .select("seq", "ddl", "table")
         .orderBy("seq")
         .collect()
     )
-    ddls = tuple((int(r["seq"]), str(r["ddl"])) for r in ddl_rows)
+    ddls = tuple((int(r["seq"]), str(r["ddl"])) for r in ddl_rows if r["table"] is not None)
     target, start = (versions[-1].schema, versions[-1].max_seq) if versions else (base, lo)
     reset_seq: int | None = None
-    for seq, statement in ddls:
+    dropped: tuple[int, str] | None = None
+    for row in ddl_rows:
+        seq, statement = int(row["seq"]), str(row["ddl"])
+        effect = ddl_parser.table_effect(statement, db, table, database_level=row["table"] is None)
+        if effect is not None and effect.effect is not Effect.REREAD:
+            reset_seq = seq
+            gone = effect.effect is Effect.DROPPED
+            dropped = (seq, ddl_parser.dropped_reason(effect)) if gone else None
+        if row["table"] is None:
+            continue
         if ddl_parser.is_reset(statement):
             reset_seq = seq
+        if ddl_parser.creates_table(statement):
+            dropped = None
         if seq <= start:
             continue
         created = ddl_parser.create_table_schema(statement)
@@ -187,6 +214,9 @@ def timeline(  # noqa: PLR0913 (the changes and the table; the range keyword-onl
         elif target is not None:
             target = ddl_parser.apply_clauses(target, ddl_parser.parse_alter(statement))
     renamed = any(ddl_parser.renames(statement) for _, statement in ddls)
+    last_row = max((v.max_seq for v in versions), default=lo)
+    if dropped is not None and last_row > dropped[0]:
+        dropped = None  # rows after the drop: the table was created again
     return Timeline(
         db,
         table,
@@ -199,6 +229,7 @@ def timeline(  # noqa: PLR0913 (the changes and the table; the range keyword-onl
         reset_seq,
         renamed,
         last_ts,
+        dropped[1] if dropped is not None else None,
     )
 
 
@@ -272,6 +303,27 @@ def _raw(
     return expression.otherwise(default)
 
 
+def _converted_versions(
+    line: Timeline, mappings: dict[str | None, dict[str, str | None]], spec: ColumnSpec
+) -> list[str]:
+    """The versions (``columns`` JSON) in which the column had another type: their values
+    are cast leniently (see :func:`typed_value`)."""
+    wanted = _type_key(spec)
+    converted: list[str] = []
+    for version in line.versions:
+        name = mappings.get(version.columns, {}).get(spec.name)
+        if version.columns is None or name is None:
+            continue
+        old = next((c for c in version.schema.columns if c.name == name), None)
+        if old is not None and _type_key(old) != wanted:
+            converted.append(version.columns)
+    return converted
+
+
+def _type_key(spec: ColumnSpec) -> tuple[object, ...]:
+    return (spec.type, spec.unsigned, spec.precision, spec.scale, spec.length, spec.values)
+
+
 def key_events(rows: DataFrame, line: Timeline) -> DataFrame:
     """Typed key events (target columns + ``_cdc_deleted``, ``_cdc_seq``, ``_cdc_kind``)."""
     target = line.target
@@ -288,16 +340,21 @@ def key_events(rows: DataFrame, line: Timeline) -> DataFrame:
     )
     after = F.from_json(F.col("after"), raw_struct(every_name))
     before = F.from_json(F.col("before"), raw_struct(key_raw_names))
-    where = {"db": line.db, "table": line.table}
+
+    def typed(raw: Column, spec: ColumnSpec) -> Column:
+        strict = typed_value(raw, spec, db=line.db, table=line.table)
+        converted = _converted_versions(line, mappings, spec)
+        if not converted:
+            return strict
+        lenient = typed_value(raw, spec, lenient=True, db=line.db, table=line.table)
+        return F.when(F.col("columns").isin(*converted), lenient).otherwise(strict)
+
     parsed = rows.where(F.col("op").isin(*ROW_OPS)).select(
         F.col("op"),
         F.col("seq"),
+        *[typed(_raw(after, c.name, mappings), c).alias(c.name) for c in target.columns],
         *[
-            typed_value(_raw(after, c.name, mappings), c, **where).alias(c.name)
-            for c in target.columns
-        ],
-        *[
-            typed_value(_raw(before, k, mappings), target.column(k), **where).alias("_before_" + k)
+            typed(_raw(before, k, mappings), target.column(k)).alias("_before_" + k)
             for k in key_names
         ],
     )
@@ -306,7 +363,10 @@ def key_events(rows: DataFrame, line: Timeline) -> DataFrame:
         same_key = same_key & col(k).eqNullSafe(col("_before_" + k))
     op = F.col("op")
     pk_changed = (op == F.lit("u")) & ~same_key
-    types = {c.name: typed_value(F.lit(None).cast("string"), c, **where) for c in target.columns}
+    types = {
+        c.name: typed_value(F.lit(None).cast("string"), c, db=line.db, table=line.table)
+        for c in target.columns
+    }
     upsert = F.when(
         op.isin("c", "r", "u"),
         F.struct(

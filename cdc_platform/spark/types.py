@@ -245,12 +245,17 @@ def spark_type(  # noqa: PLR0911 (one return per family of types)
     return fixed
 
 
-def typed_value(raw: Column, spec: ColumnSpec, *, db: str = "?", table: str = "?") -> Column:
+def typed_value(
+    raw: Column, spec: ColumnSpec, *, db: str = "?", table: str = "?", lenient: bool = False
+) -> Column:
     """The typed value of one column from its raw JSON text (a string column).
 
     Numbers use strict casts: a value that does not parse is a defect worth stopping for.
     Dates and times use ``try_cast``, because MySQL's zero and partial dates are valid source
     values that no Spark type can hold; they become null (primary-key columns keep the text).
+    ``lenient``: the text was written under another column type (before a ``MODIFY``), so a
+    value the new type cannot hold becomes null instead of failing every apply; the source
+    re-reads such tables, so those rows are replaced by their converted values.
     """
     target = spark_type(spec, db=db, table=table)
     kind = spec.type
@@ -264,7 +269,7 @@ def typed_value(raw: Column, spec: ColumnSpec, *, db: str = "?", table: str = "?
         return raw.try_cast(target)
     if kind == "set":
         return F.from_json(raw, T.ArrayType(T.StringType()))
-    return raw.cast(target)
+    return raw.try_cast(target) if lenient else raw.cast(target)
 
 
 def raw_struct(names: Sequence[str]) -> T.StructType:

@@ -371,3 +371,39 @@ def test_create_and_drop_table_ddl(spark: SparkSession, tmp_path: Path) -> None:
     log.commit([new.ddl("DROP TABLE e")], ts=NOW, committed_at=NOW)
     result = apply_changes(spark, log.uri, root, "s", "e")
     assert (result.mode, result.mirror_rows) == ("rebuild", 0)
+
+
+def test_a_value_converting_modify_never_fails_the_apply(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """DECIMAL(10,2) -> INT: older images hold '12.50', which a strict cast to int refuses
+    (on Sail: NumberFormatException, at every apply). They become null until the source's
+    re-read rows (here: one of them) carry the converted values."""
+    log = ChangeLogWriter(str(tmp_path / "changes"))
+    root = str(tmp_path / "mirror")
+    old = SourceTable(
+        "s", "m", [column("id", "int", pk=True), column("amount", "decimal", precision=10, scale=2)]
+    )
+    log.commit(
+        [
+            old.insert({"id": 1, "amount": "12.50"}),
+            old.insert({"id": 2, "amount": "-3.50"}),
+        ],
+        ts=NOW,
+        committed_at=NOW,
+    )
+    assert apply_changes(spark, log.uri, root, "s", "m").mirror_rows == 2
+    new = SourceTable("s", "m", [column("id", "int", pk=True), column("amount", "int")])
+    log.commit([new.ddl("ALTER TABLE m MODIFY amount INT")], ts=NOW, committed_at=NOW)
+    result = apply_changes(spark, log.uri, root, "s", "m")
+    assert result.mode == "rebuild"
+    assert {r["id"]: r["amount"] for r in mirror_rows(spark, mirror_uri(root, "s", "m"))[1]} == {
+        1: None,
+        2: None,
+    }
+    log.commit([new.insert({"id": 1, "amount": 13})], ts=NOW, committed_at=NOW)
+    apply_changes(spark, log.uri, root, "s", "m")
+    assert {r["id"]: r["amount"] for r in mirror_rows(spark, mirror_uri(root, "s", "m"))[1]} == {
+        1: 13,
+        2: None,
+    }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from cdc_platform.source.ddl_effects import Effect
 from cdc_platform.spark.ddl import (
     AddColumn,
     DropColumn,
@@ -12,9 +13,12 @@ from cdc_platform.spark.ddl import (
     apply_clauses,
     column_spec,
     create_table_schema,
+    creates_table,
+    dropped_reason,
     is_reset,
     parse_alter,
     renames,
+    table_effect,
 )
 from cdc_platform.spark.types import ColumnSpec, TableSchema
 
@@ -94,3 +98,27 @@ def test_apply_clauses_follows_positions_and_keeps_the_key() -> None:
             ColumnSpec("title", "text"),
         )
     )
+
+
+def _effect(sql: str, table: str, *, database_level: bool = False) -> tuple[Effect, str] | None:
+    found = table_effect(sql, "shop", table, database_level=database_level)
+    if found is None:
+        return None
+    return found.effect, dropped_reason(found) if found.effect is Effect.DROPPED else ""
+
+
+def test_table_effects_as_a_mirror_reads_them() -> None:
+    """Each DDL row is read for the table it is recorded under; a row naming no table (DROP
+    DATABASE) concerns every table of its database."""
+    assert _effect("RENAME TABLE a TO b", "a") == (Effect.DROPPED, "renamed to shop.b")
+    assert _effect("RENAME TABLE a TO b", "b") == (Effect.REPLACED, "")
+    assert _effect("DROP TABLE a, `b`", "b") == (Effect.DROPPED, "dropped")
+    assert _effect("DROP TABLE a, `b`", "c") is None
+    drop_db = "DROP DATABASE shop"
+    assert _effect(drop_db, "t", database_level=True) == (Effect.DROPPED, "database dropped")
+    assert _effect("DROP DATABASE other", "t", database_level=True) is None
+    assert _effect(drop_db, "t") is None  # a row recorded under a table is that table's
+    assert _effect("ALTER TABLE t TRUNCATE PARTITION p0", "t") == (Effect.REPLACED, "")
+    assert _effect("ALTER TABLE t ADD c INT DEFAULT 1", "t") == (Effect.REREAD, "")
+    assert creates_table("/* x */ CREATE OR REPLACE TABLE t (id INT)")
+    assert not creates_table("CREATE TEMPORARY TABLE t (id INT)")
