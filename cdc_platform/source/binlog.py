@@ -64,6 +64,7 @@ from cdc_platform.source.mysql import (
     connection_over,
     library_connection,
 )
+from cdc_platform.source.rows_framing import FramingReader
 from cdc_platform.source.table_maps import JSON_VALID_CHECK, Catalog, TablePlans, enum_labels
 from cdc_platform.source.transactions import TransactionAssembler
 
@@ -112,6 +113,7 @@ class BinlogSource:
         resume: ResumePosition | None = None,
         password: str | SecretStr | None = None,
         clock: Callable[[], float] = time.monotonic,
+        lean_framing: bool = True,
     ) -> None:
         self.config = config
         self.resume = resume
@@ -128,6 +130,9 @@ class BinlogSource:
         self._control: Connection | None = None
         self._delay = config.reconnect_initial_seconds
         self.server: ServerIdentity | None = None
+        self._lean_framing = lean_framing
+        """Frame the rows events of known tables from the raw packets (:mod:`.rows_framing`);
+        False leaves every event to the library (the reference the lean path is tested on)."""
 
     # -- the server ----------------------------------------------------------------------------
 
@@ -216,7 +221,7 @@ class BinlogSource:
                 )
                 if checked is None:
                     return
-            reader = self._reader(position)
+            reader = self._reader(position, plans)
             plans.attach(reader)
             lost = False
             try:
@@ -296,7 +301,7 @@ class BinlogSource:
             filters=self._filters,
         )  # fmt: skip
         try:
-            reader = self._reader(start)
+            reader = self._reader(start, plans)
         except STREAM_ERRORS as exc:
             raise self.binlog_server.mysql.error(
                 exc, "reading a prepared XA transaction from", start
@@ -358,7 +363,7 @@ class BinlogSource:
         """True once :meth:`stop` was called."""
         return self._stop.is_set()
 
-    def _reader(self, start: ResumePosition) -> BinLogStreamReader:
+    def _reader(self, start: ResumePosition, plans: TablePlans) -> BinLogStreamReader:
         # Heartbeats arrive every heartbeat_seconds when idle: silence for several periods
         # means the server or the network is gone.
         settings = self.binlog_server.mysql.stream_settings(
@@ -370,8 +375,10 @@ class BinlogSource:
             mode = {"is_mariadb": True, "auto_position": start.gtid_set}
         else:
             mode = {"is_mariadb": False, "log_file": start.file, "log_pos": start.pos}
+        if self._lean_framing:
+            mode["known"] = plans.knows
         log.info("reading the binlog of %s from %s", self._where(), start)
-        return BinLogStreamReader(
+        return (FramingReader if self._lean_framing else BinLogStreamReader)(
             connection_settings=settings,
             server_id=self.config.server_id,
             resume_stream=True,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from pymysqlreplication.event import (
     GtidEvent,
@@ -53,6 +53,7 @@ from cdc_platform.events import (
 )
 from cdc_platform.source.filters import Statement, StatementKind, TableFilter, classify_statement
 from cdc_platform.source.mysql import GAP_ADVICE
+from cdc_platform.source.rows_framing import DELETE, UPDATE, WRITE, RowsFrame
 from cdc_platform.source.table_maps import TablePlans
 from cdc_platform.source.xa import XaState, xa_statement
 
@@ -145,6 +146,7 @@ class TransactionAssembler:
             NotImplementedEvent: self._unknown,
             XAPrepareEvent: self._xa_prepare,
             PartialUpdateRowsEvent: self._partial_update,
+            RowsFrame: self._framed_rows,
         }
 
     def restart(self) -> ResumePosition:
@@ -223,12 +225,13 @@ class TransactionAssembler:
         )
 
     def _here(self, event: Any) -> BinlogPosition:
-        return BinlogPosition(self._file, event.packet.log_pos)
+        return BinlogPosition(self._file, _header(event).log_pos)
 
     # -- transaction boundaries -----------------------------------------------------------------
 
     def _begin(self, event: Any, gtid: str | None, standalone: bool) -> list[ChangeEvent]:
-        start = BinlogPosition(self._file, event.packet.log_pos - event.packet.event_size)
+        header = _header(event)
+        start = BinlogPosition(self._file, header.log_pos - header.event_size)
         if self._txn is not None:
             self._abandon(start)
         if self._expect is not None:
@@ -237,7 +240,7 @@ class TransactionAssembler:
             start=start,
             gtid=gtid,
             gtid_set_before=self._gtid_state,
-            server_id=event.packet.server_id,
+            server_id=header.server_id,
             timestamp=event.timestamp,
             filters=self._filters,
             xa_prepared=self._xa.pending,
@@ -382,30 +385,45 @@ class TransactionAssembler:
     # -- rows ------------------------------------------------------------------------------
 
     def _write_rows(self, event: Any) -> list[ChangeEvent]:
-        return self._rows(event, WriteRowsEvent)
+        return self._rows(event, WRITE, b"")
 
     def _update_rows(self, event: Any) -> list[ChangeEvent]:
-        return self._rows(event, UpdateRowsEvent)
+        return self._rows(event, UPDATE, event.columns_present_bitmap2)
 
     def _delete_rows(self, event: Any) -> list[ChangeEvent]:
-        return self._rows(event, DeleteRowsEvent)
+        return self._rows(event, DELETE, b"")
 
-    def _rows(self, event: Any, kind: type) -> list[ChangeEvent]:
-        decoder = self._plans.get(event.table_id)
+    def _rows(self, event: Any, kind: int, present_after: bytes) -> list[ChangeEvent]:
+        """A rows event as the library framed it: its row bytes are the packet's rest."""
+        if self._plans.get(event.table_id) is None:
+            return []  # filtered: the rows are never decoded
+        packet = event.packet
+        frame = RowsFrame(
+            kind, event.table_id, event.columns_present_bitmap, present_after,
+            packet.read(event.event_size - packet.read_bytes), event.timestamp,
+            packet.server_id, packet.event_size, packet.log_pos,
+        )  # fmt: skip
+        return self._framed_rows(frame)
+
+    def _framed_rows(self, frame: RowsFrame) -> list[ChangeEvent]:
+        """A rows event framed from the raw packet (:mod:`.rows_framing`) or by the library."""
+        decoder = self._plans.get(frame.table_id)
         if decoder is None:
             return []  # filtered: the rows are never decoded
-        txn = self._txn if self._txn is not None else self._ensure_txn(event)
-        packet = event.packet
-        data: bytes = packet.read(event.event_size - packet.read_bytes)
-        position = BinlogPosition(self._file, packet.log_pos)
+        txn = self._txn if self._txn is not None else self._ensure_txn(frame)
+        position = BinlogPosition(self._file, frame.log_pos)
+        data, present, present_after, kind = (
+            frame.rows,
+            frame.present,
+            frame.present_after,
+            frame.kind,
+        )
         db, table, columns = decoder.db, decoder.table, decoder.columns_json
         index, skip = self._index, self._skip
         out: list[ChangeEvent] = []
         append = out.append
-        if kind is UpdateRowsEvent:
-            for before, after, pk in decoder.updates(
-                data, event.columns_present_bitmap, event.columns_present_bitmap2
-            ):
+        if kind == UPDATE:
+            for before, after, pk in decoder.updates(data, present, present_after):
                 if index >= skip:
                     append(
                         ChangeEvent(
@@ -415,9 +433,9 @@ class TransactionAssembler:
                     )  # fmt: skip
                 index += 1
         else:
-            insert = kind is WriteRowsEvent
+            insert = kind == WRITE
             op = Op.INSERT if insert else Op.DELETE
-            for image, pk in decoder.images(data, event.columns_present_bitmap):
+            for image, pk in decoder.images(data, present):
                 if index >= skip:
                     append(
                         ChangeEvent(
@@ -594,6 +612,18 @@ class TransactionAssembler:
         if event_type == _ANONYMOUS_GTID_EVENT:
             return self._begin(event, None, standalone=True)
         return []
+
+
+class _Header(Protocol):
+    log_pos: int
+    event_size: int
+    server_id: int
+
+
+def _header(event: Any) -> _Header:
+    """Where an event's end position, size and server id are: the library keeps them on its
+    packet wrapper, a framed rows event on itself."""
+    return event if type(event) is RowsFrame else event.packet
 
 
 def _name(gtid: str | None, start: BinlogPosition) -> str:
