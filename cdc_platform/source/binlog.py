@@ -55,6 +55,7 @@ from cdc_platform.events import (
     ServerIdentity,
 )
 from cdc_platform.source.binlog_server import BinlogServer, SourceInfo
+from cdc_platform.source.decode_pool import DecodePool, ordered_events
 from cdc_platform.source.filters import TableFilter, filter_fingerprint
 from cdc_platform.source.mysql import (
     GAP_ADVICE,
@@ -131,6 +132,10 @@ class BinlogSource:
         self._delay = config.reconnect_initial_seconds
         self.server: ServerIdentity | None = None
         self._lean_framing = lean_framing
+        self._pool = DecodePool(config.decode_workers) if config.decode_workers > 1 else None
+        """Rows events decoded in worker processes (lean framing only), or in this thread."""
+        if not lean_framing:
+            self._pool = None
         """Frame the rows events of known tables from the raw packets (:mod:`.rows_framing`);
         False leaves every event to the library (the reference the lean path is tested on)."""
 
@@ -204,6 +209,13 @@ class BinlogSource:
         Ends when :meth:`stop` is called. Server loss is retried forever with exponential
         backoff (each attempt logged); a purged position or bad settings raise SourceError.
         """
+        try:
+            yield from self._events()
+        finally:
+            if self._pool is not None:
+                self._pool.close()
+
+    def _events(self) -> Generator[ChangeEvent, None, None]:
         start = self._until_reachable(lambda: self._prepare(self.resume or self.current_position()))
         if start is None:
             return
@@ -279,6 +291,11 @@ class BinlogSource:
         self, reader: BinLogStreamReader, assembler: TransactionAssembler
     ) -> Iterator[ChangeEvent]:
         """Events of one reader until stop() (returns) or the connection is lost (raises)."""
+        if self._pool is not None:
+            yield from ordered_events(
+                reader.fetchone, assembler, self._pool, self._stop, on_event=self._reset_delay
+            )
+            return
         fetch = reader.fetchone
         feed = assembler.feed
         stop = self._stop
@@ -290,6 +307,9 @@ class BinlogSource:
             out = feed(event)
             if out:
                 yield from out
+
+    def _reset_delay(self) -> None:
+        self._delay = self.config.reconnect_initial_seconds
 
     def _read_prepared(self, xa: PreparedXa) -> list[ChangeEvent]:
         """The rows of an XA transaction prepared before the resume position and committed

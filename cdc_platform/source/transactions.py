@@ -15,7 +15,7 @@ against that transaction's identity and the table filters the skip was counted w
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -55,6 +55,7 @@ from cdc_platform.source.filters import Statement, StatementKind, TableFilter, c
 from cdc_platform.source.mysql import GAP_ADVICE
 from cdc_platform.source.rows_framing import DELETE, UPDATE, WRITE, RowsFrame
 from cdc_platform.source.table_maps import TablePlans
+from cdc_platform.source.values import RowDecoder
 from cdc_platform.source.xa import XaState, xa_statement
 
 log = logging.getLogger("cdc_platform.source")
@@ -405,25 +406,44 @@ class TransactionAssembler:
         )  # fmt: skip
         return self._framed_rows(frame)
 
+    def decoder_of(self, frame: RowsFrame) -> RowDecoder | None:
+        """The decoder of a rows event's table, None for a table the filters leave out."""
+        return self._plans.get(frame.table_id)
+
+    def feed_decoded(
+        self, frame: RowsFrame, decoded: Sequence[tuple[str, ...]]
+    ) -> list[ChangeEvent]:
+        """The change events of a rows event whose rows were decoded elsewhere (a worker
+        process) with :meth:`decoder_of`'s decoder: the same as :meth:`feed` would give."""
+        decoder = self._plans.get(frame.table_id)
+        if decoder is None:
+            return []
+        return self._rows_out(frame, decoder, decoded)
+
     def _framed_rows(self, frame: RowsFrame) -> list[ChangeEvent]:
         """A rows event framed from the raw packet (:mod:`.rows_framing`) or by the library."""
         decoder = self._plans.get(frame.table_id)
         if decoder is None:
             return []  # filtered: the rows are never decoded
+        if frame.kind == UPDATE:
+            decoded: Sequence[tuple[str, ...]] = decoder.updates(
+                frame.rows, frame.present, frame.present_after
+            )
+        else:
+            decoded = decoder.images(frame.rows, frame.present)
+        return self._rows_out(frame, decoder, decoded)
+
+    def _rows_out(
+        self, frame: RowsFrame, decoder: RowDecoder, decoded: Sequence[tuple[str, ...]]
+    ) -> list[ChangeEvent]:
         txn = self._txn if self._txn is not None else self._ensure_txn(frame)
         position = BinlogPosition(self._file, frame.log_pos)
-        data, present, present_after, kind = (
-            frame.rows,
-            frame.present,
-            frame.present_after,
-            frame.kind,
-        )
         db, table, columns = decoder.db, decoder.table, decoder.columns_json
         index, skip = self._index, self._skip
         out: list[ChangeEvent] = []
         append = out.append
-        if kind == UPDATE:
-            for before, after, pk in decoder.updates(data, present, present_after):
+        if frame.kind == UPDATE:
+            for before, after, pk in decoded:
                 if index >= skip:
                     append(
                         ChangeEvent(
@@ -433,9 +453,9 @@ class TransactionAssembler:
                     )  # fmt: skip
                 index += 1
         else:
-            insert = kind == WRITE
+            insert = frame.kind == WRITE
             op = Op.INSERT if insert else Op.DELETE
-            for image, pk in decoder.images(data, present):
+            for image, pk in decoded:
                 if index >= skip:
                     append(
                         ChangeEvent(
