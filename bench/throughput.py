@@ -176,8 +176,33 @@ def config(server: MariaDBServer, user: str, workers: int = 1, **store: object) 
     return base.model_copy(update={"source": source})
 
 
-def _peak_rss_mb(who: int) -> float:
-    return resource.getrusage(who).ru_maxrss / 1024
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _descendants_peak_rss_mb() -> float:
+    """The largest peak RSS (VmHWM) among this process's descendants: the decode workers
+    (children of the forkserver this process started)."""
+    parents: dict[int, int] = {}
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(
+                line.split(":", 1) for line in status.read_text().splitlines() if ":" in line
+            )
+            parents[int(status.parent.name)] = int(fields["PPid"])
+        except (OSError, KeyError, ValueError):
+            continue
+    mine, peak = {os.getpid()}, 0.0
+    for _ in range(4):  # forkserver -> worker: a few generations suffice
+        mine |= {pid for pid, ppid in parents.items() if ppid in mine}
+    for pid in mine - {os.getpid()}:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]) / 1024)
+        except OSError:
+            continue
+    return peak
 
 
 def _pipeline_child(
@@ -189,12 +214,13 @@ def _pipeline_child(
     runtime = DestinationRuntime(WriteTerm("throughput", cfg, uri), metrics_interval_seconds=3600)
     done = threading.Event()
     began = time.perf_counter()
-    finished = [0.0]
+    finished = [0.0, 0.0]
 
     def watch() -> None:
         while not done.is_set():
             if runtime.metrics().rows_total >= rows:
                 finished[0] = time.perf_counter()
+                finished[1] = _descendants_peak_rss_mb()
                 runtime.request_stop("all rows committed")
                 return
             time.sleep(0.1)  # a faster poll steals the GIL from the pipeline it measures
@@ -205,7 +231,7 @@ def _pipeline_child(
     done.set()
     end = finished[0] or time.perf_counter()
     rate = runtime.metrics().rows_total / (end - began)
-    out.put((rate, _peak_rss_mb(resource.RUSAGE_SELF), _peak_rss_mb(resource.RUSAGE_CHILDREN)))
+    out.put((rate, _peak_rss_mb(), finished[1]))
 
 
 def pipeline(

@@ -209,6 +209,8 @@ class BinlogSource:
         Ends when :meth:`stop` is called. Server loss is retried forever with exponential
         backoff (each attempt logged); a purged position or bad settings raise SourceError.
         """
+        if self._pool is not None:
+            self._pool.start()
         try:
             yield from self._events()
         finally:

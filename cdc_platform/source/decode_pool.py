@@ -25,11 +25,20 @@ from cdc_platform.source.rows_framing import UPDATE, RowsFrame
 from cdc_platform.source.transactions import TransactionAssembler
 from cdc_platform.source.values import RowDecoder
 
-__all__ = ["DEFAULT_IN_FLIGHT_BYTES", "DecodePool", "decode_frame", "ordered_events"]
+__all__ = [
+    "DEFAULT_BATCH_BYTES",
+    "DEFAULT_IN_FLIGHT_BYTES",
+    "DecodePool",
+    "decode_frame",
+    "ordered_events",
+]
 
 DEFAULT_IN_FLIGHT_BYTES = 8 << 20
 """Row bytes sent to the workers and not yet fed to the assembler, at most (beyond one
 event bigger than that on its own)."""
+
+DEFAULT_BATCH_BYTES = 256 << 10
+"""Row bytes sent to a worker in one task (fewer, larger messages between processes)."""
 
 Decoded = list[tuple[str, str]] | list[tuple[str, str, str]]
 
@@ -46,39 +55,67 @@ _worker_decoders: dict[int, RowDecoder] = {}
 """Each worker's decoders, by the key the pool gave the table version."""
 
 
-def _decode_in_worker(key: int, spec: bytes, frame: RowsFrame) -> Decoded:
-    decoder = _worker_decoders.get(key)
-    if decoder is None:
-        decoder = pickle.loads(spec)  # noqa: S301 -- our own pickle, from the parent process
-        _worker_decoders[key] = decoder
-    return decode_frame(decoder, frame)
+def _decode_in_worker(specs: dict[int, bytes], batch: list[tuple[int, RowsFrame]]) -> list[Decoded]:
+    out: list[Decoded] = []
+    for key, frame in batch:
+        decoder = _worker_decoders.get(key)
+        if decoder is None:
+            decoder = pickle.loads(specs[key])  # noqa: S301 -- our own pickle, from the parent
+            _worker_decoders[key] = decoder
+        out.append(decode_frame(decoder, frame))
+    return out
+
+
+def _ready() -> None:
+    """A first task: the worker has started and imported the decoders."""
 
 
 class DecodePool:
-    """``workers`` processes decoding rows events; started at the first :meth:`submit`.
+    """``workers`` processes decoding rows events, in batches of up to ``batch_bytes`` row
+    bytes; at most ``max_in_flight_bytes`` row bytes are sent and not yet fed back.
 
     Workers are started with ``forkserver`` (never a fork of the multi-threaded reader
-    process) and import only the decoding modules.
+    process) by :meth:`start`, or at the first :meth:`submit`.
     """
 
-    def __init__(self, workers: int, *, max_in_flight_bytes: int = DEFAULT_IN_FLIGHT_BYTES) -> None:
+    def __init__(
+        self,
+        workers: int,
+        *,
+        max_in_flight_bytes: int = DEFAULT_IN_FLIGHT_BYTES,
+        batch_bytes: int = DEFAULT_BATCH_BYTES,
+    ) -> None:
         self.workers = workers
         self.max_in_flight_bytes = max_in_flight_bytes
+        self.batch_bytes = batch_bytes
         self._executor: ProcessPoolExecutor | None = None
         self._keys: dict[int, tuple[int, bytes, RowDecoder]] = {}
 
-    def submit(self, decoder: RowDecoder, frame: RowsFrame) -> Future[Decoded]:
-        """Decode ``frame`` with ``decoder`` in a worker."""
+    def start(self) -> None:
+        """Start the workers now (they take a moment to import), not at the first rows."""
         if self._executor is None:
             self._executor = ProcessPoolExecutor(
                 self.workers, mp_context=multiprocessing.get_context("forkserver")
             )
+            for _ in range(self.workers):
+                self._executor.submit(_ready)
+
+    def key(self, decoder: RowDecoder) -> tuple[int, bytes]:
+        """The key workers know ``decoder`` by, and its pickled definition."""
         known = self._keys.get(id(decoder))
         if known is None or known[2] is not decoder:
-            # The decoder is kept referenced here, so its id is not reused while keyed.
+            # The decoder stays referenced here, so its id is not reused while keyed.
             known = (len(self._keys) + 1, pickle.dumps(decoder), decoder)
             self._keys[id(decoder)] = known
-        return self._executor.submit(_decode_in_worker, known[0], known[1], frame)
+        return known[0], known[1]
+
+    def submit(
+        self, specs: dict[int, bytes], batch: list[tuple[int, RowsFrame]]
+    ) -> Future[list[Decoded]]:
+        """Decode a batch of rows events (each with its decoder's key) in a worker."""
+        self.start()
+        assert self._executor is not None
+        return self._executor.submit(_decode_in_worker, specs, batch)
 
     def close(self) -> None:
         """Stop the workers (pending work is cancelled)."""
@@ -102,10 +139,25 @@ def ordered_events(
     server ended the stream). Rows events still in flight then are never fed: the source
     restarts from the last boundary the assembler passed.
     """
-    window: deque[tuple[RowsFrame, Future[Decoded]]] = deque()
+    window: deque[tuple[list[tuple[int, RowsFrame]], Future[list[Decoded]], int]] = deque()
     in_flight = 0
-    max_in_flight_bytes = pool.max_in_flight_bytes
+    batch: list[tuple[int, RowsFrame]] = []
+    specs: dict[int, bytes] = {}
+    batched = 0
     feed_decoded = assembler.feed_decoded
+
+    def send() -> None:
+        nonlocal batch, specs, batched, in_flight
+        window.append((batch, pool.submit(specs, batch), batched))
+        in_flight += batched
+        batch, specs, batched = [], {}, 0
+
+    def ready(
+        frames: list[tuple[int, RowsFrame]], future: Future[list[Decoded]]
+    ) -> Iterator[ChangeEvent]:
+        for (_, frame), decoded in zip(frames, future.result(), strict=True):
+            yield from feed_decoded(frame, decoded)
+
     while not stop.is_set():
         event = fetch()
         if event is None:
@@ -115,16 +167,22 @@ def ordered_events(
             decoder = assembler.decoder_of(event)
             if decoder is None:
                 continue  # a table the filters leave out: never decoded
-            window.append((event, pool.submit(decoder, event)))
-            in_flight += len(event.rows)
-            while in_flight > max_in_flight_bytes and window:
-                frame, future = window.popleft()
-                in_flight -= len(frame.rows)
-                yield from feed_decoded(frame, future.result())
+            key, spec = pool.key(decoder)
+            specs[key] = spec
+            batch.append((key, event))
+            batched += len(event.rows)
+            if batched >= pool.batch_bytes:
+                send()
+            while in_flight > pool.max_in_flight_bytes and window:
+                frames, future, size = window.popleft()
+                in_flight -= size
+                yield from ready(frames, future)
             continue
+        if batch:
+            send()
         while window:
-            frame, future = window.popleft()
-            yield from feed_decoded(frame, future.result())
+            frames, future, _ = window.popleft()
+            yield from ready(frames, future)
         in_flight = 0
         out = assembler.feed(event)
         if out:
