@@ -4,8 +4,9 @@ change events of the library's events decoded in the reader thread.
 The same binlog range (every column type of test_column_types, multi-row inserts, updates and
 deletes, a table the filters leave out, several transactions) is read twice: once with lean
 framing (:mod:`cdc_platform.source.rows_framing`) and once with every event left to
-mysql-replication, and a third time with two decode worker processes. The change events must
-be equal, field for field, in the same order.
+mysql-replication, and with two decode worker processes (default bounds, and bounds so small
+that every rows event is its own task and waits for the one before). The change events must be
+equal, field for field, in the same order.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 from cdc_platform.config.models import SourceConfig
 from cdc_platform.events import ChangeEvent, EventKind, Op
 from cdc_platform.source import BinlogSource
+from cdc_platform.source.decode_pool import DecodePool
 from cdc_platform.testing.binlog import collect_events
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
 from tests.integration.test_column_types import COLUMNS
@@ -28,7 +30,13 @@ _SERVER_IDS = itertools.count(5300)
 
 
 def _read(
-    config: SourceConfig, user: ReplicationUser, start: object, *, lean: bool, workers: int = 1
+    config: SourceConfig,
+    user: ReplicationUser,
+    start: object,
+    *,
+    lean: bool,
+    workers: int = 1,
+    pool: DecodePool | None = None,
 ) -> list[ChangeEvent]:
     source = BinlogSource(
         config.model_copy(update={"server_id": next(_SERVER_IDS), "decode_workers": workers}),
@@ -38,6 +46,8 @@ def _read(
         # Every quiet COMMIT (a transaction with nothing captured) comes out, whatever the timing.
         clock=itertools.count(0, 10).__next__,
     )
+    if pool is not None:
+        source._pool = pool  # the same reader with other bounds
     return collect_events(
         source,
         lambda evs: any(e.kind is EventKind.DDL and "the_end" in (e.ddl or "") for e in evs),
@@ -96,11 +106,15 @@ def test_lean_framing_equals_the_library_path(
         lean = _read(config, replication_user, start, lean=True)
         library = _read(config, replication_user, start, lean=False)
         parallel = _read(config, replication_user, start, lean=True, workers=2)
+        # One rows event per task, and at most one in flight: every bound path is taken.
+        tiny = DecodePool(2, max_in_flight_bytes=1, batch_bytes=1)
+        bounded = _read(config, replication_user, start, lean=True, workers=2, pool=tiny)
     ops = [e.op for e in lean if e.kind is EventKind.ROW]
     assert ops.count(Op.INSERT) == 2004
     assert ops.count(Op.UPDATE) == 2 + 2000  # rows 3 (TINYINT at its max) and 4 (NULL) stay
     assert ops.count(Op.DELETE) == 2 + 1010
     assert len(lean) == len(library)
-    for ours, theirs, workers in zip(lean, library, parallel, strict=True):
+    for ours, theirs, workers, small in zip(lean, library, parallel, bounded, strict=True):
         assert _fields(ours) == _fields(theirs)
         assert _fields(workers) == _fields(theirs)
+        assert _fields(small) == _fields(theirs)
