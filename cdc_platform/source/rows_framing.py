@@ -5,10 +5,10 @@ object per event and reads the header through several layers of buffered reads: 
 third of the reader thread's time while catching up (bench/throughput.py). The row values
 were already decoded here from the event's bytes (:mod:`cdc_platform.source.values`), so for
 the rows events of tables whose table map the source knows, :class:`FramingReader` takes the
-packet before the library sees it and frames it with :func:`frame_rows`: table id, flags,
-column bitmaps and the row bytes, nothing more. Every other packet (connection, auth, the
-dump request, table maps, transaction events, unknown and partial-JSON events) is handed
-back to the library unchanged, so it behaves exactly as it did.
+packet as it is read, before the library parses it, and frames it with :func:`frame_rows`:
+table id, flags, column bitmaps and the row bytes, nothing more. Every other packet
+(connection, auth, the dump request, table maps, transaction events, unknown and
+partial-JSON events) goes to the library unchanged, so it behaves exactly as it did.
 
 Formats (MySQL and MariaDB alike): WRITE/UPDATE/DELETE_ROWS v1 (types 23-25, MariaDB's and
 MySQL 5.5's) and v2 (types 30-32, MySQL 5.6+, with the extra-data block after the flags).
@@ -146,53 +146,65 @@ def _length_encoded(data: bytes, pos: int) -> tuple[int, int]:
     return int.from_bytes(data[pos + 1 : pos + 1 + width], "little"), pos + 1 + width
 
 
+class _Framed(Exception):  # noqa: N818 -- not an error: carries a frame out of the library
+    """Raised from inside the library's read loop with a framed rows event, so the library
+    neither builds its objects for it nor loops past it."""
+
+    def __init__(self, frame: RowsFrame) -> None:
+        super().__init__()
+        self.frame = frame
+
+
 class FramingReader(BinLogStreamReader):  # type: ignore[misc]
     """The library's stream reader, except that the rows events of tables ``known(table_id)``
     accepts come out of :meth:`fetchone` as :class:`RowsFrame`.
 
     The library still connects, authenticates, sends the dump request, reads the format
-    description, rotations and table maps (and keeps its table map for them); a packet not
-    framed here is handed back to it as it came. Relies on mysql-replication 1.0.17's
-    reader internals (pinned in pyproject.toml): the stream connection's ``_read_packet``,
-    the checksum and post-header settings it learned at connect.
+    description, rotations and table maps (and keeps its table map for them); it reads every
+    packet too, through the stream connection's ``_read_packet``, which this reader wraps:
+    a rows packet of a known table is framed there and carried out of the library's loop by
+    an exception, before the library parses it. Relies on mysql-replication 1.0.17's reader
+    internals (pinned in pyproject.toml): ``_stream_connection``, the checksum and
+    post-header settings it learned at connect.
     """
 
     def __init__(self, *args: Any, known: Callable[[int], bool], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._known = known
         self._framed_connection: Any = None
-        self._pending: list[MysqlPacket] = []
 
     def fetchone(self) -> Any:
         conn = getattr(self, "_stream_connection", None)
-        if conn is None or not self._BinLogStreamReader__connected_stream:
+        if (
+            conn is not None
+            and conn is not self._framed_connection
+            and self._BinLogStreamReader__connected_stream
+        ):
+            self._frame_through(conn)
+        try:
             return super().fetchone()
-        if conn is not self._framed_connection:
-            self._hand_back_through(conn)
-        packet = conn._read_packet()
-        data: bytes = packet.get_all_data()
-        table_id = rows_table_id(data)
-        if table_id is not None and self._known(table_id):
-            frame = frame_rows(
-                data,
-                checksum=self._BinLogStreamReader__use_checksum,
-                post_header_lengths=self._BinLogStreamReader__post_header_lengths,
-            )
-            self.log_pos = frame.log_pos
-            return frame
-        self._pending.append(packet)
-        return super().fetchone()
+        except _Framed as framed:
+            self.log_pos = framed.frame.log_pos
+            return framed.frame
 
-    def _hand_back_through(self, conn: Any) -> None:
-        """Make ``conn`` return a packet handed back before reading the socket again."""
-        pending = self._pending
-        pending.clear()
+    def _frame_through(self, conn: Any) -> None:
+        """Wrap ``conn``'s packet reads: known rows events leave the library framed."""
         read = conn._read_packet
+        known = self._known
 
         def read_packet(packet_type: type = MysqlPacket) -> Any:
-            if pending:
-                return pending.pop()
-            return read(packet_type)
+            packet = read(packet_type)
+            data: bytes = packet.get_all_data()
+            table_id = rows_table_id(data)
+            if table_id is not None and known(table_id):
+                raise _Framed(
+                    frame_rows(
+                        data,
+                        checksum=self._BinLogStreamReader__use_checksum,
+                        post_header_lengths=self._BinLogStreamReader__post_header_lengths,
+                    )
+                )
+            return packet
 
         conn._read_packet = read_packet
         self._framed_connection = conn
