@@ -1,8 +1,10 @@
 """The binlog source: MySQL/MariaDB row changes as a stream of ChangeEvents.
 
-With :mod:`.transactions` and :mod:`.table_maps`, the only modules that import
-pymysqlreplication. The library frames the replication stream and parses table maps;
-everything with a correctness consequence is decided by these three:
+With :mod:`.transactions`, :mod:`.table_maps` and :mod:`.rows_framing`, the only modules that
+import pymysqlreplication. The library frames the replication stream and parses table maps,
+except for the rows events of known tables, framed from the raw packets by
+:mod:`.rows_framing` (and decoded in worker processes by :mod:`.decode_pool` when
+``decode_workers`` > 1); everything with a correctness consequence is decided by these:
 
 - transaction boundaries (MariaDB's GTID event instead of BEGIN, XidEvent or a ``COMMIT``
   query at the end, DDL on its own) and the resume positions that follow from them
