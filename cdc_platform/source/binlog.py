@@ -1,8 +1,8 @@
 """The binlog source: MySQL/MariaDB row changes as a stream of ChangeEvents.
 
-With :mod:`.transactions`, :mod:`.table_maps` and :mod:`.rows_framing`, the only modules that
-import pymysqlreplication. The library frames the replication stream and parses table maps,
-except for the rows events of known tables, framed from the raw packets by
+With :mod:`.transactions`, :mod:`.table_maps`, :mod:`.rows_framing` and :mod:`.decode_pool`,
+the only modules that import pymysqlreplication. The library frames the replication stream and
+parses table maps, except for the rows events of known tables, framed from the raw packets by
 :mod:`.rows_framing` (and decoded in worker processes by :mod:`.decode_pool` when
 ``decode_workers`` > 1); everything with a correctness consequence is decided by these:
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import select
 import socket
 import threading
 import time
@@ -57,7 +58,7 @@ from cdc_platform.events import (
     ServerIdentity,
 )
 from cdc_platform.source.binlog_server import BinlogServer, SourceInfo
-from cdc_platform.source.decode_pool import DecodePool, ordered_events
+from cdc_platform.source.decode_pool import DecodePool, StreamHooks, ordered_events
 from cdc_platform.source.filters import TableFilter, filter_fingerprint
 from cdc_platform.source.mysql import (
     GAP_ADVICE,
@@ -296,9 +297,8 @@ class BinlogSource:
     ) -> Iterator[ChangeEvent]:
         """Events of one reader until stop() (returns) or the connection is lost (raises)."""
         if self._pool is not None:
-            yield from ordered_events(
-                reader.fetchone, assembler, self._pool, self._stop, on_event=self._reset_delay
-            )
+            hooks = StreamHooks(reader.fetchone, self._stop, self._reset_delay, self._more_waiting)
+            yield from ordered_events(hooks, assembler, self._pool)
             return
         fetch = reader.fetchone
         feed = assembler.feed
@@ -314,6 +314,17 @@ class BinlogSource:
 
     def _reset_delay(self) -> None:
         self._delay = self.config.reconnect_initial_seconds
+
+    def _more_waiting(self) -> bool:
+        """Whether more of the binlog stream has arrived than was read (the socket has data)."""
+        sock = self._sock
+        if sock is None:
+            return False
+        try:
+            readable, _, _ = select.select([sock], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return bool(readable)
 
     def _read_prepared(self, xa: PreparedXa) -> list[ChangeEvent]:
         """The rows of an XA transaction prepared before the resume position and committed

@@ -16,8 +16,12 @@ import pickle
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
 from threading import Event
 from typing import Any
+
+from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, XidEvent
+from pymysqlreplication.row_event import TableMapEvent
 
 from cdc_platform.events import ChangeEvent
 from cdc_platform.source.mysql import StreamLostError
@@ -29,6 +33,7 @@ __all__ = [
     "DEFAULT_BATCH_BYTES",
     "DEFAULT_IN_FLIGHT_BYTES",
     "DecodePool",
+    "StreamHooks",
     "decode_frame",
     "ordered_events",
 ]
@@ -125,65 +130,133 @@ class DecodePool:
             executor.shutdown(wait=True, cancel_futures=True)
 
 
-def ordered_events(
-    fetch: Callable[[], Any],
-    assembler: TransactionAssembler,
-    pool: DecodePool,
-    stop: Event,
-    *,
-    on_event: Callable[[], None] = lambda: None,
-) -> Iterator[ChangeEvent]:
-    """Change events of the events ``fetch`` returns, rows decoded by ``pool``, in binlog order.
+@dataclass(frozen=True)
+class StreamHooks:
+    """What :func:`ordered_events` needs from the reader.
 
-    Ends when ``stop`` is set; raises StreamLostError when ``fetch`` returns None (the
-    server ended the stream). Rows events still in flight then are never fed: the source
-    restarts from the last boundary the assembler passed.
+    ``fetch`` returns the next event (blocking; None when the server ended the stream);
+    ``stop`` ends the loop; ``on_event`` is called after each event read; ``more_waiting``
+    says whether more of the stream has already arrived (so waiting for the workers can be
+    put off without delaying anything).
     """
-    window: deque[tuple[list[tuple[int, RowsFrame]], Future[list[Decoded]], int]] = deque()
-    in_flight = 0
-    batch: list[tuple[int, RowsFrame]] = []
-    specs: dict[int, bytes] = {}
-    batched = 0
-    feed_decoded = assembler.feed_decoded
 
-    def send() -> None:
-        nonlocal batch, specs, batched, in_flight
-        window.append((batch, pool.submit(specs, batch), batched))
-        in_flight += batched
-        batch, specs, batched = [], {}, 0
+    fetch: Callable[[], Any]
+    stop: Event
+    on_event: Callable[[], None] = lambda: None
+    more_waiting: Callable[[], bool] = lambda: False
 
-    def ready(
-        frames: list[tuple[int, RowsFrame]], future: Future[list[Decoded]]
-    ) -> Iterator[ChangeEvent]:
-        for (_, frame), decoded in zip(frames, future.result(), strict=True):
-            yield from feed_decoded(frame, decoded)
 
+_QUEUED = (XidEvent, MariadbGtidEvent, GtidEvent)
+"""Transaction boundaries that wait in line behind the rows events in flight; they neither
+read nor change the table maps. Every other event is fed after all before it."""
+
+_MAX_QUEUED_EVENTS = 100_000
+
+
+def ordered_events(
+    stream: StreamHooks, assembler: TransactionAssembler, pool: DecodePool
+) -> Iterator[ChangeEvent]:
+    """Change events of the stream's events, rows decoded by ``pool``, in binlog order.
+
+    Rows events are batched to the workers; a GTID or commit event queues behind them, so
+    the workers decode while the next transactions are read. Table maps are applied to the
+    plans at once (the rows events after them are decoded with them; those before keep the
+    decoder they were sent with). Any other event (rotation, DDL and other statements, XA,
+    heartbeats) is fed only after everything before it, and whenever nothing more of the
+    stream has arrived, everything decoded so far is fed: an idle stream delays nothing.
+
+    Ends when ``stop`` is set; raises StreamLostError when ``fetch`` returns None. Rows events
+    still in flight then are never fed: the source restarts from the last boundary the
+    assembler passed.
+    """
+    line = _InOrder(assembler, pool)
+    fetch, stop = stream.fetch, stream.stop
     while not stop.is_set():
         event = fetch()
         if event is None:
             raise StreamLostError("the server ended the binlog stream")
-        on_event()
-        if type(event) is RowsFrame:
+        stream.on_event()
+        kind = type(event)
+        if kind is RowsFrame:
             decoder = assembler.decoder_of(event)
-            if decoder is None:
-                continue  # a table the filters leave out: never decoded
-            key, spec = pool.key(decoder)
-            specs[key] = spec
-            batch.append((key, event))
-            batched += len(event.rows)
-            if batched >= pool.batch_bytes:
-                send()
-            while in_flight > pool.max_in_flight_bytes and window:
-                frames, future, size = window.popleft()
-                in_flight -= size
-                yield from ready(frames, future)
-            continue
-        if batch:
-            send()
+            if decoder is not None:  # else a table the filters leave out: never decoded
+                line.add(decoder, event)
+        elif kind is TableMapEvent:
+            assembler.feed(event)  # plans only; no change event, no transaction state
+        else:
+            line.send()
+            if kind in _QUEUED and line.window:
+                line.window.append(_Entry(event, None, [], 0))
+            else:
+                yield from line.feed_ready(block=True)
+                yield from assembler.feed(event)
+        if line.window:
+            yield from line.feed_ready(block=line.crowded() or not stream.more_waiting())
+
+
+class _InOrder:
+    """The rows events sent to the workers and the events queued behind them, in order."""
+
+    def __init__(self, assembler: TransactionAssembler, pool: DecodePool) -> None:
+        self.window: deque[_Entry] = deque()
+        self._assembler = assembler
+        self._pool = pool
+        self._in_flight = 0
+        self._batch: list[tuple[RowDecoder, RowsFrame]] = []
+        self._specs: dict[int, bytes] = {}
+        self._keys: list[int] = []
+        self._batched = 0
+
+    def add(self, decoder: RowDecoder, frame: RowsFrame) -> None:
+        """A rows event for the next batch (sent once the batch is big enough)."""
+        key, spec = self._pool.key(decoder)
+        self._specs[key] = spec
+        self._keys.append(key)
+        self._batch.append((decoder, frame))
+        self._batched += len(frame.rows)
+        if self._batched >= self._pool.batch_bytes:
+            self.send()
+
+    def send(self) -> None:
+        """Send the batch being gathered to a worker."""
+        if not self._batch:
+            return
+        frames = [frame for _, frame in self._batch]
+        future = self._pool.submit(self._specs, list(zip(self._keys, frames, strict=True)))
+        self.window.append(_Entry(None, future, self._batch, self._batched))
+        self._in_flight += self._batched
+        self._batch, self._specs, self._keys, self._batched = [], {}, [], 0
+
+    def crowded(self) -> bool:
+        """Too much in flight: wait for the workers before reading on."""
+        return (
+            self._in_flight > self._pool.max_in_flight_bytes
+            or len(self.window) > _MAX_QUEUED_EVENTS
+        )
+
+    def feed_ready(self, *, block: bool) -> Iterator[ChangeEvent]:
+        """Feed the assembler from the head of the line: everything (``block``), or as far
+        as the workers are done."""
+        window, assembler = self.window, self._assembler
         while window:
-            frames, future, _ = window.popleft()
-            yield from ready(frames, future)
-        in_flight = 0
-        out = assembler.feed(event)
-        if out:
-            yield from out
+            head = window[0]
+            if head.future is None:
+                window.popleft()
+                yield from assembler.feed(head.event)
+                continue
+            if not block and not head.future.done():
+                return
+            window.popleft()
+            self._in_flight -= head.size
+            for (decoder, frame), decoded in zip(head.frames, head.future.result(), strict=True):
+                yield from assembler.feed_decoded(frame, decoder, decoded)
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """In line for the assembler: a queued event, or a batch of rows events being decoded."""
+
+    event: Any
+    future: Future[list[Decoded]] | None
+    frames: list[tuple[RowDecoder, RowsFrame]]
+    size: int

@@ -411,13 +411,11 @@ class TransactionAssembler:
         return self._plans.get(frame.table_id)
 
     def feed_decoded(
-        self, frame: RowsFrame, decoded: Sequence[tuple[str, ...]]
+        self, frame: RowsFrame, decoder: RowDecoder, decoded: Sequence[tuple[str, ...]]
     ) -> list[ChangeEvent]:
         """The change events of a rows event whose rows were decoded elsewhere (a worker
-        process) with :meth:`decoder_of`'s decoder: the same as :meth:`feed` would give."""
-        decoder = self._plans.get(frame.table_id)
-        if decoder is None:
-            return []
+        process) with ``decoder``, the one :meth:`decoder_of` gave when it was read: the same
+        as :meth:`feed` would have given then."""
         return self._rows_out(frame, decoder, decoded)
 
     def _framed_rows(self, frame: RowsFrame) -> list[ChangeEvent]:
