@@ -4,13 +4,13 @@ One binlog stream is read by one thread; the rows events it frames (:mod:`.rows_
 are decoded by :class:`DecodePool`'s worker processes (row values to JSON images, the
 pure-Python work that dominates the reader's profile), and :func:`ordered_events` feeds the
 results to the :class:`~cdc_platform.source.transactions.TransactionAssembler` in the order
-the events were read. Every other event waits until all rows events before it are fed, so
-transaction boundaries, indices, ``seq`` order and the restart positions are those of the
-in-thread path. The rows in flight are bounded in bytes.
+the events were read, so transaction boundaries, indices, ``seq`` order and the restart
+positions are those of the in-thread path. The rows in flight are bounded in bytes.
 """
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import pickle
 from collections import deque
@@ -59,12 +59,18 @@ def decode_frame(decoder: RowDecoder, frame: RowsFrame) -> Decoded:
 _worker_decoders: dict[int, RowDecoder] = {}
 """Each worker's decoders, by the key the pool gave the table version."""
 
+_MAX_DECODERS = 4096
+"""Table versions kept by the pool and by each worker (a new one per table map after every
+rotation or DDL); past that the caches start again."""
+
 
 def _decode_in_worker(specs: dict[int, bytes], batch: list[tuple[int, RowsFrame]]) -> list[Decoded]:
     out: list[Decoded] = []
     for key, frame in batch:
         decoder = _worker_decoders.get(key)
         if decoder is None:
+            if len(_worker_decoders) >= _MAX_DECODERS:
+                _worker_decoders.clear()  # keys are never reused: rebuilt from specs if needed
             decoder = pickle.loads(specs[key])  # noqa: S301 -- our own pickle, from the parent
             _worker_decoders[key] = decoder
         out.append(decode_frame(decoder, frame))
@@ -95,6 +101,7 @@ class DecodePool:
         self.batch_bytes = batch_bytes
         self._executor: ProcessPoolExecutor | None = None
         self._keys: dict[int, tuple[int, bytes, RowDecoder]] = {}
+        self._next_key = itertools.count(1)
 
     def start(self) -> None:
         """Start the workers now (they take a moment to import), not at the first rows."""
@@ -109,8 +116,10 @@ class DecodePool:
         """The key workers know ``decoder`` by, and its pickled definition."""
         known = self._keys.get(id(decoder))
         if known is None or known[2] is not decoder:
+            if len(self._keys) >= _MAX_DECODERS:
+                self._keys.clear()
             # The decoder stays referenced here, so its id is not reused while keyed.
-            known = (len(self._keys) + 1, pickle.dumps(decoder), decoder)
+            known = (next(self._next_key), pickle.dumps(decoder), decoder)
             self._keys[id(decoder)] = known
         return known[0], known[1]
 
