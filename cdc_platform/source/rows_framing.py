@@ -2,7 +2,7 @@
 
 For a rows event, pymysqlreplication builds a packet wrapper, an event object, a table
 object per event and reads the header through several layers of buffered reads: about a
-third of the reader thread's time while catching up (bench/throughput.py). The row values
+third of the reader thread's time while catching up single-row transactions. The row values
 were already decoded here from the event's bytes (:mod:`cdc_platform.source.values`), so for
 the rows events of tables whose table map the source knows, :class:`FramingReader` takes the
 packet as it is read, before the library parses it, and frames it with :func:`frame_rows`:
