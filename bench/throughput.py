@@ -15,7 +15,8 @@ that one binlog range is then decoded three ways in the same run:
 Each pipeline runs in a fresh process, so its peak RSS (and its decode workers' largest) is
 its own. Workloads: ``insert`` (bulk inserts of a 7-column table, one 1000-row INSERT a
 transaction), ``update`` (multi-row updates of 500 rows a transaction, before and after images),
-``wide`` (50 columns with JSON, TEXT, DECIMAL, DATETIME(6); 200 rows a transaction).
+``wide`` (50 columns with JSON, TEXT, DECIMAL, DATETIME(6); 200 rows a transaction), and
+``oltp`` (--rows / 4 single-row INSERT statements, 100 a transaction: one rows event per row).
 
 Then the pipeline runs live while a writer inserts --lag-rate rows/s (batches of 100 per
 transaction); each row carries its insert time, so the change log's `committed_at` minus it is
@@ -86,6 +87,19 @@ def insert_rows(server: MariaDBServer, start: int, count: int, per_txn: int = 10
                     for i in range(base, base + n)
                 ],
             )
+            conn.commit()
+
+
+def insert_single_rows(server: MariaDBServer, start: int, count: int, per_txn: int = 100) -> None:
+    """OLTP-shaped inserts: one row per statement (one rows event per row), 100 a transaction."""
+    with server.connect("bench", autocommit=False) as conn, conn.cursor() as cur:
+        for base in range(start, start + count, per_txn):
+            now = time.time()
+            for i in range(base, min(base + per_txn, start + count)):
+                cur.execute(
+                    "INSERT INTO items VALUES (%s, %s, %s, %s, %s, %s, NOW(6))",
+                    (i, f"SKU-{i:08d}", i % 97, f"{i % 10000}.25", "n" * (i % 50), now),
+                )
             conn.commit()
 
 
@@ -296,11 +310,13 @@ def lag(
 def workloads(args: argparse.Namespace) -> dict[str, tuple[int, Callable[[MariaDBServer], None]]]:
     """name -> (rows in the binlog range, the writer that makes them)."""
     wide_rows = args.wide_rows or max(1, args.rows // 4)
+    oltp_rows = max(1, args.rows // 4)
     seeded = min(args.rows, 50_000)
     return {
         "insert": (args.rows, lambda s: insert_rows(s, 1, args.rows)),
         "update": (args.rows, lambda s: update_rows(s, seeded, args.rows)),
         "wide": (wide_rows, lambda s: insert_wide(s, wide_rows)),
+        "oltp": (oltp_rows, lambda s: insert_single_rows(s, 20_000_000, oltp_rows)),
     }
 
 
@@ -311,7 +327,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--wide-rows", type=int, default=0, help="default: --rows / 4")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
-    parser.add_argument("--workloads", default="insert,update,wide")
+    parser.add_argument("--workloads", default="insert,update,wide,oltp")
     parser.add_argument("--lag-seconds", type=float, default=20.0)
     parser.add_argument("--lag-rate", type=int, default=5000)
     parser.add_argument("--lag-workers", type=int, default=1)
