@@ -21,10 +21,11 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from pymysql.protocol import MysqlPacket
 from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from cdc_platform.errors import SourceError
 
@@ -32,9 +33,12 @@ __all__ = [
     "DELETE",
     "UPDATE",
     "WRITE",
+    "EventHeader",
     "FramingReader",
     "RowsFrame",
+    "frame_library_event",
     "frame_rows",
+    "header_of",
     "rows_table_id",
 ]
 
@@ -134,6 +138,35 @@ def frame_rows(
         event_size,
         log_pos,
     )
+
+
+def frame_library_event(event: Any) -> RowsFrame:
+    """The frame of a rows event the library parsed: its row bytes are the packet's rest."""
+    kind = _LIBRARY_KINDS[type(event)]
+    packet = event.packet
+    return RowsFrame(
+        kind, event.table_id, event.columns_present_bitmap,
+        event.columns_present_bitmap2 if kind == UPDATE else b"",
+        packet.read(event.event_size - packet.read_bytes), event.timestamp,
+        packet.server_id, packet.event_size, packet.log_pos,
+    )  # fmt: skip
+
+
+_LIBRARY_KINDS: Final = {WriteRowsEvent: WRITE, UpdateRowsEvent: UPDATE, DeleteRowsEvent: DELETE}
+
+
+class EventHeader(Protocol):
+    """Where an event ends, its size and the server that wrote it."""
+
+    log_pos: int
+    event_size: int
+    server_id: int
+
+
+def header_of(event: Any) -> EventHeader:
+    """An event's header fields: the library keeps them on its packet wrapper, a framed rows
+    event on itself."""
+    return event if type(event) is RowsFrame else event.packet
 
 
 def _length_encoded(data: bytes, pos: int) -> tuple[int, int]:

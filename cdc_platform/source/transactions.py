@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
 from pymysqlreplication.event import (
     GtidEvent,
@@ -53,7 +53,13 @@ from cdc_platform.events import (
 )
 from cdc_platform.source.filters import Statement, StatementKind, TableFilter, classify_statement
 from cdc_platform.source.mysql import GAP_ADVICE
-from cdc_platform.source.rows_framing import DELETE, UPDATE, WRITE, RowsFrame
+from cdc_platform.source.rows_framing import (
+    UPDATE,
+    WRITE,
+    RowsFrame,
+    frame_library_event,
+    header_of,
+)
 from cdc_platform.source.table_maps import TablePlans
 from cdc_platform.source.values import RowDecoder
 from cdc_platform.source.xa import XaState, xa_statement
@@ -134,9 +140,9 @@ class TransactionAssembler:
         self._last_quiet = float("-inf")
         self._idle_commit: ChangeEvent | None = None
         self._handlers: dict[type, Callable[[Any], list[ChangeEvent]]] = {
-            WriteRowsEvent: self._write_rows,
-            UpdateRowsEvent: self._update_rows,
-            DeleteRowsEvent: self._delete_rows,
+            WriteRowsEvent: self._library_rows,
+            UpdateRowsEvent: self._library_rows,
+            DeleteRowsEvent: self._library_rows,
             TableMapEvent: self._table_map,
             XidEvent: self._end,
             MariadbGtidEvent: self._mariadb_gtid,
@@ -226,12 +232,12 @@ class TransactionAssembler:
         )
 
     def _here(self, event: Any) -> BinlogPosition:
-        return BinlogPosition(self._file, _header(event).log_pos)
+        return BinlogPosition(self._file, header_of(event).log_pos)
 
     # -- transaction boundaries -----------------------------------------------------------------
 
     def _begin(self, event: Any, gtid: str | None, standalone: bool) -> list[ChangeEvent]:
-        header = _header(event)
+        header = header_of(event)
         start = BinlogPosition(self._file, header.log_pos - header.event_size)
         if self._txn is not None:
             self._abandon(start)
@@ -385,26 +391,11 @@ class TransactionAssembler:
 
     # -- rows ------------------------------------------------------------------------------
 
-    def _write_rows(self, event: Any) -> list[ChangeEvent]:
-        return self._rows(event, WRITE, b"")
-
-    def _update_rows(self, event: Any) -> list[ChangeEvent]:
-        return self._rows(event, UPDATE, event.columns_present_bitmap2)
-
-    def _delete_rows(self, event: Any) -> list[ChangeEvent]:
-        return self._rows(event, DELETE, b"")
-
-    def _rows(self, event: Any, kind: int, present_after: bytes) -> list[ChangeEvent]:
-        """A rows event as the library framed it: its row bytes are the packet's rest."""
+    def _library_rows(self, event: Any) -> list[ChangeEvent]:
+        """A rows event the library framed (a table whose map came after the reader's check)."""
         if self._plans.get(event.table_id) is None:
             return []  # filtered: the rows are never decoded
-        packet = event.packet
-        frame = RowsFrame(
-            kind, event.table_id, event.columns_present_bitmap, present_after,
-            packet.read(event.event_size - packet.read_bytes), event.timestamp,
-            packet.server_id, packet.event_size, packet.log_pos,
-        )  # fmt: skip
-        return self._framed_rows(frame)
+        return self._framed_rows(frame_library_event(event))
 
     def decoder_of(self, frame: RowsFrame) -> RowDecoder | None:
         """The decoder of a rows event's table, None for a table the filters leave out."""
@@ -630,18 +621,6 @@ class TransactionAssembler:
         if event_type == _ANONYMOUS_GTID_EVENT:
             return self._begin(event, None, standalone=True)
         return []
-
-
-class _Header(Protocol):
-    log_pos: int
-    event_size: int
-    server_id: int
-
-
-def _header(event: Any) -> _Header:
-    """Where an event's end position, size and server id are: the library keeps them on its
-    packet wrapper, a framed rows event on itself."""
-    return event if type(event) is RowsFrame else event.packet
 
 
 def _name(gtid: str | None, start: BinlogPosition) -> str:
