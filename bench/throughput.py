@@ -1,25 +1,41 @@
-"""Pipeline throughput vs. bare binlog decoding, and commit-to-visible lag at a steady rate.
+"""Pipeline throughput vs. bare binlog decoding, per workload and decode workers; lag; RSS.
 
-    .venv/bin/python bench/throughput.py [--rows 200000] [--lag-seconds 20] [--lag-rate 5000]
+    .venv/bin/python bench/throughput.py [--rows 200000] [--wide-rows N] [--workers N]
+        [--lag-seconds 20] [--lag-rate 5000] [--workloads insert,update,wide]
 
-1. Inserts --rows rows into a private MariaDB, then decodes that binlog range (a) with bare
-   pymysqlreplication (rows as dicts, nothing else) and (b) through the whole pipeline
-   (BinlogSource -> EventStore -> DeltaChangeLog commits), in the same run; prints rows/s of
-   both and their ratio.
-2. Runs the pipeline live while a writer inserts --lag-rate rows/s (batches of 100 per
-   transaction); each row carries its insert time, so the change log's `committed_at` minus it
-   is the commit-to-visible lag; prints p50 / p99.
+For each workload, in a private MariaDB (binlog ROW/FULL/FULL), the rows are written once and
+that one binlog range is then decoded three ways in the same run:
+
+(a) bare pymysqlreplication: every rows event's ``.rows`` (dicts of library values), nothing
+    else (the library's own decoding, no table filter, no freeze_schema);
+(b) the whole pipeline (BinlogSource -> EventStore -> DeltaChangeLog commits) with
+    ``decode_workers: 1`` (rows decoded in the reader thread);
+(c) the same with ``decode_workers: N`` (--workers, default the machine's cores).
+
+Each pipeline runs in a fresh process, so its peak RSS (and its decode workers' largest) is
+its own. Workloads: ``insert`` (bulk inserts of a 7-column table, one 1000-row INSERT a
+transaction), ``update`` (multi-row updates of 500 rows a transaction, before and after images),
+``wide`` (50 columns with JSON, TEXT, DECIMAL, DATETIME(6); 200 rows a transaction), and
+``oltp`` (--rows / 4 single-row INSERT statements, 100 a transaction: one rows event per row).
+
+Then the pipeline runs live while a writer inserts --lag-rate rows/s (batches of 100 per
+transaction); each row carries its insert time, so the change log's `committed_at` minus it is
+the commit-to-visible lag; prints p50 / p99 (with the default decode_workers).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import multiprocessing
 import os
+import resource
 import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -35,24 +51,101 @@ from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.destinations import instance_config
 from cdc_platform.testing.mariadb import MariaDBServer
 
-TABLE = """CREATE TABLE bench.items (
+ITEMS = """CREATE TABLE bench.items (
     id BIGINT PRIMARY KEY, sku VARCHAR(32), qty INT, price DECIMAL(10,2),
     note VARCHAR(200), t_insert DOUBLE, updated DATETIME(6)
 )"""
 
+COUNTERS = """CREATE TABLE bench.counters (
+    id BIGINT PRIMARY KEY, n INT NOT NULL, name VARCHAR(32), amount DECIMAL(12,2),
+    touched DATETIME(6)
+)"""
+
+_WIDE_COLUMNS = (
+    [f"i{k} INT" for k in range(10)]
+    + [f"v{k} VARCHAR(40)" for k in range(10)]
+    + [f"d{k} DECIMAL(12,4)" for k in range(8)]
+    + [f"t{k} DATETIME(6)" for k in range(8)]
+    + [f"x{k} TEXT" for k in range(6)]
+    + [f"j{k} JSON" for k in range(4)]
+    + [f"f{k} DOUBLE" for k in range(3)]
+)
+WIDE = f"CREATE TABLE bench.wide (id BIGINT PRIMARY KEY, {', '.join(_WIDE_COLUMNS)})"
+
 
 def insert_rows(server: MariaDBServer, start: int, count: int, per_txn: int = 1000) -> None:
+    """Bulk inserts: one multi-row INSERT per transaction (rows events of ~8 KB each)."""
     with server.connect("bench", autocommit=False) as conn, conn.cursor() as cur:
         for base in range(start, start + count, per_txn):
             n = min(per_txn, start + count - base)
             now = time.time()
-            cur.executemany(
-                "INSERT INTO items VALUES (%s, %s, %s, %s, %s, %s, NOW(6))",
+            updated = datetime.datetime.now()
+            cur.executemany(  # only %s placeholders: pymysql sends one multi-row INSERT
+                "INSERT INTO items VALUES (%s, %s, %s, %s, %s, %s, %s)",
                 [
-                    (i, f"SKU-{i:08d}", i % 97, f"{i % 10000}.25", "n" * (i % 50), now)
+                    (i, f"SKU-{i:08d}", i % 97, f"{i % 10000}.25", "n" * (i % 50), now, updated)
                     for i in range(base, base + n)
                 ],
             )
+            conn.commit()
+
+
+def insert_single_rows(server: MariaDBServer, start: int, count: int, per_txn: int = 100) -> None:
+    """OLTP-shaped inserts: one row per statement (one rows event per row), 100 a transaction."""
+    with server.connect("bench", autocommit=False) as conn, conn.cursor() as cur:
+        for base in range(start, start + count, per_txn):
+            now = time.time()
+            for i in range(base, min(base + per_txn, start + count)):
+                cur.execute(
+                    "INSERT INTO items VALUES (%s, %s, %s, %s, %s, %s, NOW(6))",
+                    (i, f"SKU-{i:08d}", i % 97, f"{i % 10000}.25", "n" * (i % 50), now),
+                )
+            conn.commit()
+
+
+def seed_counters(server: MariaDBServer, count: int) -> None:
+    with server.connect("bench", autocommit=False) as conn, conn.cursor() as cur:
+        for base in range(0, count, 1000):
+            cur.executemany(
+                "INSERT INTO counters VALUES (%s, 0, %s, '0.00', NOW(6))",
+                [(i, f"counter-{i}") for i in range(base, min(base + 1000, count))],
+            )
+        conn.commit()
+
+
+def update_rows(server: MariaDBServer, table_rows: int, count: int, per_txn: int = 500) -> None:
+    with server.connect("bench", autocommit=False) as conn, conn.cursor() as cur:
+        done = 0
+        while done < count:
+            first = done % table_rows
+            n = min(per_txn, count - done, table_rows - first)
+            cur.execute(
+                "UPDATE counters SET n = n + 1, amount = amount + 1.25, touched = NOW(6) "
+                "WHERE id >= %s AND id < %s",
+                (first, first + n),
+            )
+            conn.commit()
+            done += n
+
+
+def insert_wide(server: MariaDBServer, count: int, per_txn: int = 200) -> None:
+    placeholders = ", ".join(["%s"] * 50)
+    with server.connect("bench", autocommit=False) as conn, conn.cursor() as cur:
+        for base in range(0, count, per_txn):
+            rows = []
+            for i in range(base, min(base + per_txn, count)):
+                doc = json.dumps({"id": i, "tags": ["a", "b", str(i % 7)], "price": i / 3})
+                rows.append(
+                    (i,)
+                    + tuple(i * k for k in range(10))
+                    + tuple(f"value-{k}-{i}" for k in range(10))
+                    + tuple(f"{i % 100000}.{k:04d}" for k in range(8))
+                    + tuple(f"2024-0{1 + k % 9}-1{k} 12:34:56.{i % 1000000:06d}" for k in range(8))
+                    + tuple("text " * (5 + (i + k) % 40) for k in range(6))
+                    + (doc,) * 4
+                    + tuple(i / (k + 1) for k in range(3))
+                )
+            cur.executemany(f"INSERT INTO wide VALUES ({placeholders})", rows)
             conn.commit()
 
 
@@ -64,6 +157,7 @@ def position(server: MariaDBServer) -> ResumePosition:
 def bare_decode(
     server: MariaDBServer, user: tuple[str, str], start: ResumePosition, rows: int
 ) -> float:
+    """Rows/s of the library decoding every rows event from ``start`` (to ``rows`` rows)."""
     stream = BinLogStreamReader(
         connection_settings={
             "host": server.host,
@@ -75,7 +169,7 @@ def bare_decode(
         log_file=start.file,
         log_pos=start.pos,
         resume_stream=True,
-        blocking=True,
+        blocking=False,
         only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
         only_schemas=["bench"],
     )
@@ -91,30 +185,59 @@ def bare_decode(
     return seen / (time.perf_counter() - began)
 
 
-def config(server: MariaDBServer, user: str, **store: object) -> InstanceConfig:
-    return instance_config(
+def config(server: MariaDBServer, user: str, workers: int = 1, **store: object) -> InstanceConfig:
+    base = instance_config(
         server, user, [r"bench\..*"], server_id=5002, password_env="BENCH_CDC_PASSWORD", **store
     )
+    source = base.source.model_copy(update={"decode_workers": workers})
+    return base.model_copy(update={"source": source})
 
 
-def pipeline(
-    server: MariaDBServer, user: str, start: ResumePosition, rows: int, lake: Path
-) -> float:
-    uri = str(lake / "throughput" / "changes")
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _descendants_peak_rss_mb() -> float:
+    """The largest peak RSS (VmHWM) among this process's descendants: the decode workers
+    (children of the forkserver this process started)."""
+    parents: dict[int, int] = {}
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(
+                line.split(":", 1) for line in status.read_text().splitlines() if ":" in line
+            )
+            parents[int(status.parent.name)] = int(fields["PPid"])
+        except (OSError, KeyError, ValueError):
+            continue
+    mine, peak = {os.getpid()}, 0.0
+    for _ in range(4):  # forkserver -> worker: a few generations suffice
+        mine |= {pid for pid, ppid in parents.items() if ppid in mine}
+    for pid in mine - {os.getpid()}:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]) / 1024)
+        except OSError:
+            continue
+    return peak
+
+
+def _pipeline_child(
+    cfg: InstanceConfig, start: ResumePosition, rows: int, uri: str, out: multiprocessing.Queue
+) -> None:
     sink = DeltaChangeLog(uri, "throughput")
     sink.commit((), batch_seq=1, resume=start, epoch=0)
     sink.close()
-    runtime = DestinationRuntime(
-        WriteTerm("throughput", config(server, user), uri), metrics_interval_seconds=3600
-    )
+    runtime = DestinationRuntime(WriteTerm("throughput", cfg, uri), metrics_interval_seconds=3600)
     done = threading.Event()
     began = time.perf_counter()
-    finished = [0.0]
+    finished = [0.0, 0.0]
 
     def watch() -> None:
         while not done.is_set():
             if runtime.metrics().rows_total >= rows:
                 finished[0] = time.perf_counter()
+                finished[1] = _descendants_peak_rss_mb()
                 runtime.request_stop("all rows committed")
                 return
             time.sleep(0.1)  # a faster poll steals the GIL from the pipeline it measures
@@ -124,13 +247,30 @@ def pipeline(
     runtime.run(exit_when_idle_seconds=10)
     done.set()
     end = finished[0] or time.perf_counter()
-    return runtime.metrics().rows_total / (end - began)
+    rate = runtime.metrics().rows_total / (end - began)
+    out.put((rate, _peak_rss_mb(), finished[1]))
 
 
-def lag(server: MariaDBServer, user: str, lake: Path, seconds: float, rate: int) -> list[float]:
+def pipeline(
+    cfg: InstanceConfig, start: ResumePosition, rows: int, uri: str
+) -> tuple[float, float, float]:
+    """(rows/s, peak RSS MB of the pipeline process, largest decode worker's peak RSS MB),
+    measured in a fresh process."""
+    ctx = multiprocessing.get_context("spawn")
+    out: multiprocessing.Queue = ctx.Queue()
+    child = ctx.Process(target=_pipeline_child, args=(cfg, start, rows, uri, out))
+    child.start()
+    result: tuple[float, float, float] = out.get(timeout=1800)
+    child.join(timeout=60)
+    return result
+
+
+def lag(
+    server: MariaDBServer, cfg: InstanceConfig, lake: Path, seconds: float, rate: int
+) -> list[float]:
     uri = str(lake / "lag" / "changes")
     runtime = DestinationRuntime(
-        WriteTerm("lag", config(server, user, batch_timeout_seconds=0.1), uri),
+        WriteTerm("lag", cfg, uri),
         metrics_interval_seconds=3600,
     )
     runner = threading.Thread(target=runtime.run, daemon=True)
@@ -167,37 +307,84 @@ def lag(server: MariaDBServer, user: str, lake: Path, seconds: float, rate: int)
     return lags
 
 
+def workloads(args: argparse.Namespace) -> dict[str, tuple[int, Callable[[MariaDBServer], None]]]:
+    """name -> (rows in the binlog range, the writer that makes them)."""
+    wide_rows = args.wide_rows or max(1, args.rows // 4)
+    oltp_rows = max(1, args.rows // 4)
+    seeded = min(args.rows, 50_000)
+    return {
+        "insert": (args.rows, lambda s: insert_rows(s, 1, args.rows)),
+        "update": (args.rows, lambda s: update_rows(s, seeded, args.rows)),
+        "wide": (wide_rows, lambda s: insert_wide(s, wide_rows)),
+        "oltp": (oltp_rows, lambda s: insert_single_rows(s, 20_000_000, oltp_rows)),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--wide-rows", type=int, default=0, help="default: --rows / 4")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--workloads", default="insert,update,wide,oltp")
     parser.add_argument("--lag-seconds", type=float, default=20.0)
     parser.add_argument("--lag-rate", type=int, default=5000)
+    parser.add_argument("--lag-workers", type=int, default=1)
     args = parser.parse_args()
+    chosen = args.workloads.split(",")
     with tempfile.TemporaryDirectory(prefix="cdc-bench-") as tmp:
         root = Path(tmp)
         with MariaDBServer(root / "mariadb") as server:
             user = server.create_replication_user("bench", "bench-pw")
             os.environ["BENCH_CDC_PASSWORD"] = user.password
-            server.execute("CREATE DATABASE bench", TABLE)
-            start = position(server)
-            insert_rows(server, 1, args.rows)
-            bare = bare_decode(server, (user.name, user.password), start, args.rows)
-            piped = pipeline(server, user.name, start, args.rows, root / "lake")
-            print(f"rows: {args.rows}")
-            print(f"bare pymysqlreplication decode: {bare:,.0f} rows/s")
-            print(f"full pipeline into Delta:       {piped:,.0f} rows/s")
-            print(f"ratio pipeline / bare:          {piped / bare:.2f}")
+            server.execute("CREATE DATABASE bench", ITEMS, COUNTERS, WIDE)
+            seed_counters(server, min(args.rows, 50_000))
+            print(f"decode workers N = {args.workers}; cores = {os.cpu_count()}")
+            header = (
+                f"{'workload':<8} {'rows':>8} {'bare rows/s':>12} {'1 worker':>10} "
+                f"{'N workers':>10} {'1/bare':>7} {'N/bare':>7} {'N/1':>6} "
+                f"{'RSS 1':>7} {'RSS N':>7} {'worker':>7}"
+            )
+            print(header, flush=True)
+            for name, (rows, write) in workloads(args).items():
+                if name not in chosen:
+                    continue
+                start = position(server)
+                write(server)
+                bare = bare_decode(server, (user.name, user.password), start, rows)
+                lake = root / "lake" / name
+                one, rss_one, _ = pipeline(
+                    config(server, user.name, 1), start, rows, str(lake / "one" / "changes")
+                )
+                many, rss_many, rss_worker = pipeline(
+                    config(server, user.name, args.workers),
+                    start,
+                    rows,
+                    str(lake / "many" / "changes"),
+                )
+                print(
+                    f"{name:<8} {rows:>8} {bare:>12,.0f} {one:>10,.0f} {many:>10,.0f} "
+                    f"{one / bare:>7.2f} {many / bare:>7.2f} {many / one:>6.2f} "
+                    f"{rss_one:>6.0f}M {rss_many:>6.0f}M {rss_worker:>6.0f}M",
+                    flush=True,
+                )
             if args.lag_seconds > 0:
                 lags = sorted(
-                    lag(server, user.name, root / "lake", args.lag_seconds, args.lag_rate)
+                    lag(
+                        server,
+                        config(server, user.name, args.lag_workers, batch_timeout_seconds=0.1),
+                        root / "lake",
+                        args.lag_seconds,
+                        args.lag_rate,
+                    )
                 )
                 p50 = statistics.median(lags)
                 p99 = lags[min(len(lags) - 1, int(len(lags) * 0.99))]
                 print(
                     f"commit-to-visible lag at {args.lag_rate} rows/s over {args.lag_seconds:g} s "
-                    f"({len(lags)} rows): p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms"
+                    f"({len(lags)} rows, decode_workers {args.lag_workers}): "
+                    f"p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms"
                 )
 
 

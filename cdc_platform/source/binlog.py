@@ -1,8 +1,10 @@
 """The binlog source: MySQL/MariaDB row changes as a stream of ChangeEvents.
 
-With :mod:`.transactions` and :mod:`.table_maps`, the only modules that import
-pymysqlreplication. The library frames the replication stream and parses table maps;
-everything with a correctness consequence is decided by these three:
+With :mod:`.transactions`, :mod:`.table_maps`, :mod:`.rows_framing` and :mod:`.decode_pool`,
+the only modules that import pymysqlreplication. The library frames the replication stream and
+parses table maps, except for the rows events of known tables, framed from the raw packets by
+:mod:`.rows_framing` (and decoded in worker processes by :mod:`.decode_pool` when
+``decode_workers`` > 1); everything with a correctness consequence is decided by these:
 
 - transaction boundaries (MariaDB's GTID event instead of BEGIN, XidEvent or a ``COMMIT``
   query at the end, DDL on its own) and the resume positions that follow from them
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import select
 import socket
 import threading
 import time
@@ -55,6 +58,7 @@ from cdc_platform.events import (
     ServerIdentity,
 )
 from cdc_platform.source.binlog_server import BinlogServer, SourceInfo
+from cdc_platform.source.decode_pool import DecodePool, StreamHooks, ordered_events
 from cdc_platform.source.filters import TableFilter, filter_fingerprint
 from cdc_platform.source.mysql import (
     GAP_ADVICE,
@@ -64,6 +68,7 @@ from cdc_platform.source.mysql import (
     connection_over,
     library_connection,
 )
+from cdc_platform.source.rows_framing import FramingReader
 from cdc_platform.source.table_maps import JSON_VALID_CHECK, Catalog, TablePlans, enum_labels
 from cdc_platform.source.transactions import TransactionAssembler
 
@@ -105,7 +110,7 @@ class BinlogSource:
     (SourceServerChangedError), a GTID resume continues there.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (the config, then keyword-only options)
         self,
         config: SourceConfig,
         *,
@@ -113,6 +118,7 @@ class BinlogSource:
         password: str | SecretStr | None = None,
         clock: Callable[[], float] = time.monotonic,
         heartbeats: bool = False,
+        lean_framing: bool = True,
     ) -> None:
         self.config = config
         self._heartbeats = heartbeats
@@ -131,6 +137,13 @@ class BinlogSource:
         self._control: Connection | None = None
         self._delay = config.reconnect_initial_seconds
         self.server: ServerIdentity | None = None
+        self._lean_framing = lean_framing
+        self._pool = DecodePool(config.decode_workers) if config.decode_workers > 1 else None
+        """Rows events decoded in worker processes (lean framing only), or in this thread."""
+        if not lean_framing:
+            self._pool = None
+        """Frame the rows events of known tables from the raw packets (:mod:`.rows_framing`);
+        False leaves every event to the library (the reference the lean path is tested on)."""
 
     # -- the server ----------------------------------------------------------------------------
 
@@ -202,6 +215,15 @@ class BinlogSource:
         Ends when :meth:`stop` is called. Server loss is retried forever with exponential
         backoff (each attempt logged); a purged position or bad settings raise SourceError.
         """
+        if self._pool is not None:
+            self._pool.start()
+        try:
+            yield from self._events()
+        finally:
+            if self._pool is not None:
+                self._pool.close()
+
+    def _events(self) -> Generator[ChangeEvent, None, None]:
         start = self._until_reachable(lambda: self._prepare(self.resume or self.current_position()))
         if start is None:
             return
@@ -219,7 +241,7 @@ class BinlogSource:
                 )
                 if checked is None:
                     return
-            reader = self._reader(position)
+            reader = self._reader(position, plans)
             plans.attach(reader)
             lost = False
             try:
@@ -278,6 +300,10 @@ class BinlogSource:
         self, reader: BinLogStreamReader, assembler: TransactionAssembler
     ) -> Iterator[ChangeEvent]:
         """Events of one reader until stop() (returns) or the connection is lost (raises)."""
+        if self._pool is not None:
+            hooks = StreamHooks(reader.fetchone, self._stop, self._reset_delay, self._more_waiting)
+            yield from ordered_events(hooks, assembler, self._pool)
+            return
         fetch = reader.fetchone
         feed = assembler.feed
         stop = self._stop
@@ -290,6 +316,20 @@ class BinlogSource:
             if out:
                 yield from out
 
+    def _reset_delay(self) -> None:
+        self._delay = self.config.reconnect_initial_seconds
+
+    def _more_waiting(self) -> bool:
+        """Whether more of the binlog stream has arrived than was read (the socket has data)."""
+        sock = self._sock
+        if sock is None:
+            return False
+        try:
+            readable, _, _ = select.select([sock], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return bool(readable)
+
     def _read_prepared(self, xa: PreparedXa) -> list[ChangeEvent]:
         """The rows of an XA transaction prepared before the resume position and committed
         after it: its group is read again from its start, up to its XA PREPARE."""
@@ -300,7 +340,7 @@ class BinlogSource:
             filters=self._filters,
         )  # fmt: skip
         try:
-            reader = self._reader(start)
+            reader = self._reader(start, plans)
         except STREAM_ERRORS as exc:
             raise self.binlog_server.mysql.error(
                 exc, "reading a prepared XA transaction from", start
@@ -362,7 +402,7 @@ class BinlogSource:
         """True once :meth:`stop` was called."""
         return self._stop.is_set()
 
-    def _reader(self, start: ResumePosition) -> BinLogStreamReader:
+    def _reader(self, start: ResumePosition, plans: TablePlans) -> BinLogStreamReader:
         # Heartbeats arrive every heartbeat_seconds when idle: silence for several periods
         # means the server or the network is gone.
         settings = self.binlog_server.mysql.stream_settings(
@@ -374,8 +414,10 @@ class BinlogSource:
             mode = {"is_mariadb": True, "auto_position": start.gtid_set}
         else:
             mode = {"is_mariadb": False, "log_file": start.file, "log_pos": start.pos}
+        if self._lean_framing:
+            mode["known"] = plans.knows
         log.info("reading the binlog of %s from %s", self._where(), start)
-        return BinLogStreamReader(
+        return (FramingReader if self._lean_framing else BinLogStreamReader)(
             connection_settings=settings,
             server_id=self.config.server_id,
             resume_stream=True,

@@ -124,6 +124,10 @@ class TablePlans:
             ) from None
         return None if entry is None else entry[1]
 
+    def knows(self, table_id: int) -> bool:
+        """Whether a table map for ``table_id`` was seen (captured or filtered)."""
+        return table_id in self._by_id
+
     def clear(self) -> None:
         self._by_id.clear()
         if self._reader is not None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -54,7 +54,15 @@ from cdc_platform.events import (
 )
 from cdc_platform.source.filters import Statement, StatementKind, TableFilter, classify_statement
 from cdc_platform.source.mysql import GAP_ADVICE
+from cdc_platform.source.rows_framing import (
+    UPDATE,
+    WRITE,
+    RowsFrame,
+    frame_library_event,
+    header_of,
+)
 from cdc_platform.source.table_maps import TablePlans
+from cdc_platform.source.values import RowDecoder
 from cdc_platform.source.xa import XaState, xa_statement
 
 log = logging.getLogger("cdc_platform.source")
@@ -137,9 +145,9 @@ class TransactionAssembler:
         self._last_quiet = float("-inf")
         self._idle_commit: ChangeEvent | None = None
         self._handlers: dict[type, Callable[[Any], list[ChangeEvent]]] = {
-            WriteRowsEvent: self._write_rows,
-            UpdateRowsEvent: self._update_rows,
-            DeleteRowsEvent: self._delete_rows,
+            WriteRowsEvent: self._library_rows,
+            UpdateRowsEvent: self._library_rows,
+            DeleteRowsEvent: self._library_rows,
             TableMapEvent: self._table_map,
             XidEvent: self._end,
             MariadbGtidEvent: self._mariadb_gtid,
@@ -150,6 +158,7 @@ class TransactionAssembler:
             NotImplementedEvent: self._unknown,
             XAPrepareEvent: self._xa_prepare,
             PartialUpdateRowsEvent: self._partial_update,
+            RowsFrame: self._framed_rows,
         }
 
     def restart(self) -> ResumePosition:
@@ -228,12 +237,13 @@ class TransactionAssembler:
         )
 
     def _here(self, event: Any) -> BinlogPosition:
-        return BinlogPosition(self._file, event.packet.log_pos)
+        return BinlogPosition(self._file, header_of(event).log_pos)
 
     # -- transaction boundaries -----------------------------------------------------------------
 
     def _begin(self, event: Any, gtid: str | None, standalone: bool) -> list[ChangeEvent]:
-        start = BinlogPosition(self._file, event.packet.log_pos - event.packet.event_size)
+        header = header_of(event)
+        start = BinlogPosition(self._file, header.log_pos - header.event_size)
         if self._txn is not None:
             self._abandon(start)
         if self._expect is not None:
@@ -242,7 +252,7 @@ class TransactionAssembler:
             start=start,
             gtid=gtid,
             gtid_set_before=self._gtid_state,
-            server_id=event.packet.server_id,
+            server_id=header.server_id,
             timestamp=event.timestamp,
             filters=self._filters,
             xa_prepared=self._xa.pending,
@@ -421,31 +431,48 @@ class TransactionAssembler:
 
     # -- rows ------------------------------------------------------------------------------
 
-    def _write_rows(self, event: Any) -> list[ChangeEvent]:
-        return self._rows(event, WriteRowsEvent)
+    def _library_rows(self, event: Any) -> list[ChangeEvent]:
+        """A rows event the library framed (a table whose map came after the reader's check)."""
+        if self._plans.get(event.table_id) is None:
+            return []  # filtered: the rows are never decoded
+        return self._framed_rows(frame_library_event(event))
 
-    def _update_rows(self, event: Any) -> list[ChangeEvent]:
-        return self._rows(event, UpdateRowsEvent)
+    def decoder_of(self, frame: RowsFrame) -> RowDecoder | None:
+        """The decoder of a rows event's table, None for a table the filters leave out."""
+        return self._plans.get(frame.table_id)
 
-    def _delete_rows(self, event: Any) -> list[ChangeEvent]:
-        return self._rows(event, DeleteRowsEvent)
+    def feed_decoded(
+        self, frame: RowsFrame, decoder: RowDecoder, decoded: Sequence[tuple[str, ...]]
+    ) -> list[ChangeEvent]:
+        """The change events of a rows event whose rows were decoded elsewhere (a worker
+        process) with ``decoder``, the one :meth:`decoder_of` gave when it was read: the same
+        as :meth:`feed` would have given then."""
+        return self._rows_out(frame, decoder, decoded)
 
-    def _rows(self, event: Any, kind: type) -> list[ChangeEvent]:
-        decoder = self._plans.get(event.table_id)
+    def _framed_rows(self, frame: RowsFrame) -> list[ChangeEvent]:
+        """A rows event framed from the raw packet (:mod:`.rows_framing`) or by the library."""
+        decoder = self._plans.get(frame.table_id)
         if decoder is None:
             return []  # filtered: the rows are never decoded
-        txn = self._txn if self._txn is not None else self._ensure_txn(event)
-        packet = event.packet
-        data: bytes = packet.read(event.event_size - packet.read_bytes)
-        position = BinlogPosition(self._file, packet.log_pos)
+        if frame.kind == UPDATE:
+            decoded: Sequence[tuple[str, ...]] = decoder.updates(
+                frame.rows, frame.present, frame.present_after
+            )
+        else:
+            decoded = decoder.images(frame.rows, frame.present)
+        return self._rows_out(frame, decoder, decoded)
+
+    def _rows_out(
+        self, frame: RowsFrame, decoder: RowDecoder, decoded: Sequence[tuple[str, ...]]
+    ) -> list[ChangeEvent]:
+        txn = self._txn if self._txn is not None else self._ensure_txn(frame)
+        position = BinlogPosition(self._file, frame.log_pos)
         db, table, columns = decoder.db, decoder.table, decoder.columns_json
         index, skip = self._index, self._skip
         out: list[ChangeEvent] = []
         append = out.append
-        if kind is UpdateRowsEvent:
-            for before, after, pk in decoder.updates(
-                data, event.columns_present_bitmap, event.columns_present_bitmap2
-            ):
+        if frame.kind == UPDATE:
+            for before, after, pk in decoded:
                 if index >= skip:
                     append(
                         ChangeEvent(
@@ -455,9 +482,9 @@ class TransactionAssembler:
                     )  # fmt: skip
                 index += 1
         else:
-            insert = kind is WriteRowsEvent
+            insert = frame.kind == WRITE
             op = Op.INSERT if insert else Op.DELETE
-            for image, pk in decoder.images(data, event.columns_present_bitmap):
+            for image, pk in decoded:
                 if index >= skip:
                     append(
                         ChangeEvent(

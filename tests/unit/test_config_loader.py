@@ -53,6 +53,7 @@ def test_good_destination_loads_with_defaults(conf: Path) -> None:
     assert dest.config.source.include_tables == [r"shop\..*"]
     assert dest.config.store.batch_mode is BatchMode.MEMSIZE
     assert dest.config.sink.table == "changes"
+    assert dest.config.source.decode_workers == 1, "rows decoded in the reader thread"
     assert isinstance(loaded.platform.lease, DatabaseLeaseConfig)
     assert loaded.lake_root == conf.resolve().parent / "var" / "lake"
     assert loaded.table_uri("shop").endswith("var/lake/shop/changes")
@@ -131,6 +132,12 @@ BAD_DESTINATIONS = [
         "sink.table",
         "pattern",
         id="sink-path-escape",
+    ),
+    pytest.param(
+        GOOD.replace("server_id: 1001", "server_id: 1001\n  decode_workers: 0"),
+        "source.decode_workers",
+        "greater than or equal to 1",
+        id="no-decode-workers",
     ),
     pytest.param(GOOD + "surprise: 1\n", "surprise", "unknown key", id="unknown-top-level-key"),
     pytest.param(

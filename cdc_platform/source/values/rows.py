@@ -128,6 +128,15 @@ class RowDecoder:
         # Fail on an unsupported column now, at the table map, not at the first row.
         self._readers(b"\xff" * ((len(self._columns) + 7) // 8))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its definition (the readers are rebuilt): worker processes decode with it."""
+        names = [c.name for c in self._columns]
+        primary_key = [names.index(name) for name in self._pk_names]
+        return (
+            _rebuild,
+            (self.db, self.table, self._columns, primary_key, self._mysql_json),
+        )
+
     @property
     def columns(self) -> tuple[ColumnSpec, ...]:
         """The table's columns, in order."""
@@ -230,3 +239,13 @@ class RowDecoder:
                 f"rows event of {self.db}.{self.table}: decoded {pos} of {end} bytes; "
                 "the table map does not describe these rows"
             )
+
+
+def _rebuild(
+    db: str,
+    table: str,
+    columns: Sequence[ColumnSpec],
+    primary_key: Sequence[int],
+    mysql_json: Callable[[bytes], Any] | None,
+) -> RowDecoder:
+    return RowDecoder(db, table, columns, primary_key, mysql_json=mysql_json)

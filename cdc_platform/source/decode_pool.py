@@ -1,0 +1,271 @@
+"""Parallel decoding of rows events in worker processes, reassembled in binlog order.
+
+One binlog stream is read by one thread; the rows events it frames (:mod:`.rows_framing`)
+are decoded by :class:`DecodePool`'s worker processes (row values to JSON images, the
+pure-Python work that dominates the reader's profile), and :func:`ordered_events` feeds the
+results to the :class:`~cdc_platform.source.transactions.TransactionAssembler` in the order
+the events were read, so transaction boundaries, indices, ``seq`` order and the restart
+positions are those of the in-thread path. The rows in flight are bounded in bytes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import pickle
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from threading import Event
+from typing import Any
+
+from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, XidEvent
+from pymysqlreplication.row_event import TableMapEvent
+
+from cdc_platform.events import ChangeEvent
+from cdc_platform.source.mysql import StreamLostError
+from cdc_platform.source.rows_framing import UPDATE, RowsFrame
+from cdc_platform.source.transactions import TransactionAssembler
+from cdc_platform.source.values import RowDecoder
+
+__all__ = [
+    "DEFAULT_BATCH_BYTES",
+    "DEFAULT_IN_FLIGHT_BYTES",
+    "DecodePool",
+    "StreamHooks",
+    "decode_frame",
+    "ordered_events",
+]
+
+DEFAULT_IN_FLIGHT_BYTES = 8 << 20
+"""Row bytes sent to the workers and not yet fed to the assembler, at most (beyond one
+event bigger than that on its own)."""
+
+DEFAULT_BATCH_BYTES = 256 << 10
+"""Row bytes sent to a worker in one task (fewer, larger messages between processes)."""
+
+Decoded = list[tuple[str, str]] | list[tuple[str, str, str]]
+
+
+def decode_frame(decoder: RowDecoder, frame: RowsFrame) -> Decoded:
+    """The JSON images of one rows event: (image, pk) per row, (before, after, pk) for
+    updates."""
+    if frame.kind == UPDATE:
+        return decoder.updates(frame.rows, frame.present, frame.present_after)
+    return decoder.images(frame.rows, frame.present)
+
+
+_worker_decoders: dict[int, RowDecoder] = {}
+"""Each worker's decoders, by the key the pool gave the table version."""
+
+_MAX_DECODERS = 4096
+"""Table versions kept by the pool and by each worker (a new one per table map after every
+rotation or DDL); past that the caches start again."""
+
+
+def _decode_in_worker(specs: dict[int, bytes], batch: list[tuple[int, RowsFrame]]) -> list[Decoded]:
+    out: list[Decoded] = []
+    for key, frame in batch:
+        decoder = _worker_decoders.get(key)
+        if decoder is None:
+            if len(_worker_decoders) >= _MAX_DECODERS:
+                _worker_decoders.clear()  # keys are never reused: rebuilt from specs if needed
+            decoder = pickle.loads(specs[key])  # noqa: S301 -- our own pickle, from the parent
+            _worker_decoders[key] = decoder
+        out.append(decode_frame(decoder, frame))
+    return out
+
+
+def _ready() -> None:
+    """A first task: the worker has started and imported the decoders."""
+
+
+class DecodePool:
+    """``workers`` processes decoding rows events, in batches of up to ``batch_bytes`` row
+    bytes; at most ``max_in_flight_bytes`` row bytes are sent and not yet fed back.
+
+    Workers are started with ``forkserver`` (never a fork of the multi-threaded reader
+    process) by :meth:`start`, or at the first :meth:`submit`.
+    """
+
+    def __init__(
+        self,
+        workers: int,
+        *,
+        max_in_flight_bytes: int = DEFAULT_IN_FLIGHT_BYTES,
+        batch_bytes: int = DEFAULT_BATCH_BYTES,
+    ) -> None:
+        self.workers = workers
+        self.max_in_flight_bytes = max_in_flight_bytes
+        self.batch_bytes = batch_bytes
+        self._executor: ProcessPoolExecutor | None = None
+        self._keys: dict[int, tuple[int, bytes, RowDecoder]] = {}
+        self._next_key = itertools.count(1)
+
+    def start(self) -> None:
+        """Start the workers now (they take a moment to import), not at the first rows."""
+        if self._executor is None:
+            self._executor = ProcessPoolExecutor(
+                self.workers, mp_context=multiprocessing.get_context("forkserver")
+            )
+            for _ in range(self.workers):
+                self._executor.submit(_ready)
+
+    def key(self, decoder: RowDecoder) -> tuple[int, bytes]:
+        """The key workers know ``decoder`` by, and its pickled definition."""
+        known = self._keys.get(id(decoder))
+        if known is None or known[2] is not decoder:
+            if len(self._keys) >= _MAX_DECODERS:
+                self._keys.clear()
+            # The decoder stays referenced here, so its id is not reused while keyed.
+            known = (next(self._next_key), pickle.dumps(decoder), decoder)
+            self._keys[id(decoder)] = known
+        return known[0], known[1]
+
+    def submit(
+        self, specs: dict[int, bytes], batch: list[tuple[int, RowsFrame]]
+    ) -> Future[list[Decoded]]:
+        """Decode a batch of rows events (each with its decoder's key) in a worker."""
+        self.start()
+        assert self._executor is not None
+        return self._executor.submit(_decode_in_worker, specs, batch)
+
+    def close(self) -> None:
+        """Stop the workers (pending work is cancelled)."""
+        executor, self._executor = self._executor, None
+        self._keys.clear()
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
+
+
+@dataclass(frozen=True)
+class StreamHooks:
+    """What :func:`ordered_events` needs from the reader.
+
+    ``fetch`` returns the next event (blocking; None when the server ended the stream);
+    ``stop`` ends the loop; ``on_event`` is called after each event read; ``more_waiting``
+    says whether more of the stream has already arrived (so waiting for the workers can be
+    put off without delaying anything).
+    """
+
+    fetch: Callable[[], Any]
+    stop: Event
+    on_event: Callable[[], None] = lambda: None
+    more_waiting: Callable[[], bool] = lambda: False
+
+
+_QUEUED = (XidEvent, MariadbGtidEvent, GtidEvent)
+"""Transaction boundaries that wait in line behind the rows events in flight; they neither
+read nor change the table maps. Every other event is fed after all before it."""
+
+_MAX_QUEUED_EVENTS = 100_000
+
+
+def ordered_events(
+    stream: StreamHooks, assembler: TransactionAssembler, pool: DecodePool
+) -> Iterator[ChangeEvent]:
+    """Change events of the stream's events, rows decoded by ``pool``, in binlog order.
+
+    Rows events are batched to the workers; a GTID or commit event queues behind them, so
+    the workers decode while the next transactions are read. Table maps are applied to the
+    plans at once (the rows events after them are decoded with them; those before keep the
+    decoder they were sent with). Any other event (rotation, DDL and other statements, XA,
+    heartbeats) is fed only after everything before it, and whenever nothing more of the
+    stream has arrived, everything decoded so far is fed: an idle stream delays nothing.
+
+    Ends when ``stop`` is set; raises StreamLostError when ``fetch`` returns None. Rows events
+    still in flight then are never fed: the source restarts from the last boundary the
+    assembler passed.
+    """
+    line = _InOrder(assembler, pool)
+    fetch, stop = stream.fetch, stream.stop
+    while not stop.is_set():
+        event = fetch()
+        if event is None:
+            raise StreamLostError("the server ended the binlog stream")
+        stream.on_event()
+        kind = type(event)
+        if kind is RowsFrame:
+            decoder = assembler.decoder_of(event)
+            if decoder is not None:  # else a table the filters leave out: never decoded
+                line.add(decoder, event)
+        elif kind is TableMapEvent:
+            assembler.feed(event)  # plans only; no change event, no transaction state
+        else:
+            line.send()
+            if kind in _QUEUED and line.window:
+                line.window.append(_Entry(event, None, [], 0))
+            else:
+                yield from line.feed_ready(block=True)
+                yield from assembler.feed(event)
+        if line.window:
+            yield from line.feed_ready(block=line.crowded() or not stream.more_waiting())
+
+
+class _InOrder:
+    """The rows events sent to the workers and the events queued behind them, in order."""
+
+    def __init__(self, assembler: TransactionAssembler, pool: DecodePool) -> None:
+        self.window: deque[_Entry] = deque()
+        self._assembler = assembler
+        self._pool = pool
+        self._in_flight = 0
+        self._batch: list[tuple[RowDecoder, RowsFrame]] = []
+        self._specs: dict[int, bytes] = {}
+        self._keys: list[int] = []
+        self._batched = 0
+
+    def add(self, decoder: RowDecoder, frame: RowsFrame) -> None:
+        """A rows event for the next batch (sent once the batch is big enough)."""
+        key, spec = self._pool.key(decoder)
+        self._specs[key] = spec
+        self._keys.append(key)
+        self._batch.append((decoder, frame))
+        self._batched += len(frame.rows)
+        if self._batched >= self._pool.batch_bytes:
+            self.send()
+
+    def send(self) -> None:
+        """Send the batch being gathered to a worker."""
+        if not self._batch:
+            return
+        frames = [frame for _, frame in self._batch]
+        future = self._pool.submit(self._specs, list(zip(self._keys, frames, strict=True)))
+        self.window.append(_Entry(None, future, self._batch, self._batched))
+        self._in_flight += self._batched
+        self._batch, self._specs, self._keys, self._batched = [], {}, [], 0
+
+    def crowded(self) -> bool:
+        """Too much in flight: wait for the workers before reading on."""
+        return (
+            self._in_flight > self._pool.max_in_flight_bytes
+            or len(self.window) > _MAX_QUEUED_EVENTS
+        )
+
+    def feed_ready(self, *, block: bool) -> Iterator[ChangeEvent]:
+        """Feed the assembler from the head of the line: everything (``block``), or as far
+        as the workers are done."""
+        window, assembler = self.window, self._assembler
+        while window:
+            head = window[0]
+            if head.future is None:
+                window.popleft()
+                yield from assembler.feed(head.event)
+                continue
+            if not block and not head.future.done():
+                return
+            window.popleft()
+            self._in_flight -= head.size
+            for (decoder, frame), decoded in zip(head.frames, head.future.result(), strict=True):
+                yield from assembler.feed_decoded(frame, decoder, decoded)
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """In line for the assembler: a queued event, or a batch of rows events being decoded."""
+
+    event: Any
+    future: Future[list[Decoded]] | None
+    frames: list[tuple[RowDecoder, RowsFrame]]
+    size: int
