@@ -1,31 +1,40 @@
-"""The `cdc-platform` command line."""
+"""The handlers of the `cdc-platform` subcommands: each takes the parsed arguments and
+returns the exit code."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING
 
-from cdc_platform import __version__
 from cdc_platform.config import ConfigSet, Destination, load_config
 from cdc_platform.config.deployment import deployment_warnings
 from cdc_platform.errors import CdcError, ConfigError
-from cdc_platform.infra.process_exit import exit_code, exit_process
 
 if TYPE_CHECKING:
     from cdc_platform.runtime.prometheus import PrometheusMetrics
 
-__all__ = ["main"]
+__all__ = [
+    "checkpoint_show_command",
+    "config_check_command",
+    "demo_command",
+    "import_canal_command",
+    "reconcile_command",
+    "release_command",
+    "run_command",
+    "serve_command",
+    "snapshot_command",
+    "status_command",
+]
 
 Handler = Callable[[argparse.Namespace], int]
 
 
-def _config_check(args: argparse.Namespace) -> int:
+def config_check_command(args: argparse.Namespace) -> int:
     config = load_config(Path(args.conf))
     names = sorted({*config.destinations, *config.errors})
     if not names:
@@ -139,7 +148,7 @@ def _metrics(args: argparse.Namespace, config: ConfigSet) -> PrometheusMetrics |
     return metrics
 
 
-def _run(args: argparse.Namespace) -> int:
+def run_command(args: argparse.Namespace) -> int:
     from cdc_platform.infra.recorder import NULL_RECORDER  # noqa: PLC0415 (light CLI)
     from cdc_platform.runtime.supervisor import supervised_destination  # noqa: PLC0415
 
@@ -170,7 +179,7 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve(args: argparse.Namespace) -> int:
+def serve_command(args: argparse.Namespace) -> int:
     from cdc_platform.ha.lease import default_address  # noqa: PLC0415 (light CLI)
     from cdc_platform.runtime.serve import ServeProcess  # noqa: PLC0415
 
@@ -203,7 +212,7 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _status(args: argparse.Namespace) -> int:
+def status_command(args: argparse.Namespace) -> int:
     from cdc_platform.coordination.status import collect_status, format_status  # noqa: PLC0415
 
     config = load_config(Path(args.conf))
@@ -222,7 +231,7 @@ def _status(args: argparse.Namespace) -> int:
     return 1 if any(s.errors for s in statuses) else 0
 
 
-def _release(args: argparse.Namespace) -> int:
+def release_command(args: argparse.Namespace) -> int:
     from cdc_platform.coordination.factory import open_lease  # noqa: PLC0415
 
     config, destination = _destination(args)
@@ -241,7 +250,7 @@ def _release(args: argparse.Namespace) -> int:
     return 0
 
 
-def _checkpoint_show(args: argparse.Namespace) -> int:
+def checkpoint_show_command(args: argparse.Namespace) -> int:
     from cdc_platform.sink import DeltaChangeLog  # noqa: PLC0415 (keep `config check` light)
 
     config, destination = _destination(args)
@@ -294,7 +303,7 @@ def _snapshot_request(args: argparse.Namespace) -> int:
     return 0
 
 
-def _snapshot(args: argparse.Namespace) -> int:
+def snapshot_command(args: argparse.Namespace) -> int:
     if args.request:
         return _snapshot_request(args)
     # Imported here to keep `config check` light.
@@ -374,7 +383,7 @@ def _snapshot(args: argparse.Namespace) -> int:
     return 0
 
 
-def _reconcile(args: argparse.Namespace) -> int:
+def reconcile_command(args: argparse.Namespace) -> int:
     from cdc_platform.reconcile.compare import ChunkProgress  # noqa: PLC0415 (Spark is heavy)
     from cdc_platform.reconcile.service import reconcile_destination  # noqa: PLC0415
     from cdc_platform.spark.session import SparkSessionFactory  # noqa: PLC0415
@@ -433,7 +442,7 @@ def _reconcile(args: argparse.Namespace) -> int:
     return 3 if report.status == "not_repaired" else 0
 
 
-def _import_canal(args: argparse.Namespace) -> int:
+def import_canal_command(args: argparse.Namespace) -> int:
     from cdc_platform.config.canal_import import import_canal  # noqa: PLC0415
 
     result = import_canal(Path(args.canal_dir), Path(args.out))
@@ -451,257 +460,9 @@ def _import_canal(args: argparse.Namespace) -> int:
     return 1 if result.errors else 0
 
 
-def _demo(args: argparse.Namespace) -> int:
+def demo_command(args: argparse.Namespace) -> int:
     from cdc_platform.demo import run_demo  # noqa: PLC0415 (only the demo needs the test servers)
 
     return run_demo(
         Path(args.conf), rate=args.rate, with_dagster=not args.no_dagster, port=args.port
     )
-
-
-def _add_destination_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--conf", default="conf", help="configuration directory (default: conf)")
-    parser.add_argument("--destination", required=True, help="destination name")
-
-
-def _add_serve_parser(commands: Any) -> None:
-    """`serve` (its own function: the parser builder is long enough)."""
-    serve = commands.add_parser(
-        "serve",
-        help="run every enabled destination of the conf directory; follow its changes",
-    )
-    serve.add_argument("--conf", default="conf", help="configuration directory (default: conf)")
-    serve.add_argument(
-        "--metrics-interval",
-        type=float,
-        default=10.0,
-        metavar="SECONDS",
-        help="log each destination's progress this often (default: 10)",
-    )
-    serve.add_argument(
-        "--address",
-        help="this process's name in every lease (default: lease.address, or serve@host:pid)",
-    )
-    _add_operations_args(serve)
-    serve.set_defaults(handler=_serve)
-
-
-def _add_snapshot_parser(commands: Any) -> None:
-    """`snapshot` (its own function: the parser builder is long enough)."""
-    snapshot = commands.add_parser(
-        "snapshot",
-        help="copy existing rows into the change log (chunked, lock-free, resumable)",
-    )
-    _add_destination_args(snapshot)
-    snapshot.add_argument(
-        "--table",
-        action="append",
-        metavar="DB.TABLE",
-        help="table to snapshot (repeatable; default: every table the destination captures)",
-    )
-    snapshot.add_argument(
-        "--chunk-size", type=int, default=2000, help="rows per chunk (default: 2000)"
-    )
-    snapshot.add_argument(
-        "--lease-timeout",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="wait this long for the destination's lease (default: 30)",
-    )
-    snapshot.add_argument(
-        "--request",
-        action="store_true",
-        help="do not take the lease: ask the destination's running node to snapshot the "
-        "--table list between two batches, without stopping its run",
-    )
-    snapshot.add_argument(
-        "--wait",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="with --request: wait this long for the answer (default: 0, return at once)",
-    )
-    snapshot.set_defaults(handler=_snapshot)
-
-
-def _add_import_canal_parser(commands: Any) -> None:
-    """`import-canal` (its own function: the parser builder is long enough)."""
-    parser = commands.add_parser(
-        "import-canal",
-        help="write destinations from a Canal conf directory (canal.properties and each "
-        "<destination>/instance.properties)",
-    )
-    parser.add_argument("canal_dir", metavar="CANAL_CONF_DIR", help="Canal's conf directory")
-    parser.add_argument(
-        "--out", default="conf", help="configuration directory to write (default: conf)"
-    )
-    parser.set_defaults(handler=_import_canal)
-
-
-def _add_operations_args(parser: argparse.ArgumentParser) -> None:
-    """The metrics endpoint and log format of the long-running commands (`run`, `serve`)."""
-    parser.add_argument(
-        "--metrics-port",
-        type=int,
-        metavar="PORT",
-        help="serve Prometheus metrics on this port, 0 for a free one (default: metrics.port "
-        "in platform.yaml; none if unset)",
-    )
-    parser.add_argument(
-        "--metrics-host", metavar="HOST", help="metrics address (default: metrics.host)"
-    )
-    parser.add_argument(
-        "--log-format",
-        choices=("text", "json"),
-        default="text",
-        help="json: one JSON object per line (default: text)",
-    )
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser; each subcommand stores its handler in `handler`."""
-    parser = argparse.ArgumentParser(
-        prog="cdc-platform",
-        description="Change data capture from MySQL/MariaDB binlogs into Delta Lake.",
-    )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
-    config = commands.add_parser("config", help="inspect the configuration")
-    config_commands = config.add_subparsers(dest="config_command", metavar="COMMAND", required=True)
-    check = config_commands.add_parser(
-        "check", help="validate every destination; exit 1 if any is bad"
-    )
-    check.add_argument("--conf", default="conf", help="configuration directory (default: conf)")
-    check.add_argument(
-        "--connect",
-        action="store_true",
-        help="also connect to each destination's source and check its settings (exit 1 if any "
-        "cannot be used)",
-    )
-    check.set_defaults(handler=_config_check)
-
-    run = commands.add_parser("run", help="run one destination in the foreground")
-    _add_destination_args(run)
-    run.add_argument(
-        "--exit-when-idle",
-        type=float,
-        metavar="SECONDS",
-        help="stop once no event arrived for this long (default: run until stopped)",
-    )
-    run.add_argument(
-        "--metrics-interval",
-        type=float,
-        default=10.0,
-        metavar="SECONDS",
-        help="log progress this often (default: 10)",
-    )
-    run.add_argument(
-        "--address",
-        help="this process's name in the lease (default: host:pid, or lease.address)",
-    )
-    _add_operations_args(run)
-    run.set_defaults(handler=_run)
-
-    _add_serve_parser(commands)
-
-    status = commands.add_parser(
-        "status", help="each destination: lease holder, epoch, position, lag, standbys"
-    )
-    status.add_argument("--conf", default="conf", help="configuration directory (default: conf)")
-    status.add_argument("--destination", help="only this destination")
-    status.add_argument("--json", action="store_true", help="machine-readable output")
-    status.set_defaults(handler=_status)
-
-    release = commands.add_parser(
-        "release", help="manual switch-over: ask the lease holder to step aside"
-    )
-    _add_destination_args(release)
-    release.set_defaults(handler=_release)
-
-    checkpoint = commands.add_parser("checkpoint", help="inspect a destination's checkpoint")
-    checkpoint_commands = checkpoint.add_subparsers(
-        dest="checkpoint_command", metavar="COMMAND", required=True
-    )
-    show = checkpoint_commands.add_parser("show", help="print the last committed position")
-    _add_destination_args(show)
-    show.set_defaults(handler=_checkpoint_show)
-    _add_snapshot_parser(commands)
-    _add_import_canal_parser(commands)
-    reconcile = commands.add_parser(
-        "reconcile",
-        help="compare source tables with their mirrors; repair differences through the log",
-    )
-    _add_destination_args(reconcile)
-    reconcile.add_argument(
-        "--table",
-        action="append",
-        metavar="DB.TABLE",
-        help="table to reconcile (repeatable; default: every table the destination captures)",
-    )
-    reconcile.add_argument(
-        "--chunk-size",
-        type=int,
-        default=None,
-        help="source rows per checksum chunk (default: reconcile.chunk_size, 10000)",
-    )
-    reconcile.add_argument(
-        "--wait",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="how long the lease holder may take to claim the repair (default: 300)",
-    )
-    reconcile.add_argument("--json", action="store_true", help="machine-readable report")
-    reconcile.set_defaults(handler=_reconcile)
-    demo = commands.add_parser(
-        "demo", help="private MariaDB + live workload + the shop destination, until Ctrl-C"
-    )
-    demo.add_argument("--conf", default="conf", help="configuration directory (default: conf)")
-    demo.add_argument("--rate", type=float, default=20.0, help="workload transactions per second")
-    demo.add_argument(
-        "--no-dagster",
-        action="store_true",
-        help="run the pipeline in this process, without Dagster",
-    )
-    demo.add_argument("--port", type=int, default=3000, help="Dagster UI port (default: 3000)")
-    demo.set_defaults(handler=_demo)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if getattr(args, "log_format", "text") == "json":
-        from cdc_platform.infra.json_log import JsonFormatter  # noqa: PLC0415 (light CLI)
-
-        handler_ = logging.StreamHandler()
-        handler_.setFormatter(JsonFormatter(getattr(args, "destination", None)))
-        logging.basicConfig(level=logging.INFO, handlers=[handler_])
-    else:
-        logging.basicConfig(
-            level=logging.INFO,
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        )
-    handler: Handler = args.handler
-    try:
-        return handler(args)
-    except CdcError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-
-
-def console() -> NoReturn:
-    """The ``cdc-platform`` console script: :func:`main`, then the process ends with its code
-    without native libraries' interpreter-exit teardown (see ``infra/process_exit.py``)."""
-    try:
-        code = main()
-    except SystemExit as exc:  # argparse's --help and usage errors
-        code = exit_code(exc)
-    exit_process(code)
-
-
-if __name__ == "__main__":
-    console()

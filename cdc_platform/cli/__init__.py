@@ -1,0 +1,52 @@
+"""The `cdc-platform` command line: :func:`main` parses and dispatches (``parser.py`` builds
+the parser, ``commands.py`` holds one handler per subcommand); :func:`console` is the console
+script."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+from cdc_platform.cli.parser import build_parser
+from cdc_platform.errors import CdcError
+from cdc_platform.infra.process_exit import exit_code, exit_process
+
+__all__ = ["build_parser", "console", "main"]
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "log_format", "text") == "json":
+        from cdc_platform.infra.json_log import JsonFormatter  # noqa: PLC0415 (light CLI)
+
+        handler_ = logging.StreamHandler()
+        handler_.setFormatter(JsonFormatter(getattr(args, "destination", None)))
+        logging.basicConfig(level=logging.INFO, handlers=[handler_])
+    else:
+        logging.basicConfig(
+            level=logging.INFO,
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except CdcError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def console() -> NoReturn:
+    """The ``cdc-platform`` console script: :func:`main`, then the process ends with its code
+    without native libraries' interpreter-exit teardown (see ``infra/process_exit.py``)."""
+    try:
+        code = main()
+    except SystemExit as exc:  # argparse's --help and usage errors
+        code = exit_code(exc)
+    exit_process(code)
