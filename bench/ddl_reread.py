@@ -28,7 +28,7 @@ from deltalake import DeltaTable
 
 from cdc_platform.backfill.reread import reread_path
 from cdc_platform.config import load_config
-from cdc_platform.runtime.supervisor import supervised_destination
+from cdc_platform.runtime.supervised import supervised_destination
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.mariadb import MariaDBServer
 

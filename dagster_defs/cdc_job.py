@@ -31,7 +31,8 @@ from cdc_platform.config import ConfigSet, Destination
 from cdc_platform.infra.recorder import NULL_RECORDER
 from cdc_platform.runtime import RunSummary
 from cdc_platform.runtime.prometheus import open_metrics
-from cdc_platform.runtime.supervisor import LeaseSupervisor, supervised_destination
+from cdc_platform.runtime.supervised import supervised_destination
+from cdc_platform.runtime.supervisor import LeaseSupervisor
 from cdc_platform.sink.report import CommitReport
 from dagster_defs.resources import PlatformResource
 from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator

@@ -150,7 +150,7 @@ def _metrics(args: argparse.Namespace, config: ConfigSet) -> PrometheusMetrics |
 
 def run_command(args: argparse.Namespace) -> int:
     from cdc_platform.infra.recorder import NULL_RECORDER  # noqa: PLC0415 (light CLI)
-    from cdc_platform.runtime.supervisor import supervised_destination  # noqa: PLC0415
+    from cdc_platform.runtime.supervised import supervised_destination  # noqa: PLC0415
 
     config, destination = _destination(args)
     metrics = _metrics(args, config)

@@ -1,7 +1,7 @@
 """`cdc-platform serve`: every enabled destination of a conf directory in one process.
 
 Each destination runs in its own thread under its own lease, built by
-:func:`~cdc_platform.runtime.supervisor.supervised_destination` exactly as `cdc-platform run`
+:func:`~cdc_platform.runtime.supervised.supervised_destination` exactly as `cdc-platform run`
 builds it, so several serve processes (or `run` processes) share destinations: each streams on
 exactly one of them, the others stand by. :class:`~.serve_monitor.ServeMonitor` decides what to
 start, reload and stop; it scans when a file-system event arrives (:mod:`.config_watch`), when
@@ -21,7 +21,8 @@ from cdc_platform.infra.recorder import NULL_RECORDER
 from cdc_platform.runtime.config_watch import ConfigWatch
 from cdc_platform.runtime.prometheus import PrometheusMetrics
 from cdc_platform.runtime.serve_monitor import ServeMonitor, platform_file_hash
-from cdc_platform.runtime.supervisor import LeaseSupervisor, supervised_destination
+from cdc_platform.runtime.supervised import supervised_destination
+from cdc_platform.runtime.supervisor import LeaseSupervisor
 
 __all__ = ["ServeProcess", "ThreadRunner"]
 

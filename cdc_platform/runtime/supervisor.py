@@ -29,32 +29,25 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
 from cdc_platform.backfill.lease import take_lease
 from cdc_platform.backfill.snapshot import SnapshotProgress
-from cdc_platform.backfill.snapshot_requests import snapshot_inbox
-from cdc_platform.config.loader import ConfigSet, Destination
-from cdc_platform.coordination.factory import open_lease, open_registry, open_state_store
 from cdc_platform.errors import CdcError, LeaseError, LeaseLostError, SinkError
 from cdc_platform.events import ChangeEvent
 from cdc_platform.ha.lease import Lease
 from cdc_platform.ha.registry import NodeRegistry
-from cdc_platform.infra.recorder import NULL_RECORDER, MetricsRecorder
-from cdc_platform.reconcile.inbox import destination_inbox
 from cdc_platform.runtime.instance import DestinationRuntime, RunSummary, RuntimeMetrics
 from cdc_platform.runtime.side_work import SideWork, StoppableRuntime
 from cdc_platform.sink import DeltaChangeLog, FencedCommitError
-from cdc_platform.sink.lake_check import check_lake
 from cdc_platform.sink.report import CommitReport
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.watch.keys import state_keys
 from cdc_platform.watch.publisher import StatePublisher
 
-__all__ = ["LeaseSupervisor", "RuntimeFactory", "supervised_destination"]
+__all__ = ["LeaseSupervisor", "RuntimeFactory"]
 
 log = logging.getLogger("cdc_platform.runtime")
 
@@ -591,70 +584,3 @@ def _fenced(error: CdcError | None, epoch: int) -> bool:
         and error.table_epoch is not None
         and error.table_epoch > epoch
     )
-
-
-@contextmanager
-def supervised_destination(  # noqa: PLR0913 (the CLI's and the Dagster run's options, keyword-only)
-    config: ConfigSet,
-    destination: Destination,
-    *,
-    address: str | None = None,
-    on_commit: Callable[[CommitReport], None] | None = None,
-    metrics_interval_seconds: float = 10.0,
-    on_snapshot_progress: Callable[[SnapshotProgress], None] | None = None,
-    recorder: MetricsRecorder = NULL_RECORDER,
-    metrics_url: str | None = None,
-) -> Iterator[LeaseSupervisor]:
-    """A LeaseSupervisor wired from the platform config (lease, registry, state publisher).
-
-    The one place that builds a lease-gated destination, for `cdc-platform run` and the Dagster
-    run alike; everything it opened is closed on exit. ``recorder`` hears the destination's
-    figures; ``metrics_url`` (where they are served) is published for `status`.
-    """
-    platform = config.platform
-    lake = config.lake
-    check_lake(lake)  # bad input fails here, naming the URI and the cause
-    registry = open_registry(platform, config.conf_dir)
-    publisher: StatePublisher | None = None
-    try:
-        lease = open_lease(
-            platform, config.conf_dir, destination.name, address=address, registry=registry
-        )
-        publisher = StatePublisher(
-            open_state_store(platform, config.conf_dir),
-            interval=platform.watch.publish_interval_seconds,
-        )
-
-        def runtime(term: WriteTerm) -> DestinationRuntime:
-            return DestinationRuntime(term, metrics_interval_seconds=metrics_interval_seconds)
-
-        name = destination.name
-        # Repair requests and snapshot progress live in the lake: any node can continue them.
-        side_work = SideWork(
-            inbox=destination_inbox(
-                lake.uri, name, destination.config.source, lake.storage_options
-            ),
-            lake_root=lake.uri,
-            on_snapshot_progress=on_snapshot_progress,
-            snapshot_inbox=snapshot_inbox(
-                lake.uri, name, destination.config.source, lake.storage_options
-            ),
-        )
-        yield LeaseSupervisor(
-            WriteTerm.in_lake(
-                name, destination.config, lake, on_commit=on_commit, recorder=recorder
-            ),
-            lease,
-            publisher=publisher,
-            registry=registry,
-            config_hash=destination.content_hash,
-            runtime_factory=runtime,
-            side_work=side_work,
-            metrics_url=metrics_url,
-        )
-    finally:
-        if publisher is not None:
-            publisher.close(timeout=2.0)
-            publisher.store.close()
-        if registry is not None:
-            registry.db.close()

@@ -13,7 +13,7 @@ import pytest
 
 from cdc_platform.cli import main
 from cdc_platform.config import load_config
-from cdc_platform.runtime.supervisor import supervised_destination
+from cdc_platform.runtime.supervised import supervised_destination
 from cdc_platform.testing.replay import replay
 from tests.conftest import MariaDBDatabase
 

@@ -26,7 +26,8 @@ from cdc_platform.errors import ReconcileError
 from cdc_platform.reconcile.inbox import RepairInbox, destination_inbox, inbox_path
 from cdc_platform.reconcile.service import ReconcileReport, reconcile_destination
 from cdc_platform.runtime import DestinationRuntime
-from cdc_platform.runtime.supervisor import LeaseSupervisor, supervised_destination
+from cdc_platform.runtime.supervised import supervised_destination
+from cdc_platform.runtime.supervisor import LeaseSupervisor
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.spark.locations import mirror_root, mirror_uri
 from cdc_platform.spark.mirror import apply_changes

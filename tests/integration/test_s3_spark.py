@@ -23,7 +23,7 @@ from cdc_platform.config import ConfigSet, load_config
 from cdc_platform.reconcile.inbox import destination_inbox
 from cdc_platform.reconcile.service import reconcile_destination
 from cdc_platform.runtime import DestinationRuntime
-from cdc_platform.runtime.supervisor import supervised_destination
+from cdc_platform.runtime.supervised import supervised_destination
 from cdc_platform.sink.lake_files import join_uri
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.spark import mirror

@@ -292,7 +292,7 @@ def test_destination_run_snapshots_new_tables_itself(
     the workload writes, and later a table the filters start to match; nothing twice."""
     from cdc_platform.backfill.snapshot import captured_tables_path  # noqa: PLC0415
     from cdc_platform.config import load_config  # noqa: PLC0415
-    from cdc_platform.runtime.supervisor import supervised_destination  # noqa: PLC0415
+    from cdc_platform.runtime.supervised import supervised_destination  # noqa: PLC0415
 
     monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
     workload = Workload(mariadb.server, mariadb.name, seed=11)

@@ -16,7 +16,8 @@ from cdc_platform.backfill.snapshot_requests import snapshot_inbox
 from cdc_platform.cli import main
 from cdc_platform.config import load_config
 from cdc_platform.errors import SnapshotError
-from cdc_platform.runtime.supervisor import LeaseSupervisor, supervised_destination
+from cdc_platform.runtime.supervised import supervised_destination
+from cdc_platform.runtime.supervisor import LeaseSupervisor
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.replay import replay
 from cdc_platform.testing.workload import Workload, source_rows
