@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -34,7 +35,7 @@ from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.processes import die_with_parent, stop_process
 from cdc_platform.testing.replay import replay
 from cdc_platform.testing.workload import Workload, source_rows
-from dagster_defs.cdc_job import DESTINATION_TAG, PID_TAG
+from dagster_defs.cdc_job import DESTINATION_TAG, METRICS_TAG, PID_TAG
 from dagster_defs.reconcile import CHECK_NAME
 from tests.conftest import MariaDBDatabase
 
@@ -116,6 +117,7 @@ def dagster_daemon(
         f"lake_root: {tmp_path / 'lake'}\n"
         "dagster: {sensor_interval_seconds: 1, materialization_min_interval_seconds: 0, "
         "orphan_after_seconds: 30}\n"
+        "metrics: {port: 0}\n"  # each run serves /metrics on a free port, named in its tags
     )
     env = {
         **os.environ,
@@ -163,6 +165,17 @@ def change_rows(uri: str) -> int:
         return 0
 
 
+def committed_rows(url: str, destination: str) -> float:
+    """Sum of ``cdc_rows_committed_total`` of ``destination`` scraped from ``url``."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("cdc_rows_committed_total{") and f'destination="{destination}"' in line
+    )
+
+
 def test_destination_lifecycle_under_a_real_daemon(
     daemon: tuple[DagsterInstance, Path], mariadb: MariaDBDatabase, tmp_path: Path
 ) -> None:
@@ -187,6 +200,11 @@ def test_destination_lifecycle_under_a_real_daemon(
     wait_for("change log created", lambda: Path(uri, "_delta_log").exists())
     workload.run_transactions(30)
     wait_for("rows in the change log", lambda: change_rows(uri) > 0)
+    # The run's Prometheus endpoint is in its tags and counts what it committed.
+    run = instance.get_run_by_id(first.run_id)
+    assert run is not None
+    url = run.tags[METRICS_TAG]
+    wait_for("committed rows in the run's metrics", lambda: committed_rows(url, name) > 0)
 
     # Edit it: the old run is cancelled, a new one continues from the checkpoint.
     path = conf / "destinations" / name / "instance.yaml"
