@@ -146,19 +146,13 @@ class SideWork:
             if runner is not None and halted() is not None:
                 runner.request_stop()
 
-        def on_progress(progress: SnapshotProgress) -> None:
-            self.snapshot_progress = progress
-            term.recorder.snapshot(progress.done_fraction)
-            if self._on_snapshot_progress is not None:
-                self._on_snapshot_progress(progress)
-
         stop = SideWorkStop(term.destination, term.epoch, work="snapshot")
         self._begin(stop, lambda: "lease lost" if halted() == "lease lost" else None)
         try:
             snapshot_new_tables(
                 term,
                 self.lake_root,
-                on_progress=on_progress,
+                on_progress=self._progress_of(term),
                 on_runner=on_runner,
                 stop=stop,
                 adopt_existing=not term.config.snapshot.new_tables,
@@ -198,7 +192,7 @@ class SideWork:
                 tables=request.tables,
                 chunk_size=config.snapshot.chunk_size,
                 segment_events=config.snapshot.segment_events,
-                on_progress=self._progress,
+                on_progress=self._progress_of(term),
                 stop=stop,
             )
             self._begin(stop, lambda: "lease lost" if halted() == "lease lost" else None)
@@ -245,10 +239,17 @@ class SideWork:
             return False
         return True
 
-    def _progress(self, progress: SnapshotProgress) -> None:
-        self.snapshot_progress = progress
-        if self._on_snapshot_progress is not None:
-            self._on_snapshot_progress(progress)
+    def _progress_of(self, term: WriteTerm) -> Callable[[SnapshotProgress], None]:
+        """The progress callback of a snapshot under ``term`` (new tables, a request, a
+        re-read): kept for `status`, told to the term's recorder and the caller's observer."""
+
+        def on_progress(progress: SnapshotProgress) -> None:
+            self.snapshot_progress = progress
+            term.recorder.snapshot(progress.done_fraction)
+            if self._on_snapshot_progress is not None:
+                self._on_snapshot_progress(progress)
+
+        return on_progress
 
     # -- re-reads after DDL --------------------------------------------------------------------
 
@@ -288,7 +289,11 @@ class SideWork:
         self._begin(stop, lambda: "lease lost" if halted() == "lease lost" else None)
         try:
             reread_tables(
-                term, self.lake_root, on_progress=self._progress, on_runner=on_runner, stop=stop
+                term,
+                self.lake_root,
+                on_progress=self._progress_of(term),
+                on_runner=on_runner,
+                stop=stop,
             )
         finally:
             self._end()
