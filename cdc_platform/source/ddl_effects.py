@@ -26,9 +26,10 @@ never a missed one, for the statement kinds above.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
+
+from cdc_platform.source.sql import split_top_level
 
 __all__ = ["Effect", "TableEffect", "ddl_effects", "strip_comments"]
 
@@ -138,31 +139,6 @@ def _names(text: str, default_db: str) -> list[tuple[str, str]]:
     return [_name(m.group(0), default_db) for m in re.finditer(_QNAME, text)]
 
 
-def _split_top_level(text: str) -> Iterator[str]:
-    """Split on commas outside parentheses, quotes and backticks."""
-    depth, quote, start, i = 0, "", 0, 0
-    while i < len(text):
-        ch = text[i]
-        if quote:
-            if ch == "\\" and quote != "`":
-                i += 1
-            elif ch == quote:
-                quote = ""
-        elif ch in "'\"`":
-            quote = ch
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            yield text[start:i].strip()
-            start = i + 1
-        i += 1
-    tail = text[start:].strip()
-    if tail:
-        yield tail
-
-
 def _adds_values(definition: str) -> bool:
     """Whether ``ADD [COLUMN] <definition>`` gives existing rows a value other than NULL."""
     head = definition.lstrip()
@@ -207,7 +183,7 @@ def _alter(match: re.Match[str], default_db: str) -> list[TableEffect]:
     effects: list[TableEffect] = []
     strongest: Effect | None = None
     renamed: tuple[str, str] | None = None
-    for clause in _split_top_level(match.group("rest")):
+    for clause in split_top_level(match.group("rest")):
         rename = _ALTER_RENAME.match(clause)
         if rename is not None:
             renamed = _name(rename.group("name"), default_db)

@@ -9,7 +9,9 @@ so SQL text executed with parameters passes its quoted names through :func:`form
 
 from __future__ import annotations
 
-__all__ = ["format_safe", "qualified_name", "quote_identifier"]
+from collections.abc import Iterator
+
+__all__ = ["format_safe", "qualified_name", "quote_identifier", "split_top_level"]
 
 
 def quote_identifier(name: str) -> str:
@@ -25,3 +27,28 @@ def qualified_name(db: str, table: str) -> str:
 def format_safe(sql: str) -> str:
     """SQL text (quoted names) made literal for pymysql's ``%`` parameter substitution."""
     return sql.replace("%", "%%")
+
+
+def split_top_level(text: str) -> Iterator[str]:
+    """Split on commas outside parentheses, quotes and backticks."""
+    depth, quote, start, i = 0, "", 0, 0
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == "\\" and quote != "`":
+                i += 1
+            elif ch == quote:
+                quote = ""
+        elif ch in "'\"`":
+            quote = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            yield text[start:i].strip()
+            start = i + 1
+        i += 1
+    tail = text[start:].strip()
+    if tail:
+        yield tail

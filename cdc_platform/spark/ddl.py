@@ -17,10 +17,10 @@ row event's ``columns`` corrects the schema, so a miss costs at most a late colu
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from cdc_platform.source.ddl_effects import TableEffect, ddl_effects
+from cdc_platform.source.ddl_effects import TableEffect, ddl_effects, strip_comments
+from cdc_platform.source.sql import split_top_level
 from cdc_platform.spark.types import TYPE_ALIASES, ColumnSpec, TableSchema
 
 __all__ = [
@@ -104,40 +104,6 @@ def _unquote(ident: str) -> str:
     if ident.startswith("`") and ident.endswith("`"):
         return ident[1:-1].replace("``", "`")
     return ident
-
-
-def _strip_comments(sql: str) -> str:
-    sql = re.sub(r"/\*(?!!).*?\*/", " ", sql, flags=re.DOTALL)
-    sql = re.sub(r"/\*!\d*(.*?)\*/", r"\1", sql, flags=re.DOTALL)
-    return re.sub(r"(?:--\s|#)[^\n]*", " ", sql)
-
-
-def _split_top_level(text: str) -> Iterator[str]:
-    """Split on commas outside parentheses, quotes and backticks."""
-    depth = 0
-    quote: str | None = None
-    start = 0
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if quote:
-            if ch == "\\" and quote != "`":
-                i += 1
-            elif ch == quote:
-                quote = None
-        elif ch in "'\"`":
-            quote = ch
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            yield text[start:i].strip()
-            start = i + 1
-        i += 1
-    tail = text[start:].strip()
-    if tail:
-        yield tail
 
 
 def _take_ident(text: str) -> tuple[str, str] | None:
@@ -259,10 +225,10 @@ def _parse_clause(clause: str) -> Clause | None:
 
 def parse_alter(statement: str) -> list[Clause]:
     """The column clauses of an ``ALTER TABLE`` statement; [] for anything else."""
-    match = _ALTER.match(_strip_comments(statement))
+    match = _ALTER.match(strip_comments(statement))
     if match is None:
         return []
-    clauses = (_parse_clause(c) for c in _split_top_level(match.group(1)))
+    clauses = (_parse_clause(c) for c in split_top_level(match.group(1)))
     return [c for c in clauses if c is not None]
 
 
@@ -273,12 +239,12 @@ def renames(statement: str) -> list[tuple[str, str]]:
 
 def is_reset(statement: str) -> bool:
     """TRUNCATE or DROP TABLE: the table has no rows afterwards."""
-    return _RESET.match(_strip_comments(statement)) is not None
+    return _RESET.match(strip_comments(statement)) is not None
 
 
 def creates_table(statement: str) -> bool:
     """``CREATE [OR REPLACE] TABLE`` (not TEMPORARY): the table exists afterwards."""
-    return _CREATES.match(_strip_comments(statement)) is not None
+    return _CREATES.match(strip_comments(statement)) is not None
 
 
 def table_effect(
@@ -308,12 +274,12 @@ def dropped_reason(effect: TableEffect) -> str:
 
 def create_table_schema(statement: str) -> TableSchema | None:
     """The columns of ``CREATE TABLE t (...)``, or None when it cannot be read."""
-    match = _CREATE.match(_strip_comments(statement))
+    match = _CREATE.match(strip_comments(statement))
     if match is None:
         return None
     specs: list[ColumnSpec] = []
     key: list[str] = []
-    for item in _split_top_level(match.group(1)):
+    for item in split_top_level(match.group(1)):
         head = item.split(None, 1)[0].upper()
         primary = re.match(
             r"^(?:CONSTRAINT\s+\S+\s+)?PRIMARY\s+KEY\s*(?:\w+\s*)?\((.*)\)", item, re.I
