@@ -5,14 +5,14 @@ the destination's normal run is stopped (the CLI holds the destination's lease).
 is the only writer: it streams the binlog from the change log's checkpoint itself and, for
 each primary-key chunk of a table,
 
-1. takes the low watermark (the server's binlog end),
-2. SELECTs the chunk (one autocommit read, no lock),
-3. takes the high watermark,
-4. reads the binlog on to the high watermark (the *segment*: every event since the previous
+1. SELECTs the chunk (one autocommit read, no lock); the low watermark is the previous
+   chunk's cut, where its segment begins,
+2. takes the high watermark (the server's binlog end, on the same connection),
+3. reads the binlog on to the high watermark (the *segment*: every event since the previous
    cut, whole transactions only),
-5. drops from the chunk every row whose key any event of the segment touched (the segment
+4. drops from the chunk every row whose key any event of the segment touched (the segment
    carries that key's newer, or equal, state), and
-6. commits the segment's events followed by the remaining rows as op ``r``, with the
+5. commits the segment's events followed by the remaining rows as op ``r``, with the
    segment's end as the resume position, in one Delta commit.
 
 A long segment (the backlog before the first chunk) is committed in parts of about
@@ -66,6 +66,7 @@ from cdc_platform.sink import Checkpoint, DeltaChangeLog
 from cdc_platform.sink.lake_files import LakeFile, join_uri
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.binlog import BinlogSource
+from cdc_platform.source.binlog_server import binlog_end
 from cdc_platform.source.mysql import connect_source, is_missing_table, mysql_error
 from cdc_platform.source.row_reader import (
     ChunkRows,
@@ -465,15 +466,15 @@ class SnapshotRunner:
         tally = _tally(state, spec.name, estimated)
         while not self._stop.is_set():
             self._interrupt.check()
-            low = ctx.probe.current_position()
             chunk = self._read(conn, spec, state["after"])
             if chunk is None:
                 # Nothing of the segment was read: the DROP lands with the next table's chunks.
                 self._end(state, spec.name, gone, result)
                 break
-            high = ctx.probe.current_position()
+            # The high watermark, on the chunk's own connection right after its SELECT.
+            high = binlog_end(conn)
             segment, cut, touched, changed = self._segment(
-                ctx, spec, {pk for pk, _ in chunk.rows}, high.binlog_position
+                ctx, spec, {pk for pk, _ in chunk.rows}, high
             )
             kept = [(pk, image) for pk, image in chunk.rows if pk not in touched]
             done = len(chunk.rows) < self.chunk_size
@@ -517,11 +518,10 @@ class SnapshotRunner:
             table_index = state["index"] if not done else state["index"] - 1
             self._account(ctx, tally, table_index, counted=counted, kept=len(kept))
             log.debug(
-                "%s: %s chunk %d: low %s high %s cut %s, %d rows, %d dropped",
+                "%s: %s chunk %d: high %s cut %s, %d rows, %d dropped",
                 self.name,
                 spec.name,
                 tally.chunks,
-                low,
                 high,
                 cut,
                 counted,
