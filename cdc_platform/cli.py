@@ -327,6 +327,7 @@ def _snapshot(args: argparse.Namespace) -> int:
             )
         stop = SideWorkStop(name, term.epoch, work="snapshot")
         lease.on_lost(lambda error: stop.request_stop(f"lease lost: {error.reason}"))
+        settings = destination.config.snapshot
 
         tty = sys.stderr.isatty()
 
@@ -338,7 +339,7 @@ def _snapshot(args: argparse.Namespace) -> int:
             print(
                 f"{chr(13) if tty else ''}snapshot {p.table} [{p.table_index + 1}/{p.tables}] "
                 f"[{bar}] {p.rows_read}/{total} rows ({100 * done:.0f}%), "
-                f"chunk {p.chunks}, {p.rows_dropped} merged from the binlog, "
+                f"chunk {p.chunks} ({p.chunk_rows} rows), {p.rows_dropped} merged from the binlog, "
                 f"batch {p.batch_seq}, {rate:.0f} rows/s",
                 end="" if tty else "\n",
                 file=sys.stderr,
@@ -349,7 +350,8 @@ def _snapshot(args: argparse.Namespace) -> int:
             term,
             state_path(config.lake.uri, name, term.storage_options),
             tables=args.table or None,
-            chunk_size=args.chunk_size,
+            chunk_size=args.chunk_size or settings.chunk_size,
+            chunk_seconds=args.chunk_seconds or settings.chunk_seconds,
             on_progress=progress,
             stop=stop,
         )
@@ -500,7 +502,18 @@ def _add_snapshot_parser(commands: Any) -> None:
         help="table to snapshot (repeatable; default: every table the destination captures)",
     )
     snapshot.add_argument(
-        "--chunk-size", type=int, default=2000, help="rows per chunk (default: 2000)"
+        "--chunk-size",
+        type=int,
+        default=None,
+        help="fixed rows per chunk (default: snapshot.chunk_size, else sized by time)",
+    )
+    snapshot.add_argument(
+        "--chunk-seconds",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="target time per chunk when the size is not fixed (default: "
+        "snapshot.chunk_seconds, 0.5)",
     )
     snapshot.add_argument(
         "--lease-timeout",

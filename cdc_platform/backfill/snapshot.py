@@ -58,6 +58,7 @@ import pyarrow.compute as pc
 import pymysql
 from deltalake import DeltaTable
 
+from cdc_platform.backfill.chunk_sizing import ChunkSizer
 from cdc_platform.backfill.segments import SegmentStream, altered, events_at_cut, touched_keys
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.errors import CdcError, SnapshotError
@@ -133,6 +134,8 @@ class SnapshotProgress:
     estimated_rows: int
     batch_seq: int
     seconds: float
+    chunk_rows: int = 0
+    """Rows the last chunk read (its size adapts to a time per chunk unless fixed)."""
 
     @property
     def done_fraction(self) -> float:
@@ -166,6 +169,8 @@ class SnapshotRunner:
 
     ``term`` says who writes (its epoch: the lease's, None: the checkpoint's; its gate runs
     before each commit); ``stop`` (see :class:`SideWorkStop`) interrupts a run at once.
+    ``chunk_size`` fixes the rows per chunk; without it each chunk's rows adapt so that a
+    chunk takes about ``chunk_seconds`` (:mod:`.chunk_sizing`; ``clock`` times them).
     """
 
     def __init__(  # noqa: PLR0913 (the term, the state file; what to copy in which steps, its observers and stop, keyword-only)
@@ -174,15 +179,16 @@ class SnapshotRunner:
         state_file: LakeFile | str | os.PathLike[str],
         *,
         tables: Sequence[str] | None = None,
-        chunk_size: int = 2000,
+        chunk_size: int | None = None,
+        chunk_seconds: float | None = None,
         segment_events: int = DEFAULT_SEGMENT_EVENTS,
         on_progress: Callable[[SnapshotProgress], None] | None = None,
         on_table_done: Callable[[str, str | None], None] | None = None,
         stop: SideWorkStop | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         name, config = term.destination, term.config
-        if chunk_size < 1:
-            raise ValueError(f"chunk_size must be >= 1, not {chunk_size}")
+        sizer = ChunkSizer.for_settings(chunk_size, chunk_seconds)
         if segment_events < 1:
             raise ValueError(f"segment_events must be >= 1, not {segment_events}")
         if config.source.mode != "binlog":
@@ -200,7 +206,8 @@ class SnapshotRunner:
             else LakeFile(os.fspath(state_file), term.storage_options)
         )
         self.requested = list(tables) if tables else None
-        self.chunk_size = chunk_size
+        self.sizer = sizer
+        self._clock = clock
         self.segment_events = segment_events
         self._on_progress = on_progress
         self._on_table_done = on_table_done
@@ -466,7 +473,8 @@ class SnapshotRunner:
         tally = _tally(state, spec.name, estimated)
         while not self._stop.is_set():
             self._interrupt.check()
-            chunk = self._read(conn, spec, state["after"])
+            asked, began = self.sizer.rows, self._clock()
+            chunk = self._read(conn, spec, state["after"], asked)
             if chunk is None:
                 # Nothing of the segment was read: the DROP lands with the next table's chunks.
                 self._end(state, spec.name, gone, result)
@@ -477,7 +485,7 @@ class SnapshotRunner:
                 ctx, spec, {pk for pk, _ in chunk.rows}, high
             )
             kept = [(pk, image) for pk, image in chunk.rows if pk not in touched]
-            done = len(chunk.rows) < self.chunk_size
+            done = len(chunk.rows) < asked
             next_index, next_after = (
                 (state["index"] + 1, None)
                 if done
@@ -515,6 +523,8 @@ class SnapshotRunner:
             }
             state.update(index=next_index, after=next_after, pending=None)
             self._save_state(state)
+            self.sizer.observe(asked, len(chunk.rows), self._clock() - began)
+            tally.chunk_rows = len(chunk.rows)
             table_index = state["index"] if not done else state["index"] - 1
             self._account(ctx, tally, table_index, counted=counted, kept=len(kept))
             log.debug(
@@ -543,13 +553,11 @@ class SnapshotRunner:
             return spec, str(exc)
 
     def _read(
-        self, conn: pymysql.connections.Connection[Any], spec: SnapshotTable, after: Any
+        self, conn: pymysql.connections.Connection[Any], spec: SnapshotTable, after: Any, rows: int
     ) -> ChunkRows | None:
-        """The next chunk, or None when the table no longer exists."""
+        """The next chunk of at most ``rows`` rows, or None when the table no longer exists."""
         try:
-            return read_chunk(
-                conn, spec, None if after is None else decode_key(after), self.chunk_size
-            )
+            return read_chunk(conn, spec, None if after is None else decode_key(after), rows)
         except pymysql.MySQLError as exc:
             if not is_missing_table(exc):
                 raise
