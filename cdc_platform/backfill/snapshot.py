@@ -59,12 +59,13 @@ import pymysql
 from deltalake import DeltaTable
 
 from cdc_platform.backfill.chunk_sizing import ChunkSizer
-from cdc_platform.backfill.segments import SegmentStream, altered, events_at_cut, touched_keys
+from cdc_platform.backfill.segments import SegmentStream, altered, touched_keys
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.errors import CdcError, SnapshotError
 from cdc_platform.events import BinlogPosition, ChangeEvent, EventKind, ResumePosition
 from cdc_platform.sink import Checkpoint, DeltaChangeLog
 from cdc_platform.sink.lake_files import LakeFile, join_uri
+from cdc_platform.sink.schema import RowsAtCut
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.binlog import BinlogSource
 from cdc_platform.source.binlog_server import binlog_end
@@ -428,12 +429,19 @@ class SnapshotRunner:
         )
         return bool(found.num_rows > 0)
 
-    def _commit(self, ctx: _Chunking, events: list[ChangeEvent], cut: ResumePosition) -> None:
-        """Commit batch ``ctx.batch_seq`` under the stop and the gate (reported to the term's
-        observer); the run resumes after ``cut`` from then on."""
+    def _commit(
+        self,
+        ctx: _Chunking,
+        events: list[ChangeEvent],
+        cut: ResumePosition,
+        rows: RowsAtCut | None = None,
+    ) -> None:
+        """Commit batch ``ctx.batch_seq`` (``events``, then a chunk's ``rows`` as op ``r``)
+        under the stop and the gate (reported to the term's observer); the run resumes after
+        ``cut`` from then on."""
         self._interrupt.check()
         self.term.commit_beside(
-            ctx.sink, events, batch_seq=ctx.batch_seq, resume=cut, epoch=ctx.epoch
+            ctx.sink, events, batch_seq=ctx.batch_seq, resume=cut, epoch=ctx.epoch, snapshot=rows
         )
         ctx.resume = cut
 
@@ -503,7 +511,15 @@ class SnapshotRunner:
                 next_index, next_after = (
                     (state["index"] + 1, None) if done else (state["index"], state["after"])
                 )
-            events = [*segment, *events_at_cut(spec, cut, kept)]
+            rows = RowsAtCut(
+                spec.db,
+                spec.table,
+                spec.columns_json,
+                cut.binlog_position,
+                int(time.time()),
+                [pk for pk, _ in kept],
+                [image for _, image in kept],
+            )
             ctx.batch_seq += 1
             state["pending"] = {
                 "batch_seq": ctx.batch_seq,
@@ -511,7 +527,7 @@ class SnapshotRunner:
                 "after": next_after,
             }
             self._save_state(state)
-            self._commit(ctx, events, cut)
+            self._commit(ctx, segment, cut, rows)
             if ended is not None:
                 log.warning("%s: ending the snapshot of %s: %s", self.name, spec.name, ended)
                 state["ended"][spec.name] = ended
