@@ -374,6 +374,9 @@ def select_rows(
         (i, c.name, c.convert) for i, c in enumerate(spec.columns) if c.convert not in _DRIVER_TYPED
     ]
     key = spec.primary_key
+    # One integer key column (the usual case): its JSON object written directly, the same
+    # text dumps gives ({"id":5}); other keys go through dumps.
+    int_key = (dumps(key[0]), key[0]) if len(key) == 1 else None
     out: list[tuple[str, str, tuple[Any, ...]]] = []
     with conn.cursor() as cur:
         cur.execute(sql, args)
@@ -387,7 +390,11 @@ def select_rows(
             value = record[i]
             if value is not None:
                 image[name] = convert(value)
-        out.append((dumps({k: image[k] for k in key}), dumps(image), record[width:]))
+        if int_key is not None and type(value := image[int_key[1]]) is int:
+            pk = f"{{{int_key[0]}:{value}}}"
+        else:
+            pk = dumps({k: image[k] for k in key})
+        out.append((pk, dumps(image), record[width:]))
     return out
 
 
