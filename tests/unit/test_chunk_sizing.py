@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from cdc_platform.backfill.chunk_sizing import (
     DEFAULT_CHUNK_SECONDS,
     DEFAULT_FIRST_CHUNK,
     ChunkSizer,
 )
+from cdc_platform.config.models import SnapshotSettings
 
 pytestmark = pytest.mark.unit
 
@@ -55,3 +57,13 @@ def test_the_ceiling_holds_and_a_short_last_chunk_teaches_nothing() -> None:
 def test_bad_settings_are_refused(rows: int, seconds: float, low: int, high: int) -> None:
     with pytest.raises(ValueError, match="chunk"):
         ChunkSizer(rows, seconds, min_rows=low, max_rows=high)
+
+
+def test_the_config_sizes_by_time_unless_a_chunk_size_is_set() -> None:
+    default = SnapshotSettings()
+    assert (default.chunk_size, default.chunk_seconds) == (None, DEFAULT_CHUNK_SECONDS)
+    assert ChunkSizer.for_settings(default.chunk_size, default.chunk_seconds).adaptive
+    fixed = SnapshotSettings.model_validate({"chunk_size": 700})
+    assert ChunkSizer.for_settings(fixed.chunk_size, fixed.chunk_seconds).rows == 700
+    with pytest.raises(ValidationError, match="chunk_seconds"):
+        SnapshotSettings.model_validate({"chunk_seconds": 0})
