@@ -51,7 +51,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow.compute as pc
@@ -59,6 +59,7 @@ import pymysql
 from deltalake import DeltaTable
 
 from cdc_platform.backfill.chunk_sizing import ChunkSizer
+from cdc_platform.backfill.progress import SnapshotProgress, SnapshotResult
 from cdc_platform.backfill.segments import SegmentStream, altered, touched_keys
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.errors import CdcError, SnapshotError
@@ -119,50 +120,6 @@ def captured_tables_path(
     """Where the tables a destination already has a copy of are recorded (in the lake)."""
     uri = join_uri(os.fspath(lake_root), destination, "_captured_tables.json")
     return LakeFile(uri, storage_options)
-
-
-@dataclass
-class SnapshotProgress:
-    """Reported after every committed chunk (the CLI prints it; tests count chunks)."""
-
-    table: str
-    table_index: int
-    tables: int
-    chunks: int
-    rows_read: int
-    rows_written: int
-    rows_dropped: int
-    estimated_rows: int
-    batch_seq: int
-    seconds: float
-    chunk_rows: int = 0
-    """Rows the last chunk read (its size adapts to a time per chunk unless fixed)."""
-
-    @property
-    def done_fraction(self) -> float:
-        """0..1: tables done plus the current table's share of its estimated rows."""
-        if self.tables <= 0:
-            return 1.0
-        share = min(1.0, self.rows_read / self.estimated_rows) if self.estimated_rows > 0 else 0.0
-        return min(1.0, (self.table_index + share) / self.tables)
-
-
-@dataclass
-class SnapshotResult:
-    """What one run of the snapshot did."""
-
-    tables: list[str]
-    chunks: int = 0
-    rows_written: int = 0
-    rows_dropped: int = 0
-    streamed_events: int = 0
-    resumed: bool = False
-    seconds: float = 0.0
-    last_batch_seq: int = 0
-    resume: ResumePosition | None = None
-    per_table: dict[str, int] = field(default_factory=dict)
-    ended: dict[str, str] = field(default_factory=dict)
-    """Tables whose snapshot ended without copying them (dropped, renamed, no key), and why."""
 
 
 class SnapshotRunner:
