@@ -1,11 +1,13 @@
 """Initial snapshot speed: rows/s of a chunked, watermark-merged snapshot into Delta.
 
-    .venv/bin/python bench/snapshot.py [--rows 200000] [--chunk-size 10000] [--rate 0]
+    .venv/bin/python bench/snapshot.py [--rows 200000] [--chunk-size N | --chunk-seconds 0.5]
+                                       [--rate 0]
                                        [--lag [--tick-rate 50]] [--reconcile] [--differences 10]
 
 Fills a table in a private MariaDB with --rows rows, then snapshots it into a fresh change
-log with SnapshotRunner (each chunk: low watermark, SELECT, high watermark, binlog segment,
-one Delta commit) and prints rows/s. With --rate N a writer updates random rows at N
+log with SnapshotRunner (each chunk: SELECT, high watermark, binlog segment, one Delta
+commit) and prints rows/s. Without --chunk-size the chunks are sized by time (the default of
+the platform: about --chunk-seconds each). With --rate N a writer updates random rows at N
 transactions/s during the snapshot, and the replayed change log is checked against the
 table at the end (after the normal run catches up).
 
@@ -191,7 +193,8 @@ def reconcile(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
-    parser.add_argument("--chunk-size", type=int, default=10_000)
+    parser.add_argument("--chunk-size", type=int, default=None, help="fixed rows per chunk")
+    parser.add_argument("--chunk-seconds", type=float, default=None, help="target s per chunk")
     parser.add_argument("--rate", type=float, default=0.0, help="updates/s during the snapshot")
     parser.add_argument(
         "--lag", action="store_true", help="stream inserts during the snapshot; print their lag"
@@ -233,13 +236,17 @@ def main() -> None:
             def progress(p: SnapshotProgress) -> None:
                 if p.seconds - last[0] >= 2 or p.rows_read >= p.estimated_rows:
                     last[0] = p.seconds
-                    print(f"  {p.rows_read}/{p.estimated_rows} rows, {p.seconds:.1f} s")
+                    print(
+                        f"  {p.rows_read}/{p.estimated_rows} rows, {p.seconds:.1f} s, "
+                        f"chunk of {p.chunk_rows}"
+                    )
 
             runner = SnapshotRunner(
                 WriteTerm("bench", config(server, user.name), uri, maintenance=MaintenancePolicy()),
                 state_path(lake, "bench"),
                 tables=["bench.items"],
                 chunk_size=args.chunk_size,
+                chunk_seconds=args.chunk_seconds,
                 on_progress=progress,
             )
             snapshot_started = time.time()
@@ -251,8 +258,9 @@ def main() -> None:
                     running.join()
             rate = result.rows_written / result.seconds
             print(
-                f"snapshot: {result.rows_written} rows in {result.chunks} chunks of "
-                f"{args.chunk_size}, {result.seconds:.1f} s = {rate:,.0f} rows/s "
+                f"snapshot: {result.rows_written} rows in {result.chunks} chunks "
+                f"({args.chunk_size or 'sized by time'}), {result.seconds:.1f} s = "
+                f"{rate:,.0f} rows/s "
                 f"({result.rows_dropped} merged from the binlog, {result.streamed_events} "
                 f"binlog events streamed{f', {updates[0]} updates' if updates else ''})"
             )

@@ -261,6 +261,7 @@ def snapshot_new_tables(  # noqa: PLR0913 (the term and lake; observers, stop an
             state_file,
             tables=tables,
             chunk_size=config.snapshot.chunk_size,
+            chunk_seconds=config.snapshot.chunk_seconds,
             segment_events=config.snapshot.segment_events,
             on_progress=on_progress,
             on_table_done=record.done,

@@ -168,6 +168,7 @@ def reread_tables(
             state_file,
             tables=tables,
             chunk_size=config.snapshot.chunk_size,
+            chunk_seconds=config.snapshot.chunk_seconds,
             segment_events=config.snapshot.segment_events,
             on_progress=on_progress,
             stop=stop,

@@ -5,14 +5,14 @@ the destination's normal run is stopped (the CLI holds the destination's lease).
 is the only writer: it streams the binlog from the change log's checkpoint itself and, for
 each primary-key chunk of a table,
 
-1. takes the low watermark (the server's binlog end),
-2. SELECTs the chunk (one autocommit read, no lock),
-3. takes the high watermark,
-4. reads the binlog on to the high watermark (the *segment*: every event since the previous
+1. SELECTs the chunk (one autocommit read, no lock); the low watermark is the previous
+   chunk's cut, where its segment begins,
+2. takes the high watermark (the server's binlog end, on the same connection),
+3. reads the binlog on to the high watermark (the *segment*: every event since the previous
    cut, whole transactions only),
-5. drops from the chunk every row whose key any event of the segment touched (the segment
+4. drops from the chunk every row whose key any event of the segment touched (the segment
    carries that key's newer, or equal, state), and
-6. commits the segment's events followed by the remaining rows as op ``r``, with the
+5. commits the segment's events followed by the remaining rows as op ``r``, with the
    segment's end as the resume position, in one Delta commit.
 
 A long segment (the backlog before the first chunk) is committed in parts of about
@@ -51,21 +51,25 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow.compute as pc
 import pymysql
 from deltalake import DeltaTable
 
-from cdc_platform.backfill.segments import SegmentStream, altered, events_at_cut, touched_keys
+from cdc_platform.backfill.chunk_sizing import ChunkSizer
+from cdc_platform.backfill.progress import SnapshotProgress, SnapshotResult
+from cdc_platform.backfill.segments import SegmentStream, altered, touched_keys
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.errors import CdcError, SnapshotError
 from cdc_platform.events import BinlogPosition, ChangeEvent, EventKind, ResumePosition
 from cdc_platform.sink import Checkpoint, DeltaChangeLog
 from cdc_platform.sink.lake_files import LakeFile, join_uri
+from cdc_platform.sink.schema import RowsAtCut
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.binlog import BinlogSource
+from cdc_platform.source.binlog_server import binlog_end
 from cdc_platform.source.mysql import connect_source, is_missing_table, mysql_error
 from cdc_platform.source.row_reader import (
     ChunkRows,
@@ -118,53 +122,13 @@ def captured_tables_path(
     return LakeFile(uri, storage_options)
 
 
-@dataclass
-class SnapshotProgress:
-    """Reported after every committed chunk (the CLI prints it; tests count chunks)."""
-
-    table: str
-    table_index: int
-    tables: int
-    chunks: int
-    rows_read: int
-    rows_written: int
-    rows_dropped: int
-    estimated_rows: int
-    batch_seq: int
-    seconds: float
-
-    @property
-    def done_fraction(self) -> float:
-        """0..1: tables done plus the current table's share of its estimated rows."""
-        if self.tables <= 0:
-            return 1.0
-        share = min(1.0, self.rows_read / self.estimated_rows) if self.estimated_rows > 0 else 0.0
-        return min(1.0, (self.table_index + share) / self.tables)
-
-
-@dataclass
-class SnapshotResult:
-    """What one run of the snapshot did."""
-
-    tables: list[str]
-    chunks: int = 0
-    rows_written: int = 0
-    rows_dropped: int = 0
-    streamed_events: int = 0
-    resumed: bool = False
-    seconds: float = 0.0
-    last_batch_seq: int = 0
-    resume: ResumePosition | None = None
-    per_table: dict[str, int] = field(default_factory=dict)
-    ended: dict[str, str] = field(default_factory=dict)
-    """Tables whose snapshot ended without copying them (dropped, renamed, no key), and why."""
-
-
 class SnapshotRunner:
     """Snapshots tables of one destination into its change log; see the module docstring.
 
     ``term`` says who writes (its epoch: the lease's, None: the checkpoint's; its gate runs
     before each commit); ``stop`` (see :class:`SideWorkStop`) interrupts a run at once.
+    ``chunk_size`` fixes the rows per chunk; without it each chunk's rows adapt so that a
+    chunk takes about ``chunk_seconds`` (:mod:`.chunk_sizing`; ``clock`` times them).
     """
 
     def __init__(  # noqa: PLR0913 (the term, the state file; what to copy in which steps, its observers and stop, keyword-only)
@@ -173,15 +137,16 @@ class SnapshotRunner:
         state_file: LakeFile | str | os.PathLike[str],
         *,
         tables: Sequence[str] | None = None,
-        chunk_size: int = 2000,
+        chunk_size: int | None = None,
+        chunk_seconds: float | None = None,
         segment_events: int = DEFAULT_SEGMENT_EVENTS,
         on_progress: Callable[[SnapshotProgress], None] | None = None,
         on_table_done: Callable[[str, str | None], None] | None = None,
         stop: SideWorkStop | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         name, config = term.destination, term.config
-        if chunk_size < 1:
-            raise ValueError(f"chunk_size must be >= 1, not {chunk_size}")
+        sizer = ChunkSizer.for_settings(chunk_size, chunk_seconds)
         if segment_events < 1:
             raise ValueError(f"segment_events must be >= 1, not {segment_events}")
         if config.source.mode != "binlog":
@@ -199,7 +164,8 @@ class SnapshotRunner:
             else LakeFile(os.fspath(state_file), term.storage_options)
         )
         self.requested = list(tables) if tables else None
-        self.chunk_size = chunk_size
+        self.sizer = sizer
+        self._clock = clock
         self.segment_events = segment_events
         self._on_progress = on_progress
         self._on_table_done = on_table_done
@@ -420,12 +386,19 @@ class SnapshotRunner:
         )
         return bool(found.num_rows > 0)
 
-    def _commit(self, ctx: _Chunking, events: list[ChangeEvent], cut: ResumePosition) -> None:
-        """Commit batch ``ctx.batch_seq`` under the stop and the gate (reported to the term's
-        observer); the run resumes after ``cut`` from then on."""
+    def _commit(
+        self,
+        ctx: _Chunking,
+        events: list[ChangeEvent],
+        cut: ResumePosition,
+        rows: RowsAtCut | None = None,
+    ) -> None:
+        """Commit batch ``ctx.batch_seq`` (``events``, then a chunk's ``rows`` as op ``r``)
+        under the stop and the gate (reported to the term's observer); the run resumes after
+        ``cut`` from then on."""
         self._interrupt.check()
         self.term.commit_beside(
-            ctx.sink, events, batch_seq=ctx.batch_seq, resume=cut, epoch=ctx.epoch
+            ctx.sink, events, batch_seq=ctx.batch_seq, resume=cut, epoch=ctx.epoch, snapshot=rows
         )
         ctx.resume = cut
 
@@ -465,18 +438,19 @@ class SnapshotRunner:
         tally = _tally(state, spec.name, estimated)
         while not self._stop.is_set():
             self._interrupt.check()
-            low = ctx.probe.current_position()
-            chunk = self._read(conn, spec, state["after"])
+            asked, began = self.sizer.rows, self._clock()
+            chunk = self._read(conn, spec, state["after"], asked)
             if chunk is None:
                 # Nothing of the segment was read: the DROP lands with the next table's chunks.
                 self._end(state, spec.name, gone, result)
                 break
-            high = ctx.probe.current_position()
+            # The high watermark, on the chunk's own connection right after its SELECT.
+            high = binlog_end(conn)
             segment, cut, touched, changed = self._segment(
-                ctx, spec, {pk for pk, _ in chunk.rows}, high.binlog_position
+                ctx, spec, {pk for pk, _ in chunk.rows}, high
             )
             kept = [(pk, image) for pk, image in chunk.rows if pk not in touched]
-            done = len(chunk.rows) < self.chunk_size
+            done = len(chunk.rows) < asked
             next_index, next_after = (
                 (state["index"] + 1, None)
                 if done
@@ -494,7 +468,15 @@ class SnapshotRunner:
                 next_index, next_after = (
                     (state["index"] + 1, None) if done else (state["index"], state["after"])
                 )
-            events = [*segment, *events_at_cut(spec, cut, kept)]
+            rows = RowsAtCut(
+                spec.db,
+                spec.table,
+                spec.columns_json,
+                cut.binlog_position,
+                int(time.time()),
+                [pk for pk, _ in kept],
+                [image for _, image in kept],
+            )
             ctx.batch_seq += 1
             state["pending"] = {
                 "batch_seq": ctx.batch_seq,
@@ -502,7 +484,7 @@ class SnapshotRunner:
                 "after": next_after,
             }
             self._save_state(state)
-            self._commit(ctx, events, cut)
+            self._commit(ctx, segment, cut, rows)
             if ended is not None:
                 log.warning("%s: ending the snapshot of %s: %s", self.name, spec.name, ended)
                 state["ended"][spec.name] = ended
@@ -514,14 +496,15 @@ class SnapshotRunner:
             }
             state.update(index=next_index, after=next_after, pending=None)
             self._save_state(state)
+            self.sizer.observe(asked, len(chunk.rows), self._clock() - began)
+            tally.chunk_rows = len(chunk.rows)
             table_index = state["index"] if not done else state["index"] - 1
             self._account(ctx, tally, table_index, counted=counted, kept=len(kept))
             log.debug(
-                "%s: %s chunk %d: low %s high %s cut %s, %d rows, %d dropped",
+                "%s: %s chunk %d: high %s cut %s, %d rows, %d dropped",
                 self.name,
                 spec.name,
                 tally.chunks,
-                low,
                 high,
                 cut,
                 counted,
@@ -543,13 +526,11 @@ class SnapshotRunner:
             return spec, str(exc)
 
     def _read(
-        self, conn: pymysql.connections.Connection[Any], spec: SnapshotTable, after: Any
+        self, conn: pymysql.connections.Connection[Any], spec: SnapshotTable, after: Any, rows: int
     ) -> ChunkRows | None:
-        """The next chunk, or None when the table no longer exists."""
+        """The next chunk of at most ``rows`` rows, or None when the table no longer exists."""
         try:
-            return read_chunk(
-                conn, spec, None if after is None else decode_key(after), self.chunk_size
-            )
+            return read_chunk(conn, spec, None if after is None else decode_key(after), rows)
         except pymysql.MySQLError as exc:
             if not is_missing_table(exc):
                 raise

@@ -336,6 +336,7 @@ def snapshot_command(args: argparse.Namespace) -> int:
             )
         stop = SideWorkStop(name, term.epoch, work="snapshot")
         lease.on_lost(lambda error: stop.request_stop(f"lease lost: {error.reason}"))
+        settings = destination.config.snapshot
 
         tty = sys.stderr.isatty()
 
@@ -347,7 +348,7 @@ def snapshot_command(args: argparse.Namespace) -> int:
             print(
                 f"{chr(13) if tty else ''}snapshot {p.table} [{p.table_index + 1}/{p.tables}] "
                 f"[{bar}] {p.rows_read}/{total} rows ({100 * done:.0f}%), "
-                f"chunk {p.chunks}, {p.rows_dropped} merged from the binlog, "
+                f"chunk {p.chunks} ({p.chunk_rows} rows), {p.rows_dropped} merged from the binlog, "
                 f"batch {p.batch_seq}, {rate:.0f} rows/s",
                 end="" if tty else "\n",
                 file=sys.stderr,
@@ -358,7 +359,8 @@ def snapshot_command(args: argparse.Namespace) -> int:
             term,
             state_path(config.lake.uri, name, term.storage_options),
             tables=args.table or None,
-            chunk_size=args.chunk_size,
+            chunk_size=args.chunk_size or settings.chunk_size,
+            chunk_seconds=args.chunk_seconds or settings.chunk_seconds,
             on_progress=progress,
             stop=stop,
         )

@@ -63,7 +63,18 @@ def _add_snapshot_parser(commands: Any) -> None:
         help="table to snapshot (repeatable; default: every table the destination captures)",
     )
     snapshot.add_argument(
-        "--chunk-size", type=int, default=2000, help="rows per chunk (default: 2000)"
+        "--chunk-size",
+        type=int,
+        default=None,
+        help="fixed rows per chunk (default: snapshot.chunk_size, else sized by time)",
+    )
+    snapshot.add_argument(
+        "--chunk-seconds",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="target time per chunk when the size is not fixed (default: "
+        "snapshot.chunk_seconds, 0.5)",
     )
     snapshot.add_argument(
         "--lease-timeout",

@@ -253,8 +253,12 @@ class SnapshotSettings(_Model):
     table at the destination's first start, and later each existing table the filters start
     to match. ``start: {mode: initial}`` (the default) does the same without it; off with
     another start mode: only changes from the start position on (as Canal does)."""
-    chunk_size: int = Field(default=2000, ge=1)
-    """Rows per snapshot chunk (one Delta commit each)."""
+    chunk_size: int | None = Field(default=None, ge=1)
+    """Rows per snapshot chunk (one Delta commit each); unset, the rows adapt so that a chunk
+    takes about ``chunk_seconds`` (from 2,000, within 500..50,000)."""
+    chunk_seconds: float = Field(default=0.5, gt=0)
+    """Target time of one chunk when ``chunk_size`` is unset: the binlog reaches the change
+    log with each chunk's commit, so this bounds the stream's lag during a snapshot."""
     segment_events: int = Field(default=20_000, ge=1)
     """Binlog events the snapshot holds at most between two commits (a longer backlog is
     committed in parts; a single larger transaction is kept whole)."""

@@ -191,6 +191,7 @@ class SideWork:
                 state_file,
                 tables=request.tables,
                 chunk_size=config.snapshot.chunk_size,
+                chunk_seconds=config.snapshot.chunk_seconds,
                 segment_events=config.snapshot.segment_events,
                 on_progress=self._progress_of(term),
                 stop=stop,

@@ -76,25 +76,34 @@ class CompactionPlan:
         return " OR ".join(r.predicate() for r in self.ranges)
 
 
-def plan_compaction(table: DeltaTable, target_size: int | None) -> CompactionPlan | None:
+def plan_compaction(
+    table: DeltaTable, target_size: int | None, max_bytes: int | None = None
+) -> CompactionPlan | None:
     """Ranges of the partitions with at least two files below ``target_size``; None if none.
 
-    ``target_size`` None uses the table's ``delta.targetFileSize`` (100 MB by default).
+    ``target_size`` None uses the table's ``delta.targetFileSize`` (100 MB by default);
+    ``max_bytes`` caps the small files one compaction merges (see :func:`plan_ranges`).
     """
     actions = pa.table(table.get_add_actions(flatten=True))
     size = target_size or _table_target_size(table)
-    ranges = plan_ranges(actions.to_pylist(), size)
+    ranges = plan_ranges(actions.to_pylist(), size, max_bytes)
     if not ranges:
         return None
     return CompactionPlan(version=table.version(), ranges=tuple(ranges))
 
 
-def plan_ranges(actions: Iterable[Mapping[str, Any]], target_size: int) -> list[PartitionRange]:
+def plan_ranges(
+    actions: Iterable[Mapping[str, Any]], target_size: int, max_bytes: int | None = None
+) -> list[PartitionRange]:
     """Per partition, the seq range covering its small files (pure: one add action per row).
 
     A file without seq statistics cannot be placed in a range, so its partition is left alone.
+    With ``max_bytes``, one compaction takes the oldest small files up to that many bytes in
+    all (at least two, so it always progresses); the rest wait for the next one. That bounds
+    the time a compaction adds to its commit (the stream waits for it), e.g. after a snapshot's
+    large chunk commits.
     """
-    small: dict[tuple[str | None, str | None], list[tuple[int, int]]] = defaultdict(list)
+    small: dict[tuple[str | None, str | None], list[tuple[int, int, int]]] = defaultdict(list)
     unplaceable: set[tuple[str | None, str | None]] = set()
     for action in actions:
         key = (action.get("partition.db"), action.get("partition.table"))
@@ -103,16 +112,43 @@ def plan_ranges(actions: Iterable[Mapping[str, Any]], target_size: int) -> list[
             unplaceable.add(key)
             continue
         if int(action["size_bytes"]) < target_size:
-            small[key].append((int(low), int(high)))
+            small[key].append((int(low), int(high), int(action["size_bytes"])))
+    candidates = sorted(
+        (
+            (key, sorted(spans))
+            for key, spans in small.items()
+            if len(spans) >= MIN_FILES and key not in unplaceable
+        ),
+        key=lambda candidate: candidate[1][0][0],
+    )
+    budget = max_bytes
     ranges = []
-    for (db, name), spans in small.items():
-        if len(spans) < MIN_FILES or (db, name) in unplaceable:
-            continue
-        first = min(low for low, _ in spans)
-        last = max(high for _, high in spans)
-        ranges.append(PartitionRange(db, name, first, last, len(spans)))
-    ranges.sort(key=lambda r: r.first_seq)
+    for (db, name), spans in candidates:
+        taken = spans
+        if budget is not None:
+            taken = _within(spans, budget)
+            if len(taken) < MIN_FILES:
+                break
+            budget -= sum(size for _, _, size in taken)
+        first = min(low for low, _, _ in taken)
+        last = max(high for _, high, _ in taken)
+        ranges.append(PartitionRange(db, name, first, last, len(taken)))
     return ranges
+
+
+def _within(spans: list[tuple[int, int, int]], budget: int) -> list[tuple[int, int, int]]:
+    """The first files of ``spans`` (in seq order) whose sizes fit ``budget``; the first two
+    always, when the budget still has room."""
+    taken: list[tuple[int, int, int]] = []
+    used = 0
+    for span in spans:
+        if len(taken) >= MIN_FILES and used + span[2] > budget:
+            break
+        if len(taken) < MIN_FILES and used >= budget:
+            break
+        taken.append(span)
+        used += span[2]
+    return taken
 
 
 def read_compaction_rows(table: DeltaTable, plan: CompactionPlan) -> pa.Table:

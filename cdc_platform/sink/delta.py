@@ -35,6 +35,7 @@ from cdc_platform.sink.recovery import Checkpoint, read_checkpoint
 from cdc_platform.sink.schema import (
     CHANGE_LOG_SCHEMA,
     PARTITION_COLUMNS,
+    RowsAtCut,
     events_to_table,
     row_events,
 )
@@ -111,11 +112,13 @@ class DeltaChangeLog:
         batch_seq: int,
         resume: ResumePosition,
         epoch: int,
+        snapshot: RowsAtCut | None = None,
     ) -> CommitResult:
         """Append one batch as one Delta commit, or refuse it if a newer writer or batch exists.
 
-        ROW and DDL events become rows; COMMIT events none. A batch without rows still commits
-        (no data files) so the checkpoint moves past filtered traffic.
+        ROW and DDL events become rows; COMMIT events none; the ``snapshot`` rows follow them.
+        A batch without rows still commits (no data files) so the checkpoint moves past
+        filtered traffic.
 
         Raises:
             FencedCommitError: (a CommitRefusedError) the table holds ``batch_seq`` or a later
@@ -128,7 +131,9 @@ class DeltaChangeLog:
             raise ValueError(f"epoch must be >= 0, not {epoch}")
         rows = row_events(events)
         with self._lock:
-            result = self._commit_locked(rows, batch_seq=batch_seq, resume=resume, epoch=epoch)
+            result = self._commit_locked(
+                rows, batch_seq=batch_seq, resume=resume, epoch=epoch, snapshot=snapshot
+            )
             self._commits += 1
             self._maintain()
         return result
@@ -140,8 +145,10 @@ class DeltaChangeLog:
         batch_seq: int,
         resume: ResumePosition,
         epoch: int,
+        snapshot: RowsAtCut | None,
     ) -> CommitResult:
         conflict: CommitFailedError | None = None
+        count = len(rows) + (len(snapshot) if snapshot is not None else 0)
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             started = time.perf_counter()
             # Always refresh, even after our own commit (~2 ms when nothing changed): with a
@@ -156,8 +163,8 @@ class DeltaChangeLog:
                 epoch=epoch,
                 resume=resume,
                 first_seq=fence.last_seq + 1,
-                last_seq=fence.last_seq + len(rows),
-                rows=len(rows),
+                last_seq=fence.last_seq + count,
+                rows=count,
             )
             data = events_to_table(
                 rows,
@@ -166,6 +173,7 @@ class DeltaChangeLog:
                 epoch=epoch,
                 resume=resume,
                 committed_at=datetime.now(UTC),
+                snapshot=snapshot,
             )
             properties = facts.properties(self._destination, self._writer_id)
             try:
@@ -188,7 +196,7 @@ class DeltaChangeLog:
                 )
             return CommitResult(
                 version=table.version(),
-                rows=len(rows),
+                rows=count,
                 first_seq=facts.first_seq,
                 last_seq=facts.last_seq,
                 seconds=time.perf_counter() - started,

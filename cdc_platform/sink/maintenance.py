@@ -67,6 +67,10 @@ class MaintenancePolicy:
     compact_every: int | None = 25
     compact_target_size: int | None = 2 * 1024 * 1024
     """Bytes; None uses the table's ``delta.targetFileSize`` (100 MB by default)."""
+    compact_max_bytes: int | None = 8 * 1024 * 1024
+    """Small files one compaction merges at most, in bytes (the oldest first; the rest at the
+    next one): bounds the time a compaction adds to its commit, e.g. after a snapshot's large
+    chunks (25 chunk files of ~1.3 MB took 2.6-4 s to merge at once). None: no cap."""
     checkpoint_every: int | None = None
     """Extra checkpoints; delta-rs already writes one every ``checkpoint_interval`` versions."""
     checkpoint_interval: int = 100
@@ -202,7 +206,7 @@ class TableMaintenance:
             )
             return True
         target = self.policy.compact_target_size
-        plan = plan_compaction(table, target)
+        plan = plan_compaction(table, target, self.policy.compact_max_bytes)
         if plan is None:
             return True
         rows = read_compaction_rows(table, plan)

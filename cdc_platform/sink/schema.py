@@ -39,16 +39,19 @@ Delta writer feature that some readers lack.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import pyarrow as pa
 
-from cdc_platform.events import ChangeEvent, EventKind, Op, ResumePosition
+from cdc_platform.events import BinlogPosition, ChangeEvent, EventKind, Op, ResumePosition
 
 __all__ = [
     "CHANGE_LOG_SCHEMA",
     "PARTITION_COLUMNS",
     "STATS_COLUMNS",
+    "RowsAtCut",
     "events_to_table",
     "row_events",
 ]
@@ -100,6 +103,34 @@ of the table on each commit, so that cost is paid per commit (measured, bench/de
 """
 
 
+@dataclass(frozen=True, slots=True)
+class RowsAtCut:
+    """Rows read from one table (a snapshot chunk), written as op ``r`` after a commit's events.
+
+    The same rows as :func:`cdc_platform.backfill.segments.events_at_cut` makes of them (one
+    transaction at ``position`` with server id 0 and no GTID; ``txn_index`` = the row's index),
+    kept as two lists so that a large chunk becomes Arrow columns without one event object
+    per row.
+    """
+
+    db: str
+    table: str
+    columns: str
+    """The table's `columns` JSON, the same for every row."""
+    position: BinlogPosition
+    timestamp: int
+    """Seconds since the epoch, the rows' ``ts``."""
+    pks: Sequence[str]
+    images: Sequence[str]
+
+    def __post_init__(self) -> None:
+        if len(self.pks) != len(self.images):
+            raise ValueError(f"{len(self.pks)} keys but {len(self.images)} row images")
+
+    def __len__(self) -> int:
+        return len(self.pks)
+
+
 def row_events(events: Sequence[ChangeEvent]) -> list[ChangeEvent]:
     """The events that become rows: ROW and DDL. COMMIT events only mark boundaries."""
     return [e for e in events if e.kind is not EventKind.COMMIT]
@@ -121,36 +152,71 @@ def events_to_table(  # noqa: PLR0913 (the events; the rest are keyword-only com
     epoch: int,
     resume: ResumePosition,
     committed_at: datetime,
+    snapshot: RowsAtCut | None = None,
 ) -> pa.Table:
-    """One commit's rows: ``events`` must already be the row-producing ones (:func:`row_events`).
+    """One commit's rows: ``events`` must already be the row-producing ones (:func:`row_events`),
+    followed by the ``snapshot`` rows, if any.
 
     Row ``i`` gets ``seq = first_seq + i``; the last row carries the resume position, so the
     checkpoint survives in the data even after the commit's metadata is cleaned from the log.
     """
-    n = len(events)
+    values: dict[str, list[Any]] = {
+        "op": [_op_of(e) for e in events],
+        "db": [e.db or None for e in events],
+        "table": [e.table or None for e in events],
+        "pk": [e.pk for e in events],
+        "before": [e.before for e in events],
+        "after": [e.after for e in events],
+        "ddl": [e.ddl for e in events],
+        "columns": [e.columns for e in events],
+        "binlog_file": [e.position.file for e in events],
+        "binlog_pos": [e.position.pos for e in events],
+        "txn_index": [e.index for e in events],
+        "gtid": [e.txn.gtid for e in events],
+        "server_id": [e.txn.server_id for e in events],
+        "ts": [e.txn.timestamp * 1_000_000 for e in events],
+    }
+    if snapshot is not None:
+        _extend(values, snapshot)
+    n = len(values["op"])
     committed_us = int(committed_at.timestamp() * 1_000_000)
     resume_col: list[str | None] = [None] * n
     if n:
         resume_col[-1] = resume.to_json()
     columns: dict[str, pa.Array] = {
-        "op": pa.array([_op_of(e) for e in events], pa.string()),
-        "db": pa.array([e.db or None for e in events], pa.string()),
-        "table": pa.array([e.table or None for e in events], pa.string()),
-        "pk": pa.array([e.pk for e in events], pa.string()),
-        "before": pa.array([e.before for e in events], pa.string()),
-        "after": pa.array([e.after for e in events], pa.string()),
-        "ddl": pa.array([e.ddl for e in events], pa.string()),
-        "columns": pa.array([e.columns for e in events], pa.string()),
-        "binlog_file": pa.array([e.position.file for e in events], pa.string()),
-        "binlog_pos": pa.array([e.position.pos for e in events], pa.int64()),
-        "txn_index": pa.array([e.index for e in events], pa.int64()),
-        "gtid": pa.array([e.txn.gtid for e in events], pa.string()),
-        "server_id": pa.array([e.txn.server_id for e in events], pa.int64()),
-        "ts": pa.array([e.txn.timestamp * 1_000_000 for e in events], _TIMESTAMP),
-        "seq": pa.array(range(first_seq, first_seq + n), pa.int64()),
-        "batch_seq": pa.array([batch_seq] * n, pa.int64()),
-        "epoch": pa.array([epoch] * n, pa.int64()),
-        "resume_position": pa.array(resume_col, pa.string()),
-        "committed_at": pa.array([committed_us] * n, _TIMESTAMP),
+        name: pa.array(column, CHANGE_LOG_SCHEMA.field(name).type)
+        for name, column in values.items()
     }
+    columns.update(
+        {
+            "seq": pa.array(range(first_seq, first_seq + n), pa.int64()),
+            "batch_seq": pa.array([batch_seq] * n, pa.int64()),
+            "epoch": pa.array([epoch] * n, pa.int64()),
+            "resume_position": pa.array(resume_col, pa.string()),
+            "committed_at": pa.array([committed_us] * n, _TIMESTAMP),
+        }
+    )
     return pa.Table.from_pydict(columns, schema=CHANGE_LOG_SCHEMA)
+
+
+def _extend(values: dict[str, list[Any]], rows: RowsAtCut) -> None:
+    """Append ``rows`` to the column lists (see :class:`RowsAtCut`)."""
+    n = len(rows)
+    constant: dict[str, Any] = {
+        "op": Op.SNAPSHOT.value,
+        "db": rows.db or None,
+        "table": rows.table or None,
+        "before": None,
+        "ddl": None,
+        "columns": rows.columns,
+        "binlog_file": rows.position.file,
+        "binlog_pos": rows.position.pos,
+        "gtid": None,
+        "server_id": 0,
+        "ts": rows.timestamp * 1_000_000,
+    }
+    for name, value in constant.items():
+        values[name].extend([value] * n)
+    values["pk"].extend(rows.pks)
+    values["after"].extend(rows.images)
+    values["txn_index"].extend(range(n))

@@ -17,12 +17,13 @@ from pydantic import SecretStr
 
 from cdc_platform.config.lake import LakeLocation
 from cdc_platform.config.models import InstanceConfig
-from cdc_platform.events import ChangeEvent, ResumePosition
+from cdc_platform.events import ChangeEvent, Op, ResumePosition
 from cdc_platform.infra.recorder import NULL_RECORDER, MetricsRecorder
 from cdc_platform.sink.commit import CommitResult
 from cdc_platform.sink.delta import DeltaChangeLog
 from cdc_platform.sink.maintenance import MaintenancePolicy
 from cdc_platform.sink.report import CommitReport, count_ops
+from cdc_platform.sink.schema import RowsAtCut
 
 __all__ = ["WriteTerm"]
 
@@ -115,7 +116,7 @@ class WriteTerm:
         if self.on_commit is not None:
             self.on_commit(report)
 
-    def commit_beside(
+    def commit_beside(  # noqa: PLR0913 (the sink and the batch; keyword-only commit fields)
         self,
         sink: DeltaChangeLog,
         events: Sequence[ChangeEvent],
@@ -123,25 +124,34 @@ class WriteTerm:
         batch_seq: int,
         resume: ResumePosition,
         epoch: int,
+        snapshot: RowsAtCut | None = None,
     ) -> CommitResult:
         """One commit written beside the stream (a snapshot chunk, a repair): through the
-        gate, then reported with no binlog lag."""
+        gate, then reported with no binlog lag. ``snapshot``: rows read from a table, after
+        the events."""
         self.check_gate()
         self.prepare(events)
-        landed = sink.commit(events, batch_seq=batch_seq, resume=resume, epoch=epoch)
+        landed = sink.commit(
+            events, batch_seq=batch_seq, resume=resume, epoch=epoch, snapshot=snapshot
+        )
+        ops = count_ops(events)
+        if snapshot:
+            read = dict(ops)
+            read[Op.SNAPSHOT.value] = read.get(Op.SNAPSHOT.value, 0) + len(snapshot)
+            ops = tuple(sorted(read.items()))
         self.report(
             CommitReport(
                 self.destination,
                 batch_seq,
                 landed.version,
                 landed.rows,
-                len(events),
+                len(events) + (len(snapshot) if snapshot else 0),
                 resume,
                 epoch,
                 0.0,
                 landed.seconds,
                 partial=False,
-                ops=count_ops(events),
+                ops=ops,
             )
         )
         return landed

@@ -29,7 +29,7 @@ from cdc_platform.source.mysql import (
     is_missing_privilege,
 )
 
-__all__ = ["BINLOG_GRANTS", "BinlogServer", "SourceInfo"]
+__all__ = ["BINLOG_GRANTS", "BinlogServer", "SourceInfo", "binlog_end"]
 
 log = logging.getLogger("cdc_platform.source")
 
@@ -270,6 +270,26 @@ def _identity(cur: Any, is_mariadb: bool) -> ServerIdentity:
     cur.execute("SELECT @@server_id, @@server_uuid")
     server_id, uuid = cur.fetchone()
     return ServerIdentity(int(server_id), server_uuid=str(uuid))
+
+
+def binlog_end(conn: Connection) -> BinlogPosition:
+    """The server's binlog end (file and offset), read on the caller's open connection.
+
+    One statement, no GTID state and no new connection: the watermarks of a snapshot chunk
+    need only the place, and :meth:`BinlogServer.current_position` costs a connection and a
+    scan of the current binlog file (``BINLOG_GTID_POS``) for its GTID state. Driver errors
+    are the caller's to translate.
+
+    Raises:
+        SourceSettingsError: binary logging is off.
+    """
+    with conn.cursor() as cur:
+        status = _binlog_status(cur)
+    if status is None:
+        raise SourceSettingsError(
+            "binary logging is off (log_bin=OFF); start the server with log_bin=mysql-bin"
+        )
+    return BinlogPosition(str(status[0]), int(status[1]))
 
 
 def _binlog_status(cur: Any) -> tuple[Any, ...] | None:

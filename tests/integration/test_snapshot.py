@@ -363,3 +363,31 @@ def test_destination_run_snapshots_new_tables_itself(
     assert_replay_equals_source(mariadb, uri, ["customers", "orders"])
     third = run_once(with_workload=False)
     assert third == []  # nothing new: nothing copied again
+
+
+@pytest.mark.usefixtures("env_password")
+def test_chunks_sized_by_time_grow_while_they_are_fast(
+    mariadb: MariaDBDatabase, lake_root: Path
+) -> None:
+    """Without a fixed chunk size each chunk's rows follow the time the last one took (a
+    fake clock: every chunk seems to take 1 ms, so each is twice the one before)."""
+    server, db = mariadb.server, mariadb.name
+    server.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO t SELECT seq, seq * 7 FROM seq_1_to_13000",
+        database=db,
+    )
+    ticks = iter(range(10**6))
+    progress: list[SnapshotProgress] = []
+    uri = str(lake_root / "d" / "changes")
+    result = SnapshotRunner(
+        WriteTerm("d", instance(mariadb), uri),
+        state_path(lake_root, "d"),
+        tables=[f"{db}.t"],
+        on_progress=progress.append,
+        clock=lambda: next(ticks) / 1000,
+    ).run()
+    assert [p.chunk_rows for p in progress] == [2000, 4000, 7000]
+    assert result.rows_written == 13000
+    catch_up(mariadb, uri)
+    assert_replay_equals_source(mariadb, uri, ["t"])

@@ -48,3 +48,20 @@ def test_a_partition_with_a_file_without_statistics_is_left_alone() -> None:
 def test_predicates_quote_names_and_nulls() -> None:
     text = PartitionRange("we'ird", None, 3, 9, 2).predicate()
     assert text == """("db" = 'we''ird' AND "table" IS NULL AND seq >= 3 AND seq <= 9)"""
+
+
+def test_a_byte_cap_takes_the_oldest_small_files_and_leaves_the_rest() -> None:
+    actions = [action("a", "t", 10 * i + 1, 10 * i + 10, 400) for i in range(5)]
+    actions.append(action("b", "u", 100, 100, 400))
+    actions.append(action("b", "u", 101, 101, 400))
+    assert plan_ranges(actions, 1000) == [
+        PartitionRange("a", "t", 1, 50, 5),
+        PartitionRange("b", "u", 100, 101, 2),
+    ]
+    # 1,000 bytes: two files of a (at least two even when they pass the cap), then nothing
+    assert plan_ranges(actions, 1000, max_bytes=1000) == [PartitionRange("a", "t", 1, 20, 2)]
+    assert plan_ranges(actions, 1000, max_bytes=1300) == [PartitionRange("a", "t", 1, 30, 3)]
+    assert plan_ranges(actions, 1000, max_bytes=2800) == [
+        PartitionRange("a", "t", 1, 50, 5),
+        PartitionRange("b", "u", 100, 101, 2),
+    ]
