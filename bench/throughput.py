@@ -45,6 +45,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from cdc_platform.config.models import InstanceConfig
 from cdc_platform.events import ResumePosition
+from cdc_platform.infra.lean_imports import keep_out_pandas
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink import DeltaChangeLog
 from cdc_platform.sink.term import WriteTerm
@@ -225,6 +226,7 @@ def _descendants_peak_rss_mb() -> float:
 def _pipeline_child(
     cfg: InstanceConfig, start: ResumePosition, rows: int, uri: str, out: multiprocessing.Queue
 ) -> None:
+    keep_out_pandas()  # as `cdc-platform run` does
     sink = DeltaChangeLog(uri, "throughput")
     sink.commit((), batch_seq=1, resume=start, epoch=0)
     sink.close()

@@ -24,8 +24,15 @@ from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, XidEvent
 from pymysqlreplication.row_event import TableMapEvent
 
 from cdc_platform.events import ChangeEvent
+from cdc_platform.source.decode_worker import (
+    MAX_DECODERS,
+    Decoded,
+    decode_frame,
+    decode_in_worker,
+    worker_ready,
+)
 from cdc_platform.source.mysql import StreamLostError
-from cdc_platform.source.rows_framing import UPDATE, RowsFrame
+from cdc_platform.source.rows_framing import RowsFrame
 from cdc_platform.source.transactions import TransactionAssembler
 from cdc_platform.source.values import RowDecoder
 
@@ -44,41 +51,6 @@ event bigger than that on its own)."""
 
 DEFAULT_BATCH_BYTES = 256 << 10
 """Row bytes sent to a worker in one task (fewer, larger messages between processes)."""
-
-Decoded = list[tuple[str, str]] | list[tuple[str, str, str]]
-
-
-def decode_frame(decoder: RowDecoder, frame: RowsFrame) -> Decoded:
-    """The JSON images of one rows event: (image, pk) per row, (before, after, pk) for
-    updates."""
-    if frame.kind == UPDATE:
-        return decoder.updates(frame.rows, frame.present, frame.present_after)
-    return decoder.images(frame.rows, frame.present)
-
-
-_worker_decoders: dict[int, RowDecoder] = {}
-"""Each worker's decoders, by the key the pool gave the table version."""
-
-_MAX_DECODERS = 4096
-"""Table versions kept by the pool and by each worker (a new one per table map after every
-rotation or DDL); past that the caches start again."""
-
-
-def _decode_in_worker(specs: dict[int, bytes], batch: list[tuple[int, RowsFrame]]) -> list[Decoded]:
-    out: list[Decoded] = []
-    for key, frame in batch:
-        decoder = _worker_decoders.get(key)
-        if decoder is None:
-            if len(_worker_decoders) >= _MAX_DECODERS:
-                _worker_decoders.clear()  # keys are never reused: rebuilt from specs if needed
-            decoder = pickle.loads(specs[key])  # noqa: S301 -- our own pickle, from the parent
-            _worker_decoders[key] = decoder
-        out.append(decode_frame(decoder, frame))
-    return out
-
-
-def _ready() -> None:
-    """A first task: the worker has started and imported the decoders."""
 
 
 class DecodePool:
@@ -106,17 +78,19 @@ class DecodePool:
     def start(self) -> None:
         """Start the workers now (they take a moment to import), not at the first rows."""
         if self._executor is None:
-            self._executor = ProcessPoolExecutor(
-                self.workers, mp_context=multiprocessing.get_context("forkserver")
-            )
+            context = multiprocessing.get_context("forkserver")
+            # The fork server imports only the worker's module (not the parent's ``__main__``,
+            # the default), so each worker holds what decoding needs and no more.
+            context.set_forkserver_preload([decode_in_worker.__module__])
+            self._executor = ProcessPoolExecutor(self.workers, mp_context=context)
             for _ in range(self.workers):
-                self._executor.submit(_ready)
+                self._executor.submit(worker_ready)
 
     def key(self, decoder: RowDecoder) -> tuple[int, bytes]:
         """The key workers know ``decoder`` by, and its pickled definition."""
         known = self._keys.get(id(decoder))
         if known is None or known[2] is not decoder:
-            if len(self._keys) >= _MAX_DECODERS:
+            if len(self._keys) >= MAX_DECODERS:
                 self._keys.clear()
             # The decoder stays referenced here, so its id is not reused while keyed.
             known = (next(self._next_key), pickle.dumps(decoder), decoder)
@@ -129,7 +103,7 @@ class DecodePool:
         """Decode a batch of rows events (each with its decoder's key) in a worker."""
         self.start()
         assert self._executor is not None
-        return self._executor.submit(_decode_in_worker, specs, batch)
+        return self._executor.submit(decode_in_worker, specs, batch)
 
     def close(self) -> None:
         """Stop the workers (pending work is cancelled)."""
