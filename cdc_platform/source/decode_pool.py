@@ -138,8 +138,9 @@ _MAX_QUEUED_EVENTS = 100_000
 
 def ordered_events(
     stream: StreamHooks, assembler: TransactionAssembler, pool: DecodePool
-) -> Iterator[ChangeEvent]:
-    """Change events of the stream's events, rows decoded by ``pool``, in binlog order.
+) -> Iterator[list[ChangeEvent]]:
+    """Change events of the stream's events, rows decoded by ``pool``, in binlog order (in
+    the non-empty lists the assembler gives).
 
     Rows events are batched to the workers; a GTID or commit event queues behind them, so
     the workers decode while the next transactions are read. Table maps are applied to the
@@ -172,7 +173,9 @@ def ordered_events(
                 line.window.append(_Entry(event, None, [], 0))
             else:
                 yield from line.feed_ready(block=True)
-                yield from assembler.feed(event)
+                out = assembler.feed(event)
+                if out:
+                    yield out
         if line.window:
             yield from line.feed_ready(block=line.crowded() or not stream.more_waiting())
 
@@ -217,7 +220,7 @@ class _InOrder:
             or len(self.window) > _MAX_QUEUED_EVENTS
         )
 
-    def feed_ready(self, *, block: bool) -> Iterator[ChangeEvent]:
+    def feed_ready(self, *, block: bool) -> Iterator[list[ChangeEvent]]:
         """Feed the assembler from the head of the line: everything (``block``), or as far
         as the workers are done."""
         window, assembler = self.window, self._assembler
@@ -225,14 +228,18 @@ class _InOrder:
             head = window[0]
             if head.future is None:
                 window.popleft()
-                yield from assembler.feed(head.event)
+                out = assembler.feed(head.event)
+                if out:
+                    yield out
                 continue
             if not block and not head.future.done():
                 return
             window.popleft()
             self._in_flight -= head.size
             for (decoder, frame), decoded in zip(head.frames, head.future.result(), strict=True):
-                yield from assembler.feed_decoded(frame, decoder, decoded)
+                out = assembler.feed_decoded(frame, decoder, decoded)
+                if out:
+                    yield out
 
 
 @dataclass(frozen=True, slots=True)
