@@ -23,6 +23,8 @@ transaction); each row carries its insert time, so the change log's `committed_a
 the commit-to-visible lag; prints p50 / p99 (with the default decode_workers).
 """
 
+# ruff: noqa: E402 -- pandas and numpy are kept out before the imports that would load them
+
 from __future__ import annotations
 
 import argparse
@@ -38,6 +40,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from cdc_platform.infra.lean_imports import keep_out_unused_libraries
+
+keep_out_unused_libraries()  # as `cdc-platform run` does, before pyarrow would load numpy
+
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 from pymysqlreplication import BinLogStreamReader
@@ -45,7 +51,6 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from cdc_platform.config.models import InstanceConfig
 from cdc_platform.events import ResumePosition
-from cdc_platform.infra.lean_imports import keep_out_pandas
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink import DeltaChangeLog
 from cdc_platform.sink.term import WriteTerm
@@ -226,7 +231,6 @@ def _descendants_peak_rss_mb() -> float:
 def _pipeline_child(
     cfg: InstanceConfig, start: ResumePosition, rows: int, uri: str, out: multiprocessing.Queue
 ) -> None:
-    keep_out_pandas()  # as `cdc-platform run` does
     sink = DeltaChangeLog(uri, "throughput")
     sink.commit((), batch_seq=1, resume=start, epoch=0)
     sink.close()

@@ -149,11 +149,9 @@ def _metrics(args: argparse.Namespace, config: ConfigSet) -> PrometheusMetrics |
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from cdc_platform.infra.lean_imports import keep_out_pandas  # noqa: PLC0415 (light CLI)
-    from cdc_platform.infra.recorder import NULL_RECORDER  # noqa: PLC0415
+    from cdc_platform.infra.recorder import NULL_RECORDER  # noqa: PLC0415 (light CLI)
     from cdc_platform.runtime.supervised import supervised_destination  # noqa: PLC0415
 
-    keep_out_pandas()
     config, destination = _destination(args)
     metrics = _metrics(args, config)
     with supervised_destination(
@@ -183,10 +181,8 @@ def run_command(args: argparse.Namespace) -> int:
 
 def serve_command(args: argparse.Namespace) -> int:
     from cdc_platform.ha.lease import default_address  # noqa: PLC0415 (light CLI)
-    from cdc_platform.infra.lean_imports import keep_out_pandas  # noqa: PLC0415
     from cdc_platform.runtime.serve import ServeProcess  # noqa: PLC0415
 
-    keep_out_pandas()
     conf = Path(args.conf)
     config = load_config(conf)
     platform = config.platform

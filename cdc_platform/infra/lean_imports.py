@@ -1,11 +1,13 @@
 """Libraries a long-running ``run`` or ``serve`` process never uses, kept out of it.
 
 pyarrow asks for pandas whenever it may be handed a DataFrame (``pa.table(dict)`` and the
-Delta writes built on it), and loading pandas costs about 40 MB of resident memory for good.
-Nothing the change-capture process does needs pandas (the Delta writes, reads, maintenance
-and compaction all go through Arrow), so :func:`keep_out_pandas` makes it unimportable there:
-pyarrow then takes it as not installed. The commands that do use it (Spark's reconcile and
-mirror) never call this.
+Delta writes built on it), which loads pandas (about 40 MB of resident memory) for good, and
+it loads numpy on import when numpy is installed (about 14 MB). Nothing the change-capture
+process does needs either (the Delta writes, reads, maintenance and compaction all go through
+Arrow), so :func:`keep_out_unused_libraries` makes them unimportable there: pyarrow then takes
+them as not installed. The console script does this for ``run`` and ``serve`` only, before
+they import anything heavy; the commands that use pandas (Spark's reconcile and mirror) and
+every in-process caller of :func:`cdc_platform.cli.main` are left alone.
 """
 
 from __future__ import annotations
@@ -15,16 +17,16 @@ from collections.abc import Sequence
 from importlib.machinery import ModuleSpec
 from types import ModuleType
 
-__all__ = ["keep_out_pandas"]
+__all__ = ["UNUSED_LIBRARIES", "keep_out_unused_libraries"]
 
-_KEPT_OUT = "pandas"
+UNUSED_LIBRARIES = ("pandas", "numpy")
 
 
 class _KeepOut:
-    """A meta path finder that refuses one top-level package and its submodules."""
+    """A meta path finder that refuses some top-level packages and their submodules."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
 
     def find_spec(
         self,
@@ -32,20 +34,19 @@ class _KeepOut:
         path: Sequence[str] | None = None,
         target: ModuleType | None = None,
     ) -> ModuleSpec | None:
-        if fullname == self.name or fullname.startswith(self.name + "."):
+        if fullname.partition(".")[0] in self.names:
             raise ModuleNotFoundError(
-                f"No module named {fullname!r} (the run and serve processes keep {self.name} "
-                "out to save memory)",
+                f"No module named {fullname!r} (the run and serve processes keep "
+                f"{', '.join(self.names)} out to save memory)",
                 name=fullname,
             )
         return None
 
 
-def keep_out_pandas() -> bool:
-    """Make ``import pandas`` fail in this process from now on; False (nothing done) when it
-    is imported already."""
-    if _KEPT_OUT in sys.modules:
-        return False
-    if not any(isinstance(f, _KeepOut) and f.name == _KEPT_OUT for f in sys.meta_path):
-        sys.meta_path.insert(0, _KeepOut(_KEPT_OUT))
-    return True
+def keep_out_unused_libraries() -> tuple[str, ...]:
+    """Make importing :data:`UNUSED_LIBRARIES` fail in this process from now on; the names
+    kept out (none that is imported already)."""
+    names = tuple(name for name in UNUSED_LIBRARIES if name not in sys.modules)
+    if names and not any(isinstance(f, _KeepOut) for f in sys.meta_path):
+        sys.meta_path.insert(0, _KeepOut(names))
+    return names

@@ -15,9 +15,10 @@ pytestmark = pytest.mark.unit
 _SCRIPT = textwrap.dedent(
     """
     import sys
-    from cdc_platform.infra.lean_imports import keep_out_pandas
+    from cdc_platform.infra.lean_imports import keep_out_unused_libraries
 
-    assert keep_out_pandas()
+    assert keep_out_unused_libraries() == ("pandas", "numpy")
+    import datetime, decimal
     import pyarrow as pa
     import pyarrow.parquet as pq
     from deltalake import CommitProperties, DeltaTable, write_deltalake
@@ -33,6 +34,17 @@ _SCRIPT = textwrap.dedent(
     table = DeltaTable(lake + "/t")
     assert table.to_pyarrow_table().num_rows == 4
     assert sorted(table.to_pyarrow_dataset().to_table().column("seq").to_pylist()) == [1, 2, 3, 4]
+    assert DeltaTable(lake + "/t").to_pyarrow_table().num_rows == 4
+    from deltalake import QueryBuilder
+    query = QueryBuilder().register("changes", table)
+    ordered = pa.table(query.execute("SELECT * FROM changes WHERE seq >= 2 ORDER BY seq"))
+    assert ordered.column("seq").to_pylist() == [2, 3, 4]
+    assert pa.table(table.get_add_actions(flatten=True)).num_rows == 2
+    typed = pa.table({
+        "at": pa.array([datetime.datetime(2024, 1, 2, 3, 4, 5, 6)], pa.timestamp("us", "UTC")),
+        "amount": pa.array([decimal.Decimal("1.50")], pa.decimal128(10, 2)),
+    })
+    assert typed.to_pylist()[0]["amount"] == decimal.Decimal("1.50")
     table.delete("seq = 4")
     table.optimize.compact()
     table.create_checkpoint()
@@ -40,15 +52,20 @@ _SCRIPT = textwrap.dedent(
     table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
     assert DeltaTable(lake + "/t").to_pyarrow_table().num_rows == 3
     assert "pandas" not in sys.modules, "pandas was imported"
-    try:
-        import pandas  # noqa: F401
-    except ModuleNotFoundError as exc:
-        print("refused:", exc)
+    assert "numpy" not in sys.modules, "numpy was imported"
+    for name in ("pandas", "numpy.linalg"):
+        try:
+            __import__(name)
+        except ModuleNotFoundError as exc:
+            print("refused:", exc)
+    sys.stdout.flush()
+    import os
+    os._exit(0)  # as the console script ends (no native teardown at interpreter exit)
     """
 )
 
 
-def test_delta_and_arrow_work_with_pandas_kept_out(tmp_path: Path) -> None:
+def test_delta_and_arrow_work_with_pandas_and_numpy_kept_out(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-c", _SCRIPT, str(tmp_path)],
         capture_output=True,
@@ -58,16 +75,45 @@ def test_delta_and_arrow_work_with_pandas_kept_out(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "refused: No module named 'pandas' (the run and serve processes" in done.stdout
+    assert "refused: No module named 'numpy' (the run" in done.stdout
 
 
-def test_nothing_done_once_pandas_is_imported() -> None:
+def test_nothing_imported_already_is_kept_out() -> None:
     script = (
         "import pandas\n"
-        "from cdc_platform.infra.lean_imports import keep_out_pandas\n"
-        "assert not keep_out_pandas()\n"
-        "import pandas.api\n"
+        "from cdc_platform.infra.lean_imports import keep_out_unused_libraries\n"
+        "assert keep_out_unused_libraries() == ()\n"
+        "import pandas.api, numpy.linalg\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "lean", "kept_out"),
+    [("run", True, True), ("serve", True, True), ("status", True, False), ("run", False, False)],
+)
+def test_the_console_script_keeps_them_out_for_run_and_serve_only(
+    tmp_path: Path, command: str, lean: bool, kept_out: bool
+) -> None:
+    """``main(lean=True)`` is the console script's process; tests calling ``main`` keep
+    their interpreter as it is."""
+    args = [command, "--conf", str(tmp_path / "missing")]
+    if command == "run":
+        args += ["--destination", "d"]
+    script = (
+        "import sys\n"
+        "from cdc_platform.cli import main\n"
+        f"main({args!r}, lean={lean})\n"
+        "try:\n"
+        "    import numpy\n"
+        "except ModuleNotFoundError:\n"
+        "    print('kept out')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert ("kept out" in done.stdout) is kept_out, done.stdout + done.stderr
