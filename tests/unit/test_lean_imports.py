@@ -39,6 +39,8 @@ _SCRIPT = textwrap.dedent(
     query = QueryBuilder().register("changes", table)
     ordered = pa.table(query.execute("SELECT * FROM changes WHERE seq >= 2 ORDER BY seq"))
     assert ordered.column("seq").to_pylist() == [2, 3, 4]
+    streamed = pa.RecordBatchReader.from_stream(query.execute("SELECT seq FROM changes"))
+    assert sorted(v for b in streamed for v in b.column("seq").to_pylist()) == [1, 2, 3, 4]
     assert pa.table(table.get_add_actions(flatten=True)).num_rows == 2
     typed = pa.table({
         "at": pa.array([datetime.datetime(2024, 1, 2, 3, 4, 5, 6)], pa.timestamp("us", "UTC")),
