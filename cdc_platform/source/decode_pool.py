@@ -5,7 +5,8 @@ are decoded by :class:`DecodePool`'s worker processes (row values to JSON images
 pure-Python work that dominates the reader's profile), and :func:`ordered_events` feeds the
 results to the :class:`~cdc_platform.source.transactions.TransactionAssembler` in the order
 the events were read, so transaction boundaries, indices, ``seq`` order and the restart
-positions are those of the in-thread path. The rows in flight are bounded in bytes.
+positions are those of the in-thread path. The rows in flight are bounded in bytes. What a
+worker process imports and runs is :mod:`.decode_worker`.
 """
 
 from __future__ import annotations
