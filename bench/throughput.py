@@ -23,20 +23,28 @@ transaction); each row carries its insert time, so the change log's `committed_a
 the commit-to-visible lag; prints p50 / p99 (with the default decode_workers).
 """
 
+# ruff: noqa: E402 -- pandas and numpy are kept out before the imports that would load them
+
 from __future__ import annotations
 
 import argparse
 import datetime
 import json
-import multiprocessing
 import os
+import pickle
 import resource
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from cdc_platform.infra.lean_imports import keep_out_unused_libraries
+
+keep_out_unused_libraries()  # as `cdc-platform run` does, before pyarrow would load numpy
 
 import pyarrow.compute as pc
 from deltalake import DeltaTable
@@ -223,8 +231,8 @@ def _descendants_peak_rss_mb() -> float:
 
 
 def _pipeline_child(
-    cfg: InstanceConfig, start: ResumePosition, rows: int, uri: str, out: multiprocessing.Queue
-) -> None:
+    cfg: InstanceConfig, start: ResumePosition, rows: int, uri: str
+) -> tuple[float, float, float]:
     sink = DeltaChangeLog(uri, "throughput")
     sink.commit((), batch_seq=1, resume=start, epoch=0)
     sink.close()
@@ -248,21 +256,40 @@ def _pipeline_child(
     done.set()
     end = finished[0] or time.perf_counter()
     rate = runtime.metrics().rows_total / (end - began)
-    out.put((rate, _peak_rss_mb(), finished[1]))
+    return rate, _peak_rss_mb(), finished[1]
+
+
+def child_main(job: str) -> None:
+    """The pipeline process: arguments and result pickled in the file ``job``; ends without
+    interpreter teardown, as the console script does."""
+    with open(job, "rb") as f:
+        args = pickle.load(f)
+    result = _pipeline_child(*args)
+    with open(job, "wb") as f:
+        pickle.dump(result, f)
+    os._exit(0)
 
 
 def pipeline(
     cfg: InstanceConfig, start: ResumePosition, rows: int, uri: str
 ) -> tuple[float, float, float]:
     """(rows/s, peak RSS MB of the pipeline process, largest decode worker's peak RSS MB),
-    measured in a fresh process."""
-    ctx = multiprocessing.get_context("spawn")
-    out: multiprocessing.Queue = ctx.Queue()
-    child = ctx.Process(target=_pipeline_child, args=(cfg, start, rows, uri, out))
-    child.start()
-    result: tuple[float, float, float] = out.get(timeout=1800)
-    child.join(timeout=60)
-    return result
+    measured in a fresh process. That process's main module is ``-c`` code importing this one,
+    so its decode workers import no more than under the console script (a worker imports the
+    parent's main module when it has a file)."""
+    with tempfile.NamedTemporaryFile(suffix=".pickle", delete=False) as f:
+        pickle.dump((cfg, start, rows, uri), f)
+    code = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); "
+        f"import throughput; throughput.child_main({f.name!r})"
+    )
+    try:
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=1800)
+        with open(f.name, "rb") as result:
+            measured: tuple[float, float, float] = pickle.load(result)
+    finally:
+        os.unlink(f.name)
+    return measured
 
 
 def lag(

@@ -16,6 +16,7 @@ from typing import Any
 
 __all__ = [
     "EVENT_FORMAT_VERSION",
+    "EVENT_OVERHEAD_BYTES",
     "BinlogPosition",
     "ChangeEvent",
     "EventKind",
@@ -41,7 +42,7 @@ binary, varbinary, text, blob, enum, set, json, geometry, uuid, inet4, inet6. `p
 """
 
 _FILE_INDEX = re.compile(r"^(.*?)(\d+)$")
-_EVENT_OVERHEAD_BYTES = 160
+EVENT_OVERHEAD_BYTES = 160
 """Rough fixed cost of one ChangeEvent object in memory, on top of its strings."""
 
 
@@ -366,7 +367,7 @@ class ChangeEvent:
     def __post_init__(self) -> None:
         if self.size == 0:
             strings = (self.db, self.table, self.pk, self.before, self.after, self.ddl)
-            estimate = _EVENT_OVERHEAD_BYTES + sum(len(s) for s in strings if s)
+            estimate = EVENT_OVERHEAD_BYTES + sum(len(s) for s in strings if s)
             object.__setattr__(self, "size", estimate)
 
     @property

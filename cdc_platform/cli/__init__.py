@@ -12,6 +12,7 @@ from typing import NoReturn
 
 from cdc_platform.cli.parser import build_parser
 from cdc_platform.errors import CdcError
+from cdc_platform.infra.lean_imports import keep_out_unused_libraries
 from cdc_platform.infra.process_exit import exit_code, exit_process
 
 __all__ = ["build_parser", "console", "main"]
@@ -19,10 +20,13 @@ __all__ = ["build_parser", "console", "main"]
 Handler = Callable[[argparse.Namespace], int]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script."""
+def main(argv: Sequence[str] | None = None, *, lean: bool = False) -> int:
+    """Entry point of the console script. ``lean`` (the console script's own process): the
+    long-running commands keep unused libraries out (``infra/lean_imports.py``)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if lean and getattr(args, "lean", False):
+        keep_out_unused_libraries()
     if getattr(args, "log_format", "text") == "json":
         from cdc_platform.infra.json_log import JsonFormatter  # noqa: PLC0415 (light CLI)
 
@@ -46,7 +50,7 @@ def console() -> NoReturn:
     """The ``cdc-platform`` console script: :func:`main`, then the process ends with its code
     without native libraries' interpreter-exit teardown (see ``infra/process_exit.py``)."""
     try:
-        code = main()
+        code = main(lean=True)
     except SystemExit as exc:  # argparse's --help and usage errors
         code = exit_code(exc)
     exit_process(code)

@@ -46,7 +46,7 @@ def _add_serve_parser(commands: Any) -> None:
         help="this process's name in every lease (default: lease.address, or serve@host:pid)",
     )
     _add_operations_args(serve)
-    serve.set_defaults(handler=serve_command)
+    serve.set_defaults(handler=serve_command, lean=True)
 
 
 def _add_snapshot_parser(commands: Any) -> None:
@@ -176,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="this process's name in the lease (default: host:pid, or lease.address)",
     )
     _add_operations_args(run)
-    run.set_defaults(handler=run_command)
+    run.set_defaults(handler=run_command, lean=True)
 
     _add_serve_parser(commands)
 

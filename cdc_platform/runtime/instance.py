@@ -335,13 +335,14 @@ class DestinationRuntime:
         assert source is not None
         server: ServerIdentity | None = None
         try:
-            for event in source.events():
-                # The source sets its server before the first event of each connection.
+            for events in source.event_lists():
+                # The source sets its server before the first event of each connection (one
+                # list never spans two connections).
                 current: ServerIdentity | None = getattr(source, "server", None)
                 if current != server:
                     server = current
-                    self._server_changes.append((event, current))
-                self.store.put((event,))
+                    self._server_changes.append((events[0], current))
+                self.store.put(events)
                 if self._stop.is_set():
                     break
         except StoreClosedError:

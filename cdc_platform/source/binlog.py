@@ -215,6 +215,12 @@ class BinlogSource:
         Ends when :meth:`stop` is called. Server loss is retried forever with exponential
         backoff (each attempt logged); a purged position or bad settings raise SourceError.
         """
+        for events in self.event_lists():
+            yield from events
+
+    def event_lists(self) -> Generator[list[ChangeEvent], None, None]:
+        """:meth:`events` in the non-empty lists the binlog's events produce (mostly a whole
+        transaction each), so a consumer can store them with one call."""
         if self._pool is not None:
             self._pool.start()
         try:
@@ -223,7 +229,7 @@ class BinlogSource:
             if self._pool is not None:
                 self._pool.close()
 
-    def _events(self) -> Generator[ChangeEvent, None, None]:
+    def _events(self) -> Generator[list[ChangeEvent], None, None]:
         start = self._until_reachable(lambda: self._prepare(self.resume or self.current_position()))
         if start is None:
             return
@@ -298,8 +304,9 @@ class BinlogSource:
 
     def _stream(
         self, reader: BinLogStreamReader, assembler: TransactionAssembler
-    ) -> Iterator[ChangeEvent]:
-        """Events of one reader until stop() (returns) or the connection is lost (raises)."""
+    ) -> Iterator[list[ChangeEvent]]:
+        """Event lists of one reader until stop() (returns) or the connection is lost
+        (raises)."""
         if self._pool is not None:
             hooks = StreamHooks(reader.fetchone, self._stop, self._reset_delay, self._more_waiting)
             yield from ordered_events(hooks, assembler, self._pool)
@@ -314,7 +321,7 @@ class BinlogSource:
             self._delay = self.config.reconnect_initial_seconds
             out = feed(event)
             if out:
-                yield from out
+                yield out
 
     def _reset_delay(self) -> None:
         self._delay = self.config.reconnect_initial_seconds

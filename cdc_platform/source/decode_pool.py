@@ -5,7 +5,8 @@ are decoded by :class:`DecodePool`'s worker processes (row values to JSON images
 pure-Python work that dominates the reader's profile), and :func:`ordered_events` feeds the
 results to the :class:`~cdc_platform.source.transactions.TransactionAssembler` in the order
 the events were read, so transaction boundaries, indices, ``seq`` order and the restart
-positions are those of the in-thread path. The rows in flight are bounded in bytes.
+positions are those of the in-thread path. The rows in flight are bounded in bytes. What a
+worker process imports and runs is :mod:`.decode_worker`.
 """
 
 from __future__ import annotations
@@ -24,8 +25,15 @@ from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, XidEvent
 from pymysqlreplication.row_event import TableMapEvent
 
 from cdc_platform.events import ChangeEvent
+from cdc_platform.source.decode_worker import (
+    MAX_DECODERS,
+    Decoded,
+    decode_frame,
+    decode_in_worker,
+    worker_ready,
+)
 from cdc_platform.source.mysql import StreamLostError
-from cdc_platform.source.rows_framing import UPDATE, RowsFrame
+from cdc_platform.source.rows_framing import RowsFrame
 from cdc_platform.source.transactions import TransactionAssembler
 from cdc_platform.source.values import RowDecoder
 
@@ -44,41 +52,6 @@ event bigger than that on its own)."""
 
 DEFAULT_BATCH_BYTES = 256 << 10
 """Row bytes sent to a worker in one task (fewer, larger messages between processes)."""
-
-Decoded = list[tuple[str, str]] | list[tuple[str, str, str]]
-
-
-def decode_frame(decoder: RowDecoder, frame: RowsFrame) -> Decoded:
-    """The JSON images of one rows event: (image, pk) per row, (before, after, pk) for
-    updates."""
-    if frame.kind == UPDATE:
-        return decoder.updates(frame.rows, frame.present, frame.present_after)
-    return decoder.images(frame.rows, frame.present)
-
-
-_worker_decoders: dict[int, RowDecoder] = {}
-"""Each worker's decoders, by the key the pool gave the table version."""
-
-_MAX_DECODERS = 4096
-"""Table versions kept by the pool and by each worker (a new one per table map after every
-rotation or DDL); past that the caches start again."""
-
-
-def _decode_in_worker(specs: dict[int, bytes], batch: list[tuple[int, RowsFrame]]) -> list[Decoded]:
-    out: list[Decoded] = []
-    for key, frame in batch:
-        decoder = _worker_decoders.get(key)
-        if decoder is None:
-            if len(_worker_decoders) >= _MAX_DECODERS:
-                _worker_decoders.clear()  # keys are never reused: rebuilt from specs if needed
-            decoder = pickle.loads(specs[key])  # noqa: S301 -- our own pickle, from the parent
-            _worker_decoders[key] = decoder
-        out.append(decode_frame(decoder, frame))
-    return out
-
-
-def _ready() -> None:
-    """A first task: the worker has started and imported the decoders."""
 
 
 class DecodePool:
@@ -106,17 +79,19 @@ class DecodePool:
     def start(self) -> None:
         """Start the workers now (they take a moment to import), not at the first rows."""
         if self._executor is None:
-            self._executor = ProcessPoolExecutor(
-                self.workers, mp_context=multiprocessing.get_context("forkserver")
-            )
+            context = multiprocessing.get_context("forkserver")
+            # The fork server imports only the worker's module (not the parent's ``__main__``,
+            # the default), so each worker holds what decoding needs and no more.
+            context.set_forkserver_preload([decode_in_worker.__module__])
+            self._executor = ProcessPoolExecutor(self.workers, mp_context=context)
             for _ in range(self.workers):
-                self._executor.submit(_ready)
+                self._executor.submit(worker_ready)
 
     def key(self, decoder: RowDecoder) -> tuple[int, bytes]:
         """The key workers know ``decoder`` by, and its pickled definition."""
         known = self._keys.get(id(decoder))
         if known is None or known[2] is not decoder:
-            if len(self._keys) >= _MAX_DECODERS:
+            if len(self._keys) >= MAX_DECODERS:
                 self._keys.clear()
             # The decoder stays referenced here, so its id is not reused while keyed.
             known = (next(self._next_key), pickle.dumps(decoder), decoder)
@@ -129,7 +104,7 @@ class DecodePool:
         """Decode a batch of rows events (each with its decoder's key) in a worker."""
         self.start()
         assert self._executor is not None
-        return self._executor.submit(_decode_in_worker, specs, batch)
+        return self._executor.submit(decode_in_worker, specs, batch)
 
     def close(self) -> None:
         """Stop the workers (pending work is cancelled)."""
@@ -164,8 +139,9 @@ _MAX_QUEUED_EVENTS = 100_000
 
 def ordered_events(
     stream: StreamHooks, assembler: TransactionAssembler, pool: DecodePool
-) -> Iterator[ChangeEvent]:
-    """Change events of the stream's events, rows decoded by ``pool``, in binlog order.
+) -> Iterator[list[ChangeEvent]]:
+    """Change events of the stream's events, rows decoded by ``pool``, in binlog order (in
+    the non-empty lists the assembler gives).
 
     Rows events are batched to the workers; a GTID or commit event queues behind them, so
     the workers decode while the next transactions are read. Table maps are applied to the
@@ -198,7 +174,9 @@ def ordered_events(
                 line.window.append(_Entry(event, None, [], 0))
             else:
                 yield from line.feed_ready(block=True)
-                yield from assembler.feed(event)
+                out = assembler.feed(event)
+                if out:
+                    yield out
         if line.window:
             yield from line.feed_ready(block=line.crowded() or not stream.more_waiting())
 
@@ -243,7 +221,7 @@ class _InOrder:
             or len(self.window) > _MAX_QUEUED_EVENTS
         )
 
-    def feed_ready(self, *, block: bool) -> Iterator[ChangeEvent]:
+    def feed_ready(self, *, block: bool) -> Iterator[list[ChangeEvent]]:
         """Feed the assembler from the head of the line: everything (``block``), or as far
         as the workers are done."""
         window, assembler = self.window, self._assembler
@@ -251,14 +229,18 @@ class _InOrder:
             head = window[0]
             if head.future is None:
                 window.popleft()
-                yield from assembler.feed(head.event)
+                out = assembler.feed(head.event)
+                if out:
+                    yield out
                 continue
             if not block and not head.future.done():
                 return
             window.popleft()
             self._in_flight -= head.size
             for (decoder, frame), decoded in zip(head.frames, head.future.result(), strict=True):
-                yield from assembler.feed_decoded(frame, decoder, decoded)
+                out = assembler.feed_decoded(frame, decoder, decoded)
+                if out:
+                    yield out
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,12 +1,13 @@
 """The one place that picks a destination's source by ``source.mode``.
 
 Both sources offer what the runtime uses (:class:`Source`): ``check()``, ``current_position()``,
-``events()`` (whole transactions, each ended by a COMMIT event), ``stop()`` and ``reconnects``.
+``events()`` (whole transactions, each ended by a COMMIT event) and ``event_lists()`` (the same
+in lists), ``stop()`` and ``reconnects``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 from pydantic import SecretStr
@@ -35,6 +36,10 @@ class Source(Protocol):
 
     def events(self) -> Iterator[ChangeEvent]:
         """Blocking stream of whole transactions until :meth:`stop`."""
+        ...
+
+    def event_lists(self) -> Iterator[Sequence[ChangeEvent]]:
+        """:meth:`events` in non-empty lists, for a consumer that stores a list at once."""
         ...
 
     def stop(self) -> None:

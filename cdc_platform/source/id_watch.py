@@ -267,6 +267,11 @@ class IdWatchSource:
         """True once :meth:`stop` was called."""
         return self._stop.is_set()
 
+    def event_lists(self) -> Iterator[list[ChangeEvent]]:
+        """:meth:`events`, one event a list (a round's rows come out as they are listed)."""
+        for event in self.events():
+            yield [event]
+
     def events(self) -> Generator[ChangeEvent, None, None]:
         """Whole transactions (ROW events, then a COMMIT) until :meth:`stop`.
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 import enum
 import re
 import socket
+import ssl
 import struct
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pymysql
 from pydantic import SecretStr
@@ -55,12 +56,45 @@ __all__ = [
     "is_missing_privilege",
     "is_missing_table",
     "library_connection",
+    "mysql_connection",
     "mysql_error",
     "translate",
 ]
 
 Connection: TypeAlias = "pymysql.connections.Connection[Any]"
 """A connection to the source server (pymysql's); for annotations only."""
+
+_preferred_tls: ssl.SSLContext | None = None
+
+if TYPE_CHECKING:
+    _PymysqlConnection = pymysql.connections.Connection[Any]
+else:
+    _PymysqlConnection = pymysql.connections.Connection
+
+
+class _SharedTlsConnection(_PymysqlConnection):
+    """pymysql's connection, with one TLS context per process for its default mode (TLS
+    when the server offers it, nothing verified). pymysql builds that context anew for every
+    connection, loading the system's CA certificates (tens of ms each, a sixth of a short
+    run's start-up); the shared one is the context pymysql builds, built once."""
+
+    def _create_ssl_ctx(self, sslp: Any) -> ssl.SSLContext:
+        global _preferred_tls  # noqa: PLW0603 (built once, on the first connection)
+        if isinstance(sslp, dict) and not sslp:
+            if _preferred_tls is None:
+                _preferred_tls = self._pymysql_ssl_ctx(sslp)
+            return _preferred_tls
+        return self._pymysql_ssl_ctx(sslp)
+
+    def _pymysql_ssl_ctx(self, sslp: Any) -> ssl.SSLContext:
+        created: ssl.SSLContext = super()._create_ssl_ctx(sslp)  # type: ignore[misc]
+        return created
+
+
+def mysql_connection(**settings: Any) -> Connection:
+    """``pymysql.connect(**settings)``, sharing the default TLS context (see above)."""
+    return _SharedTlsConnection(**settings)
+
 
 MYSQL_ERRORS: tuple[type[BaseException], ...] = (pymysql.MySQLError, OSError)
 """What a call on a source connection raises; :func:`translate` takes any of them."""
@@ -265,7 +299,7 @@ class SourceServer:
             SourceError: the server cannot be reached or refused the login (see translate).
         """
         try:
-            return pymysql.connect(
+            return mysql_connection(
                 host=self.config.host,
                 port=self.config.port,
                 user=self.config.user,
@@ -305,7 +339,7 @@ class SourceServer:
 
 def connection_over(sock: socket.socket, settings: dict[str, Any]) -> Connection:
     """A pymysql connection with ``settings`` (as pymysqlreplication passes them) on ``sock``."""
-    conn = pymysql.connections.Connection(**settings, defer_connect=True)
+    conn = mysql_connection(**settings, defer_connect=True)
     conn.connect(sock)
     return conn
 
@@ -316,7 +350,7 @@ def library_connection(settings: dict[str, Any]) -> Connection:
     settings = dict(settings)
     if "db" in settings:
         settings["database"] = settings.pop("db")
-    return pymysql.connect(**settings)
+    return mysql_connection(**settings)
 
 
 def connect_source(

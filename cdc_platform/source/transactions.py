@@ -38,11 +38,7 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
-from cdc_platform.errors import (
-    ResumeMismatchError,
-    SourceError,
-    SourceSettingsError,
-)
+from cdc_platform.errors import SourceError
 from cdc_platform.events import (
     BinlogPosition,
     ChangeEvent,
@@ -54,13 +50,17 @@ from cdc_platform.events import (
 )
 from cdc_platform.source.filters import Statement, StatementKind, TableFilter, classify_statement
 from cdc_platform.source.mysql import GAP_ADVICE
-from cdc_platform.source.rows_framing import (
-    UPDATE,
-    WRITE,
-    RowsFrame,
-    frame_library_event,
-    header_of,
+from cdc_platform.source.refusals import (
+    ANONYMOUS_GTID_EVENT,
+    check_resume_filters,
+    check_same_transaction,
+    partial_json_error,
+    refuse_statement_dml,
+    refuse_unknown_event,
+    txn_name,
 )
+from cdc_platform.source.row_changes import HeldRows, row_changes
+from cdc_platform.source.rows_framing import UPDATE, RowsFrame, frame_library_event, header_of
 from cdc_platform.source.table_maps import TablePlans
 from cdc_platform.source.values import RowDecoder
 from cdc_platform.source.xa import XaState, xa_statement
@@ -68,20 +68,10 @@ from cdc_platform.source.xa import XaState, xa_statement
 log = logging.getLogger("cdc_platform.source")
 
 
-_MARIADB_COMPRESSED_EVENTS = frozenset(range(0xA5, 0xAC))
-"""QUERY_COMPRESSED and the six *_ROWS_COMPRESSED events (log_bin_compress=ON)."""
-_MYSQL_TRANSACTION_PAYLOAD = 0x28
-_INCIDENT_EVENT = 0x1A
-_ANONYMOUS_GTID_EVENT = 0x22
 _MARIADB_FL_STANDALONE = 0x01
 """MariaDB GTID flag: the group is one statement with no COMMIT (DDL and the like)."""
 _MARIADB_FL_PREPARED_XA = 0x40
 """MariaDB GTID flag: the group is an XA transaction that ends with XA PREPARE."""
-
-_HOLD_EVENTS = 4096
-_HOLD_BYTES = 16 << 20
-"""Rows of an open transaction held back until its end event; a bigger transaction streams
-(the store commits it in chunks) and can no longer be dropped if its end never comes."""
 
 _TABLE_STATEMENTS = frozenset({StatementKind.DDL, StatementKind.ADMIN, StatementKind.DML})
 """Statements after which table ids may describe other table definitions."""
@@ -126,18 +116,9 @@ class TransactionAssembler:
         self._skip = start.skip_events
         self._expect: ResumePosition | None = start if start.skip_events else None
         """The transaction a non-zero skip belongs to, until the stream shows it."""
-        if self._expect is not None and start.filters not in (None, filters):
-            raise ResumeMismatchError(
-                f"the table filters changed (include_tables/exclude_tables) while the "
-                f"checkpoint is inside transaction {_name(start.txn_gtid, start.binlog_position)}"
-                f" with its first {start.skip_events} events committed: the skip counts events "
-                "under the old filters; restore the previous filters until that transaction is "
-                "complete (the checkpoint's skip_events is 0 again), then change them"
-            )
+        check_resume_filters(start, filters)
         self._xa = XaState(start.xa_prepared)
-        self._held: list[ChangeEvent] = []
-        self._held_bytes = 0
-        self._streaming = False
+        self._held = HeldRows()
         self._txn: Transaction | None = None
         self._index = 0
         self._standalone = False
@@ -169,7 +150,8 @@ class TransactionAssembler:
         """
         txn = self._txn
         if txn is not None:
-            emitted = self._held[0].index if self._held else self._index
+            held = self._held.events
+            emitted = held[0].index if held else self._index
             position = ResumePosition(
                 txn.start.file,
                 txn.start.pos,
@@ -194,7 +176,8 @@ class TransactionAssembler:
         self._index = 0
         self._skip = position.skip_events
         self._expect = position if position.skip_events else None
-        self._drop_held()
+        self._held.drop()
+        self._xa.hold = False
         self._pending_ddl = []
         self._plans.clear()
         return position
@@ -231,10 +214,7 @@ class TransactionAssembler:
         return self._idle(event.packet.server_id)
 
     def _partial_update(self, event: Any) -> list[ChangeEvent]:
-        raise SourceSettingsError(
-            f"partial JSON rows event at {self._here(event)}: binlog_row_value_options must "
-            "be empty for full row images"
-        )
+        raise partial_json_error(self._here(event))
 
     def _here(self, event: Any) -> BinlogPosition:
         return BinlogPosition(self._file, header_of(event).log_pos)
@@ -247,7 +227,8 @@ class TransactionAssembler:
         if self._txn is not None:
             self._abandon(start)
         if self._expect is not None:
-            self._check_identity(self._expect, start, gtid)
+            check_same_transaction(self._expect, start, gtid)
+            self._expect = None
         self._txn = Transaction(
             start=start,
             gtid=gtid,
@@ -263,33 +244,15 @@ class TransactionAssembler:
         self._xa.new_group()
         return []
 
-    def _check_identity(
-        self, expect: ResumePosition, start: BinlogPosition, gtid: str | None
-    ) -> None:
-        """The first transaction after a resume inside one must be that transaction."""
-        if expect.txn_gtid is not None and gtid is not None:
-            same = gtid == expect.txn_gtid
-        else:
-            same = start == expect.binlog_position
-        if not same:
-            raise ResumeMismatchError(
-                f"the checkpoint is inside transaction "
-                f"{_name(expect.txn_gtid, expect.binlog_position)} with its first "
-                f"{expect.skip_events} events committed, but the binlog there holds "
-                f"{_name(gtid, start)}: it is not the transaction those events belong to "
-                f"(a rewritten binlog, another server or an edited checkpoint); skipping would "
-                f"drop changes; {GAP_ADVICE}"
-            )
-        self._expect = None
-
     def _abandon(self, next_start: BinlogPosition) -> None:
         """A group with no end event before the next one: the server never committed it in
         its binlog (e.g. the binlog ends inside it), so none of its rows may be captured."""
         txn = self._txn
         assert txn is not None
-        if self._streaming or self._skip > 0:
+        if self._held.streaming or self._skip > 0:
             raise SourceError(
-                f"transaction {_name(txn.gtid, txn.start)} has no end event before {next_start}, "
+                f"transaction {txn_name(txn.gtid, txn.start)} has no end event before "
+                f"{next_start}, "
                 f"but it was larger than the source holds back and {max(self._index, self._skip)}"
                 " of its events were already passed on (and may be committed in chunks): the "
                 f"change log holds changes the server never committed; {GAP_ADVICE}"
@@ -297,20 +260,15 @@ class TransactionAssembler:
         log.warning(
             "transaction %s has no end event before %s: the server never committed it in its "
             "binlog; its %d captured events are dropped",
-            _name(txn.gtid, txn.start),
+            txn_name(txn.gtid, txn.start),
             next_start,
-            len(self._held),
+            len(self._held.events),
         )
-        self._drop_held()
+        self._held.drop()
+        self._xa.hold = False
         self._txn = None
         self._index = 0
         self._pending_ddl = []
-
-    def _drop_held(self) -> None:
-        self._held = []
-        self._held_bytes = 0
-        self._streaming = False
-        self._xa.hold = False
 
     def _end(self, event: Any) -> list[ChangeEvent]:
         return self._finish(self._here(event), None)
@@ -331,7 +289,7 @@ class TransactionAssembler:
         if ddl is None and self._pending_ddl:
             names = list(dict.fromkeys(n for tables, _ in self._pending_ddl for n in tables))
             ddl = (names, ";\n".join(sql for _, sql in self._pending_ddl))
-        out = self._held
+        out = self._held.take()
         event: ChangeEvent | None
         if ddl is not None:
             tables, sql = ddl
@@ -369,9 +327,7 @@ class TransactionAssembler:
         self._index = 0
         self._skip = 0
         self._pending_ddl = []
-        self._held = []
-        self._held_bytes = 0
-        self._streaming = False
+        self._held.drop()
         self._xa.new_group()
 
     def _quiet(self, commit: ChangeEvent) -> ChangeEvent | None:
@@ -467,46 +423,14 @@ class TransactionAssembler:
     ) -> list[ChangeEvent]:
         txn = self._txn if self._txn is not None else self._ensure_txn(frame)
         position = BinlogPosition(self._file, frame.log_pos)
-        db, table, columns = decoder.db, decoder.table, decoder.columns_json
-        index, skip = self._index, self._skip
-        out: list[ChangeEvent] = []
-        append = out.append
-        if frame.kind == UPDATE:
-            for before, after, pk in decoded:
-                if index >= skip:
-                    append(
-                        ChangeEvent(
-                            EventKind.ROW, txn, position, index, db, table, Op.UPDATE, pk,
-                            before, after, columns=columns,
-                        )
-                    )  # fmt: skip
-                index += 1
-        else:
-            insert = frame.kind == WRITE
-            op = Op.INSERT if insert else Op.DELETE
-            for image, pk in decoded:
-                if index >= skip:
-                    append(
-                        ChangeEvent(
-                            EventKind.ROW, txn, position, index, db, table, op, pk,
-                            None if insert else image, image if insert else None,
-                            columns=columns,
-                        )
-                    )  # fmt: skip
-                index += 1
-        self._index = index
+        out, self._index = row_changes(
+            frame, decoder, decoded, txn=txn, position=position, index=self._index, skip=self._skip
+        )
         if not out:
             return []
-        if self._streaming:
+        out = self._held.add(out, hold_all=self._xa.hold)
+        if out:
             self._idle_commit = None
-            return out
-        self._held.extend(out)
-        self._held_bytes += sum(e.size for e in out)
-        if self._xa.hold or (len(self._held) < _HOLD_EVENTS and self._held_bytes < _HOLD_BYTES):
-            return []
-        out, self._held, self._held_bytes = self._held, [], 0
-        self._streaming = True
-        self._idle_commit = None
         return out
 
     # -- statements --------------------------------------------------------------------------
@@ -536,7 +460,7 @@ class TransactionAssembler:
                 self._here(event),
             )
         elif kind is StatementKind.DML:
-            self._refuse_statement_dml(event, statement, sql)
+            refuse_statement_dml(statement, sql, self._tables, self._here(event))
         if kind is StatementKind.COMMIT or kind is StatementKind.ROLLBACK:
             return self._end(event)
         return self._statement_done(event)  # DML on tables not captured, ADMIN
@@ -576,16 +500,6 @@ class TransactionAssembler:
             return [(statement.database, "")]
         return None
 
-    def _refuse_statement_dml(self, event: Any, statement: Statement, sql: str) -> None:
-        tables = self._tables
-        if statement.tables and not any(tables.matches(db, t) for db, t in statement.tables):
-            return
-        raise SourceSettingsError(
-            f"statement-based DML at {self._here(event)} ({sql[:80]!r}): its rows are not in "
-            "the binlog; every session must use binlog_format=ROW (a session set "
-            "binlog_format=STATEMENT or MIXED); take a new snapshot of the affected tables"
-        )
-
     def _xa_query(self, event: Any, sql: str) -> list[ChangeEvent]:
         verb, xid = xa_statement(sql)
         if verb in ("START", "BEGIN"):
@@ -622,7 +536,7 @@ class TransactionAssembler:
             return self._end(event)
         txn = replace(txn, xa_resolves=xid)
         self._txn = txn
-        self._held = XaState.committed(prepared, txn, self._here(event), self._skip)
+        self._held.events = XaState.committed(prepared, txn, self._here(event), self._skip)
         self._index = len(prepared)
         return self._end(event)
 
@@ -634,32 +548,18 @@ class TransactionAssembler:
         txn = self._txn
         if txn is None:
             return []
-        if self._streaming:
+        if self._held.streaming:
             raise SourceError(
-                f"XA transaction {_name(txn.gtid, txn.start)} was prepared at "
+                f"XA transaction {txn_name(txn.gtid, txn.start)} was prepared at "
                 f"{self._here(event)} after its rows were passed on as committed"
             )
-        self._xa.prepare(txn, self._held, str(event.xid))
+        self._xa.prepare(txn, self._held.take(), str(event.xid))
         self._close(self._here(event), txn)
         return []
 
     def _unknown(self, event: Any) -> list[ChangeEvent]:
         event_type = event.packet.event_type
-        if event_type in _MARIADB_COMPRESSED_EVENTS or event_type == _MYSQL_TRANSACTION_PAYLOAD:
-            raise SourceSettingsError(
-                f"compressed binlog event (type {event_type:#x}) at {self._here(event)}: set "
-                "log_bin_compress=OFF (MariaDB) / binlog_transaction_compression=OFF (MySQL) "
-                "and take a new snapshot"
-            )
-        if event_type == _INCIDENT_EVENT:
-            raise SourceError(
-                f"the server logged an INCIDENT at {self._here(event)}: changes may be missing "
-                f"from its binlog; {GAP_ADVICE}"
-            )
-        if event_type == _ANONYMOUS_GTID_EVENT:
+        refuse_unknown_event(event_type, self._here(event))
+        if event_type == ANONYMOUS_GTID_EVENT:
             return self._begin(event, None, standalone=True)
         return []
-
-
-def _name(gtid: str | None, start: BinlogPosition) -> str:
-    return f"{gtid} at {start}" if gtid else f"at {start}"

@@ -255,11 +255,11 @@ def test_a_crashing_source_thread_ends_the_run_with_an_error(
 ) -> None:
     """Fault injection: a bug in the reader must fail the run, not leave it waiting forever."""
 
-    def broken_events(self: object) -> Iterator[object]:
+    def broken_lists(self: object) -> Iterator[object]:
         raise RuntimeError("injected bug")
         yield  # pragma: no cover
 
-    monkeypatch.setattr("cdc_platform.runtime.instance.BinlogSource.events", broken_events)
+    monkeypatch.setattr("cdc_platform.runtime.instance.BinlogSource.event_lists", broken_lists)
     uri = str(lake_root / "d" / "changes")
     summary = DestinationRuntime(WriteTerm("d", instance(mariadb), uri)).run()
     assert summary.reason == "failed"

@@ -4,6 +4,7 @@ and texts) in, the engine's errors with their transient flag and advice out."""
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 
 import pymysql
@@ -28,6 +29,7 @@ from cdc_platform.source.mysql import (
     classify,
     is_missing_privilege,
     is_missing_table,
+    mysql_connection,
     mysql_error,
     translate,
 )
@@ -171,3 +173,20 @@ def test_predicates() -> None:
     assert not is_missing_table(OSError(1146, "not a server error"))
     assert is_missing_privilege(err.OperationalError(1227, "REPLICATION CLIENT"))
     assert not is_missing_privilege(err.OperationalError(1045, "Access denied"))
+
+
+def test_connections_share_one_context_for_the_default_tls() -> None:
+    """pymysql builds a new default TLS context (loading the system's CA certificates, tens
+    of ms) for every connection, though that preferred mode verifies nothing: the source's
+    connections share one, set as pymysql sets it; explicit TLS options get their own."""
+    first = mysql_connection(host="127.0.0.1", defer_connect=True)
+    second = mysql_connection(host="127.0.0.1", port=3307, user="x", defer_connect=True)
+    assert first.ctx is second.ctx
+    assert first.ctx.verify_mode == ssl.CERT_NONE
+    assert not first.ctx.check_hostname
+    assert not first.ctx.verify_flags & ssl.VERIFY_X509_STRICT
+    assert first.ssl  # still preferred (used when the server offers it), not required
+    assert not first._ssl_required
+    verified = mysql_connection(host="127.0.0.1", defer_connect=True, ssl_verify_cert=True)
+    assert verified.ctx is not first.ctx
+    assert verified.ctx.verify_mode == ssl.CERT_REQUIRED

@@ -489,3 +489,22 @@ def test_unsupported_types_fail_at_the_table_map() -> None:
 
 def test_dumps_is_compact_and_keeps_unicode() -> None:
     assert dumps({"a": [1, "é"], "b": None}) == '{"a":[1,"é"],"b":null}'
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(_JSON_VALUES)
+def test_row_json_is_compact_json_dumps(value: object) -> None:
+    """The prebuilt encoder writes what json.dumps with the same options writes."""
+    expected = json.dumps(value, ensure_ascii=False, separators=(",", ":"), check_circular=False)
+    assert dumps(value) == expected
+
+
+def test_row_json_refuses_what_json_cannot_encode() -> None:
+    with pytest.raises(TypeError):
+        dumps({"a": Decimal("1.5")})

@@ -1,0 +1,52 @@
+"""Libraries a long-running ``run`` or ``serve`` process never uses, kept out of it.
+
+pyarrow asks for pandas whenever it may be handed a DataFrame (``pa.table(dict)`` and the
+Delta writes built on it), which loads pandas (about 40 MB of resident memory) for good, and
+it loads numpy on import when numpy is installed (about 14 MB). Nothing the change-capture
+process does needs either (the Delta writes, reads, maintenance and compaction all go through
+Arrow), so :func:`keep_out_unused_libraries` makes them unimportable there: pyarrow then takes
+them as not installed. The console script does this for ``run`` and ``serve`` only, before
+they import anything heavy; the commands that use pandas (Spark's reconcile and mirror) and
+every in-process caller of :func:`cdc_platform.cli.main` are left alone.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+
+__all__ = ["UNUSED_LIBRARIES", "keep_out_unused_libraries"]
+
+UNUSED_LIBRARIES = ("pandas", "numpy")
+
+
+class _KeepOut:
+    """A meta path finder that refuses some top-level packages and their submodules."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None = None,
+        target: ModuleType | None = None,
+    ) -> ModuleSpec | None:
+        if fullname.partition(".")[0] in self.names:
+            raise ModuleNotFoundError(
+                f"No module named {fullname!r} (the run and serve processes keep "
+                f"{', '.join(self.names)} out to save memory)",
+                name=fullname,
+            )
+        return None
+
+
+def keep_out_unused_libraries() -> tuple[str, ...]:
+    """Make importing :data:`UNUSED_LIBRARIES` fail in this process from now on; the names
+    kept out (none that is imported already)."""
+    names = tuple(name for name in UNUSED_LIBRARIES if name not in sys.modules)
+    if names and not any(isinstance(f, _KeepOut) for f in sys.meta_path):
+        sys.meta_path.insert(0, _KeepOut(names))
+    return names

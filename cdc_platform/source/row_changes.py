@@ -1,0 +1,121 @@
+"""The rows path of transaction assembly: the change events of one rows event, and the rows an
+open transaction holds back until its end event.
+
+A transaction's rows wait for its end event (up to a bound), so a group the binlog never ends
+is dropped rather than captured; beyond the bound the transaction streams (the store commits
+it in chunks) and can no longer be dropped. The rows of an XA group are held whatever their
+size: they are not committed before the server's ``XA COMMIT``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from cdc_platform.events import (
+    EVENT_OVERHEAD_BYTES,
+    BinlogPosition,
+    ChangeEvent,
+    EventKind,
+    Op,
+    Transaction,
+)
+from cdc_platform.source.rows_framing import UPDATE, WRITE, RowsFrame
+from cdc_platform.source.values import RowDecoder
+
+__all__ = ["HeldRows", "row_changes"]
+
+_HOLD_EVENTS = 4096
+_HOLD_BYTES = 16 << 20
+"""Rows of an open transaction held back until its end event; a bigger transaction streams
+(the store commits it in chunks) and can no longer be dropped if its end never comes."""
+
+
+def row_changes(  # noqa: PLR0913 (one rows event and where its rows go in their transaction)
+    frame: RowsFrame,
+    decoder: RowDecoder,
+    decoded: Sequence[tuple[str, ...]],
+    *,
+    txn: Transaction,
+    position: BinlogPosition,
+    index: int,
+    skip: int,
+) -> tuple[list[ChangeEvent], int]:
+    """The change events of a rows event's ``decoded`` rows, numbered from ``index`` (those
+    below ``skip`` were committed before a restart and are left out), and the next index."""
+    db, table, columns = decoder.db, decoder.table, decoder.columns_json
+    base = EVENT_OVERHEAD_BYTES + len(db) + len(table)
+    out: list[ChangeEvent] = []
+    append = out.append
+    row = EventKind.ROW
+    if frame.kind == UPDATE:
+        update = Op.UPDATE
+        for before, after, pk in decoded:
+            if index >= skip:
+                size = base + len(pk) + len(before) + len(after)
+                append(
+                    ChangeEvent(
+                        row, txn, position, index, db, table, update, pk, before, after,
+                        None, columns, size,
+                    )
+                )  # fmt: skip
+            index += 1
+    elif frame.kind == WRITE:
+        insert = Op.INSERT
+        for image, pk in decoded:
+            if index >= skip:
+                size = base + len(pk) + len(image)
+                append(
+                    ChangeEvent(
+                        row, txn, position, index, db, table, insert, pk, None, image,
+                        None, columns, size,
+                    )
+                )  # fmt: skip
+            index += 1
+    else:
+        delete = Op.DELETE
+        for image, pk in decoded:
+            if index >= skip:
+                size = base + len(pk) + len(image)
+                append(
+                    ChangeEvent(
+                        row, txn, position, index, db, table, delete, pk, image, None,
+                        None, columns, size,
+                    )
+                )  # fmt: skip
+            index += 1
+    return out, index
+
+
+class HeldRows:
+    """The rows of the open transaction not yet passed on, and whether it streams."""
+
+    def __init__(self) -> None:
+        self.events: list[ChangeEvent] = []
+        self.streaming = False
+        self._bytes = 0
+
+    def add(self, rows: list[ChangeEvent], *, hold_all: bool) -> list[ChangeEvent]:
+        """What of ``rows`` (and of the rows held before them) to pass on now: nothing while
+        the transaction fits the bound (or ``hold_all``, an XA group), everything held once it
+        outgrows it (the transaction streams from then on), and ``rows`` while it streams."""
+        if self.streaming:
+            return rows
+        events = self.events
+        events.extend(rows)
+        self._bytes += sum(e.size for e in rows)
+        if hold_all or (len(events) < _HOLD_EVENTS and self._bytes < _HOLD_BYTES):
+            return []
+        self.events, self._bytes = [], 0
+        self.streaming = True
+        return events
+
+    def take(self) -> list[ChangeEvent]:
+        """The held rows, to be passed on with the transaction's end event; empties the hold."""
+        events = self.events
+        self.events, self._bytes = [], 0
+        return events
+
+    def drop(self) -> None:
+        """Forget the held rows and the streaming state (a new transaction or a restart)."""
+        self.events, self._bytes = [], 0
+        self.streaming = False

@@ -1,0 +1,121 @@
+"""The run and serve processes keep pandas out, and everything they do with Arrow and Delta
+still works without it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from cdc_platform.infra.lean_imports import keep_out_unused_libraries
+
+    assert keep_out_unused_libraries() == ("pandas", "numpy")
+    import datetime, decimal
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from deltalake import CommitProperties, DeltaTable, write_deltalake
+
+    lake = sys.argv[1]
+    batch = pa.table({"seq": pa.array([1, 2, 3], pa.int64()), "after": ["a", "b", None]})
+    pq.write_table(batch, lake + "/file.parquet")
+    DeltaTable.create(lake + "/t", batch.schema)
+    write_deltalake(lake + "/t", batch, mode="append",
+                    commit_properties=CommitProperties(custom_metadata={"k": "v"}))
+    write_deltalake(lake + "/t", pa.Table.from_pydict({"seq": [4], "after": ["d"]}),
+                    mode="append", schema_mode="merge")
+    table = DeltaTable(lake + "/t")
+    assert table.to_pyarrow_table().num_rows == 4
+    assert sorted(table.to_pyarrow_dataset().to_table().column("seq").to_pylist()) == [1, 2, 3, 4]
+    assert DeltaTable(lake + "/t").to_pyarrow_table().num_rows == 4
+    from deltalake import QueryBuilder
+    query = QueryBuilder().register("changes", table)
+    ordered = pa.table(query.execute("SELECT * FROM changes WHERE seq >= 2 ORDER BY seq"))
+    assert ordered.column("seq").to_pylist() == [2, 3, 4]
+    streamed = pa.RecordBatchReader.from_stream(query.execute("SELECT seq FROM changes"))
+    assert sorted(v for b in streamed for v in b.column("seq").to_pylist()) == [1, 2, 3, 4]
+    assert pa.table(table.get_add_actions(flatten=True)).num_rows == 2
+    typed = pa.table({
+        "at": pa.array([datetime.datetime(2024, 1, 2, 3, 4, 5, 6)], pa.timestamp("us", "UTC")),
+        "amount": pa.array([decimal.Decimal("1.50")], pa.decimal128(10, 2)),
+    })
+    assert typed.to_pylist()[0]["amount"] == decimal.Decimal("1.50")
+    table.delete("seq = 4")
+    table.optimize.compact()
+    table.create_checkpoint()
+    table.cleanup_metadata()
+    table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    assert DeltaTable(lake + "/t").to_pyarrow_table().num_rows == 3
+    assert "pandas" not in sys.modules, "pandas was imported"
+    assert "numpy" not in sys.modules, "numpy was imported"
+    for name in ("pandas", "numpy.linalg"):
+        try:
+            __import__(name)
+        except ModuleNotFoundError as exc:
+            print("refused:", exc)
+    sys.stdout.flush()
+    import os
+    os._exit(0)  # as the console script ends (no native teardown at interpreter exit)
+    """
+)
+
+
+def test_delta_and_arrow_work_with_pandas_and_numpy_kept_out(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "refused: No module named 'pandas' (the run and serve processes" in done.stdout
+    assert "refused: No module named 'numpy' (the run" in done.stdout
+
+
+def test_nothing_imported_already_is_kept_out() -> None:
+    script = (
+        "import pandas\n"
+        "from cdc_platform.infra.lean_imports import keep_out_unused_libraries\n"
+        "assert keep_out_unused_libraries() == ()\n"
+        "import pandas.api, numpy.linalg\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "lean", "kept_out"),
+    [("run", True, True), ("serve", True, True), ("status", True, False), ("run", False, False)],
+)
+def test_the_console_script_keeps_them_out_for_run_and_serve_only(
+    tmp_path: Path, command: str, lean: bool, kept_out: bool
+) -> None:
+    """``main(lean=True)`` is the console script's process; tests calling ``main`` keep
+    their interpreter as it is."""
+    args = [command, "--conf", str(tmp_path / "missing")]
+    if command == "run":
+        args += ["--destination", "d"]
+    script = (
+        "import sys\n"
+        "from cdc_platform.cli import main\n"
+        f"main({args!r}, lean={lean})\n"
+        "try:\n"
+        "    import numpy\n"
+        "except ModuleNotFoundError:\n"
+        "    print('kept out')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert ("kept out" in done.stdout) is kept_out, done.stdout + done.stderr
