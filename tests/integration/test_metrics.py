@@ -209,7 +209,11 @@ def test_the_lease_gauges_flip_when_the_holder_is_killed(
         (entry,) = json.loads(out.stdout)
         return dict(entry)
 
-    cluster.wait(lambda: status()["metrics_url"] == b_url, "status to show node-b's endpoint")
+    def shows_node_b(entry: dict[str, Any]) -> bool:
+        # the new holder's first publish may precede its runtime's first lag figure
+        return entry["metrics_url"] == b_url and entry["lag_seconds"] is not None
+
+    cluster.wait(lambda: shows_node_b(status()), "status to show node-b's endpoint and lag")
     shown = status()
     assert shown["holder"]["address"] == "node-b"
     assert shown["lag_seconds"] is not None
