@@ -178,7 +178,10 @@ def test_active_false_makes_the_holder_release_to_the_standby(make_lease: MakeLe
 def test_suspended_stops_writes_and_the_session_survives_a_server_restart(
     make_lease: MakeLease, zookeeper_server: ZooKeeperServer, admin: KazooClient
 ) -> None:
-    a = make_lease("a")
+    # The session must outlive the restart: the server counts a restored session's timeout from
+    # its start, and a JVM start plus the client's reconnect backoff can take over 2 s (a CI
+    # run saw the session expire), so this test uses the server's longest session.
+    a = make_lease("a", session_timeout=10.0)
     lost: list[LeaseLostError] = []
     a.on_lost(lost.append)
     a.start()
