@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Protocol
 
 from cdc_platform.backfill.new_tables import snapshot_new_tables
@@ -140,15 +141,7 @@ class SideWork:
         """Copy tables the destination has no copy of yet, under ``term``."""
         assert self.lake_root is not None
 
-        def on_runner(runner: SnapshotRunner | None) -> None:
-            with self._lock:
-                self._runner = runner
-            if runner is not None and halted() is not None:
-                runner.request_stop()
-
-        stop = SideWorkStop(term.destination, term.epoch, work="snapshot")
-        self._begin(stop, lambda: "lease lost" if halted() == "lease lost" else None)
-        try:
+        with self._snapshot_stop(term, halted) as (stop, on_runner):
             snapshot_new_tables(
                 term,
                 self.lake_root,
@@ -157,8 +150,6 @@ class SideWork:
                 stop=stop,
                 adopt_existing=not term.config.snapshot.new_tables,
             )
-        finally:
-            self._end()
 
     # -- ad-hoc snapshots ------------------------------------------------------------------------
 
@@ -240,6 +231,26 @@ class SideWork:
             return False
         return True
 
+    @contextmanager
+    def _snapshot_stop(
+        self, term: WriteTerm, halted: Halted
+    ) -> Iterator[tuple[SideWorkStop, Callable[[SnapshotRunner | None], None]]]:
+        """Snapshot side work under ``term``: its stop (a lost lease cuts its source reads) and
+        the callback that registers each runner so a stop or a lost lease reaches it."""
+
+        def on_runner(runner: SnapshotRunner | None) -> None:
+            with self._lock:
+                self._runner = runner
+            if runner is not None and halted() is not None:
+                runner.request_stop()
+
+        stop = SideWorkStop(term.destination, term.epoch, work="snapshot")
+        self._begin(stop, lambda: "lease lost" if halted() == "lease lost" else None)
+        try:
+            yield stop, on_runner
+        finally:
+            self._end()
+
     def _progress_of(self, term: WriteTerm) -> Callable[[SnapshotProgress], None]:
         """The progress callback of a snapshot under ``term`` (new tables, a request, a
         re-read): kept for `status`, told to the term's recorder and the caller's observer."""
@@ -280,15 +291,7 @@ class SideWork:
         """Copy the tables waiting for a re-read (see :mod:`cdc_platform.backfill.reread`)."""
         assert self.lake_root is not None
 
-        def on_runner(runner: SnapshotRunner | None) -> None:
-            with self._lock:
-                self._runner = runner
-            if runner is not None and halted() is not None:
-                runner.request_stop()
-
-        stop = SideWorkStop(term.destination, term.epoch, work="snapshot")
-        self._begin(stop, lambda: "lease lost" if halted() == "lease lost" else None)
-        try:
+        with self._snapshot_stop(term, halted) as (stop, on_runner):
             reread_tables(
                 term,
                 self.lake_root,
@@ -296,8 +299,6 @@ class SideWork:
                 on_runner=on_runner,
                 stop=stop,
             )
-        finally:
-            self._end()
         self.reread_due.clear()  # what the copy's own commits noted was copied with it
 
     # -- repairs (reconciliation) --------------------------------------------------------------
