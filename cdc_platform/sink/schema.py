@@ -41,7 +41,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import pyarrow as pa
 
@@ -136,14 +135,6 @@ def row_events(events: Sequence[ChangeEvent]) -> list[ChangeEvent]:
     return [e for e in events if e.kind is not EventKind.COMMIT]
 
 
-def _op_of(event: ChangeEvent) -> str:
-    if event.kind is EventKind.DDL:
-        return Op.DDL.value
-    if event.op is None:
-        raise ValueError(f"row event at {event.position} index {event.index} has no op")
-    return event.op.value
-
-
 def events_to_table(  # noqa: PLR0913 (the events; the rest are keyword-only commit fields)
     events: Sequence[ChangeEvent],
     *,
@@ -159,64 +150,119 @@ def events_to_table(  # noqa: PLR0913 (the events; the rest are keyword-only com
 
     Row ``i`` gets ``seq = first_seq + i``; the last row carries the resume position, so the
     checkpoint survives in the data even after the commit's metadata is cleaned from the log.
+    Built column by column from one pass over the events (this runs in the committing thread,
+    under the interpreter lock the reader thread needs).
     """
-    values: dict[str, list[Any]] = {
-        "op": [_op_of(e) for e in events],
-        "db": [e.db or None for e in events],
-        "table": [e.table or None for e in events],
-        "pk": [e.pk for e in events],
-        "before": [e.before for e in events],
-        "after": [e.after for e in events],
-        "ddl": [e.ddl for e in events],
-        "columns": [e.columns for e in events],
-        "binlog_file": [e.position.file for e in events],
-        "binlog_pos": [e.position.pos for e in events],
-        "txn_index": [e.index for e in events],
-        "gtid": [e.txn.gtid for e in events],
-        "server_id": [e.txn.server_id for e in events],
-        "ts": [e.txn.timestamp * 1_000_000 for e in events],
-    }
-    if snapshot is not None:
-        _extend(values, snapshot)
-    n = len(values["op"])
+    parts = [_event_columns(events)] if events else []
+    if snapshot is not None and len(snapshot):
+        parts.append(_snapshot_columns(snapshot))
+    n = len(events) + (len(snapshot) if snapshot is not None else 0)
+    columns: dict[str, pa.Array | pa.ChunkedArray] = {}
+    for name in _SOURCE_COLUMNS:
+        kind = CHANGE_LOG_SCHEMA.field(name).type
+        if not parts:
+            columns[name] = pa.array([], kind)
+        elif len(parts) == 1:
+            columns[name] = parts[0][name]
+        else:
+            columns[name] = pa.chunked_array([part[name] for part in parts], kind)
     committed_us = int(committed_at.timestamp() * 1_000_000)
     resume_col: list[str | None] = [None] * n
     if n:
         resume_col[-1] = resume.to_json()
-    columns: dict[str, pa.Array] = {
-        name: pa.array(column, CHANGE_LOG_SCHEMA.field(name).type)
-        for name, column in values.items()
-    }
-    columns.update(
-        {
-            "seq": pa.array(range(first_seq, first_seq + n), pa.int64()),
-            "batch_seq": pa.array([batch_seq] * n, pa.int64()),
-            "epoch": pa.array([epoch] * n, pa.int64()),
-            "resume_position": pa.array(resume_col, pa.string()),
-            "committed_at": pa.array([committed_us] * n, _TIMESTAMP),
-        }
-    )
+    columns["seq"] = pa.array(range(first_seq, first_seq + n), pa.int64())
+    columns["batch_seq"] = pa.repeat(pa.scalar(batch_seq, pa.int64()), n)
+    columns["epoch"] = pa.repeat(pa.scalar(epoch, pa.int64()), n)
+    columns["resume_position"] = pa.array(resume_col, pa.string())
+    columns["committed_at"] = pa.repeat(pa.scalar(committed_us, _TIMESTAMP), n)
     return pa.Table.from_pydict(columns, schema=CHANGE_LOG_SCHEMA)
 
 
-def _extend(values: dict[str, list[Any]], rows: RowsAtCut) -> None:
-    """Append ``rows`` to the column lists (see :class:`RowsAtCut`)."""
-    n = len(rows)
-    constant: dict[str, Any] = {
-        "op": Op.SNAPSHOT.value,
-        "db": rows.db or None,
-        "table": rows.table or None,
-        "before": None,
-        "ddl": None,
-        "columns": rows.columns,
-        "binlog_file": rows.position.file,
-        "binlog_pos": rows.position.pos,
-        "gtid": None,
-        "server_id": 0,
-        "ts": rows.timestamp * 1_000_000,
+_SOURCE_COLUMNS: tuple[str, ...] = tuple(
+    name
+    for name in CHANGE_LOG_SCHEMA.names
+    if name not in ("seq", "batch_seq", "epoch", "resume_position", "committed_at")
+)
+"""The columns that come from the events or snapshot rows; the rest are the commit's."""
+
+
+def _event_columns(events: Sequence[ChangeEvent]) -> dict[str, pa.Array]:
+    """The source columns of ``events`` (see :func:`events_to_table`)."""
+    ddl_kind = EventKind.DDL
+    (ops, dbs, tables, pks, befores, afters, ddls, described, positions, indices, txns) = zip(
+        *[
+            (
+                Op.DDL if e.kind is ddl_kind else e.op,
+                e.db or None,
+                e.table or None,
+                e.pk,
+                e.before,
+                e.after,
+                e.ddl,
+                e.columns,
+                e.position,
+                e.index,
+                e.txn,
+            )
+            for e in events
+        ],
+        strict=True,
+    )
+    if None in ops:
+        event = events[ops.index(None)]
+        raise ValueError(f"row event at {event.position} index {event.index} has no op")
+    string, int64 = pa.string(), pa.int64()
+    return {
+        "op": pa.array(ops, string),
+        "db": pa.array(dbs, string),
+        "table": pa.array(tables, string),
+        "pk": pa.array(pks, string),
+        "before": pa.array(befores, string),
+        "after": pa.array(afters, string),
+        "ddl": pa.array(ddls, string),
+        "columns": _repeated_strings(described),
+        "binlog_file": pa.array([p.file for p in positions], string),
+        "binlog_pos": pa.array([p.pos for p in positions], int64),
+        "txn_index": pa.array(indices, int64),
+        "gtid": pa.array([t.gtid for t in txns], string),
+        "server_id": pa.array([t.server_id for t in txns], int64),
+        "ts": pa.array([t.timestamp * 1_000_000 for t in txns], _TIMESTAMP),
     }
-    for name, value in constant.items():
-        values[name].extend([value] * n)
-    values["pk"].extend(rows.pks)
-    values["after"].extend(rows.images)
-    values["txn_index"].extend(range(n))
+
+
+def _repeated_strings(values: Sequence[str | None]) -> pa.Array:
+    """A string column of few distinct values (a table's `columns` JSON, about 1 KB, on every
+    row of the table): each distinct value is converted once and the column is then built by
+    Arrow (measured: about half the time of converting every row's reference)."""
+    distinct: dict[str, int] = {}
+    indices = [None if v is None else distinct.setdefault(v, len(distinct)) for v in values]
+    dictionary = pa.DictionaryArray.from_arrays(
+        pa.array(indices, pa.int32()), pa.array(list(distinct), pa.string())
+    )
+    return dictionary.cast(pa.string())
+
+
+def _snapshot_columns(rows: RowsAtCut) -> dict[str, pa.Array]:
+    """The source columns of snapshot rows (see :class:`RowsAtCut`)."""
+    n = len(rows)
+
+    def constant(value: object, kind: pa.DataType) -> pa.Array:
+        return pa.repeat(pa.scalar(value, kind), n)
+
+    string, int64 = pa.string(), pa.int64()
+    return {
+        "op": constant(Op.SNAPSHOT.value, string),
+        "db": constant(rows.db or None, string),
+        "table": constant(rows.table or None, string),
+        "pk": pa.array(rows.pks, string),
+        "before": pa.nulls(n, string),
+        "after": pa.array(rows.images, string),
+        "ddl": pa.nulls(n, string),
+        "columns": constant(rows.columns, string),
+        "binlog_file": constant(rows.position.file, string),
+        "binlog_pos": constant(rows.position.pos, int64),
+        "txn_index": pa.array(range(n), int64),
+        "gtid": pa.nulls(n, string),
+        "server_id": constant(0, int64),
+        "ts": constant(rows.timestamp * 1_000_000, _TIMESTAMP),
+    }

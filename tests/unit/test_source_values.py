@@ -456,6 +456,30 @@ def test_update_pairs_and_primary_key_from_the_after_image() -> None:
     ]
 
 
+@pytest.mark.parametrize("key", [0, 1])
+@pytest.mark.parametrize("name", ["id", 'quo"te\\', "ключ", "line\nbreak"])
+def test_a_one_column_key_is_encoded_like_a_one_entry_object(key: int, name: str) -> None:
+    columns = [ColumnSpec(name if i == key else c.name, c.type, encoding=c.encoding,
+                          max_length=c.max_length, unsigned=c.unsigned)
+               for i, c in enumerate(COLUMNS)]  # fmt: skip
+    decoder = RowDecoder("db", "t", columns, primary_key=[key])
+    text = 'é"\\\t\x01'.encode()
+    data = image(0, b"\x01\0\0\0", bytes([len(text)]) + text, b"\x05\0")
+    data += image(0b010, b"\x02\0\0\0", b"\x05\0")
+    rows = decoder.images(data, b"\x07")
+    for image_json, pk in rows:
+        value = json.loads(image_json)[columns[key].name]
+        expected = {columns[key].name: value}
+        assert pk == json.dumps(expected, ensure_ascii=False, separators=(",", ":"))
+    assert json.loads(rows[1][1]) == {columns[key].name: None if key == 1 else 2}
+
+
+def test_a_composite_key_keeps_key_order() -> None:
+    decoder = RowDecoder("db", "t", COLUMNS, primary_key=[2, 0])
+    [(_, pk)] = decoder.images(image(0, b"\x01\0\0\0", b"\x01a", b"\x05\0"), b"\x07")
+    assert pk == '{"n":5,"id":1}'
+
+
 def test_without_primary_key_the_pk_is_the_whole_image() -> None:
     decoder = RowDecoder("db", "t", COLUMNS)
     [(row, pk)] = decoder.images(image(0, b"\x01\0\0\0", b"\x00", b"\x00\0"), b"\x07")
