@@ -8,6 +8,7 @@ from typing import Any
 
 from cdc_platform.errors import SourceError, SourceSettingsError
 from cdc_platform.source.values.columns import ColumnSpec, FieldType, Reader, dumps
+from cdc_platform.source.values.image_json import FAST_JSON, image_encoder, native_reader
 from cdc_platform.source.values.readers import make_reader
 
 __all__ = ["RowDecoder", "describe_columns", "type_name"]
@@ -101,6 +102,8 @@ class RowDecoder:
     __slots__ = (
         "_by_bitmap",
         "_columns",
+        "_dumps",
+        "_fast_json",
         "_mysql_json",
         "_pk_names",
         "_pk_prefix",
@@ -109,7 +112,7 @@ class RowDecoder:
         "table",
     )
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (the table, its columns and key; two decoding options)
         self,
         db: str,
         table: str,
@@ -117,8 +120,12 @@ class RowDecoder:
         primary_key: Sequence[int] = (),
         *,
         mysql_json: Callable[[bytes], Any] | None = None,
+        fast_json: bool = FAST_JSON,
     ) -> None:
         self.db = db
+        self._fast_json = fast_json
+        self._dumps = image_encoder(fast_json)
+        """Writes images and keys: the same text either way (:mod:`.image_json`)."""
         self.table = table
         self._columns = tuple(columns)
         self._mysql_json = mysql_json
@@ -138,7 +145,7 @@ class RowDecoder:
         primary_key = [names.index(name) for name in self._pk_names]
         return (
             _rebuild,
-            (self.db, self.table, self._columns, primary_key, self._mysql_json),
+            (self.db, self.table, self._columns, primary_key, self._mysql_json, self._fast_json),
         )
 
     @property
@@ -164,16 +171,19 @@ class RowDecoder:
                     "session must use binlog_row_image=FULL for lossless CDC"
                 )
             try:
+                columns = self._columns
                 readers = tuple(
-                    (c.name, make_reader(c, self._mysql_json))
-                    for i, c in enumerate(self._columns)
-                    if bitmap >> i & 1
+                    (c.name, self._reader(c)) for i, c in enumerate(columns) if bitmap >> i & 1
                 )
             except SourceError as exc:
                 raise SourceError(f"{self.db}.{self.table}: {exc}") from None
             cached = (readers, (len(readers) + 7) // 8)
             self._by_bitmap[present] = cached
         return cached
+
+    def _reader(self, column: ColumnSpec) -> Reader:
+        read = make_reader(column, self._mysql_json)
+        return native_reader(column, read) if self._fast_json else read
 
     @staticmethod
     def _image(
@@ -193,21 +203,21 @@ class RowDecoder:
     def _pk(self, row: dict[str, Any], image: str) -> str:
         names = self._pk_names
         if self._pk_prefix:
-            return self._pk_prefix + dumps(row.get(names[0])) + "}"
+            return self._pk_prefix + self._dumps(row.get(names[0])) + "}"
         if not names:
             return image
-        return dumps({name: row.get(name) for name in names})
+        return self._dumps({name: row.get(name) for name in names})
 
     def images(self, data: bytes, present: bytes) -> list[tuple[str, str]]:
         """(image JSON, pk JSON) of each row of a write or delete rows event."""
         readers, null_bytes = self._readers(present)
         out: list[tuple[str, str]] = []
         pos, end = 0, len(data)
-        image_of = self._image
+        image_of, dumps_image = self._image, self._dumps
         try:
             while pos < end:
                 row, pos = image_of(data, pos, readers, null_bytes)
-                image = dumps(row)
+                image = dumps_image(row)
                 out.append((image, self._pk(row, image)))
         except (ValueError, IndexError, struct.error, TypeError) as exc:
             raise self._error(exc) from exc
@@ -222,13 +232,13 @@ class RowDecoder:
         after_readers, after_nulls = self._readers(present_after)
         out: list[tuple[str, str, str]] = []
         pos, end = 0, len(data)
-        image_of = self._image
+        image_of, dumps_image = self._image, self._dumps
         try:
             while pos < end:
                 before, pos = image_of(data, pos, before_readers, before_nulls)
                 after, pos = image_of(data, pos, after_readers, after_nulls)
-                after_json = dumps(after)
-                out.append((dumps(before), after_json, self._pk(after, after_json)))
+                after_json = dumps_image(after)
+                out.append((dumps_image(before), after_json, self._pk(after, after_json)))
         except (ValueError, IndexError, struct.error, TypeError) as exc:
             raise self._error(exc) from exc
         self._check_end(pos, end)
@@ -247,11 +257,12 @@ class RowDecoder:
             )
 
 
-def _rebuild(
+def _rebuild(  # noqa: PLR0913, PLR0917 (RowDecoder's arguments, positional for pickle)
     db: str,
     table: str,
     columns: Sequence[ColumnSpec],
     primary_key: Sequence[int],
     mysql_json: Callable[[bytes], Any] | None,
+    fast_json: bool,
 ) -> RowDecoder:
-    return RowDecoder(db, table, columns, primary_key, mysql_json=mysql_json)
+    return RowDecoder(db, table, columns, primary_key, mysql_json=mysql_json, fast_json=fast_json)
