@@ -232,6 +232,18 @@ def test_datetime2_prints_the_column_precision(fsp: int) -> None:
     assert str(decode(column, partial)).startswith("2026-00-15 10:00:00")
 
 
+def test_datetime2_repeated_and_alternating_values_are_each_read_right() -> None:
+    read = make_reader(ColumnSpec("dt", FieldType.DATETIME2, fsp=6))
+    a = encode_datetime2((2026, 11, 25), (15, 0, 1), 123456, 6)
+    b = encode_datetime2((2026, 11, 25), (15, 0, 1), 123457, 6)
+    data = a + a + b + a + b + b
+    texts, pos = [], 0
+    while pos < len(data):
+        text, pos = read(data, pos)
+        texts.append(text[-6:])
+    assert texts == ["123456", "123456", "123457", "123456", "123457", "123457"]
+
+
 def test_old_datetime_and_time_formats() -> None:
     raw = (20240229131415).to_bytes(8, "little")
     assert decode(ColumnSpec("dt", FieldType.DATETIME), raw) == "2024-02-29 13:14:15"

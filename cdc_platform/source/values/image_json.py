@@ -14,6 +14,7 @@ on whether orjson is installed; without it every image goes through :data:`.colu
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -68,6 +69,8 @@ def native_reader(column: ColumnSpec, read: Reader) -> Reader:
     if column.type in _NATIVE_TYPES and column.logical != "json":
         return read
     fragment = _fragment_type()
+    if column.type == FieldType.DOUBLE:
+        return _double_fragment(fragment)
 
     def read_fragment(data: bytes, pos: int) -> tuple[Any, int]:
         value, end = read(data, pos)
@@ -78,6 +81,19 @@ def native_reader(column: ColumnSpec, read: Reader) -> Reader:
         return fragment(dumps(value)), end
 
     return read_fragment
+
+
+def _double_fragment(fragment: Any) -> Reader:
+    """DOUBLE, unpacked and written in one call (the most common float column)."""
+    unpack_from = struct.Struct("<d").unpack_from
+
+    def read(data: bytes, pos: int) -> tuple[Any, int]:
+        value: float = unpack_from(data, pos)[0]
+        if value - value == 0.0:  # finite
+            return fragment(float.__repr__(value)), pos + 8
+        return fragment(dumps(value)), pos + 8
+
+    return read
 
 
 def image_encoder(fast: bool) -> Callable[[Any], str]:

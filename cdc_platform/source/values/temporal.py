@@ -132,13 +132,21 @@ def datetime2_reader(fsp: int) -> Reader:
     """DATETIME(fsp) in the 5.6 format, as 'YYYY-MM-DD hh:mm:ss[.f]'."""
     nbytes, multiplier = _frac_reader(fsp)
     size = 5 + nbytes
+    last_raw, last_text = b"", ""
+    # The last value's bytes and text: the rows of one statement often share a value
+    # (``NOW()`` is fixed for a statement; bulk loads and multi-row updates).
 
     def read(data: bytes, pos: int) -> tuple[str, int]:
-        packed = int.from_bytes(data[pos : pos + 5], "big") - 0x8000000000
+        nonlocal last_raw, last_text
+        raw = data[pos : pos + size]
+        if raw == last_raw:
+            return last_text, pos + size
+        packed = int.from_bytes(raw[:5], "big") - 0x8000000000
         text = f"{_date_text(packed >> 17)} {_clock_text(packed & 0x1FFFF)}"
         if nbytes:
-            micros = int.from_bytes(data[pos + 5 : pos + size], "big") * multiplier
+            micros = int.from_bytes(raw[5:], "big") * multiplier
             text += f".{micros:06d}"[: fsp + 1]
+        last_raw, last_text = raw, text
         return text, pos + size
 
     return read
