@@ -68,7 +68,8 @@ class DecodePool:
     fewer than ``inline_bytes`` row bytes are decoded in the reader thread, in their place.
 
     Workers are started with ``forkserver`` (never a fork of the multi-threaded reader
-    process) by :meth:`start`, or at the first :meth:`submit`.
+    process) by :meth:`start`, or at the first :meth:`submit`: a stream of small events only
+    (decoded in the reader thread) never starts them, nor pays their memory and start-up.
     """
 
     def __init__(
