@@ -169,6 +169,7 @@ def ordered_events(
     assembler passed.
     """
     line = _InOrder(assembler, pool)
+    window, inline = line.window, pool.inline_bytes
     fetch, stop = stream.fetch, stream.stop
     while not stop.is_set():
         event = fetch()
@@ -176,24 +177,26 @@ def ordered_events(
             raise StreamLostError("the server ended the binlog stream")
         stream.on_event()
         kind = type(event)
-        if kind is RowsFrame:
+        if kind is TableMapEvent:
+            assembler.feed(event)  # plans only; no change event, no transaction state
+        elif kind is RowsFrame and (window or line.batch or len(event.rows) >= inline):
             decoder = assembler.decoder_of(event)
             if decoder is not None:  # else a table the filters leave out: never decoded
-                out = line.rows(decoder, event)
+                line.add(decoder, event)
+        else:  # a small rows event or any other event with nothing in line: fed now
+            line.send()
+            if not window:
+                out = assembler.feed(event)
                 if out:
                     yield out
-        elif kind is TableMapEvent:
-            assembler.feed(event)  # plans only; no change event, no transaction state
-        else:
-            line.send()
-            if kind in _QUEUED and line.window:
-                line.window.append(_Entry(event, None, [], 0))
+            elif kind in _QUEUED:
+                window.append(_Entry(event, None, [], 0))
             else:
                 yield from line.feed_ready(block=True)
                 out = assembler.feed(event)
                 if out:
                     yield out
-        if line.window:
+        if window:
             yield from line.feed_ready(block=line.crowded() or not stream.more_waiting())
 
 
@@ -206,45 +209,38 @@ class _InOrder:
         self._assembler = assembler
         self._pool = pool
         self._in_flight = 0
-        self._batch: list[tuple[RowDecoder, RowsFrame]] = []
+        self.batch: list[tuple[RowDecoder, RowsFrame]] = []
+        """The rows events gathered for the next task, not sent yet."""
         self._specs: dict[int, bytes] = {}
         self._keys: list[int] = []
         self._batched = 0
 
-    def rows(self, decoder: RowDecoder, frame: RowsFrame) -> list[ChangeEvent]:
-        """A rows event: into the next batch for the workers or, if small, decoded here: at
-        once when nothing is in line before it (its change events returned), else in its
-        turn."""
+    def add(self, decoder: RowDecoder, frame: RowsFrame) -> None:
+        """A rows event for the next batch (sent once the batch is big enough) or, if small,
+        to decode here in its turn (its bytes count as in flight until it is fed)."""
         size = len(frame.rows)
-        if size >= self._pool.inline_bytes:
-            self._add(decoder, frame)
-        elif self.window or self._batch:
+        if size < self._pool.inline_bytes:
             self.send()
             self.window.append(_Entry(None, None, [(decoder, frame)], size))
-            self._in_flight += size  # its bytes count as in flight until it is fed
-        else:
-            return self._assembler.feed_decoded(frame, decoder, decode_frame(decoder, frame))
-        return []
-
-    def _add(self, decoder: RowDecoder, frame: RowsFrame) -> None:
-        """A rows event for the next batch (sent once the batch is big enough)."""
+            self._in_flight += size
+            return
         key, spec = self._pool.key(decoder)
         self._specs[key] = spec
         self._keys.append(key)
-        self._batch.append((decoder, frame))
-        self._batched += len(frame.rows)
+        self.batch.append((decoder, frame))
+        self._batched += size
         if self._batched >= self._pool.batch_bytes:
             self.send()
 
     def send(self) -> None:
         """Send the batch being gathered to a worker."""
-        if not self._batch:
+        if not self.batch:
             return
-        frames = [frame for _, frame in self._batch]
+        frames = [frame for _, frame in self.batch]
         future = self._pool.submit(self._specs, list(zip(self._keys, frames, strict=True)))
-        self.window.append(_Entry(None, future, self._batch, self._batched))
+        self.window.append(_Entry(None, future, self.batch, self._batched))
         self._in_flight += self._batched
-        self._batch, self._specs, self._keys, self._batched = [], {}, [], 0
+        self.batch, self._specs, self._keys, self._batched = [], {}, [], 0
 
     def crowded(self) -> bool:
         """Too much in flight: wait for the workers before reading on."""
