@@ -1,7 +1,7 @@
 """Binlog decoding throughput: bare mysql-replication vs. BinlogSource.events().
 
     .venv/bin/python bench/source_decode.py [--rows 200000] [--per-txn 1000]
-        [--per-statement 100] [--profile]
+        [--per-statement 100] [--profile] [--workers N [--repeat K]]
 
 Starts a private MariaDB (binlog ROW/FULL/FULL) in a temporary directory, inserts --rows rows
 into a typical OLTP-shaped table, then decodes that binlog range twice in the same run:
@@ -11,7 +11,10 @@ into a typical OLTP-shaped table, then decodes that binlog range twice in the sa
 (c) BinlogSource.events() with the table filtered out (rows skipped undecoded).
 
 Prints rows/s of both and the ratio (b)/(a). ``--profile`` runs (b) under cProfile and prints
-the top functions by own time.
+the top functions by own time. (b) decodes in the reader thread (``decode_workers: 1``); with
+``--workers N`` it is then repeated --repeat times, alternating with N decode workers and with N
+workers that are sent every rows event (none of the small ones decoded in the reader thread,
+as before they were): medians of each.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -29,6 +33,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from cdc_platform.config.models import SourceConfig
 from cdc_platform.events import EventKind, ResumePosition
 from cdc_platform.source import BinlogSource
+from cdc_platform.source.decode_pool import DecodePool
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
 
 TABLE = """CREATE TABLE bench.orders (
@@ -81,9 +86,15 @@ def bare_decode(server: MariaDBServer, user: ReplicationUser, start: ResumePosit
 
 
 def source_decode(
-    config: SourceConfig, user: ReplicationUser, start: ResumePosition, rows: int
+    config: SourceConfig,
+    user: ReplicationUser,
+    start: ResumePosition,
+    rows: int,
+    pool: DecodePool | None = None,
 ) -> int:
     source = BinlogSource(config, resume=start, password=user.password)
+    if pool is not None:
+        source._pool = pool  # the same workers with other settings
     count = 0
     stream = source.events()
     try:
@@ -113,6 +124,35 @@ def filtered_skip(config: SourceConfig, user: ReplicationUser, start: ResumePosi
     return -1
 
 
+def compare_workers(
+    config: SourceConfig,
+    user: ReplicationUser,
+    start: ResumePosition,
+    rows: int,
+    *,
+    workers: int,
+    repeat: int,
+) -> None:
+    """(b) in the reader thread, with ``workers`` decode workers, and with them sent every
+    event, alternating ``repeat`` times (a shared machine drifts); medians."""
+    many = config.model_copy(update={"decode_workers": workers})
+    rates: dict[str, list[float]] = {"1": [], "N": [], "N, all": []}
+    for _ in range(repeat):
+        rates["1"].append(timed("(b) 1", rows, lambda: source_decode(config, user, start, rows)))
+        rates["N"].append(timed("(b) N", rows, lambda: source_decode(many, user, start, rows)))
+        every = DecodePool(workers, inline_bytes=0)
+        rates["N, all"].append(
+            timed("(b) N, all", rows, lambda: source_decode(many, user, start, rows, every))  # noqa: B023
+        )
+    for label, values in rates.items():
+        rate = statistics.median(values)
+        paired = statistics.median(v / one for v, one in zip(values, rates["1"], strict=True))
+        print(
+            f"median {label:<7} ({workers} workers) {rate:>9,.0f} rows/s; "
+            f"median of the ratios to the 1 just before: {paired:.2f}"
+        )
+
+
 def timed(label: str, rows: int, run: object) -> float:
     began = time.perf_counter()
     got = run()  # type: ignore[operator]
@@ -129,6 +169,8 @@ def main() -> None:
     parser.add_argument("--per-txn", type=int, default=1000)
     parser.add_argument("--per-statement", type=int, default=100)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="cdc-bench-") as tmp:
@@ -146,7 +188,7 @@ def main() -> None:
             )
             config = SourceConfig(
                 host=server.host, port=server.port, user=user.name, password_env="UNUSED",
-                server_id=9002, include_tables=[r"bench\..*"],
+                server_id=9002, include_tables=[r"bench\..*"], decode_workers=1,
             )  # fmt: skip
             bare = timed(
                 "(a) bare BinLogStreamReader", args.rows, lambda: bare_decode(server, user, start)
@@ -157,6 +199,10 @@ def main() -> None:
                 lambda: source_decode(config, user, start, args.rows),
             )
             print(f"ratio (b)/(a) = {ours / bare:.2f}")
+            if args.workers > 1:
+                compare_workers(
+                    config, user, start, args.rows, workers=args.workers, repeat=args.repeat
+                )
             server.execute("CREATE TABLE bench.marker (id INT PRIMARY KEY)")
             server.execute("INSERT INTO bench.marker VALUES (1)")
             skipping = config.model_copy(update={"include_tables": [r"bench\.marker"]})

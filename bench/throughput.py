@@ -10,7 +10,9 @@ that one binlog range is then decoded three ways in the same run:
     else (the library's own decoding, no table filter, no freeze_schema);
 (b) the whole pipeline (BinlogSource -> EventStore -> DeltaChangeLog commits) with
     ``decode_workers: 1`` (rows decoded in the reader thread);
-(c) the same with ``decode_workers: N`` (--workers, default the machine's cores).
+(c) the same with ``decode_workers: N`` (--workers, default the machine's cores);
+(d) with --all-to-workers, (c) again with every rows event sent to the workers (none of the
+    small ones decoded in the reader thread, as before they were), columns ``N, all``.
 
 Each pipeline runs in a fresh process, so its peak RSS (and its decode workers' largest) is
 its own. Workloads: ``insert`` (bulk inserts of a 7-column table, one 1000-row INSERT a
@@ -20,7 +22,8 @@ transaction), ``update`` (multi-row updates of 500 rows a transaction, before an
 
 Then the pipeline runs live while a writer inserts --lag-rate rows/s (batches of 100 per
 transaction); each row carries its insert time, so the change log's `committed_at` minus it is
-the commit-to-visible lag; prints p50 / p99 (with the default decode_workers).
+the commit-to-visible lag; prints p50 / p99 (with the default decode_workers, auto: one per
+core; --lag-workers to change it).
 """
 
 # ruff: noqa: E402 -- pandas and numpy are kept out before the imports that would load them
@@ -56,6 +59,7 @@ from cdc_platform.events import ResumePosition
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink import DeltaChangeLog
 from cdc_platform.sink.term import WriteTerm
+from cdc_platform.source.decode_pool import DecodePool
 from cdc_platform.testing.destinations import instance_config
 from cdc_platform.testing.mariadb import MariaDBServer
 
@@ -193,7 +197,9 @@ def bare_decode(
     return seen / (time.perf_counter() - began)
 
 
-def config(server: MariaDBServer, user: str, workers: int = 1, **store: object) -> InstanceConfig:
+def config(
+    server: MariaDBServer, user: str, workers: int | str = 1, **store: object
+) -> InstanceConfig:
     base = instance_config(
         server, user, [r"bench\..*"], server_id=5002, password_env="BENCH_CDC_PASSWORD", **store
     )
@@ -231,8 +237,12 @@ def _descendants_peak_rss_mb() -> float:
 
 
 def _pipeline_child(
-    cfg: InstanceConfig, start: ResumePosition, rows: int, uri: str
+    cfg: InstanceConfig, start: ResumePosition, rows: int, uri: str, inline_bytes: int | None
 ) -> tuple[float, float, float]:
+    if inline_bytes is not None:  # this process's pools decode fewer events in the reader
+        defaults = DecodePool.__init__.__kwdefaults__
+        assert defaults is not None
+        defaults["inline_bytes"] = inline_bytes
     sink = DeltaChangeLog(uri, "throughput")
     sink.commit((), batch_seq=1, resume=start, epoch=0)
     sink.close()
@@ -271,14 +281,14 @@ def child_main(job: str) -> None:
 
 
 def pipeline(
-    cfg: InstanceConfig, start: ResumePosition, rows: int, uri: str
+    cfg: InstanceConfig, start: ResumePosition, rows: int, uri: str, inline_bytes: int | None = None
 ) -> tuple[float, float, float]:
     """(rows/s, peak RSS MB of the pipeline process, largest decode worker's peak RSS MB),
     measured in a fresh process. That process's main module is ``-c`` code importing this one,
     so its decode workers import no more than under the console script (a worker imports the
     parent's main module when it has a file)."""
     with tempfile.NamedTemporaryFile(suffix=".pickle", delete=False) as f:
-        pickle.dump((cfg, start, rows, uri), f)
+        pickle.dump((cfg, start, rows, uri, inline_bytes), f)
     code = (
         f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); "
         f"import throughput; throughput.child_main({f.name!r})"
@@ -355,9 +365,19 @@ def main() -> None:
     parser.add_argument("--wide-rows", type=int, default=0, help="default: --rows / 4")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--workloads", default="insert,update,wide,oltp")
+    parser.add_argument(
+        "--all-to-workers",
+        action="store_true",
+        help="also N workers with every rows event sent to them (none decoded in the reader)",
+    )
     parser.add_argument("--lag-seconds", type=float, default=20.0)
     parser.add_argument("--lag-rate", type=int, default=5000)
-    parser.add_argument("--lag-workers", type=int, default=1)
+    parser.add_argument(
+        "--lag-workers",
+        type=lambda text: text if text == "auto" else int(text),
+        default="auto",
+        help="decode_workers of the lag run (default: the configuration's default, auto)",
+    )
     args = parser.parse_args()
     chosen = args.workloads.split(",")
     with tempfile.TemporaryDirectory(prefix="cdc-bench-") as tmp:
@@ -373,6 +393,8 @@ def main() -> None:
                 f"{'N workers':>10} {'1/bare':>7} {'N/bare':>7} {'N/1':>6} "
                 f"{'RSS 1':>7} {'RSS N':>7} {'worker':>7}"
             )
+            if args.all_to_workers:
+                header += f" {'N, all':>10} {'all/1':>6}"
             print(header, flush=True)
             for name, (rows, write) in workloads(args).items():
                 if name not in chosen:
@@ -390,12 +412,21 @@ def main() -> None:
                     rows,
                     str(lake / "many" / "changes"),
                 )
-                print(
+                line = (
                     f"{name:<8} {rows:>8} {bare:>12,.0f} {one:>10,.0f} {many:>10,.0f} "
                     f"{one / bare:>7.2f} {many / bare:>7.2f} {many / one:>6.2f} "
-                    f"{rss_one:>6.0f}M {rss_many:>6.0f}M {rss_worker:>6.0f}M",
-                    flush=True,
+                    f"{rss_one:>6.0f}M {rss_many:>6.0f}M {rss_worker:>6.0f}M"
                 )
+                if args.all_to_workers:
+                    every, _, _ = pipeline(
+                        config(server, user.name, args.workers),
+                        start,
+                        rows,
+                        str(lake / "every" / "changes"),
+                        inline_bytes=0,
+                    )
+                    line += f" {every:>10,.0f} {every / one:>6.2f}"
+                print(line, flush=True)
             if args.lag_seconds > 0:
                 lags = sorted(
                     lag(

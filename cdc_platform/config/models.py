@@ -142,6 +142,13 @@ class IdWatchConfig(_Model):
         return tables
 
 
+_MAX_DECODE_WORKERS = 64
+
+_AUTO_DECODE_WORKERS = 8
+"""``decode_workers: auto`` on a large machine: one reader thread keeps only a few workers
+busy (its own framing and change events stay serial), and each holds about 35 MB."""
+
+
 class SourceConfig(_Model):
     """Where the binlog comes from and which tables count."""
 
@@ -172,10 +179,11 @@ class SourceConfig(_Model):
     """First back-off delay after the server went away."""
     reconnect_max_seconds: float = Field(default=30.0, gt=0)
     """Longest back-off delay between reconnect attempts."""
-    decode_workers: int = Field(default=1, ge=1, le=64)
-    """Processes decoding rows events. 1 decodes in the reader thread; N > 1 decodes in N
-    worker processes, reassembled in binlog order (the change log is the same either way;
-    bench/throughput.py shows what it gains on a machine)."""
+    decode_workers: int | Literal["auto"] = "auto"
+    """Processes decoding rows events: ``auto`` is the cores this process may run on (at most
+    8); 1 decodes in the reader thread; N > 1 decodes in N worker processes (about 35 MB
+    each), reassembled in binlog order, small rows events still in the reader thread (the
+    change log is the same either way; bench/throughput.py shows what it gains here)."""
     mode: Literal["binlog", "id_watch"] = "binlog"
     """binlog: stream the binlog; id_watch: poll tables by id plus periodic full lists, for
     servers without binlog access (docs/id_watch.md)."""
@@ -191,6 +199,27 @@ class SourceConfig(_Model):
             except re.error as exc:
                 raise ValueError(f"item {index}: {pattern!r} is not a valid regex: {exc}") from exc
         return patterns
+
+    @field_validator("decode_workers", mode="before")
+    @classmethod
+    def _decode_workers(cls, value: object) -> object:
+        if value == "auto" or (type(value) is int and 1 <= value <= _MAX_DECODE_WORKERS):
+            return value
+        raise ValueError(
+            f"{value!r} is neither auto (the machine's cores) nor a whole number of "
+            f"processes from 1 to {_MAX_DECODE_WORKERS} (1: rows decoded in the reader thread)"
+        )
+
+    def decode_processes(self) -> int:
+        """The decode processes ``decode_workers`` means on this machine (1: none, the
+        reader thread decodes)."""
+        if self.decode_workers != "auto":
+            return self.decode_workers
+        try:
+            cores = len(os.sched_getaffinity(0))  # the cores this process may use
+        except (AttributeError, OSError):
+            cores = os.cpu_count() or 1
+        return max(1, min(cores, _AUTO_DECODE_WORKERS))
 
     @model_validator(mode="after")
     def _mode_settings(self) -> SourceConfig:

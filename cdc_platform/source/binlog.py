@@ -4,7 +4,8 @@ With :mod:`.transactions`, :mod:`.table_maps`, :mod:`.rows_framing` and :mod:`.d
 the only modules that import pymysqlreplication. The library frames the replication stream and
 parses table maps, except for the rows events of known tables, framed from the raw packets by
 :mod:`.rows_framing` (and decoded in worker processes by :mod:`.decode_pool` when
-``decode_workers`` > 1); everything with a correctness consequence is decided by these:
+``decode_workers`` is not 1, all but the small ones); everything with a correctness consequence
+is decided by these:
 
 - transaction boundaries (MariaDB's GTID event instead of BEGIN, XidEvent or a ``COMMIT``
   query at the end, DDL on its own) and the resume positions that follow from them
@@ -138,7 +139,8 @@ class BinlogSource:
         self._delay = config.reconnect_initial_seconds
         self.server: ServerIdentity | None = None
         self._lean_framing = lean_framing
-        self._pool = DecodePool(config.decode_workers) if config.decode_workers > 1 else None
+        workers = config.decode_processes()
+        self._pool = DecodePool(workers) if workers > 1 else None
         """Rows events decoded in worker processes (lean framing only), or in this thread."""
         if not lean_framing:
             self._pool = None
@@ -220,9 +222,8 @@ class BinlogSource:
 
     def event_lists(self) -> Generator[list[ChangeEvent], None, None]:
         """:meth:`events` in the non-empty lists the binlog's events produce (mostly a whole
-        transaction each), so a consumer can store them with one call."""
-        if self._pool is not None:
-            self._pool.start()
+        transaction each), so a consumer can store them with one call. Decode workers start
+        at the first rows event sent to them (never, for a stream of small events)."""
         try:
             yield from self._events()
         finally:

@@ -39,6 +39,7 @@ from cdc_platform.source.values import RowDecoder
 
 __all__ = [
     "DEFAULT_BATCH_BYTES",
+    "DEFAULT_INLINE_BYTES",
     "DEFAULT_IN_FLIGHT_BYTES",
     "DecodePool",
     "StreamHooks",
@@ -53,13 +54,22 @@ event bigger than that on its own)."""
 DEFAULT_BATCH_BYTES = 256 << 10
 """Row bytes sent to a worker in one task (fewer, larger messages between processes)."""
 
+DEFAULT_INLINE_BYTES = 1 << 10
+"""Rows events with fewer row bytes are decoded in the reader thread: for a single-row event
+of a narrow table (about 100 bytes) the reader's share of sending it to a worker (pickling
+the frame, unpickling the images, the task) costs about as much as decoding it, and the
+worker takes a core from the reader and the Delta commits. A row of a wide table (over
+1 KiB) costs ten times as much to decode and still goes to a worker."""
+
 
 class DecodePool:
     """``workers`` processes decoding rows events, in batches of up to ``batch_bytes`` row
-    bytes; at most ``max_in_flight_bytes`` row bytes are sent and not yet fed back.
+    bytes; at most ``max_in_flight_bytes`` row bytes are sent and not yet fed back. Events of
+    fewer than ``inline_bytes`` row bytes are decoded in the reader thread, in their place.
 
     Workers are started with ``forkserver`` (never a fork of the multi-threaded reader
-    process) by :meth:`start`, or at the first :meth:`submit`.
+    process) by :meth:`start`, or at the first :meth:`submit`: a stream of small events only
+    (decoded in the reader thread) never starts them, nor pays their memory and start-up.
     """
 
     def __init__(
@@ -68,10 +78,12 @@ class DecodePool:
         *,
         max_in_flight_bytes: int = DEFAULT_IN_FLIGHT_BYTES,
         batch_bytes: int = DEFAULT_BATCH_BYTES,
+        inline_bytes: int = DEFAULT_INLINE_BYTES,
     ) -> None:
         self.workers = workers
         self.max_in_flight_bytes = max_in_flight_bytes
         self.batch_bytes = batch_bytes
+        self.inline_bytes = inline_bytes
         self._executor: ProcessPoolExecutor | None = None
         self._keys: dict[int, tuple[int, bytes, RowDecoder]] = {}
         self._next_key = itertools.count(1)
@@ -143,18 +155,21 @@ def ordered_events(
     """Change events of the stream's events, rows decoded by ``pool``, in binlog order (in
     the non-empty lists the assembler gives).
 
-    Rows events are batched to the workers; a GTID or commit event queues behind them, so
-    the workers decode while the next transactions are read. Table maps are applied to the
-    plans at once (the rows events after them are decoded with them; those before keep the
-    decoder they were sent with). Any other event (rotation, DDL and other statements, XA,
-    heartbeats) is fed only after everything before it, and whenever nothing more of the
-    stream has arrived, everything decoded so far is fed: an idle stream delays nothing.
+    Rows events are batched to the workers, but those smaller than ``pool.inline_bytes`` are
+    decoded in this thread (at once, or when their turn comes if events are in line before
+    them); a GTID or commit event queues behind them, so the workers decode while the next
+    transactions are read. Table maps are applied to the plans at once (the rows events
+    after them are decoded with them; those before keep the decoder they were given). Any
+    other event (rotation, DDL and other statements, XA, heartbeats) is fed only after
+    everything before it, and whenever nothing more of the stream has arrived, everything
+    decoded so far is fed: an idle stream delays nothing.
 
     Ends when ``stop`` is set; raises StreamLostError when ``fetch`` returns None. Rows events
     still in flight then are never fed: the source restarts from the last boundary the
     assembler passed.
     """
     line = _InOrder(assembler, pool)
+    window, inline = line.window, pool.inline_bytes
     fetch, stop = stream.fetch, stream.stop
     while not stop.is_set():
         event = fetch()
@@ -162,57 +177,70 @@ def ordered_events(
             raise StreamLostError("the server ended the binlog stream")
         stream.on_event()
         kind = type(event)
-        if kind is RowsFrame:
+        if kind is TableMapEvent:
+            assembler.feed(event)  # plans only; no change event, no transaction state
+        elif kind is RowsFrame and (window or line.batch or len(event.rows) >= inline):
             decoder = assembler.decoder_of(event)
             if decoder is not None:  # else a table the filters leave out: never decoded
                 line.add(decoder, event)
-        elif kind is TableMapEvent:
-            assembler.feed(event)  # plans only; no change event, no transaction state
-        else:
+        else:  # a small rows event or any other event with nothing in line: fed now
             line.send()
-            if kind in _QUEUED and line.window:
-                line.window.append(_Entry(event, None, [], 0))
+            if not window:
+                out = assembler.feed(event)
+                if out:
+                    yield out
+            elif kind in _QUEUED:
+                window.append(_Entry(event, None, [], 0))
             else:
                 yield from line.feed_ready(block=True)
                 out = assembler.feed(event)
                 if out:
                     yield out
-        if line.window:
+        if window:
             yield from line.feed_ready(block=line.crowded() or not stream.more_waiting())
 
 
 class _InOrder:
-    """The rows events sent to the workers and the events queued behind them, in order."""
+    """The rows events sent to the workers, the small ones left to this thread and the events
+    queued behind them, in order."""
 
     def __init__(self, assembler: TransactionAssembler, pool: DecodePool) -> None:
         self.window: deque[_Entry] = deque()
         self._assembler = assembler
         self._pool = pool
         self._in_flight = 0
-        self._batch: list[tuple[RowDecoder, RowsFrame]] = []
+        self.batch: list[tuple[RowDecoder, RowsFrame]] = []
+        """The rows events gathered for the next task, not sent yet."""
         self._specs: dict[int, bytes] = {}
         self._keys: list[int] = []
         self._batched = 0
 
     def add(self, decoder: RowDecoder, frame: RowsFrame) -> None:
-        """A rows event for the next batch (sent once the batch is big enough)."""
+        """A rows event for the next batch (sent once the batch is big enough) or, if small,
+        to decode here in its turn (its bytes count as in flight until it is fed)."""
+        size = len(frame.rows)
+        if size < self._pool.inline_bytes:
+            self.send()
+            self.window.append(_Entry(None, None, [(decoder, frame)], size))
+            self._in_flight += size
+            return
         key, spec = self._pool.key(decoder)
         self._specs[key] = spec
         self._keys.append(key)
-        self._batch.append((decoder, frame))
-        self._batched += len(frame.rows)
+        self.batch.append((decoder, frame))
+        self._batched += size
         if self._batched >= self._pool.batch_bytes:
             self.send()
 
     def send(self) -> None:
         """Send the batch being gathered to a worker."""
-        if not self._batch:
+        if not self.batch:
             return
-        frames = [frame for _, frame in self._batch]
+        frames = [frame for _, frame in self.batch]
         future = self._pool.submit(self._specs, list(zip(self._keys, frames, strict=True)))
-        self.window.append(_Entry(None, future, self._batch, self._batched))
+        self.window.append(_Entry(None, future, self.batch, self._batched))
         self._in_flight += self._batched
-        self._batch, self._specs, self._keys, self._batched = [], {}, [], 0
+        self.batch, self._specs, self._keys, self._batched = [], {}, [], 0
 
     def crowded(self) -> bool:
         """Too much in flight: wait for the workers before reading on."""
@@ -229,7 +257,12 @@ class _InOrder:
             head = window[0]
             if head.future is None:
                 window.popleft()
-                out = assembler.feed(head.event)
+                if head.event is not None:
+                    out = assembler.feed(head.event)
+                else:  # a small rows event, decoded here
+                    self._in_flight -= head.size
+                    decoder, frame = head.frames[0]
+                    out = assembler.feed_decoded(frame, decoder, decode_frame(decoder, frame))
                 if out:
                     yield out
                 continue
@@ -245,7 +278,8 @@ class _InOrder:
 
 @dataclass(frozen=True, slots=True)
 class _Entry:
-    """In line for the assembler: a queued event, or a batch of rows events being decoded."""
+    """In line for the assembler: a queued event (``event``), a batch of rows events being
+    decoded (``future``), or one small rows event to decode in this thread (neither)."""
 
     event: Any
     future: Future[list[Decoded]] | None

@@ -4,7 +4,10 @@ One binlog range (bulk inserts, multi-row updates and deletes, a transaction lar
 ring buffer so it is committed in chunks, DDL, a rolled-back transaction) is captured twice
 from the same starting checkpoint into two change logs: with ``decode_workers: 1`` (rows
 decoded in the reader thread) and with 2 worker processes. Content, order and ``seq`` must be
-equal; only commit times and batch numbers may differ.
+equal; only commit times and batch numbers may differ. A second range interleaves single-row
+events (decoded in the reader thread even with workers) with multi-row events (sent to the
+workers) of two tables within transactions, so the small events wait in line behind batches
+still being decoded.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from cdc_platform.events import ResumePosition
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink import DeltaChangeLog
 from cdc_platform.sink.term import WriteTerm
+from cdc_platform.source.decode_pool import DEFAULT_INLINE_BYTES
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config
 from tests.conftest import MariaDBDatabase
 
@@ -85,5 +89,51 @@ def test_change_log_is_the_same_with_one_and_two_decode_workers(
     one = _capture(mariadb, start, str(lake_root / "one" / "changes"), workers=1)
     two = _capture(mariadb, start, str(lake_root / "two" / "changes"), workers=2)
     assert len(one) == 1 + 600 + 300 + 50 + 550 + 1 + 1  # CREATE, rows, ALTER, last insert
+    assert [r["seq"] for r in one] == list(range(1, len(one) + 1))
+    assert one == two
+
+
+def test_small_events_decoded_in_the_reader_keep_their_place_among_the_workers(
+    mariadb: MariaDBDatabase, lake_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
+    server, db = mariadb.server, mariadb.name
+    file, pos = server.query("SHOW MASTER STATUS")[0][:2]
+    start = ResumePosition(str(file), int(pos))
+    server.execute(
+        "CREATE TABLE a (id INT PRIMARY KEY, v VARCHAR(40), n INT)",
+        "CREATE TABLE b (id INT PRIMARY KEY, s VARCHAR(60), d DECIMAL(10,2))",
+        database=db,
+    )
+    pad = "x" * 30  # 100 rows of either table: one event above the inline threshold
+    assert 100 * len(pad) > DEFAULT_INLINE_BYTES > len(pad) + 20  # one row: below it
+
+    cols = {"a": "v, n", "b": "s, d"}
+
+    def many(table: str, first: int) -> str:
+        return f"INSERT INTO {table} (id, {cols[table]}) VALUES " + ", ".join(
+            f"({i}, '{pad}{i}', {i})" for i in range(first, first + 100)
+        )
+
+    with server.connect(db, autocommit=False) as conn, conn.cursor() as cur:
+        for round_ in range(6):
+            base = round_ * 1000
+            cur.execute(many("a", base))  # to a worker
+            cur.execute(f"INSERT INTO b VALUES ({base}, 'one', 1)")  # in the reader, behind it
+            cur.execute(f"INSERT INTO a (id, v, n) VALUES ({base + 500}, 'one', 2)")
+            cur.execute(many("b", base + 1))
+            cur.execute(f"UPDATE a SET n = n + 1 WHERE id = {base}")
+            cur.execute(f"UPDATE b SET s = CONCAT(s, '!') WHERE id BETWEEN {base} AND {base + 60}")
+            cur.execute(f"DELETE FROM a WHERE id = {base + 1}")
+            conn.commit()
+            cur.execute(f"INSERT INTO b VALUES ({base + 900}, 'alone', 3)")  # a small txn
+            conn.commit()
+            if round_ == 2:  # a new table map (and decoder) for a, between batches in flight
+                cur.execute("ALTER TABLE a ADD COLUMN w VARCHAR(10) DEFAULT 'w'")
+    server.execute("INSERT INTO a VALUES (-1, 'end', 0, 'z')", database=db)
+    one = _capture(mariadb, start, str(lake_root / "one" / "changes"), workers=1)
+    two = _capture(mariadb, start, str(lake_root / "two" / "changes"), workers=2)
+    per_round = 100 + 1 + 1 + 100 + 1 + 61 + 1 + 1
+    assert len(one) == 2 + 6 * per_round + 1 + 1  # CREATEs, rounds, ALTER, last insert
     assert [r["seq"] for r in one] == list(range(1, len(one) + 1))
     assert one == two

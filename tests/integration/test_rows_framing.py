@@ -107,7 +107,7 @@ def test_lean_framing_equals_the_library_path(
         library = _read(config, replication_user, start, lean=False)
         parallel = _read(config, replication_user, start, lean=True, workers=2)
         # One rows event per task, and at most one in flight: every bound path is taken.
-        tiny = DecodePool(2, max_in_flight_bytes=1, batch_bytes=1)
+        tiny = DecodePool(2, max_in_flight_bytes=1, batch_bytes=1, inline_bytes=0)
         bounded = _read(config, replication_user, start, lean=True, workers=2, pool=tiny)
     ops = [e.op for e in lean if e.kind is EventKind.ROW]
     assert ops.count(Op.INSERT) == 2004

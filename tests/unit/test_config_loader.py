@@ -53,7 +53,7 @@ def test_good_destination_loads_with_defaults(conf: Path) -> None:
     assert dest.config.source.include_tables == [r"shop\..*"]
     assert dest.config.store.batch_mode is BatchMode.MEMSIZE
     assert dest.config.sink.table == "changes"
-    assert dest.config.source.decode_workers == 1, "rows decoded in the reader thread"
+    assert dest.config.source.decode_workers == "auto", "as many decode workers as cores"
     assert isinstance(loaded.platform.lease, DatabaseLeaseConfig)
     assert loaded.lake_root == conf.resolve().parent / "var" / "lake"
     assert loaded.table_uri("shop").endswith("var/lake/shop/changes")
@@ -133,11 +133,14 @@ BAD_DESTINATIONS = [
         "pattern",
         id="sink-path-escape",
     ),
-    pytest.param(
-        GOOD.replace("server_id: 1001", "server_id: 1001\n  decode_workers: 0"),
-        "source.decode_workers",
-        "greater than or equal to 1",
-        id="no-decode-workers",
+    *(
+        pytest.param(
+            GOOD.replace("server_id: 1001", f"server_id: 1001\n  decode_workers: {bad}"),
+            "source.decode_workers",
+            "neither auto (the machine's cores) nor a whole number of processes from 1 to 64",
+            id=f"decode-workers-{bad}",
+        )
+        for bad in ("0", "65", "many", "true", "2.5", "null")
     ),
     pytest.param(GOOD + "surprise: 1\n", "surprise", "unknown key", id="unknown-top-level-key"),
     pytest.param(
@@ -270,3 +273,17 @@ def test_cli_help_lists_commands(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--help"])
     assert caught.value.code == 0
     assert "config" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("setting", "cores", "processes"),
+    [("", 2, 2), ("", 1, 1), ("", 48, 8), ("auto", 4, 4), ("1", 8, 1), ("12", 2, 12)],
+)
+def test_decode_workers_auto_is_the_usable_cores(
+    conf: Path, monkeypatch: pytest.MonkeyPatch, setting: str, cores: int, processes: int
+) -> None:
+    text = GOOD.replace("server_id: 1001", f"server_id: 1001\n  decode_workers: {setting}")
+    write_destination(conf, "shop", text if setting else GOOD)
+    source = load_config(conf, ENV).destinations["shop"].config.source
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    assert source.decode_processes() == processes
