@@ -1,5 +1,5 @@
 """Libraries a long-running ``run`` or ``serve`` process never uses, kept out of it, and
-delta-rs's allocator set to give memory back.
+the native allocators set to give memory back.
 
 pyarrow asks for pandas whenever it may be handed a DataFrame (``pa.table(dict)`` and the
 Delta writes built on it), which loads pandas (about 40 MB of resident memory) for good, and
@@ -10,12 +10,14 @@ them as not installed. The console script does this for ``run`` and ``serve`` on
 they import anything heavy; the commands that use pandas (Spark's reconcile and mirror) and
 every in-process caller of :func:`cdc_platform.cli.main` are left alone.
 
-:func:`return_freed_memory` sets delta-rs's own allocator (jemalloc, linked into its
-library) to hand freed pages back to the system at once, from a background thread, instead of
-keeping them for up to ten seconds. Measured with ``bench/run_rss.py --rows 100000``, three runs
-each: peak RSS 280-288 MB without, 266-268 MB with, rows/s within the noise (median 15.2k
-against 15.5k; purging inline instead cost about 10 %). Switching pyarrow's pool to the system
-allocator measured worse (278-282 MB) and is not done.
+:func:`return_freed_memory` picks the native allocators the Delta commits go through:
+pyarrow's jemalloc pool instead of its default mimalloc, and delta-rs's own jemalloc (linked
+into its library) set to hand freed pages back at once, from a background thread, instead of
+keeping them for up to ten seconds. Measured with ``bench/run_rss.py --rows 100000``, three
+runs each: peak RSS 280-288 MB with pyarrow's jemalloc alone, 266-268 MB with both, 298-300 MB
+with delta-rs's setting alone; rows/s within the noise (median 15.2k
+against 15.5k; purging inline instead of from the thread cost about 10 %). pyarrow's system
+pool measured 278-282 MB.
 """
 
 from __future__ import annotations
@@ -36,9 +38,11 @@ __all__ = [
 UNUSED_LIBRARIES = ("pandas", "numpy")
 
 ALLOCATOR_SETTINGS = {
+    "ARROW_DEFAULT_MEMORY_POOL": "jemalloc",
     "_RJEM_MALLOC_CONF": "background_thread:true,dirty_decay_ms:0,muzzy_decay_ms:0",
 }
-"""Environment read by delta-rs's jemalloc (its ``MALLOC_CONF``) when the library loads."""
+"""Environment read by pyarrow (its default pool) and delta-rs's jemalloc (its ``MALLOC_CONF``)
+when they load."""
 
 
 class _KeepOut:
@@ -72,11 +76,11 @@ def keep_out_unused_libraries() -> tuple[str, ...]:
 
 
 def return_freed_memory() -> dict[str, str]:
-    """Set :data:`ALLOCATOR_SETTINGS` for this process before deltalake loads (it reads them
-    once); a variable the environment already sets is left as it is. Returns the settings
-    made."""
+    """Set :data:`ALLOCATOR_SETTINGS` for this process before pyarrow and deltalake load (they
+    read them once); a variable the environment already sets is left as it is. Returns the
+    settings made."""
     made: dict[str, str] = {}
-    if "deltalake" in sys.modules:
+    if "pyarrow" in sys.modules or "deltalake" in sys.modules:
         return made
     for name, value in ALLOCATOR_SETTINGS.items():
         if name not in os.environ:

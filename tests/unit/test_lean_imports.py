@@ -21,9 +21,10 @@ _SCRIPT = textwrap.dedent(
     from cdc_platform.infra.lean_imports import keep_out_unused_libraries, return_freed_memory
 
     assert keep_out_unused_libraries() == ("pandas", "numpy")
-    assert list(return_freed_memory()) == ["_RJEM_MALLOC_CONF"]
+    assert set(return_freed_memory()) == {"ARROW_DEFAULT_MEMORY_POOL", "_RJEM_MALLOC_CONF"}
     import datetime, decimal
     import pyarrow as pa
+    assert pa.default_memory_pool().backend_name == "jemalloc"
     import pyarrow.parquet as pq
     from deltalake import CommitProperties, DeltaTable, write_deltalake
 
@@ -77,7 +78,7 @@ def _clean_env() -> dict[str, str]:
 
 
 def test_delta_and_arrow_work_with_pandas_and_numpy_kept_out(tmp_path: Path) -> None:
-    """... and with delta-rs's allocator set to give memory back."""
+    """... and with the allocators set to give memory back."""
     done = subprocess.run(
         [sys.executable, "-c", _SCRIPT, str(tmp_path)],
         capture_output=True,
@@ -124,7 +125,8 @@ def test_the_console_script_keeps_them_out_for_run_and_serve_only(
         "    import numpy\n"
         "except ModuleNotFoundError:\n"
         "    print('kept out')\n"
-        "import os\n"
+        "import os, pyarrow\n"
+        "print('pool', pyarrow.default_memory_pool().backend_name)\n"
         "print('delta-rs', os.environ.get('_RJEM_MALLOC_CONF'))\n"
     )
     done = subprocess.run(
@@ -137,6 +139,7 @@ def test_the_console_script_keeps_them_out_for_run_and_serve_only(
     )
     assert done.returncode == 0, done.stderr
     assert ("kept out" in done.stdout) is kept_out, done.stdout + done.stderr
+    assert ("pool jemalloc" in done.stdout) is kept_out, done.stdout
     assert ("delta-rs background_thread:true" in done.stdout) is kept_out, done.stdout
 
 
@@ -144,9 +147,9 @@ def test_allocator_settings_of_the_environment_win_and_a_loaded_library_is_left_
     script = (
         "import os\n"
         "from cdc_platform.infra.lean_imports import return_freed_memory\n"
-        "assert return_freed_memory() == {}\n"
+        "assert list(return_freed_memory()) == ['ARROW_DEFAULT_MEMORY_POOL']\n"
         "assert os.environ['_RJEM_MALLOC_CONF'] == 'narenas:1'\n"
-        "del os.environ['_RJEM_MALLOC_CONF']\n"
+        "del os.environ['_RJEM_MALLOC_CONF'], os.environ['ARROW_DEFAULT_MEMORY_POOL']\n"
         "import deltalake\n"
         "assert return_freed_memory() == {}\n"
         "assert '_RJEM_MALLOC_CONF' not in os.environ\n"
