@@ -4,9 +4,11 @@
 
 In a private MariaDB, writes --rows rows (``insert``: one 1000-row INSERT a transaction into
 the 7-column table of bench/throughput.py; ``update``: 500-row updates of it), then runs the
-console script on that binlog range under ``/usr/bin/time -v`` with the default store (16 MiB
-ring buffer) and prints the process's maximum resident set size, its decode workers' not
-included (``time`` reports the largest of the process and its waited-for children).
+console script (``python -m cdc_platform.cli``, the same :func:`cdc_platform.cli.console`, run
+on the code of the checkout this bench lives in) on that binlog range under ``/usr/bin/time -v``
+with the default store (16 MiB ring buffer) and prints the process's maximum resident set size,
+its decode workers' not included (``time`` reports the largest of the process and its
+waited-for children).
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,9 @@ from throughput import COUNTERS, ITEMS, insert_rows, position, seed_counters, up
 from cdc_platform.testing.destinations import PASSWORD_ENV
 from cdc_platform.testing.mariadb import MariaDBServer
 
+REPO = Path(__file__).resolve().parent.parent
+"""The checkout whose code the bench runs (not the one installed in the venv)."""
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -33,8 +37,6 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--workload", choices=["insert", "update"], default="insert")
     args = parser.parse_args()
-    cli = shutil.which("cdc-platform", path=str(Path(sys.executable).parent))
-    assert cli is not None, "the cdc-platform console script is not installed in this venv"
     with tempfile.TemporaryDirectory(prefix="cdc-bench-") as tmp:
         root = Path(tmp)
         with MariaDBServer(root / "mariadb") as server:
@@ -56,11 +58,11 @@ def main() -> None:
                 f"  include_tables: ['bench\\..*']\n  decode_workers: {args.workers}\n"
                 f"start: {{mode: position, file: {start.file}, pos: {start.pos}}}\n"
             )
-            env = {**os.environ, PASSWORD_ENV: user.password}
+            env = {**os.environ, PASSWORD_ENV: user.password, "PYTHONPATH": str(REPO)}
             began = time.perf_counter()
             done = subprocess.run(
-                ["/usr/bin/time", "-v", cli, "run", "--conf", str(conf), "--destination", "d",
-                 "--exit-when-idle", "3"],
+                ["/usr/bin/time", "-v", sys.executable, "-m", "cdc_platform.cli", "run",
+                 "--conf", str(conf), "--destination", "d", "--exit-when-idle", "3"],
                 env=env, capture_output=True, text=True, check=False,
             )  # fmt: skip
             seconds = time.perf_counter() - began - 3

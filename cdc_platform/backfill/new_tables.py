@@ -26,7 +26,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
@@ -139,6 +138,8 @@ def created_in_log(
     group, CREATE ... IF NOT EXISTS) counts against it; a candidate wrongly left out is only
     snapshotted once more (its `r` rows repeat the state the log already has).
     """
+    import pyarrow.compute as pc  # noqa: PLC0415 (a run without side work never needs it)
+
     wanted = set(candidates)
     if not wanted:
         return set()

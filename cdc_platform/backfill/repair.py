@@ -38,7 +38,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow.compute as pc
 import pymysql
 from deltalake import DeltaTable
 
@@ -156,6 +155,8 @@ def _logged_states(
     table_uri: str, storage_options: dict[str, str] | None, spec: SnapshotTable, pks: list[str]
 ) -> dict[str, tuple[int, str | None]]:
     """Newest change-log row per ``pk``: (seq, after image or None when deleted)."""
+    import pyarrow.compute as pc  # noqa: PLC0415 (a run without side work never needs it)
+
     dataset = DeltaTable(table_uri, storage_options=storage_options).to_pyarrow_dataset()
     rows = dataset.to_table(
         columns=["seq", "pk", "op", "after"],

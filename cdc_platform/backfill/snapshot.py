@@ -54,7 +54,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import pyarrow.compute as pc
 import pymysql
 from deltalake import DeltaTable
 
@@ -371,6 +370,8 @@ class SnapshotRunner:
         the chunk is read again, which is always safe (its `r` rows land later, with the
         newer state); skipping it would lose rows.
         """
+        import pyarrow.compute as pc  # noqa: PLC0415 (a run without side work never needs it)
+
         if checkpoint is None or checkpoint.batch_seq < batch_seq:
             return False
         db, table = str(state["tables"][state["index"]]).split(".", 1)

@@ -12,7 +12,7 @@ from typing import NoReturn
 
 from cdc_platform.cli.parser import build_parser
 from cdc_platform.errors import CdcError
-from cdc_platform.infra.lean_imports import keep_out_unused_libraries
+from cdc_platform.infra.lean_imports import keep_out_unused_libraries, return_freed_memory
 from cdc_platform.infra.process_exit import exit_code, exit_process
 
 __all__ = ["build_parser", "console", "main"]
@@ -27,6 +27,7 @@ def main(argv: Sequence[str] | None = None, *, lean: bool = False) -> int:
     args = parser.parse_args(argv)
     if lean and getattr(args, "lean", False):
         keep_out_unused_libraries()
+        return_freed_memory()
     if getattr(args, "log_format", "text") == "json":
         from cdc_platform.infra.json_log import JsonFormatter  # noqa: PLC0415 (light CLI)
 

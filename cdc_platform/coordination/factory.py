@@ -3,6 +3,9 @@
 Relative SQLite paths (the default lease is ``sqlite:///var/lease.db``) are relative to the conf
 directory's parent, like ``lake_root``: ``conf/`` and ``var/`` sit side by side, and every
 process started with the same ``--conf`` shares the same file.
+
+The ZooKeeper classes are imported only when configured: kazoo costs a process that does not
+use it about 6 MB.
 """
 
 from __future__ import annotations
@@ -16,12 +19,10 @@ from cdc_platform.errors import WatchError
 from cdc_platform.ha.db_lease import DatabaseLease
 from cdc_platform.ha.lease import Lease
 from cdc_platform.ha.registry import NodeRegistry
-from cdc_platform.ha.zookeeper import ZooKeeperLease
 from cdc_platform.infra.clock import SYSTEM_CLOCK, Clock
 from cdc_platform.infra.sqldb import Database
 from cdc_platform.watch.sql import SqlStateStore
 from cdc_platform.watch.store import StateStore
-from cdc_platform.watch.zookeeper import ZooKeeperStateStore
 
 __all__ = ["base_dir", "open_lease", "open_registry", "open_state_store"]
 
@@ -56,6 +57,8 @@ def open_lease(  # noqa: PLR0913 (what identifies the lease; the rest keyword-on
     """The lease of ``destination`` as configured (not yet acquired, nothing connected)."""
     lease = platform.lease
     if isinstance(lease, ZooKeeperLeaseConfig):
+        from cdc_platform.ha.zookeeper import ZooKeeperLease  # noqa: PLC0415 (kazoo, ~6 MB)
+
         return ZooKeeperLease(
             lease.hosts,
             destination,
@@ -94,6 +97,8 @@ def open_state_store(platform: PlatformConfig, conf_dir: Path) -> StateStore:
     elif isinstance(lease, DatabaseLeaseConfig):
         url, password = lease.url, lease.password()
     else:
+        from cdc_platform.watch.zookeeper import ZooKeeperStateStore  # noqa: PLC0415 (kazoo)
+
         return ZooKeeperStateStore(
             lease.hosts,
             root=lease.root,

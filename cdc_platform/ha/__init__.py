@@ -3,6 +3,8 @@
 See :mod:`cdc_platform.ha.lease` for the contract, ``docs/ha.md`` for operation.
 """
 
+from typing import TYPE_CHECKING
+
 from cdc_platform.ha.db_lease import DatabaseLease
 from cdc_platform.ha.lease import (
     HolderInfo,
@@ -11,7 +13,9 @@ from cdc_platform.ha.lease import (
     default_address,
 )
 from cdc_platform.ha.registry import NodeRegistry
-from cdc_platform.ha.zookeeper import ZooKeeperLease
+
+if TYPE_CHECKING:
+    from cdc_platform.ha.zookeeper import ZooKeeperLease
 
 __all__ = [
     "DatabaseLease",
@@ -22,3 +26,13 @@ __all__ = [
     "ZooKeeperLease",
     "default_address",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``ZooKeeperLease`` on first use: it imports kazoo (about 6 MB), which
+    a process that does not use ZooKeeper never needs."""
+    if name == "ZooKeeperLease":
+        from cdc_platform.ha.zookeeper import ZooKeeperLease  # noqa: PLC0415
+
+        return ZooKeeperLease
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

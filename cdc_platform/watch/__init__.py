@@ -4,6 +4,8 @@ Lease and config state is published here by the running processes; ``cdc-platfor
 the Dagster sensors read it.
 """
 
+from typing import TYPE_CHECKING
+
 from cdc_platform.watch.publisher import StatePublisher
 from cdc_platform.watch.sql import SqlStateStore
 from cdc_platform.watch.store import (
@@ -14,7 +16,9 @@ from cdc_platform.watch.store import (
     StateStore,
     WatchEvent,
 )
-from cdc_platform.watch.zookeeper import ZooKeeperStateStore
+
+if TYPE_CHECKING:
+    from cdc_platform.watch.zookeeper import ZooKeeperStateStore
 
 __all__ = [
     "Entry",
@@ -27,3 +31,13 @@ __all__ = [
     "WatchEvent",
     "ZooKeeperStateStore",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``ZooKeeperStateStore`` on first use: it imports kazoo (about 6 MB), which
+    a process that does not use ZooKeeper never needs."""
+    if name == "ZooKeeperStateStore":
+        from cdc_platform.watch.zookeeper import ZooKeeperStateStore  # noqa: PLC0415
+
+        return ZooKeeperStateStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

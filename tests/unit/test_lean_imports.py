@@ -3,6 +3,7 @@ still works without it."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -10,16 +11,20 @@ from pathlib import Path
 
 import pytest
 
+from cdc_platform.infra.lean_imports import ALLOCATOR_SETTINGS
+
 pytestmark = pytest.mark.unit
 
 _SCRIPT = textwrap.dedent(
     """
-    import sys
-    from cdc_platform.infra.lean_imports import keep_out_unused_libraries
+    import os, sys
+    from cdc_platform.infra.lean_imports import keep_out_unused_libraries, return_freed_memory
 
     assert keep_out_unused_libraries() == ("pandas", "numpy")
+    assert set(return_freed_memory()) == {"ARROW_DEFAULT_MEMORY_POOL", "_RJEM_MALLOC_CONF"}
     import datetime, decimal
     import pyarrow as pa
+    assert pa.default_memory_pool().backend_name == "jemalloc"
     import pyarrow.parquet as pq
     from deltalake import CommitProperties, DeltaTable, write_deltalake
 
@@ -67,13 +72,20 @@ _SCRIPT = textwrap.dedent(
 )
 
 
+def _clean_env() -> dict[str, str]:
+    """This environment without the allocator settings (the console script makes them)."""
+    return {k: v for k, v in os.environ.items() if k not in ALLOCATOR_SETTINGS}
+
+
 def test_delta_and_arrow_work_with_pandas_and_numpy_kept_out(tmp_path: Path) -> None:
+    """... and with the allocators set to give memory back."""
     done = subprocess.run(
         [sys.executable, "-c", _SCRIPT, str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
+        env=_clean_env(),
     )
     assert done.returncode == 0, done.stderr
     assert "refused: No module named 'pandas' (the run and serve processes" in done.stdout
@@ -113,9 +125,38 @@ def test_the_console_script_keeps_them_out_for_run_and_serve_only(
         "    import numpy\n"
         "except ModuleNotFoundError:\n"
         "    print('kept out')\n"
+        "import os, pyarrow\n"
+        "print('pool', pyarrow.default_memory_pool().backend_name)\n"
+        "print('delta-rs', os.environ.get('_RJEM_MALLOC_CONF'))\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=_clean_env(),
     )
     assert done.returncode == 0, done.stderr
     assert ("kept out" in done.stdout) is kept_out, done.stdout + done.stderr
+    assert ("pool jemalloc" in done.stdout) is kept_out, done.stdout
+    assert ("delta-rs background_thread:true" in done.stdout) is kept_out, done.stdout
+
+
+def test_allocator_settings_of_the_environment_win_and_a_loaded_library_is_left_alone() -> None:
+    script = (
+        "import os\n"
+        "from cdc_platform.infra.lean_imports import return_freed_memory\n"
+        "assert list(return_freed_memory()) == ['ARROW_DEFAULT_MEMORY_POOL']\n"
+        "assert os.environ['_RJEM_MALLOC_CONF'] == 'narenas:1'\n"
+        "del os.environ['_RJEM_MALLOC_CONF'], os.environ['ARROW_DEFAULT_MEMORY_POOL']\n"
+        "import deltalake\n"
+        "assert return_freed_memory() == {}\n"
+        "assert '_RJEM_MALLOC_CONF' not in os.environ\n"
+    )
+    env = {**_clean_env(), "_RJEM_MALLOC_CONF": "narenas:1"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False,
+        env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
