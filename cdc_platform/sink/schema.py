@@ -159,7 +159,7 @@ def events_to_table(  # noqa: PLR0913 (the events; the rest are keyword-only com
     n = len(events) + (len(snapshot) if snapshot is not None else 0)
     columns: dict[str, pa.Array | pa.ChunkedArray] = {}
     for name in _SOURCE_COLUMNS:
-        kind = CHANGE_LOG_SCHEMA.field(name).type
+        kind = _WRITE_SCHEMA.field(name).type
         if not parts:
             columns[name] = pa.array([], kind)
         elif len(parts) == 1:
@@ -171,12 +171,23 @@ def events_to_table(  # noqa: PLR0913 (the events; the rest are keyword-only com
     if n:
         resume_col[-1] = resume.to_json()
     columns["seq"] = pa.array(range(first_seq, first_seq + n), pa.int64())
-    columns["batch_seq"] = pa.repeat(pa.scalar(batch_seq, pa.int64()), n)
-    columns["epoch"] = pa.repeat(pa.scalar(epoch, pa.int64()), n)
+    # Constant columns from lists: pa.repeat would import pyarrow.compute (12 MB).
+    columns["batch_seq"] = pa.array([batch_seq] * n, pa.int64())
+    columns["epoch"] = pa.array([epoch] * n, pa.int64())
     columns["resume_position"] = pa.array(resume_col, pa.string())
-    columns["committed_at"] = pa.repeat(pa.scalar(committed_us, _TIMESTAMP), n)
-    return pa.Table.from_pydict(columns, schema=CHANGE_LOG_SCHEMA)
+    columns["committed_at"] = pa.array([committed_us] * n, _TIMESTAMP)
+    return pa.Table.from_pydict(columns, schema=_WRITE_SCHEMA)
 
+
+_COLUMNS_TYPE = pa.dictionary(pa.int32(), pa.string())
+
+_WRITE_SCHEMA: pa.Schema = CHANGE_LOG_SCHEMA.set(
+    CHANGE_LOG_SCHEMA.get_field_index("columns"),
+    CHANGE_LOG_SCHEMA.field("columns").with_type(_COLUMNS_TYPE),
+)
+"""The schema of a commit's Arrow table: :data:`CHANGE_LOG_SCHEMA` with `columns` as a
+dictionary of strings. delta-rs writes it as the table's string column (readers through the
+Delta schema get strings; the Parquet files hold the values dictionary-encoded either way)."""
 
 _SOURCE_COLUMNS: tuple[str, ...] = tuple(
     name
@@ -231,15 +242,15 @@ def _event_columns(events: Sequence[ChangeEvent]) -> dict[str, pa.Array]:
 
 
 def _repeated_strings(values: Sequence[str | None]) -> pa.Array:
-    """A string column of few distinct values (a table's `columns` JSON, about 1 KB, on every
-    row of the table): each distinct value is converted once and the column is then built by
-    Arrow (measured: about half the time of converting every row's reference)."""
+    """The `columns` column (a table's JSON, about 1 KB, the same on every row of the table)
+    as a dictionary array: each distinct value converted once, about 11 MB less in an
+    11,000-row commit's Arrow table, and a third of the time of converting every row's
+    reference (measured). The change log's type stays string; see :data:`_WRITE_SCHEMA`."""
     distinct: dict[str, int] = {}
     indices = [None if v is None else distinct.setdefault(v, len(distinct)) for v in values]
-    dictionary = pa.DictionaryArray.from_arrays(
+    return pa.DictionaryArray.from_arrays(
         pa.array(indices, pa.int32()), pa.array(list(distinct), pa.string())
     )
-    return dictionary.cast(pa.string())
 
 
 def _snapshot_columns(rows: RowsAtCut) -> dict[str, pa.Array]:
@@ -247,7 +258,7 @@ def _snapshot_columns(rows: RowsAtCut) -> dict[str, pa.Array]:
     n = len(rows)
 
     def constant(value: object, kind: pa.DataType) -> pa.Array:
-        return pa.repeat(pa.scalar(value, kind), n)
+        return pa.array([value] * n, kind)
 
     string, int64 = pa.string(), pa.int64()
     return {
@@ -258,7 +269,9 @@ def _snapshot_columns(rows: RowsAtCut) -> dict[str, pa.Array]:
         "before": pa.nulls(n, string),
         "after": pa.array(rows.images, string),
         "ddl": pa.nulls(n, string),
-        "columns": constant(rows.columns, string),
+        "columns": pa.DictionaryArray.from_arrays(
+            pa.array([0] * n, pa.int32()), pa.array([rows.columns], string)
+        ),
         "binlog_file": constant(rows.position.file, string),
         "binlog_pos": constant(rows.position.pos, int64),
         "txn_index": pa.array(range(n), int64),
