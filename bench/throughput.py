@@ -45,9 +45,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from cdc_platform.infra.lean_imports import keep_out_unused_libraries
+from cdc_platform.infra.lean_imports import keep_out_unused_libraries, return_freed_memory
 
 keep_out_unused_libraries()  # as `cdc-platform run` does, before pyarrow would load numpy
+return_freed_memory()  # and its allocator settings, before pyarrow and deltalake load
 
 import pyarrow.compute as pc
 from deltalake import DeltaTable
