@@ -24,6 +24,7 @@ from cdc_platform.sink import DeltaChangeLog
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.decode_pool import DEFAULT_INLINE_BYTES
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config
+from cdc_platform.testing.mariadb import MariaDBServer
 from tests.conftest import MariaDBDatabase
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -59,13 +60,19 @@ def _capture(db: MariaDBDatabase, start: ResumePosition, uri: str, workers: int)
     return [{k: v for k, v in row.items() if k not in _VARYING} for row in rows]
 
 
+def _begin(
+    mariadb: MariaDBDatabase, monkeypatch: pytest.MonkeyPatch
+) -> tuple[MariaDBServer, str, ResumePosition]:
+    """The server, the database and the binlog position a test's workload starts from."""
+    monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
+    file, pos = mariadb.server.query("SHOW MASTER STATUS")[0][:2]
+    return mariadb.server, mariadb.name, ResumePosition(str(file), int(pos))
+
+
 def test_change_log_is_the_same_with_one_and_two_decode_workers(
     mariadb: MariaDBDatabase, lake_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
-    server, db = mariadb.server, mariadb.name
-    file, pos = server.query("SHOW MASTER STATUS")[0][:2]
-    start = ResumePosition(str(file), int(pos))
+    server, db, start = _begin(mariadb, monkeypatch)
     server.execute(
         "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(40), d DECIMAL(10,2), j JSON)",
         database=db,
@@ -96,10 +103,7 @@ def test_change_log_is_the_same_with_one_and_two_decode_workers(
 def test_small_events_decoded_in_the_reader_keep_their_place_among_the_workers(
     mariadb: MariaDBDatabase, lake_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
-    server, db = mariadb.server, mariadb.name
-    file, pos = server.query("SHOW MASTER STATUS")[0][:2]
-    start = ResumePosition(str(file), int(pos))
+    server, db, start = _begin(mariadb, monkeypatch)
     server.execute(
         "CREATE TABLE a (id INT PRIMARY KEY, v VARCHAR(40), n INT)",
         "CREATE TABLE b (id INT PRIMARY KEY, s VARCHAR(60), d DECIMAL(10,2))",
