@@ -66,7 +66,7 @@ def _pin(uri: str, start: ResumePosition) -> None:
     sink.close()
 
 
-def _rows(uri: str) -> list[dict]:
+def _rows(uri: str) -> list[dict[str, object]]:
     rows = DeltaTable(uri).to_pyarrow_table().to_pylist()
     rows.sort(key=lambda row: int(row["seq"]))
     return [{k: v for k, v in row.items() if k not in _VARYING} for row in rows]
@@ -179,7 +179,8 @@ def test_a_killed_decode_worker_fails_the_run_and_the_next_run_resumes_exactly_o
     resumed = DestinationRuntime(WriteTerm("d", _config(mariadb, 2, 2712), uri))
     second = resumed.run(exit_when_idle_seconds=3)
     assert second.error is None
-    assert second.resume is not None and second.resume != failed.resume
+    assert second.resume is not None
+    assert second.resume != failed.resume
 
     reference_uri = str(lake_root / "reference" / "changes")
     _pin(reference_uri, start)
