@@ -28,6 +28,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
 from pydantic import SecretStr
@@ -267,12 +268,21 @@ class BinlogSource:
             except Exception as exc:
                 if self._stop.is_set():
                     return
-                raise SourceError(
-                    f"cannot read the binlog of {self._where()} after {position}: {exc!r}"
-                ) from exc
+                raise self._unexpected(exc, position) from exc
             finally:
                 # Ending (stop, consumer gone, error): end the server's dump thread too.
                 self._close(reader, end_dump_thread=not lost)
+
+    def _unexpected(self, exc: Exception, position: ResumePosition) -> SourceError:
+        """The error ending the stream for a failure that is not the server's going away."""
+        where = f"the binlog of {self._where()} after {position}"
+        if isinstance(exc, BrokenProcessPool):
+            return SourceError(
+                f"a decode worker process ended abruptly (killed, or out of memory) while "
+                f"reading {where}: {exc!r}; the next run starts new workers and resumes after "
+                "the last committed batch (decode_workers: 1 decodes in the reader thread)"
+            )
+        return SourceError(f"cannot read {where}: {exc!r}")
 
     def _assembler(self, start: ResumePosition, plans: TablePlans) -> TransactionAssembler:
         """The assembler for a stream from ``start``, holding the rows of the XA transactions

@@ -173,6 +173,7 @@ def test_a_killed_decode_worker_fails_the_run_and_the_next_run_resumes_exactly_o
     assert re.search(r"\S+\.\d{6}:\d+", message), message  # names a binlog position
     assert f"{start.file}:{start.pos}" in message
     assert "BrokenProcessPool" in message
+    assert "decode worker process ended abruptly" in message
     partial = _rows(uri)
     assert len(partial) == before  # nothing read after the last committed batch was written
 
