@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from throughput import COUNTERS, ITEMS, insert_rows, position, seed_counters, update_rows
+from throughput import COUNTERS, ITEMS, insert_rows, seed_counters, update_rows
 
 from cdc_platform.testing.destinations import PASSWORD_ENV
 from cdc_platform.testing.mariadb import MariaDBServer
@@ -44,7 +44,7 @@ def main() -> None:
             server.execute("CREATE DATABASE bench", ITEMS, COUNTERS)
             if args.workload == "update":
                 seed_counters(server, min(args.rows, 50_000))
-            start = position(server)
+            start = server.binlog_position()
             if args.workload == "insert":
                 insert_rows(server, 0, args.rows)
             else:

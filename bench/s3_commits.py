@@ -71,11 +71,6 @@ class Run:
         return " ".join(f"{statistics.median(p):.0f}" for p in parts[:10]) + " ms"
 
 
-def position(server: MariaDBServer) -> ResumePosition:
-    file, pos = server.query("SHOW MASTER STATUS")[0][:2]
-    return ResumePosition(str(file), int(pos))
-
-
 def pipeline(  # noqa: PLR0917 (one run's inputs)
     name: str,
     server: MariaDBServer,
@@ -123,7 +118,7 @@ def main() -> None:
             server.execute("CREATE DATABASE bench")
             workload = Workload(server, "bench", seed=7)
             workload.create_schema()
-            start = position(server)
+            start = server.binlog_position()
             workload.run_transactions(args.transactions)
             local = LakeLocation.resolve(str(root / "lake"), root, environ=os.environ)
             remote = LakeLocation.resolve(f"s3://{s3.bucket}/bench", root, environ=os.environ)

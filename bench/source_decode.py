@@ -178,8 +178,7 @@ def main() -> None:
         with server:
             user = server.create_replication_user("cdc", "cdc-secret")
             server.execute("CREATE DATABASE bench", TABLE)
-            file, pos = server.query("SHOW MASTER STATUS")[0][:2]
-            start = ResumePosition(str(file), int(pos))
+            start = server.binlog_position()
             began = time.perf_counter()
             insert_rows(server, args.rows, args.per_txn, args.per_statement)
             print(

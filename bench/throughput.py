@@ -162,11 +162,6 @@ def insert_wide(server: MariaDBServer, count: int, per_txn: int = 200) -> None:
             conn.commit()
 
 
-def position(server: MariaDBServer) -> ResumePosition:
-    file, pos = server.query("SHOW MASTER STATUS")[0][:2]
-    return ResumePosition(str(file), int(pos))
-
-
 def bare_decode(
     server: MariaDBServer, user: tuple[str, str], start: ResumePosition, rows: int
 ) -> float:
@@ -400,7 +395,7 @@ def main() -> None:
             for name, (rows, write) in workloads(args).items():
                 if name not in chosen:
                     continue
-                start = position(server)
+                start = server.binlog_position()
                 write(server)
                 bare = bare_decode(server, (user.name, user.password), start, rows)
                 lake = root / "lake" / name

@@ -17,6 +17,7 @@ from typing import Any
 
 import pymysql
 
+from cdc_platform.events import ResumePosition
 from cdc_platform.testing.processes import (
     ServerStartError,
     child_setup,
@@ -208,6 +209,11 @@ class MariaDBServer:
         with self.connect(database) as conn, conn.cursor() as cur:
             cur.execute(sql)
             return list(cur.fetchall())
+
+    def binlog_position(self) -> ResumePosition:
+        """Where the binlog ends now (``SHOW MASTER STATUS``): a test's workload starts here."""
+        file, pos = self.query("SHOW MASTER STATUS")[0][:2]
+        return ResumePosition(str(file), int(pos))
 
     def create_replication_user(
         self,

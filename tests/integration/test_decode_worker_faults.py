@@ -118,8 +118,7 @@ def test_a_killed_decode_worker_fails_the_run_and_the_next_run_resumes_exactly_o
 ) -> None:
     monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
     server, db = mariadb.server, mariadb.name
-    file, pos = server.query("SHOW MASTER STATUS")[0][:2]
-    start = ResumePosition(str(file), int(pos))
+    start = server.binlog_position()
     server.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(40), n INT)", database=db)
 
     def bulk(first: int) -> str:  # 200 rows: one rows event well above the inline threshold
@@ -242,8 +241,7 @@ def test_decode_workers_start_only_for_a_rows_event_above_the_inline_threshold(
 ) -> None:
     monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
     server, db = mariadb.server, mariadb.name
-    file, pos = server.query("SHOW MASTER STATUS")[0][:2]
-    start = ResumePosition(str(file), int(pos))
+    start = server.binlog_position()
     server.execute("CREATE TABLE s (id INT PRIMARY KEY, v VARCHAR(20))", database=db)
     server.execute(*(f"INSERT INTO s VALUES ({i}, 'small {i}')" for i in range(40)), database=db)
     uri = str(lake_root / "changes")

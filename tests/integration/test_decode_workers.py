@@ -65,8 +65,7 @@ def _begin(
 ) -> tuple[MariaDBServer, str, ResumePosition]:
     """The server, the database and the binlog position a test's workload starts from."""
     monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
-    file, pos = mariadb.server.query("SHOW MASTER STATUS")[0][:2]
-    return mariadb.server, mariadb.name, ResumePosition(str(file), int(pos))
+    return mariadb.server, mariadb.name, mariadb.server.binlog_position()
 
 
 def test_change_log_is_the_same_with_one_and_two_decode_workers(
