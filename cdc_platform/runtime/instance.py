@@ -511,7 +511,7 @@ class DestinationRuntime:
             commit_seconds=seconds,
             partial=batch.partial,
             ops=count_ops(events),
-            transactions=sum(1 for e in events if e.kind is not EventKind.ROW and _captured_end(e)),
+            transactions=sum(1 for e in events if _captured_end(e)),
         )
 
     def _with_server(self, batch: Batch, resume: ResumePosition) -> ResumePosition:

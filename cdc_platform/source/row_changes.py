@@ -59,26 +59,16 @@ def row_changes(  # noqa: PLR0913 (one rows event and where its rows go in their
                     )
                 )  # fmt: skip
             index += 1
-    elif frame.kind == WRITE:
-        insert = Op.INSERT
+    else:  # a write's image is the row after, a delete's the row before
+        op = Op.INSERT if frame.kind == WRITE else Op.DELETE
+        inserts = op is Op.INSERT
         for image, pk in decoded:
             if index >= skip:
                 size = base + len(pk) + len(image)
+                old, new = (None, image) if inserts else (image, None)
                 append(
                     ChangeEvent(
-                        row, txn, position, index, db, table, insert, pk, None, image,
-                        None, columns, size,
-                    )
-                )  # fmt: skip
-            index += 1
-    else:
-        delete = Op.DELETE
-        for image, pk in decoded:
-            if index >= skip:
-                size = base + len(pk) + len(image)
-                append(
-                    ChangeEvent(
-                        row, txn, position, index, db, table, delete, pk, image, None,
+                        row, txn, position, index, db, table, op, pk, old, new,
                         None, columns, size,
                     )
                 )  # fmt: skip
