@@ -77,19 +77,25 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ALLOCATOR_SETTINGS}
 
 
-def test_delta_and_arrow_work_with_pandas_and_numpy_kept_out(tmp_path: Path) -> None:
-    """... and with the allocators set to give memory back."""
+def _python(script: str, *args: str, env: dict[str, str] | None = None) -> str:
+    """The standard output of ``script`` in a fresh interpreter, which must succeed."""
     done = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, str(tmp_path)],
+        [sys.executable, "-c", script, *args],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
-        env=_clean_env(),
+        env=_clean_env() if env is None else env,
     )
     assert done.returncode == 0, done.stderr
-    assert "refused: No module named 'pandas' (the run and serve processes" in done.stdout
-    assert "refused: No module named 'numpy' (the run" in done.stdout
+    return done.stdout
+
+
+def test_delta_and_arrow_work_with_pandas_and_numpy_kept_out(tmp_path: Path) -> None:
+    """... and with the allocators set to give memory back."""
+    out = _python(_SCRIPT, str(tmp_path))
+    assert "refused: No module named 'pandas' (the run and serve processes" in out
+    assert "refused: No module named 'numpy' (the run" in out
 
 
 def test_nothing_imported_already_is_kept_out() -> None:
@@ -99,10 +105,7 @@ def test_nothing_imported_already_is_kept_out() -> None:
         "assert keep_out_unused_libraries() == ()\n"
         "import pandas.api, numpy.linalg\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert done.returncode == 0, done.stderr
+    _python(script, env=dict(os.environ))
 
 
 @pytest.mark.parametrize(
@@ -129,18 +132,10 @@ def test_the_console_script_keeps_them_out_for_run_and_serve_only(
         "print('pool', pyarrow.default_memory_pool().backend_name)\n"
         "print('delta-rs', os.environ.get('_RJEM_MALLOC_CONF'))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env=_clean_env(),
-    )
-    assert done.returncode == 0, done.stderr
-    assert ("kept out" in done.stdout) is kept_out, done.stdout + done.stderr
-    assert ("pool jemalloc" in done.stdout) is kept_out, done.stdout
-    assert ("delta-rs background_thread:true" in done.stdout) is kept_out, done.stdout
+    out = _python(script)
+    assert ("kept out" in out) is kept_out, out
+    assert ("pool jemalloc" in out) is kept_out, out
+    assert ("delta-rs background_thread:true" in out) is kept_out, out
 
 
 def test_allocator_settings_of_the_environment_win_and_a_loaded_library_is_left_alone() -> None:
@@ -154,9 +149,4 @@ def test_allocator_settings_of_the_environment_win_and_a_loaded_library_is_left_
         "assert return_freed_memory() == {}\n"
         "assert '_RJEM_MALLOC_CONF' not in os.environ\n"
     )
-    env = {**_clean_env(), "_RJEM_MALLOC_CONF": "narenas:1"}
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False,
-        env=env,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    _python(script, env={**_clean_env(), "_RJEM_MALLOC_CONF": "narenas:1"})
