@@ -448,6 +448,8 @@ def import_canal_command(args: argparse.Namespace) -> int:
     from cdc_platform.config.canal_import import import_canal  # noqa: PLC0415
 
     result = import_canal(Path(args.canal_dir), Path(args.out))
+    for warning in result.warnings:
+        print(f"WARNING: {warning}")
     for path in result.files:
         print(f"wrote {path}")
     for name, variable in result.password_envs.items():

@@ -1,8 +1,8 @@
 """`cdc-platform import-canal`: a Canal server's conf directory as destinations.
 
-Reads ``canal.properties`` and each ``<destination>/instance.properties`` (the destinations
-named by ``canal.destinations``, else every sub-directory holding an instance.properties) and
-maps what has an equivalent here:
+Reads ``canal.properties`` and each destination's ``<name>/instance.properties`` the way a Canal
+server would start them (``canal.destinations.expr``, else ``canal.destinations``, plus every
+directory ``canal.auto.scan`` would start) and maps what has an equivalent here:
 
 ====================================================  =========================================
 Canal                                                 cdc-platform
@@ -13,14 +13,14 @@ Canal                                                 cdc-platform
                                                       environment variable; the secret itself
                                                       is never written or printed
 ``canal.instance.mysql.slaveId``                      ``source.server_id`` (Canal 1.0.26+
-                                                      generates one when unset; so do we)
+                                                      generates one when unset or 0; so do we)
 ``canal.instance.filter.regex`` / ``.black.regex``    ``include_tables`` / ``exclude_tables``
-                                                      (comma-separated, case-insensitive as in
-                                                      Canal)
+                                                      (split and matched as Canal does)
 ``canal.instance.gtidon``                             ``source.resume_by: gtid``
-``master.journal.name`` + ``master.position``         ``start: {mode: position, ...}``
+``master.gtid`` (only with gtidon=true)               ``start: {mode: gtid, ...}``
+``master.journal.name`` [+ ``master.position``]       ``start: {mode: position, ...}`` (offset 4
+                                                      without a position)
 ``master.timestamp`` (milliseconds)                   ``start: {mode: timestamp, ...}``
-``master.gtid``                                       ``start: {mode: gtid, ...}``
 none of them                                          ``start: {mode: latest}`` (Canal's own
                                                       default: the current binlog end)
 ``canal.instance.memory.buffer.size`` / ``memunit``   ``store.buffer_size`` / ``memunit`` /
@@ -28,30 +28,39 @@ none of them                                          ``start: {mode: latest}`` 
 ``canal.zkServers``                                   ``lease: {backend: zookeeper, hosts}``
 ====================================================  =========================================
 
-Instance properties override canal.properties, as in Canal. Every other property (MQ,
-tsdb, admin, network, ...) is listed in the report by name (never by value: some are
-secrets), never dropped silently. The written destinations are loaded back with the normal
+Instance properties override canal.properties, as in Canal. Settings that would change WHAT is
+captured (column filters, DML/query filters, a misspelt filter key) lead the report as
+warnings; every other property is listed by name (never by value: some are secrets). A bad
+destination is reported and skipped, never stops the others; destinations already under the
+output directory are kept as they are. The written destinations are loaded back with the normal
 loader, so what `config check` would refuse is reported at once.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from cdc_platform.config.canal_properties import (
+    PropertiesFile,
+    read_properties,
+    read_properties_file,
+    split_filter_regex,
+)
 from cdc_platform.config.loader import load_config
+from cdc_platform.config.models import DESTINATION_NAME
 from cdc_platform.errors import ConfigError
 
 __all__ = ["CanalImport", "import_canal", "read_properties"]
 
-_INSTANCE = "canal.instance."
 _BASE_SERVER_ID = 1001
 """Server ids for instances without ``slaveId`` (Canal generates one too)."""
 
@@ -61,114 +70,63 @@ class CanalImport:
     """What the import wrote and what it left out."""
 
     destinations: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Each destination's instance.yaml content."""
+    """Each written destination's instance.yaml content."""
     platform: dict[str, Any] = field(default_factory=dict)
     """platform.yaml content (written only if the output has none)."""
     files: list[Path] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    """Settings that change what Canal captures and that were not imported: read these first."""
     not_imported: dict[str, list[str]] = field(default_factory=dict)
     """Per properties file, the keys with no equivalent here (names only, never values)."""
     notes: list[str] = field(default_factory=list)
     password_envs: dict[str, str] = field(default_factory=dict)
     """Destination -> the environment variable its source password must be put in."""
     errors: dict[str, str] = field(default_factory=dict)
-    """Destination -> why the written config does not load (what `config check` says)."""
+    """Destination -> why it was not imported, or why its written config does not load."""
 
 
-def read_properties(text: str) -> dict[str, str]:
-    """Java ``.properties`` text as a dict: ``key=value``, ``key: value`` or ``key value``;
-    ``#``/``!`` comments; a trailing backslash continues a line; backslash escapes
-    (``\\\\``, ``\\t``, ``\\n``, ``\\uXXXX``, any other escaped character is itself)."""
-    out: dict[str, str] = {}
-    logical = ""
-    for raw in text.splitlines():
-        line = raw.lstrip()
-        if not logical and (not line or line[0] in "#!"):
-            continue
-        trailing = len(line) - len(line.rstrip("\\"))
-        if trailing % 2 == 1:
-            logical += line[:-1]
-            continue
-        logical += line
-        key, value = _split(logical)
-        out[key] = value
-        logical = ""
-    if logical:
-        key, value = _split(logical)
-        out[key] = value
-    return out
+class _Properties:
+    """canal.properties under an instance.properties, remembering where each key came from."""
+
+    def __init__(self, *files: PropertiesFile) -> None:
+        self._files = files
+
+    def _file(self, key: str) -> PropertiesFile | None:
+        for props in reversed(self._files):
+            if key in props.values:
+                return props
+        return None
+
+    def get(self, key: str) -> str:
+        props = self._file(key)
+        return props.values[key].strip() if props is not None else ""
+
+    def where(self, key: str) -> str:
+        props = self._file(key)
+        if props is None:
+            return key
+        line = props.lines.get(key)
+        return f"{props.path}{f' line {line}' if line else ''}: {key}"
+
+    def number(self, key: str, convert: Callable[[str], int] = int) -> int | None:
+        """The key's integer value, None when empty; a clear error naming file and key."""
+        value = self.get(key)
+        if not value:
+            return None
+        try:
+            return convert(value)
+        except ValueError:
+            raise ConfigError(f"{self.where(key)} must be a whole number, got {value!r}") from None
+
+    def names(self) -> set[str]:
+        return {key for props in self._files for key in props.values}
 
 
-def _split(line: str) -> tuple[str, str]:
-    index = 0
-    while index < len(line):
-        char = line[index]
-        if char == "\\":
-            index += 2
-            continue
-        if char in "=: \t\f":
-            break
-        index += 1
-    key = line[:index]
-    rest = line[index:].lstrip(" \t\f")
-    if rest[:1] in ("=", ":"):
-        rest = rest[1:].lstrip(" \t\f")
-    return _unescape(key), _unescape(rest).rstrip()
-
-
-def _unescape(text: str) -> str:
-    out: list[str] = []
-    index = 0
-    while index < len(text):
-        char = text[index]
-        if char != "\\" or index + 1 >= len(text):
-            out.append(char)
-            index += 1
-            continue
-        nxt = text[index + 1]
-        if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", text[index + 2 : index + 6]):
-            out.append(chr(int(text[index + 2 : index + 6], 16)))
-            index += 6
-            continue
-        out.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(nxt, nxt))
-        index += 2
-    return "".join(out)
-
-
-def _regexes(value: str, notes: list[str], key: str) -> list[str]:
-    """Canal's comma-separated, case-insensitive table regexes as include/exclude patterns.
-
-    Canal's shipped example writes ``.*\\\\\\\\..*``, which after properties unescaping is
-    ``.*\\\\..*``; a doubled backslash in a table regex is read as the single escape it is
-    meant to be (no table name holds a backslash).
-    """
-    patterns: list[str] = []
-    for part in value.split(","):
-        pattern = part.strip()
-        if not pattern:
-            continue
-        if "\\\\" in pattern:
-            pattern = pattern.replace("\\\\", "\\")
-            notes.append(f"{key}: doubled backslashes read as one escape in {part.strip()!r}")
-        patterns.append(f"(?i){pattern}")
-    return patterns
-
-
-def _env_name(destination: str) -> str:
-    return "CDC_" + re.sub(r"[^A-Za-z0-9]+", "_", destination).upper().strip("_") + "_PASSWORD"
-
-
-def _timestamp(millis: str) -> str:
-    seconds = int(millis) / 1000.0
-    whole = int(seconds)
-    text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
-    fraction = round((seconds - whole) * 1_000_000)
-    return f"{text}.{fraction:06d}Z" if fraction else f"{text}Z"
-
-
+_INSTANCE = "canal.instance."
 _STORE_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "canal.instance.memory.buffer.size": ("buffer_size", int),
     "canal.instance.memory.buffer.memunit": ("memunit", int),
-    "canal.instance.memory.batch.mode": ("batch_mode", str),
+    "canal.instance.memory.batch.mode": ("batch_mode", str.upper),
     "canal.instance.get.ddl.isolation": ("ddl_isolation", lambda v: v.lower() == "true"),
 }
 _SOURCE_KEYS = {
@@ -184,73 +142,270 @@ _SOURCE_KEYS = {
     "canal.instance.master.timestamp",
     "canal.instance.master.gtid",
 }
-_SERVER_KEYS = {"canal.zkServers", "canal.destinations", "canal.conf.dir"}
+_SERVER_KEYS = {
+    "canal.zkServers",
+    "canal.destinations",
+    "canal.destinations.expr",
+    "canal.conf.dir",
+    "canal.auto.scan",
+}
+_FILTER_DEFAULTS = {
+    "canal.instance.filter.druid.ddl": "true",
+    "canal.instance.filter.query.dcl": "false",
+    "canal.instance.filter.query.dml": "false",
+    "canal.instance.filter.query.ddl": "false",
+    "canal.instance.filter.table.error": "false",
+    "canal.instance.filter.rows": "false",
+    "canal.instance.filter.transaction.entry": "false",
+    "canal.instance.filter.dml.insert": "false",
+    "canal.instance.filter.dml.update": "false",
+    "canal.instance.filter.dml.delete": "false",
+    "canal.instance.filter.field": "",
+    "canal.instance.filter.black.field": "",
+}
+"""Canal's filter settings beside the table regexes, with the values that filter nothing."""
 
 
-def _start(props: Mapping[str, str], name: str) -> dict[str, Any]:
-    journal = props.get("canal.instance.master.journal.name", "")
-    position = props.get("canal.instance.master.position", "")
-    stamp = props.get("canal.instance.master.timestamp", "")
-    gtid = props.get("canal.instance.master.gtid", "")
-    if journal and position:
-        return {"mode": "position", "file": journal, "pos": int(position)}
-    if journal or position:
-        raise ConfigError(
-            f"{name}: canal.instance.master.journal.name and .position go together; "
-            "one of them is empty"
-        )
-    if gtid:
+def _env_name(destination: str) -> str:
+    return "CDC_" + re.sub(r"[^A-Za-z0-9]+", "_", destination).upper().strip("_") + "_PASSWORD"
+
+
+def _timestamp(millis: int) -> str:
+    seconds = millis / 1000.0
+    whole = int(seconds)
+    text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
+    fraction = round((seconds - whole) * 1_000_000)
+    return f"{text}.{fraction:06d}Z" if fraction else f"{text}Z"
+
+
+def _start(props: _Properties, name: str, notes: list[str]) -> dict[str, Any]:
+    """The start position Canal would take for a destination without a stored position."""
+    gtidon = props.get("canal.instance.gtidon").lower() == "true"
+    gtid = props.get("canal.instance.master.gtid")
+    journal = props.get("canal.instance.master.journal.name")
+    position = props.number("canal.instance.master.position")
+    stamp = props.number("canal.instance.master.timestamp")
+    if gtid and gtidon:
         return {"mode": "gtid", "gtid": gtid}
+    if gtid:
+        notes.append(
+            f"{name}: master.gtid is set but gtidon is not true; Canal ignores it, so do we"
+        )
+    if journal:
+        if position is not None and position > 0:
+            return {"mode": "position", "file": journal, "pos": max(position, 4)}
+        if stamp:
+            notes.append(
+                f"{name}: journal.name with a timestamp and no position: Canal searches that "
+                "file by time; cdc-platform searches every binlog by time"
+            )
+            return {"mode": "timestamp", "timestamp": _timestamp(stamp)}
+        notes.append(f"{name}: journal.name without a position: starts at its offset 4, as Canal")
+        return {"mode": "position", "file": journal, "pos": 4}
+    if position:
+        notes.append(f"{name}: master.position without journal.name is ignored, as in Canal")
     if stamp:
         return {"mode": "timestamp", "timestamp": _timestamp(stamp)}
     return {"mode": "latest"}
 
 
+def _filters(props: _Properties, name: str, result: CanalImport) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for key, setting in (
+        ("canal.instance.filter.regex", "include_tables"),
+        ("canal.instance.filter.black.regex", "exclude_tables"),
+    ):
+        value = props.get(key)
+        patterns: list[str] = []
+        for part in split_filter_regex(value):
+            pattern = part
+            if "\\\\" in pattern:
+                # Canal's shipped example doubles the escape; no table name holds a backslash.
+                pattern = pattern.replace("\\\\", "\\")
+                result.notes.append(f"{name}: {key}: doubled backslashes read as one in {part!r}")
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ConfigError(
+                    f"{props.where(key)}: {part!r} is not a valid regex: {exc}"
+                ) from None
+            patterns.append(f"(?i){pattern}")
+        if patterns:
+            out[setting] = patterns
+    return out
+
+
+def _capture_warnings(props: _Properties, name: str) -> list[str]:
+    """Settings that make Canal capture less (or differently) than the import will."""
+    warnings: list[str] = []
+    for key in sorted(k for k in props.names() if k.startswith(f"{_INSTANCE}filter.")):
+        value = props.get(key)
+        if key in ("canal.instance.filter.regex", "canal.instance.filter.black.regex"):
+            continue
+        if key in _FILTER_DEFAULTS:
+            if value.lower() != _FILTER_DEFAULTS[key]:
+                what = (
+                    "column filter: every column is captured here (check personal data)"
+                    if key.endswith("field")
+                    else "Canal filters these changes out; cdc-platform captures them"
+                )
+                warnings.append(f"{name}: {props.where(key)} is set ({what})")
+            continue
+        known = [
+            *_FILTER_DEFAULTS,
+            "canal.instance.filter.regex",
+            "canal.instance.filter.black.regex",
+        ]
+        guess = difflib.get_close_matches(key, known, n=1)
+        hint = f"; did you mean {guess[0]}?" if guess else ""
+        extra = (
+            " Without filter.regex this destination captures ALL tables."
+            if guess == ["canal.instance.filter.regex"] and not props.get(guess[0])
+            else ""
+        )
+        warnings.append(f"{name}: {props.where(key)} is not a Canal setting{hint}{extra}")
+    if props.get("canal.instance.enableDruid").lower() == "true":
+        warnings.append(
+            f"{name}: canal.instance.enableDruid=true: the dbPassword in the file is encrypted; "
+            f"put the PLAINTEXT password in {_env_name(name)}"
+        )
+    return warnings
+
+
+def _server_id(props: _Properties, name: str, generated: int, notes: list[str]) -> int:
+    key = "canal.instance.mysql.slaveId"
+    raw = props.get(key)
+    value = props.number(key)
+    if value is None or value == 0:
+        why = "is 0" if raw else "is not set"
+        notes.append(f"{name}: {key} {why}; server_id {generated} generated (as Canal 1.0.26+)")
+        return generated
+    if not 1 <= value <= 2**32 - 1:
+        raise ConfigError(f"{props.where(key)} must be 1..4294967295, got {value}")
+    return value
+
+
 def _destination(
-    name: str, server: Mapping[str, str], props: Mapping[str, str], index: int, result: CanalImport
+    name: str, props: _Properties, generated_id: int, result: CanalImport
 ) -> dict[str, Any]:
-    merged = {**server, **props}
-    address = merged.get("canal.instance.master.address", "")
+    address = props.get("canal.instance.master.address")
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
+        where = props.where("canal.instance.master.address")
+        raise ConfigError(f"{where} must be host:port, got {address!r}")
+    user = props.get("canal.instance.dbUsername")
+    if not user:
         raise ConfigError(
-            f"{name}: canal.instance.master.address must be host:port, got {address!r}"
+            f"{props.where('canal.instance.dbUsername')} is empty: set the replication user "
+            "and import again"
         )
-    slave_id = merged.get("canal.instance.mysql.slaveId", "").strip()
-    server_id = int(slave_id) if slave_id.isdigit() and int(slave_id) > 0 else None
-    if server_id is None:
-        server_id = _BASE_SERVER_ID + index
-        result.notes.append(f"{name}: no canal.instance.mysql.slaveId; server_id {server_id}")
-    password_env = _env_name(name)
-    result.password_envs[name] = password_env
     source: dict[str, Any] = {
         "host": host,
         "port": int(port),
-        "user": merged.get("canal.instance.dbUsername", "") or "canal",
-        "password_env": password_env,
-        "server_id": server_id,
+        "user": user,
+        "password_env": result.password_envs[name],
+        "server_id": _server_id(props, name, generated_id, result.notes),
     }
-    include = merged.get("canal.instance.filter.regex", "")
-    exclude = merged.get("canal.instance.filter.black.regex", "")
-    if include:
-        source["include_tables"] = _regexes(include, result.notes, f"{name}: filter.regex")
-    if exclude:
-        source["exclude_tables"] = _regexes(exclude, result.notes, f"{name}: filter.black.regex")
-    if merged.get("canal.instance.gtidon", "").lower() == "true":
+    source.update(_filters(props, name, result))
+    if props.get("canal.instance.gtidon").lower() == "true":
         source["resume_by"] = "gtid"
     store: dict[str, Any] = {}
     for key, (setting, convert) in _STORE_KEYS.items():
-        value = merged.get(key, "").strip()
+        value = props.get(key)
         if value:
-            store[setting] = convert(value)
-    instance: dict[str, Any] = {"source": source, "start": _start(merged, name)}
+            if convert is int:
+                store[setting] = props.number(key)
+            else:
+                store[setting] = convert(value)
+    instance: dict[str, Any] = {"source": source, "start": _start(props, name, result.notes)}
     if store:
         instance["store"] = store
     return instance
 
 
-def _unknown(props: Mapping[str, str], known: set[str]) -> list[str]:
-    return sorted(key for key in props if key not in known)
+def _unknown(props: PropertiesFile, known: set[str]) -> list[str]:
+    return sorted(
+        key
+        for key in props.values
+        if key not in known
+        and not key.startswith(f"{_INSTANCE}filter.")
+        and key != "canal.instance.enableDruid"
+    )
+
+
+def _expand_expr(expr: str, server: _Properties) -> list[str]:
+    """``canal.destinations.expr`` as Canal expands it: ``prefix{1-3}`` -> prefix1..prefix3."""
+    match = re.fullmatch(r"([^{]*)\{\s*(\d+)\s*-\s*(\d+)\s*\}.*", expr)
+    if match is None:
+        raise ConfigError(
+            f"{server.where('canal.destinations.expr')} must look like name{{1-3}}, got {expr!r}"
+        )
+    prefix, first, last = match.group(1), int(match.group(2)), int(match.group(3))
+    return [f"{prefix}{i}" for i in range(first, last + 1)]
+
+
+def _server_file(canal_dir: Path) -> PropertiesFile:
+    server_file = canal_dir / "canal.properties"
+    local = canal_dir / "canal_local.properties"
+    if not server_file.is_file():
+        if local.is_file():
+            raise ConfigError(
+                f"{local}: Canal manager mode (Canal Admin keeps the instance settings): export "
+                f"each instance's properties to {canal_dir}/<name>/instance.properties beside a "
+                "canal.properties, then import again"
+            )
+        raise ConfigError(f"{server_file}: not found (the Canal conf directory holds it)")
+    server = read_properties_file(server_file)
+    manager = server.values.get("canal.admin.manager", "").strip()
+    if manager:
+        raise ConfigError(
+            f"{server_file}: canal.admin.manager is set (manager mode: Canal Admin keeps the "
+            f"instance settings): export each instance's properties to "
+            f"{canal_dir}/<name>/instance.properties, remove canal.admin.manager, import again"
+        )
+    return server
+
+
+def _names(canal_dir: Path, server: _Properties, result: CanalImport) -> list[str]:
+    expr = server.get("canal.destinations.expr")
+    listed = (
+        _expand_expr(expr, server)
+        if expr
+        else [n.strip() for n in server.get("canal.destinations").split(",") if n.strip()]
+    )
+    names: list[str] = []
+    for name in listed:
+        if name in names:
+            result.notes.append(f"{name}: listed twice in canal.destinations; imported once")
+        else:
+            names.append(name)
+    if server.get("canal.auto.scan").lower() == "true":
+        scanned = sorted(
+            p.parent.name
+            for p in canal_dir.glob("*/instance.properties")
+            if p.parent.name.lower() != "spring" and p.parent.name not in names
+        )
+        for name in scanned:
+            result.notes.append(f"{name}: not in canal.destinations, but canal.auto.scan starts it")
+        names.extend(scanned)
+    return names
+
+
+def _password_envs(names: list[str], result: CanalImport) -> None:
+    taken: dict[str, str] = {}
+    for name in names:
+        variable = _env_name(name)
+        if variable in taken:
+            base = variable.removesuffix("_PASSWORD")
+            index = 2
+            while f"{base}_{index}_PASSWORD" in taken:
+                index += 1
+            variable = f"{base}_{index}_PASSWORD"
+            result.notes.append(
+                f"{name}: {_env_name(name)} is already {taken[_env_name(name)]}'s; using {variable}"
+            )
+        taken[variable] = name
+        result.password_envs[name] = variable
 
 
 def import_canal(canal_dir: Path, out: Path) -> CanalImport:
@@ -258,37 +413,62 @@ def import_canal(canal_dir: Path, out: Path) -> CanalImport:
     ``canal_dir`` (and ``out``/platform.yaml if there is none); see the module docstring.
 
     Raises:
-        ConfigError: no canal.properties, a destination's directory or address is missing,
-            or a destination already exists under ``out``.
+        ConfigError: no canal.properties (or manager mode), no destination at all, or a
+            server-wide setting is malformed. A bad destination is reported in ``errors``.
     """
-    server_file = canal_dir / "canal.properties"
-    if not server_file.is_file():
-        raise ConfigError(f"{server_file}: not found (the Canal conf directory holds it)")
-    server = read_properties(server_file.read_text(encoding="utf-8"))
+    server_file = _server_file(canal_dir)
+    server = _Properties(server_file)
     result = CanalImport()
-    names = [n.strip() for n in server.get("canal.destinations", "").split(",") if n.strip()]
+    names = _names(canal_dir, server, result)
     if not names:
-        names = sorted(p.parent.name for p in canal_dir.glob("*/instance.properties"))
-        result.notes.append(f"canal.destinations is empty; found {', '.join(names) or 'none'}")
+        raise ConfigError(
+            f"{server_file.path}: no destination: canal.destinations is empty and no "
+            f"{canal_dir}/<name>/instance.properties was found"
+        )
+    valid = []
+    for name in names:
+        if DESTINATION_NAME.match(name):
+            valid.append(name)
+        else:
+            result.errors[name] = (
+                f"{server_file.path}: destination name {name!r} must be 1-63 letters, digits, "
+                "'_' or '-', starting with a letter or digit; not imported"
+            )
+    _password_envs(valid, result)
     known = _SOURCE_KEYS | set(_STORE_KEYS) | _SERVER_KEYS
-    result.not_imported[str(server_file)] = _unknown(server, known)
-    zk_hosts = server.get("canal.zkServers", "").strip()
+    result.not_imported[str(server_file.path)] = _unknown(server_file, known)
+    zk_hosts = server.get("canal.zkServers")
     if zk_hosts:
         result.platform["lease"] = {"backend": "zookeeper", "hosts": zk_hosts}
-    for index, name in enumerate(names):
+    ids: set[int] = set()
+    for index, name in enumerate(valid):
         instance_file = canal_dir / name / "instance.properties"
         if not instance_file.is_file():
-            raise ConfigError(f"{instance_file}: not found (listed in canal.destinations)")
+            result.errors[name] = f"{instance_file}: not found (listed in canal.destinations)"
+            continue
         if (out / "destinations" / name).exists():
-            raise ConfigError(f"{out / 'destinations' / name}: exists already; not overwritten")
-        props = read_properties(instance_file.read_text(encoding="utf-8"))
-        result.destinations[name] = _destination(name, server, props, index, result)
-        result.not_imported[str(instance_file)] = _unknown(props, known)
+            result.notes.append(f"{name}: {out / 'destinations' / name} exists; kept as it is")
+            del result.password_envs[name]
+            continue
+        try:
+            props_file = read_properties_file(instance_file)
+            props = _Properties(server_file, props_file)
+            generated = _BASE_SERVER_ID + index
+            while generated in ids:
+                generated += 1
+            instance = _destination(name, props, generated, result)
+        except ConfigError as exc:
+            result.errors[name] = str(exc)
+            del result.password_envs[name]
+            continue
+        ids.add(instance["source"]["server_id"])
+        result.warnings.extend(_capture_warnings(props, name))
+        result.destinations[name] = instance
+        result.not_imported[str(instance_file)] = _unknown(props_file, known)
     _write(result, out)
     # The password variables are usually set only where the destination runs: check the rest.
     unset = {v: "" for v in result.password_envs.values() if v not in os.environ}
-    environ = {**os.environ, **unset}
-    loaded = load_config(out, environ=environ)
+    loaded = load_config(out, environ={**os.environ, **unset})
     for name in result.destinations:
         if name in loaded.errors:
             result.errors[name] = str(loaded.errors[name])
@@ -309,8 +489,11 @@ def _write(result: CanalImport, out: Path) -> None:
         body = yaml.safe_dump(result.platform, sort_keys=False) if result.platform else ""
         platform_file.write_text(header + body, encoding="utf-8")
         result.files.append(platform_file)
+    root = (out / "destinations").resolve()
     for name, instance in result.destinations.items():
-        directory = out / "destinations" / name
+        directory = root / name
+        if directory.resolve().parent != root:  # names are validated; never write elsewhere
+            raise ConfigError(f"destination name {name!r} would leave {root}")
         directory.mkdir(parents=True)
         target = directory / "instance.yaml"
         header = (
