@@ -35,34 +35,49 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def config_check_command(args: argparse.Namespace) -> int:
+    from cdc_platform.config.replica_ids import replica_id_conflicts  # noqa: PLC0415
+
     config = load_config(Path(args.conf))
     names = sorted({*config.destinations, *config.errors})
     if not names:
-        print(f"no destinations under {Path(args.conf) / 'destinations'}")
-    unreachable = 0
+        print(
+            f"ERROR no destinations under {Path(args.conf) / 'destinations'}: add "
+            "<name>/instance.yaml there (docs/first-destination.md), or run "
+            "`cdc-platform import-canal`"
+        )
+        return 1
+    failed = 0
+    conflicts = replica_id_conflicts(config)
     remote = config.lake.is_remote
     for name in names:
-        if name in config.destinations:
-            dest = config.destinations[name]
-            state = "OK" if dest.config.enabled else "OK (disabled)"
-            print(f"{name}: {state}  {dest.path}  sha256:{dest.content_hash[:12]}")
-            # An object store is only asked with --connect: `config check` stays offline.
-            drift = _start_drift(config, dest) if args.connect or not remote else None
-            if drift is not None:
-                print(f"  warning: {drift}")
-            if args.connect:
-                line, ok = _connect_check(config, dest)
-                print(f"  {line}", flush=True)
-                unreachable += not ok
-        else:
+        if name not in config.destinations:
             print(f"{name}: ERROR {config.errors[name]}")
+            continue
+        dest = config.destinations[name]
+        details: list[str] = []
+        ok = name not in conflicts
+        if not ok:
+            details.append(f"ERROR {conflicts[name]}")
+        # An object store is only asked with --connect: `config check` stays offline.
+        drift = _start_drift(config, dest) if args.connect or not remote else None
+        if drift is not None:
+            details.append(f"warning: {drift}")
+        if args.connect:
+            line, reached = _connect_check(config, dest)
+            details.append(line)
+            ok = ok and reached
+        state = ("OK" if dest.config.enabled else "OK (disabled)") if ok else "ERROR"
+        print(f"{name}: {state}  {dest.path}  sha256:{dest.content_hash[:12]}")
+        for detail in details:
+            print(f"  {detail}", flush=True)
+        failed += not ok
     for warning in deployment_warnings(config):
         print(f"warning: {warning}")
     if args.connect:
         line, ok = _lake_check(config)
         print(line, flush=True)
-        unreachable += not ok
-    return 1 if config.errors or unreachable else 0
+        failed += not ok
+    return 1 if config.errors or failed else 0
 
 
 def _start_drift(config: ConfigSet, dest: Destination) -> str | None:

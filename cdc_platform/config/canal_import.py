@@ -408,6 +408,22 @@ def _password_envs(names: list[str], result: CanalImport) -> None:
         result.password_envs[name] = variable
 
 
+def _server_ids_in(out: Path) -> set[int]:
+    """The server ids the destinations already under ``out`` use (a generated id avoids them:
+    two readers with one id disconnect each other)."""
+    ids: set[int] = set()
+    for path in sorted((out / "destinations").glob("*/instance.yaml")):
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+        source = data.get("source") if isinstance(data, dict) else None
+        server_id = source.get("server_id") if isinstance(source, dict) else None
+        if isinstance(server_id, int):
+            ids.add(server_id)
+    return ids
+
+
 def import_canal(canal_dir: Path, out: Path) -> CanalImport:
     """Write ``out``/destinations/<name>/instance.yaml for each Canal destination under
     ``canal_dir`` (and ``out``/platform.yaml if there is none); see the module docstring.
@@ -440,7 +456,7 @@ def import_canal(canal_dir: Path, out: Path) -> CanalImport:
     zk_hosts = server.get("canal.zkServers")
     if zk_hosts:
         result.platform["lease"] = {"backend": "zookeeper", "hosts": zk_hosts}
-    ids: set[int] = set()
+    ids = _server_ids_in(out)
     for index, name in enumerate(valid):
         instance_file = canal_dir / name / "instance.properties"
         if not instance_file.is_file():

@@ -43,8 +43,34 @@ _SECRET_OPTION = re.compile(
 
 
 def check_lake_root(value: str) -> str:
-    """``value`` if it is a local path or a supported URI; else why not (ValueError)."""
+    """``value`` if it is a local path or a supported URI; else why not (ValueError).
+
+    Typos that would otherwise become local folders are refused: ``s3:/bucket`` or
+    ``s3:bucket`` (a folder named ``s3:``), ``~/lake`` (a folder named ``~``: nothing expands
+    it), and a URI carrying credentials (they come from the environment only).
+    """
+    near_uri = re.match(r"^([A-Za-z][A-Za-z0-9+.-]+):(?!//)", value)
+    if near_uri is not None:
+        scheme = near_uri.group(1).lower()
+        hint = f"write {scheme}://bucket/prefix" if scheme in REMOTE_SCHEMES else "check it"
+        raise ValueError(
+            f"{value!r} looks like a URI missing a slash after {scheme}: ({hint}); a local "
+            "path may not start with a scheme"
+        )
+    if value == "~" or value.startswith(("~/", "~\\")) or re.match(r"^~[A-Za-z0-9_.-]+/", value):
+        raise ValueError(
+            f"{value!r} starts with ~, which nothing expands here (it would be a folder named "
+            "'~'): write the absolute path, or one relative to the conf directory"
+        )
     scheme = _scheme(value)
+    if scheme:
+        parts = urlsplit(value)
+        if parts.username is not None or parts.password is not None:
+            raise ValueError(
+                f"{scheme}://... carries credentials before '@': secrets never go "
+                "in files; put the bucket and prefix there and the keys in the standard AWS "
+                "environment variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)"
+            )
     if scheme in ("", "file") or scheme in REMOTE_SCHEMES:
         if scheme in REMOTE_SCHEMES and not urlsplit(value).netloc:
             raise ValueError(f"{value!r} names no bucket: write {scheme}://bucket/prefix")

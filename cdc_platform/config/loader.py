@@ -17,7 +17,12 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from cdc_platform.config.lake import LakeLocation
-from cdc_platform.config.models import DESTINATION_NAME, InstanceConfig, PlatformConfig
+from cdc_platform.config.models import (
+    DESTINATION_NAME,
+    InstanceConfig,
+    PlatformConfig,
+    env_var_label,
+)
 from cdc_platform.errors import ConfigFileError
 
 __all__ = [
@@ -138,6 +143,33 @@ def _strip_tags(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
     )
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key repeated in one mapping: PyYAML keeps the last one
+    silently, so the first one's siblings would fall back to defaults unnoticed."""
+
+
+def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> Any:
+    seen: dict[Any, int] = {}
+    for key_node, _value in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"key {key!r} appears twice in one mapping (lines {seen[key]} and {line}); "
+                "keep one",
+                key_node.start_mark,
+            )
+        seen[key] = line
+    return loader.construct_mapping(node, deep=True)
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping
+)
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
@@ -146,7 +178,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise ConfigFileError(str(path), "", "not UTF-8 text") from exc
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -199,7 +231,7 @@ def load_destination(directory: Path, environ: Mapping[str, str] | None = None) 
         raise ConfigFileError(
             str(path),
             "source.password_env",
-            f"environment variable {config.source.password_env} is not set",
+            f"{env_var_label(config.source.password_env)} is not set",
         )
     return Destination(name, path, config, hashlib.sha256(raw).hexdigest())
 

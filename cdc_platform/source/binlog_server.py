@@ -123,6 +123,8 @@ class BinlogServer:
                 variables = {str(k).lower(): str(v) for k, v in cur.fetchall()}
                 cur.execute("SHOW GRANTS")
                 grants = [str(row[0]) for row in cur.fetchall()]
+                cur.execute("SELECT CURRENT_USER()")
+                account = _account(str((cur.fetchone() or ("",))[0]), self.config.user)
                 status = _status_if_allowed(cur) if variables.get("log_bin") == "ON" else None
                 is_mariadb = "mariadb" in str(version).lower()
                 self._is_mariadb = is_mariadb
@@ -142,8 +144,8 @@ class BinlogServer:
         missing = _missing_grants(grants)
         if missing:
             problems.append(
-                f"user {self.config.user!r} lacks {', '.join(missing)}; run GRANT "
-                f"{', '.join(missing)} ON *.* TO '{self.config.user}'@'%'"
+                f"user {account} lacks {', '.join(missing)}; run GRANT "
+                f"{', '.join(missing)} ON *.* TO {account}"
             )
         if problems:
             raise SourceSettingsError(
@@ -342,6 +344,15 @@ def _settings_problems(variables: dict[str, str], is_mariadb: bool) -> list[str]
             "(partial JSON updates are not full row images)"
         )
     return problems
+
+
+def _account(current_user: str, user: str) -> str:
+    """``CURRENT_USER()`` (``user@host``: the account the server matched, whose grants count)
+    as SQL writes it, ``'user'@'host'``; the configured user at ``'%'`` if it is empty."""
+    name, at, host = current_user.rpartition("@")
+    if not at:
+        name, host = user, "%"
+    return "'{}'@'{}'".format(name.replace("'", "''"), host.replace("'", "''"))
 
 
 _GRANT = re.compile(r"^GRANT\s+(?P<privs>.+?)\s+ON\s+(?P<scope>\S+)\s+TO\s", re.I | re.S)

@@ -175,6 +175,22 @@ def test_user_without_replication_slave_gets_a_clear_error(mariadb: Any) -> None
         server.execute("DROP USER 'noslave'@'%'")
 
 
+def test_grant_advice_names_the_account_the_server_matched(mariadb: Any) -> None:
+    server = mariadb.server
+    server.execute(
+        "CREATE OR REPLACE USER 'localslave'@'127.0.0.1' IDENTIFIED BY 'pw3'",
+        "GRANT SELECT, REPLICATION CLIENT ON *.* TO 'localslave'@'127.0.0.1'",
+    )
+    try:
+        source = BinlogSource(_config(mariadb, user="localslave"), password="pw3")
+        with pytest.raises(SourceSettingsError) as caught:
+            source.check()
+        assert "user 'localslave'@'127.0.0.1' lacks REPLICATION SLAVE" in str(caught.value)
+        assert "ON *.* TO 'localslave'@'127.0.0.1'" in str(caught.value)
+    finally:
+        server.execute("DROP USER 'localslave'@'127.0.0.1'")
+
+
 def test_user_with_only_replication_slave_is_told_every_missing_grant(mariadb: Any) -> None:
     server = mariadb.server
     server.execute(

@@ -213,3 +213,12 @@ def test_reimport_adds_new_destinations(tmp_path: Path) -> None:
     assert list(result.destinations) == ["later"]
     assert "example: " in " ".join(result.notes)
     assert (out / "destinations" / "example" / "instance.yaml").read_bytes() == before
+
+
+def test_generated_ids_avoid_destinations_already_in_out(tmp_path: Path) -> None:
+    out = tmp_path / "conf"
+    existing = out / "destinations" / "shop" / "instance.yaml"
+    existing.parent.mkdir(parents=True)
+    existing.write_text("source: {user: cdc, password_env: CDC_SHOP_PASSWORD, server_id: 1001}\n")
+    result = import_canal(shipped(tmp_path), out)
+    assert result.destinations["example"]["source"]["server_id"] == 1002

@@ -141,7 +141,10 @@ def test_config_check_warns_when_the_lake_is_shared_but_the_lease_is_not(
     expected: list[str],
 ) -> None:
     conf = tmp_path / "conf"
-    (conf / "destinations").mkdir(parents=True)
+    (conf / "destinations" / "shop").mkdir(parents=True)
+    (conf / "destinations" / "shop" / "instance.yaml").write_text(
+        "source: {user: cdc, password_env: PATH, server_id: 1001}\n"
+    )
     (conf / "platform.yaml").write_text(platform)
     warnings = deployment_warnings(load_config(conf))
     assert len(warnings) == len(expected)
