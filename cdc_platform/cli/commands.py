@@ -29,6 +29,7 @@ __all__ = [
     "serve_command",
     "snapshot_command",
     "status_command",
+    "tables_command",
 ]
 
 Handler = Callable[[argparse.Namespace], int]
@@ -244,6 +245,40 @@ def status_command(args: argparse.Namespace) -> int:
         for status in statuses:
             print(format_status(status))
     return 1 if any(s.errors for s in statuses) else 0
+
+
+def tables_command(args: argparse.Namespace) -> int:
+    """The source tables one destination captures and the ones its filters skip, and why."""
+    from cdc_platform.source.table_listing import list_tables  # noqa: PLC0415 (light CLI)
+
+    _config, dest = _destination(args)
+    source = dest.config.source
+    if source.mode == "id_watch" and source.id_watch is not None:
+        watched = ", ".join(t.table for t in source.id_watch.tables)
+        print(f"{dest.name}: id_watch mode captures exactly its watched tables: {watched}")
+        return 0
+    listing = list_tables(source)
+    if args.json:
+        print(json.dumps([t.to_dict() for t in listing.tables], indent=2, sort_keys=True))
+        return 0 if listing.captured else 1
+    print(
+        f"{dest.name}: {len(listing.captured)} captured, {len(listing.skipped)} skipped "
+        f"on {source.host}:{source.port} (system schemas: {listing.system_tables} tables, "
+        "never captured)"
+    )
+    width = max((len(t.name) for t in listing.tables), default=0)
+    for table in listing.tables:
+        notes = [table.reason]
+        if table.captured and not table.has_primary_key:
+            notes.append("no primary key: its mirror is a multiset (docs/spark.md)")
+        if table.captured and table.rows_estimate is not None:
+            notes.append(f"~{table.rows_estimate} rows")
+        state = "captured" if table.captured else "skipped "
+        print(f"  {state}  {table.name:<{width}}  {'; '.join(notes)}")
+    if not listing.captured:
+        print(f"WARNING: {dest.name}'s include_tables / exclude_tables capture no table")
+        return 1
+    return 0
 
 
 def release_command(args: argparse.Namespace) -> int:

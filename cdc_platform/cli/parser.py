@@ -17,6 +17,7 @@ from cdc_platform.cli.commands import (
     serve_command,
     snapshot_command,
     status_command,
+    tables_command,
 )
 
 __all__ = ["build_parser"]
@@ -187,6 +188,14 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--destination", help="only this destination")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(handler=status_command)
+
+    tables = commands.add_parser(
+        "tables",
+        help="the source tables a destination captures and the ones its filters skip, and why",
+    )
+    _add_destination_args(tables)
+    tables.add_argument("--json", action="store_true", help="machine-readable output")
+    tables.set_defaults(handler=tables_command)
 
     release = commands.add_parser(
         "release", help="manual switch-over: ask the lease holder to step aside"
