@@ -140,8 +140,10 @@ def _connect_check(config: ConfigSet, dest: Destination) -> tuple[str, bool]:
     return f"{where}: connected, {detail}", True
 
 
-def _destination(args: argparse.Namespace) -> tuple[ConfigSet, Destination]:
-    config = load_config(Path(args.conf))
+def _destination(
+    args: argparse.Namespace, *, check_secrets: bool = True
+) -> tuple[ConfigSet, Destination]:
+    config = load_config(Path(args.conf), check_secrets=check_secrets)
     if args.destination in config.errors:
         raise config.errors[args.destination]
     if args.destination not in config.destinations:
@@ -231,10 +233,11 @@ def serve_command(args: argparse.Namespace) -> int:
 def status_command(args: argparse.Namespace) -> int:
     from cdc_platform.coordination.status import collect_status, format_status  # noqa: PLC0415
 
-    config = load_config(Path(args.conf))
-    names = sorted(config.destinations)
+    # `status` never connects to a source: it needs no source password.
+    config = load_config(Path(args.conf), check_secrets=False)
+    names = sorted({*config.destinations, *config.errors})
     if args.destination:
-        _destination(args)
+        _destination(args, check_secrets=False)
         names = [args.destination]
     statuses = collect_status(config, names)
     if args.json:

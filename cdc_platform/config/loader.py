@@ -208,8 +208,14 @@ def load_platform(conf_dir: Path) -> PlatformConfig:
     return _validate(PlatformConfig, path, _read_yaml(path))
 
 
-def load_destination(directory: Path, environ: Mapping[str, str] | None = None) -> Destination:
-    """Load one destination directory; raises ConfigFileError naming file, key and problem."""
+def load_destination(
+    directory: Path, environ: Mapping[str, str] | None = None, *, check_secrets: bool = True
+) -> Destination:
+    """Load one destination directory; raises ConfigFileError naming file, key and problem.
+
+    ``check_secrets=False`` skips the check that the password variable is set: for readers
+    (`status`) that never connect to the source.
+    """
     env = os.environ if environ is None else environ
     path = directory / INSTANCE_FILE
     name = directory.name
@@ -227,7 +233,7 @@ def load_destination(directory: Path, environ: Mapping[str, str] | None = None) 
             str(path), "", "missing: every destination needs an instance.yaml"
         ) from None
     config = _validate(InstanceConfig, path, _read_yaml(path))
-    if config.source.password_env not in env:
+    if check_secrets and config.source.password_env not in env:
         raise ConfigFileError(
             str(path),
             "source.password_env",
@@ -236,11 +242,13 @@ def load_destination(directory: Path, environ: Mapping[str, str] | None = None) 
     return Destination(name, path, config, hashlib.sha256(raw).hexdigest())
 
 
-def load_config(conf_dir: Path, environ: Mapping[str, str] | None = None) -> ConfigSet:
+def load_config(
+    conf_dir: Path, environ: Mapping[str, str] | None = None, *, check_secrets: bool = True
+) -> ConfigSet:
     """The platform file and every destination under `conf/destinations/`.
 
     A bad platform file raises (nothing can run without it); bad destinations are returned in
-    `errors` next to the good ones.
+    `errors` next to the good ones. ``check_secrets=False``: see :func:`load_destination`.
     """
     if not conf_dir.is_dir():
         raise ConfigFileError(str(conf_dir), "", "configuration directory does not exist")
@@ -253,7 +261,9 @@ def load_config(conf_dir: Path, environ: Mapping[str, str] | None = None) -> Con
             p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
         ):
             try:
-                destinations[directory.name] = load_destination(directory, environ)
+                destinations[directory.name] = load_destination(
+                    directory, environ, check_secrets=check_secrets
+                )
             except ConfigFileError as exc:
                 errors[directory.name] = exc
     return ConfigSet(conf_dir, platform, destinations, errors)

@@ -24,6 +24,7 @@ from cdc_platform.config.loader import ConfigSet
 from cdc_platform.coordination.factory import open_lease, open_registry, open_state_store
 from cdc_platform.errors import CdcError
 from cdc_platform.ha.lease import HolderInfo, MemberInfo
+from cdc_platform.ha.registry import NodeRegistry
 from cdc_platform.sink import DeltaChangeLog
 from cdc_platform.sink.lake_files import LakeFile
 from cdc_platform.sink.snapshot_progress import TableProgress, read_snapshot_progress
@@ -59,6 +60,8 @@ class DestinationStatus:
     published_at: float | None = None
     """When the holder published these figures (its clock)."""
     errors: list[str] = field(default_factory=list)
+    stale: str = ""
+    """Why lag, rates and the metrics URL are from a run that is gone ("" when current)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -76,14 +79,12 @@ def collect_status(config: ConfigSet, names: list[str]) -> list[DestinationStatu
     try:
         for name in names:
             status = DestinationStatus(name, platform.lease.backend)
-            lease = open_lease(platform, config.conf_dir, name, registry=registry)
-            try:
-                status.holder = lease.holder()
-                status.members = lease.members()
-            except CdcError as exc:
-                status.errors.append(f"lease: {exc}")
-            finally:
-                lease.close()
+            if name in config.errors:
+                status.errors.append(f"config: {config.errors[name]}")
+            _lease_state(config, name, registry, status)
+            if name in config.errors:  # where its change log is depends on its config
+                result.append(status)
+                continue
             sink = DeltaChangeLog(
                 config.table_uri(name), name, storage_options=config.lake.delta_options()
             )
@@ -111,12 +112,27 @@ def collect_status(config: ConfigSet, names: list[str]) -> list[DestinationStatu
                     status.published_at = data.get("published_at")
             except (CdcError, ValueError) as exc:
                 status.errors.append(f"state watch: {exc}")
+            status.stale = _stale(status, time.time())
             result.append(status)
     finally:
         store.close()
         if registry is not None:
             registry.db.close()
     return result
+
+
+def _lease_state(
+    config: ConfigSet, name: str, registry: NodeRegistry | None, status: DestinationStatus
+) -> None:
+    """The holder and the members, from the lease store."""
+    lease = open_lease(config.platform, config.conf_dir, name, registry=registry)
+    try:
+        status.holder = lease.holder()
+        status.members = lease.members()
+    except CdcError as exc:
+        status.errors.append(f"lease: {exc}")
+    finally:
+        lease.close()
 
 
 def _lake_state(config: ConfigSet, name: str, status: DestinationStatus) -> None:
@@ -164,14 +180,31 @@ def format_status(status: DestinationStatus, now: float | None = None) -> str:
     return "\n".join(lines)
 
 
+STALE_AFTER_SECONDS = 60.0
+"""A holder publishes its figures on every lease renewal: older ones are from a run that
+stopped (or cannot reach the state watch)."""
+
+
+def _stale(status: DestinationStatus, now: float) -> str:
+    """Why the published figures no longer describe a running pipeline ("" if they do)."""
+    if status.holder is None:
+        return "stale: no run holds the lease"
+    if status.published_at is not None and now - status.published_at > STALE_AFTER_SECONDS:
+        return f"stale: not republished for {now - status.published_at:.0f} s"
+    return ""
+
+
 def _figure_lines(status: DestinationStatus, now: float) -> list[str]:
     """Lag, last commit, rate, start and snapshot lines (the holder's and the lake's figures)."""
     lines: list[str] = []
+    stale = _stale(status, now)
     if status.lag_seconds is not None:
         if status.published_at is not None:
             when = f"reported {now - status.published_at:.0f} s ago"
         else:
             when = "at the last commit"
+        if stale:
+            when = f"{stale}; {when}"
         lines.append(f"  lag: {status.lag_seconds:.1f} s ({when})")
     else:
         lines.append("  lag: -")
@@ -191,5 +224,5 @@ def _figure_lines(status: DestinationStatus, now: float) -> list[str]:
             f"~{table.estimated_rows} rows ({table.percent:.0f}%), {table.chunks} chunks"
         )
     if status.metrics_url is not None:
-        lines.append(f"  metrics: {status.metrics_url}")
+        lines.append(f"  metrics: {status.metrics_url}" + (f" ({stale})" if stale else ""))
     return lines

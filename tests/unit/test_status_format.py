@@ -42,3 +42,19 @@ def test_without_published_figures_the_lines_say_so() -> None:
     assert "lag: -" in text
     assert "rows/s" not in text
     assert "metrics:" not in text
+
+
+def test_figures_of_a_stopped_run_are_marked_stale() -> None:
+    status = DestinationStatus(
+        "shop",
+        "database",
+        lag_seconds=0.9,
+        metrics_url="http://127.0.0.1:9464/metrics",
+        published_at=700.0,
+    )
+    text = format_status(status, now=1000.0)
+    assert "lag: 0.9 s (stale: no run holds the lease; reported 300 s ago)" in text
+    assert "metrics: http://127.0.0.1:9464/metrics (stale: no run holds the lease)" in text
+    status.holder = HolderInfo("shop", "node-a", "r1", 3, active=True)
+    assert "stale: not republished for 300 s" in format_status(status, now=1000.0)
+    assert "stale" not in format_status(status, now=710.0)
