@@ -42,12 +42,12 @@ if [ ! -x .venv/bin/python ]; then
   "$python_bin" -m venv .venv
 fi
 stamp=.venv/.cdc-platform-installed
-want="$(cat pyproject.toml | sha256sum | cut -d' ' -f1)"
+want="$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c 'import cdc_platform' 2>/dev/null; then
   say "installing the project and its dependencies into .venv (about a minute on a fresh machine)"
   log=.venv/pip-install.log
   if ! { .venv/bin/python -m pip install --disable-pip-version-check --upgrade pip \
-         && .venv/bin/python -m pip install --disable-pip-version-check -e '.[dev]'; } >"$log" 2>&1; then
+         && .venv/bin/python -m pip install --disable-pip-version-check -c constraints.txt -e '.[dev]'; } >"$log" 2>&1; then
     grep -v "^WARNING: Location" "$log" | tail -n 40 >&2
     say "pip install failed; full log in $log"
     exit 1
