@@ -42,7 +42,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
-import pyarrow.fs as pafs
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark idiom)
 from pyspark.sql import types as T  # noqa: N812 (the PySpark idiom)
@@ -443,11 +442,8 @@ def _remove_stale_staging(folder: LakeFile) -> None:
     """Remove the tables in ``folder`` whose first commit is older than the cutoff (an
     uncommitted leftover by its folder's age where the storage has folders: local disks)."""
     cutoff = time.time() - STALE_STAGING_SECONDS
-    selector = pafs.FileSelector(folder.path, allow_not_found=True, recursive=False)
-    for info in folder.filesystem.get_file_info(selector):
-        if info.type != pafs.FileType.Directory:
-            continue
-        leftover = folder.child(info.base_name)
+    for name in folder.folders():
+        leftover = folder.child(name)
         first = leftover.child("_delta_log", FIRST_COMMIT).modified() or leftover.modified()
         if first is not None and first < cutoff:
             leftover.delete_tree()
