@@ -5,9 +5,11 @@ delta-rs reaches the change log through the Rust ``object_store`` crate; the fil
 inboxes, reconcile staging) go through ``obstore``, the Python binding of the same crate, so
 both read the endpoint, the region and the credentials the same way: the storage options
 delta-rs gets (``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_ALLOW_HTTP``, keys) and, for what
-they leave out, the standard AWS environment, then the crate's own chain (web identity,
-container credentials, instance metadata). Named profiles (``AWS_PROFILE``) are not read by
-the crate: use the environment variables or a role.
+they leave out, the standard AWS environment, then a profile's static keys and region in the
+shared files (``AWS_PROFILE``, else ``default``; ``AWS_SHARED_CREDENTIALS_FILE``,
+``AWS_CONFIG_FILE``), then the crate's own chain (web identity, container credentials,
+instance metadata). Profiles that only name a role, SSO or a process are not resolved here:
+give such nodes the environment variables or a role.
 
 Both stacks also speak conditional puts the same way (``If-None-Match``/``If-Match``, the
 crate's ``conditional_put: etag``), which the side files use to fence a paused old writer off
@@ -17,6 +19,7 @@ over the file system root.
 
 from __future__ import annotations
 
+import configparser
 import functools
 import os
 from collections.abc import Mapping
@@ -98,11 +101,43 @@ def s3_store(bucket: str, storage_options: Mapping[str, str] | None) -> S3Store:
         value = _option(options, setting)
         if value:
             config[setting] = value
+    profile = _profile()
+    if "access_key_id" not in config:
+        for setting in ("access_key_id", "secret_access_key", "session_token"):
+            if profile.get(f"aws_{setting}"):
+                config[setting] = profile[f"aws_{setting}"]
+    if "region" not in config and profile.get("region"):
+        config["region"] = profile["region"]
     for key, value in options.items():
         name = key.lower().removeprefix("aws_")
         if name in _PASSED_ON:
             config[name] = value
     return _cached_s3(bucket, tuple(sorted(config.items())), tuple(sorted(client.items())))
+
+
+def _profile() -> dict[str, str]:
+    """The settings of the selected profile in the shared credentials and config files
+    (credentials file first), lower-case keys; empty when there is none."""
+    name = os.environ.get("AWS_PROFILE") or os.environ.get("AWS_DEFAULT_PROFILE") or "default"
+    home = os.path.expanduser("~")
+    files = (
+        (os.environ.get("AWS_SHARED_CREDENTIALS_FILE") or f"{home}/.aws/credentials", name),
+        (
+            os.environ.get("AWS_CONFIG_FILE") or f"{home}/.aws/config",
+            name if name == "default" else f"profile {name}",
+        ),
+    )
+    found: dict[str, str] = {}
+    for path, section in files:
+        parser = configparser.RawConfigParser()
+        try:
+            parser.read(path, encoding="utf-8")
+        except (OSError, configparser.Error):
+            continue  # an unreadable file gives nothing, as in the AWS SDKs
+        if parser.has_section(section):
+            for key, value in parser.items(section):
+                found.setdefault(key.lower(), value.strip())
+    return found
 
 
 @functools.lru_cache(maxsize=64)
