@@ -25,7 +25,7 @@ commit and the state's), gives the same table. The state is only an optimisation
 start; a lost state means one rebuild. Applies of the *same* mirror must not run
 concurrently (their MERGE and state commits could interleave); different tables are
 independent. Change-log ``VERSION AS OF`` is not used for this:
-the sink keeps only a minute of log history (``MaintenancePolicy.log_retention``), while a
+the sink keeps only 15 minutes of log history (``MaintenancePolicy.log_retention``), while a
 seq bound is valid forever (seqs are strictly increasing and never rewritten).
 
 Only Spark SQL and DataFrame API that Apache Spark with Delta runs as well: ``read.format
