@@ -383,7 +383,11 @@ class LakeFile:
 def _folder_lock(folder: str) -> Iterator[None]:
     """An exclusive lock on a local folder for a conditional write (all processes of the
     machine that write side files in it take it; readers need none: writes are renames)."""
-    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except FileNotFoundError:  # the folder is gone, and the object with it: nothing to guard
+        yield
+        return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

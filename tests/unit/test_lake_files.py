@@ -161,3 +161,10 @@ def test_folders_and_copies(tmp_path: Path) -> None:
     assert not root.child("a", "gone.json").copy_to(root.child("c", "gone.json"))
     assert root.child("c", "x.json").read_bytes() == b"{}"
     assert root.child("a", "x.json").exists()
+
+
+def test_a_fenced_delete_after_the_folder_went_is_false(tmp_path: Path) -> None:
+    item = LakeFile(str(tmp_path / "d" / "_reread_tables.json"))
+    item.write_json({"tables": {}})
+    LakeFile(str(tmp_path / "d")).delete_tree()
+    assert not item.delete()
