@@ -11,7 +11,7 @@ open). Prints figures only:
 Latency is the wall time of ``commit()`` as the pipeline sees it (maintenance included);
 "commit only" is ``CommitResult.seconds`` (maintenance excluded). The per-slice medians, with
 the elapsed time at the end of each slice, show whether latency stays flat as the table grows
-(the log retention of the policy, 1 minute, only starts deleting after a minute).
+(the log retention of the policy, 15 minutes, only starts deleting after 15 minutes).
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ __all__ = [
     "SourceTableChangedError",
     "SparkError",
     "SparkSessionError",
+    "StaleSideFileError",
     "StartPositionError",
     "StoreError",
     "TooFarBehindError",
@@ -153,6 +154,11 @@ class CommitRefusedError(SinkError):
     """Fencing: the change log already holds this batch or a newer writer; never retry blindly."""
 
     transient = False
+
+
+class StaleSideFileError(CommitRefusedError):
+    """Fencing of the lake's side files: another writer (a newer lease term) replaced the file
+    since this writer read it, so this writer's write (or delete) was refused."""
 
 
 class LakeAccessError(SinkError):

@@ -4,6 +4,8 @@ The CLI's snapshot, the reconciliation's own repair and the supervisor's standby
 lease the same way: the lowest acceptable epoch is one above the change log's newest epoch
 (a lease store that was reset must not hand out an epoch the log already fences off), then
 the lease is acquired, and the writer's commit gate passes only while the lease is held.
+Before its first lease a writer checks the lake (:func:`~cdc_platform.sink.lake_check.
+check_lake_once`: reachable, and atomic with one winner for commits and side files).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import replace
 from cdc_platform.errors import CdcError, LeaseLostError
 from cdc_platform.ha.lease import Lease
 from cdc_platform.sink.delta import DeltaChangeLog
+from cdc_platform.sink.lake_check import check_lake_once
 from cdc_platform.sink.term import WriteTerm
 
 __all__ = ["epoch_floor", "lease_gate", "take_lease"]
@@ -64,6 +67,7 @@ def take_lease(
     that raises once the lease is lost (``doing`` names the work in that error). None when
     ``timeout`` passed or ``stop`` was set first. The lease must be started.
     """
+    check_lake_once(term.lake)  # once per process and lake: a store that is unsafe is refused
     epoch = lease.acquire(timeout=timeout, min_epoch=epoch_floor(term), stop=stop)
     if epoch is None:
         return None

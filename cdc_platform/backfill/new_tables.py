@@ -190,7 +190,8 @@ def _record_start_or_adopt(
     began = current_batch(term.table_uri, name, storage)
     chosen_start = config.start.mode not in ("initial", "latest")
     if began == 0 and not chosen_start:
-        StartRecord.write(start_record_file(term.table_uri, storage), config.start, None)
+        file = start_record_file(term.table_uri, storage)
+        StartRecord.write(file, config.start, None, epoch=term.epoch)
         return False
     if not (adopt_existing or began == 0) or record.exists or state_file.exists():
         return False

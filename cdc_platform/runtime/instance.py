@@ -227,7 +227,10 @@ class DestinationRuntime:
                 batch_seq += 1
                 self._gate()
                 StartRecord.write(
-                    start_record_file(self.table_uri, self.term.storage_options), start, resume
+                    start_record_file(self.table_uri, self.term.storage_options),
+                    start,
+                    resume,
+                    epoch=epoch,
                 )
                 self.sink.commit((), batch_seq=batch_seq, resume=resume, epoch=epoch)
                 log.info(

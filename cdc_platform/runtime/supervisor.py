@@ -35,7 +35,13 @@ from typing import Any, Protocol
 
 from cdc_platform.backfill.lease import take_lease
 from cdc_platform.backfill.snapshot import SnapshotProgress
-from cdc_platform.errors import CdcError, LeaseError, LeaseLostError, SinkError
+from cdc_platform.errors import (
+    CdcError,
+    LeaseError,
+    LeaseLostError,
+    SinkError,
+    StaleSideFileError,
+)
 from cdc_platform.events import ChangeEvent
 from cdc_platform.ha.lease import Lease
 from cdc_platform.ha.registry import NodeRegistry
@@ -577,8 +583,8 @@ class LeaseSupervisor:
 
 def _fenced(error: CdcError | None, epoch: int) -> bool:
     """True when the error means another holder owns the destination now."""
-    if isinstance(error, LeaseLostError):
-        return True
+    if isinstance(error, LeaseLostError | StaleSideFileError):
+        return True  # a side file refused this term's write: a newer term wrote it
     return (
         isinstance(error, FencedCommitError)
         and error.table_epoch is not None

@@ -8,6 +8,7 @@ retried on its next cadence, never raised, since the commit before it has alread
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,9 +23,42 @@ from cdc_platform.sink.compaction import (
 from cdc_platform.sink.schema import STATS_COLUMNS
 from cdc_platform.sink.storage_errors import StorageGuard
 
-__all__ = ["MaintenancePolicy", "TableMaintenance"]
+__all__ = [
+    "DEFAULT_LOG_RETENTION",
+    "SAFE_LOG_RETENTION_SECONDS",
+    "MaintenancePolicy",
+    "TableMaintenance",
+    "interval_seconds",
+]
 
 logger = logging.getLogger("cdc_platform.sink")
+
+DEFAULT_LOG_RETENTION = "interval 15 minutes"
+"""How long log cleanup keeps a commit file behind a newer checkpoint: well above any pause of
+a writer between its refresh and its put (a GC, a stopped VM), which could otherwise land a
+version number that cleanup has freed."""
+SAFE_LOG_RETENTION_SECONDS = 600.0
+"""A shorter log retention gets a warning (see :data:`DEFAULT_LOG_RETENTION`)."""
+
+_INTERVAL = re.compile(r"^\s*interval\s+(\d+(?:\.\d+)?)\s+([a-z]+?)s?\s*$", re.IGNORECASE)
+_UNIT_SECONDS = {
+    "nanosecond": 1e-9,
+    "microsecond": 1e-6,
+    "millisecond": 1e-3,
+    "second": 1.0,
+    "minute": 60.0,
+    "hour": 3600.0,
+    "day": 86400.0,
+    "week": 604800.0,
+}
+
+
+def interval_seconds(value: str) -> float | None:
+    """Seconds of a Delta interval (``interval 15 minutes``); None when it is not one."""
+    match = _INTERVAL.match(value)
+    if match is None or match.group(2).lower() not in _UNIT_SECONDS:
+        return None
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2).lower()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +93,8 @@ class MaintenancePolicy:
     means no time travel (``VERSION AS OF``) to versions older than it and no Delta streaming
     reader lagging by more (downstream readers use ``seq``); it must also stay well above any
     pause between a writer's refresh and its commit, since a writer whose snapshot is older
-    than the retention could write a version number that cleanup has already freed. The
+    than the retention could write a version number that cleanup has already freed (so the
+    default is 15 minutes, and less than 10 gets a warning). The
     deleted-file retention is how long a reader may keep using an old snapshot before vacuum
     deletes its files. ``None`` disables a task (or keeps Delta's default for a property).
     """
@@ -80,8 +115,9 @@ class MaintenancePolicy:
     vacuum_enforce_retention_duration: bool = True
     vacuum_full: bool = True
     cleanup_every: int | None = 100
-    log_retention: str | None = "interval 1 minute"
-    """``delta.logRetentionDuration`` of a new table (Delta's default is 30 days)."""
+    log_retention: str | None = DEFAULT_LOG_RETENTION
+    """``delta.logRetentionDuration`` of a new table (Delta's default is 30 days); below
+    :data:`SAFE_LOG_RETENTION_SECONDS` a warning says why it should not be."""
     deleted_file_retention: str | None = "interval 1 hour"
     """``delta.deletedFileRetentionDuration`` of a new table (Delta's default is 7 days)."""
     stats_columns: tuple[str, ...] | None = STATS_COLUMNS
@@ -106,6 +142,16 @@ class MaintenancePolicy:
             raise ValueError("MaintenancePolicy.checkpoint_interval must be >= 1")
         if self.vacuum_retention_hours is not None and self.vacuum_retention_hours < 0:
             raise ValueError("MaintenancePolicy.vacuum_retention_hours must be >= 0")
+        seconds = None if self.log_retention is None else interval_seconds(self.log_retention)
+        if seconds is not None and seconds < SAFE_LOG_RETENTION_SECONDS:
+            logger.warning(
+                "log_retention %r is below %d minutes: a writer paused longer than that between "
+                "refreshing the change log and committing could land a version that log cleanup "
+                "has freed, past the fencing; keep it well above any pause (default %r)",
+                self.log_retention,
+                SAFE_LOG_RETENTION_SECONDS // 60,
+                DEFAULT_LOG_RETENTION,
+            )
 
     @classmethod
     def disabled(cls) -> MaintenancePolicy:

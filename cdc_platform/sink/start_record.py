@@ -5,6 +5,11 @@ the checkpoint rules. A later edit of ``start:`` is therefore never applied, and
 go unnoticed either: the run writes ``<lake_root>/<destination>/_start.json`` when it begins
 without a checkpoint (the configured start and the position it resolved to), and `config
 check` and `status` compare the configured start with it (:func:`start_drift`).
+
+The record is fenced like every side file (:mod:`cdc_platform.sink.lake_files`): it carries
+the writer's lease epoch, a writer never replaces a record of a newer epoch, and its write is
+conditional on the record it read just before, so an old holder paused before its write
+cannot replace what its successor recorded.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdc_platform.config.models import StartConfig
-from cdc_platform.errors import SinkError
+from cdc_platform.errors import SinkError, StaleSideFileError
 from cdc_platform.events import ResumePosition
 from cdc_platform.sink.lake_files import LakeFile
 
@@ -54,9 +59,27 @@ class StartRecord:
 
     @classmethod
     def write(
-        cls, file: LakeFile, start: StartConfig, position: ResumePosition | None
+        cls,
+        file: LakeFile,
+        start: StartConfig,
+        position: ResumePosition | None,
+        *,
+        epoch: int | None = None,
     ) -> StartRecord:
-        """Record ``start`` (and where it resolved to) in ``file``, whole at once."""
+        """Record ``start`` (and where it resolved to) in ``file``, whole at once, for the
+        writer of lease ``epoch``; StaleSideFileError when a newer term recorded it (see the
+        module docstring)."""
+        try:
+            existing = file.read_json()  # the write below is conditional on this version
+        except ValueError:
+            existing = None  # not a record: replaced
+        if isinstance(existing, dict) and epoch is not None:
+            theirs = existing.get("epoch")
+            if isinstance(theirs, int) and theirs > epoch:
+                raise StaleSideFileError(
+                    f"{file}: recorded by epoch {theirs}, newer than this writer's {epoch}; "
+                    "this writer is fenced off and must stop (its term is over)"
+                )
         record = cls(start, None if position is None else str(position), time.time())
         file.write_json(
             {
@@ -64,6 +87,7 @@ class StartRecord:
                 "start": start.model_dump(exclude_none=True),
                 "position": record.position,
                 "at": record.at,
+                "epoch": epoch,
             }
         )
         return record

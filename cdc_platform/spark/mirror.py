@@ -25,7 +25,7 @@ commit and the state's), gives the same table. The state is only an optimisation
 start; a lost state means one rebuild. Applies of the *same* mirror must not run
 concurrently (their MERGE and state commits could interleave); different tables are
 independent. Change-log ``VERSION AS OF`` is not used for this:
-the sink keeps only a minute of log history (``MaintenancePolicy.log_retention``), while a
+the sink keeps only 15 minutes of log history (``MaintenancePolicy.log_retention``), while a
 seq bound is valid forever (seqs are strictly increasing and never rewritten).
 
 Only Spark SQL and DataFrame API that Apache Spark with Delta runs as well: ``read.format
@@ -42,7 +42,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
-import pyarrow.fs as pafs
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark idiom)
 from pyspark.sql import types as T  # noqa: N812 (the PySpark idiom)
@@ -443,11 +442,8 @@ def _remove_stale_staging(folder: LakeFile) -> None:
     """Remove the tables in ``folder`` whose first commit is older than the cutoff (an
     uncommitted leftover by its folder's age where the storage has folders: local disks)."""
     cutoff = time.time() - STALE_STAGING_SECONDS
-    selector = pafs.FileSelector(folder.path, allow_not_found=True, recursive=False)
-    for info in folder.filesystem.get_file_info(selector):
-        if info.type != pafs.FileType.Directory:
-            continue
-        leftover = folder.child(info.base_name)
+    for name in folder.folders():
+        leftover = folder.child(name)
         first = leftover.child("_delta_log", FIRST_COMMIT).modified() or leftover.modified()
         if first is not None and first < cutoff:
             leftover.delete_tree()

@@ -429,7 +429,7 @@ def test_new_table_gets_the_policy_properties(uri: Path) -> None:
     filtered = Binlog().filtered()
     log(uri, MaintenancePolicy()).commit(filtered, batch_seq=1, resume=resume_of(filtered), epoch=1)
     configuration = DeltaTable(str(uri)).metadata().configuration
-    assert configuration["delta.logRetentionDuration"] == "interval 1 minute"
+    assert configuration["delta.logRetentionDuration"] == "interval 15 minutes"
     assert configuration["delta.deletedFileRetentionDuration"] == "interval 1 hour"
     assert configuration["delta.checkpointInterval"] == "100"
     stats = configuration["delta.dataSkippingStatsColumns"].split(",")

@@ -23,7 +23,7 @@ from cdc_platform.backfill.snapshot import (
     state_path,
 )
 from cdc_platform.config.models import SnapshotSettings
-from cdc_platform.errors import ReconcileError
+from cdc_platform.errors import ReconcileError, SinkError
 from cdc_platform.reconcile.inbox import RepairInbox
 from cdc_platform.sink.lake_files import LakeFile
 from cdc_platform.sink.term import WriteTerm
@@ -71,7 +71,8 @@ def test_objects_round_trip_on_s3(seaweed_s3_local: dict[str, str]) -> None:
     assert not folder.child("b.json").delete()
     staging = root.child("_cdc_staging", "x")
     staging.child("part-00000.parquet").write_parquet(pa.table({"n": [1, 2]}))
-    table = pq.read_table(staging.path, filesystem=staging.filesystem)
+    assert root.child("_cdc_staging").folders() == ["x"]
+    table = pq.read_table(pa.BufferReader(staging.child("part-00000.parquet").read_bytes()))
     assert table.column("n").to_pylist() == [1, 2]
     root.delete_tree()
     assert not root.child("d", "claimed", "a.json").exists()
@@ -113,9 +114,7 @@ def test_repair_inbox_on_s3(seaweed_s3_local: dict[str, str]) -> None:
     # the requester's withdraw sees the claim and keeps waiting for it
     midway = requester.submit(tables)
     name = f"{midway}.json"
-    holder.requests.filesystem.copy_file(
-        holder.requests.child(name).path, holder.claimed.child(name).path
-    )
+    assert holder.requests.child(name).copy_to(holder.claimed.child(name))
     assert not requester.withdraw(midway)
     holder.finish(midway, error="done by hand")
     with pytest.raises(ReconcileError, match="done by hand"):
@@ -174,3 +173,29 @@ def test_a_snapshot_with_its_lake_on_s3_is_finished_by_another_node(
     keys = [(r["table"], r["pk"]) for r in rows if r["op"] == "r"]
     assert len(keys) == len(set(keys)) == 350 + 250
     assert list(tmp_path.iterdir()) == []
+
+
+def test_credentials_from_a_named_profile(
+    seaweed_s3_local: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No key in the options or the environment: the profile's static keys in the shared
+    credentials file sign the requests (as delta-rs and the AWS SDKs read them)."""
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+    credentials = tmp_path / "credentials"
+    credentials.write_text(
+        "[default]\naws_access_key_id = nobody\naws_secret_access_key = wrong-secret\n\n"
+        f"[lake]\naws_access_key_id = {seaweed_s3_local['AWS_ACCESS_KEY_ID']}\n"
+        f"aws_secret_access_key = {seaweed_s3_local['AWS_SECRET_ACCESS_KEY']}\n"
+    )
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_PROFILE", "lake")
+    where = {k: v for k, v in seaweed_s3_local.items() if "KEY" not in k}
+    item = LakeFile("s3://lake/profile-test/x.json", where)
+    item.write_json({"n": 1})
+    assert LakeFile(item.uri, where).read_json() == {"n": 1}
+    assert item.delete()
+    monkeypatch.setenv("AWS_PROFILE", "default")  # the wrong keys are refused
+    with pytest.raises(SinkError, match=r"writing s3://lake/profile-test/x\.json failed"):
+        LakeFile(item.uri, where).write_json({"n": 2})

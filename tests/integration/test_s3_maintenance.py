@@ -156,7 +156,7 @@ AGGRESSIVE = MaintenancePolicy(
 def test_aggressive_maintenance_on_s3_keeps_every_read_and_the_replay_exact(
     s3_lake: S3Lake, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The default retentions (deleted files 1 hour, log 1 minute) protect a reader's snapshot
+    """The default retentions (deleted files 1 hour, log 15 minutes) protect a reader's snapshot
     from vacuum and log cleanup: no read fails, even with every task due every few commits."""
     lake = LakeLocation.resolve(s3_lake.uri, tmp_path, environ=os.environ)
     caplog.set_level(logging.DEBUG, logger="cdc_platform.sink")

@@ -129,3 +129,42 @@ def test_unreachable_store_is_a_sink_error_naming_the_uri_without_secrets() -> N
         item.read_text()
     assert secret not in str(caught.value)
     assert caught.value.transient
+
+
+def test_a_write_based_on_an_old_read_is_refused(tmp_path: Path) -> None:
+    """Fencing on a local disk: a handle writes only over the version it read."""
+    from cdc_platform.errors import StaleSideFileError  # noqa: PLC0415
+
+    path = str(tmp_path / "d" / "_snapshot_state.json")
+    LakeFile(path).write_json({"term": 1})
+    old, new = LakeFile(path), LakeFile(path)
+    assert old.read_json() == new.read_json() == {"term": 1}
+    new.write_json({"term": 2})
+    with pytest.raises(StaleSideFileError, match=r"_snapshot_state\.json: it changed"):
+        old.write_json({"term": 1, "more": True})
+    with pytest.raises(StaleSideFileError):
+        old.delete()
+    assert LakeFile(path).read_json() == {"term": 2}
+    new.write_json({"term": 2, "more": True})  # its own write is the version it knows
+    blind = LakeFile(path)  # never looked: writes unconditionally (inbox files, staging)
+    blind.write_json({"blind": True})
+    assert LakeFile(path).read_json() == {"blind": True}
+    assert not [n for n in os.listdir(tmp_path / "d") if n.startswith(".")]
+
+
+def test_folders_and_copies(tmp_path: Path) -> None:
+    root = LakeFile(str(tmp_path))
+    root.child("a", "x.json").write_text("{}")
+    root.child("b", "y.json").write_text("{}")
+    assert root.folders() == ["a", "b"]
+    assert root.child("a", "x.json").copy_to(root.child("c", "x.json"))
+    assert not root.child("a", "gone.json").copy_to(root.child("c", "gone.json"))
+    assert root.child("c", "x.json").read_bytes() == b"{}"
+    assert root.child("a", "x.json").exists()
+
+
+def test_a_fenced_delete_after_the_folder_went_is_false(tmp_path: Path) -> None:
+    item = LakeFile(str(tmp_path / "d" / "_reread_tables.json"))
+    item.write_json({"tables": {}})
+    LakeFile(str(tmp_path / "d")).delete_tree()
+    assert not item.delete()

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from cdc_platform.config.models import InstanceConfig, SourceConfig
-from cdc_platform.errors import LeaseLostError
+from cdc_platform.errors import LeaseLostError, StaleSideFileError
 from cdc_platform.events import ResumePosition
 from cdc_platform.runtime.instance import RunSummary, RuntimeMetrics
 from cdc_platform.runtime.supervisor import LeaseSupervisor
@@ -157,3 +157,33 @@ def test_operator_release_sends_the_holder_back_to_standby_and_epochs_grow(
     entry = state.get("lease/shop")
     assert entry is not None
     assert '"state": "released"' in entry.value
+
+
+class RefusedSideFileRuntime(FakeRuntime):
+    """Its first term ends as a paused old holder's does: a side file refused its write."""
+
+    def run(self, *, exit_when_idle_seconds: float | None = None) -> RunSummary:
+        if len(FakeRuntime.instances) == 1:
+            refused = StaleSideFileError("_snapshot_state.json: a newer term wrote it")
+            return RunSummary(self.name, "failed", 0, 0, 0, RESUME, refused)
+        return super().run(exit_when_idle_seconds=exit_when_idle_seconds)
+
+
+def test_a_refused_side_file_write_sends_the_holder_back_to_standby(tmp_path: Path) -> None:
+    """Fenced off by a side file, the holder lets its lease go and contends again (a newer
+    term wrote the file), instead of ending the process as if the run had failed."""
+    lease = InMemoryLease(
+        InMemoryLeaseStore(), "shop", address="a", renew_interval=0.1, release_cooldown=0.0
+    )
+    FakeRuntime.instances.clear()
+    sup = supervisor(lease, str(tmp_path / "changes"), runtime_factory=RefusedSideFileRuntime)
+    result: list[RunSummary] = []
+    thread = threading.Thread(target=lambda: result.append(sup.run()), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: len(FakeRuntime.instances) == 2, "a second term")
+    finally:
+        sup.request_stop("test done")
+        thread.join(timeout=30)
+    assert result[0].reason == "test done"
+    assert [r.epoch for r in FakeRuntime.instances] == [0, 1]
