@@ -80,6 +80,7 @@ from cdc_platform.source.row_reader import (
     read_chunk,
 )
 from cdc_platform.source.sql import qualified_name
+from cdc_platform.source.table_names import split_table_name
 
 __all__ = [
     "DEFAULT_SEGMENT_EVENTS",
@@ -243,7 +244,7 @@ class SnapshotRunner:
         with self._errors("describing tables"), self._source() as conn:
             for name in tables:
                 try:
-                    describe_table(conn, *name.split(".", 1))
+                    describe_table(conn, *split_table_name(conn, name))
                 except SnapshotError as exc:
                     refused[name] = str(exc)
         return refused
@@ -346,7 +347,7 @@ class SnapshotRunner:
         """The table's spec; for a snapshot already under way, why it cannot go on instead
         of an error (a fresh request for a table that cannot be copied is refused)."""
         try:
-            return describe_table(conn, *name.split(".", 1))
+            return describe_table(conn, *split_table_name(conn, name))
         except SnapshotError as exc:
             if not pending:
                 raise

@@ -67,8 +67,6 @@ from cdc_platform.spark.mirror_state import (
 )
 from cdc_platform.spark.names import location_name, quote_identifier
 from cdc_platform.spark.plan import (
-    DELETED,
-    FIRST_KIND,
     Timeline,
     apply_plan,
     change_rows,
@@ -272,10 +270,10 @@ class _Apply:
         self._final(changes, line).write.format("delta").mode("overwrite").save(staging)
         final = self.spark.read.format("delta").load(staging)
         if target.has_primary_key:
-            inserted, updated, deleted = _counts(final)
+            inserted, updated, deleted = _counts(final, target)
             source, sql = final, _merge_sql
         else:  # the MERGE's rows depend on the mirror's counts: staged before it changes
-            (inserted, deleted), updated = multiset.delta_counts(final), 0
+            (inserted, deleted), updated = multiset.delta_counts(final, target), 0
             mirror = self.spark.read.format("delta").load(self.uri)
             rows = f"{staging}-rows"
             multiset.merge_rows(mirror, final, target).write.format("delta").mode("overwrite").save(
@@ -459,9 +457,9 @@ def _mirror_struct(target: TableSchema, db: str, table: str) -> T.StructType:
     )
 
 
-def _counts(final: DataFrame) -> tuple[int, int, int]:
-    existed = F.col(FIRST_KIND).isin("update", "delete")
-    deleted = F.col(DELETED)
+def _counts(final: DataFrame, target: TableSchema) -> tuple[int, int, int]:
+    existed = F.col(quote_identifier(target.engine.first_kind)).isin("update", "delete")
+    deleted = F.col(quote_identifier(target.engine.deleted))
     row = final.agg(
         F.count(F.when(~existed & ~deleted, 1)).alias("inserted"),
         F.count(F.when(existed & ~deleted, 1)).alias("updated"),
@@ -475,7 +473,8 @@ def _merge_sql(uri: str, view: str, target: TableSchema) -> str:
     keys = set(target.key)
     names = target.names
     rest = [n for n in names if n not in keys]
-    clauses = [f"WHEN MATCHED AND s.{quote_identifier(DELETED)} THEN DELETE"]
+    deleted = quote_identifier(target.engine.deleted)
+    clauses = [f"WHEN MATCHED AND s.{deleted} THEN DELETE"]
     if rest:
         sets = ", ".join(f"t.{quote_identifier(n)} = s.{quote_identifier(n)}" for n in rest)
         clauses.append(f"WHEN MATCHED THEN UPDATE SET {sets}")
@@ -483,7 +482,7 @@ def _merge_sql(uri: str, view: str, target: TableSchema) -> str:
     values = ", ".join(f"s.{quote_identifier(n)}" for n in names)
     # every name is a quoted identifier; no value is spliced into the statement
     insert = f"INSERT ({columns}) VALUES ({values})"  # noqa: S608
-    clauses.append(f"WHEN NOT MATCHED AND NOT s.{quote_identifier(DELETED)} THEN {insert}")
+    clauses.append(f"WHEN NOT MATCHED AND NOT s.{deleted} THEN {insert}")
     head = f"MERGE INTO {delta_ref(uri)} AS t USING {quote_identifier(view)} AS s "
     return head + f"ON {key_condition(target, 't', 's')} " + " ".join(clauses)
 

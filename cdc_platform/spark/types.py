@@ -46,6 +46,7 @@ from pyspark.sql import functions as F  # noqa: N812 (the PySpark idiom)
 from pyspark.sql import types as T  # noqa: N812 (the PySpark idiom)
 
 from cdc_platform.errors import SparkError, UnsupportedColumnTypeError
+from cdc_platform.spark.names import EngineColumns, engine_columns
 
 __all__ = [
     "TYPE_ALIASES",
@@ -140,6 +141,11 @@ class TableSchema:
     def names(self) -> list[str]:
         """Column names in table order."""
         return [c.name for c in self.columns]
+
+    @property
+    def engine(self) -> EngineColumns:
+        """Names for the engine's own columns beside these (never equal to one of them)."""
+        return engine_columns(self.names)
 
     @property
     def has_primary_key(self) -> bool:
