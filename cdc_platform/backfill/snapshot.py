@@ -61,6 +61,7 @@ from cdc_platform.backfill.chunk_sizing import ChunkSizer
 from cdc_platform.backfill.progress import SnapshotProgress, SnapshotResult
 from cdc_platform.backfill.segments import SegmentStream, altered, touched_keys
 from cdc_platform.backfill.stop import SideWorkStop
+from cdc_platform.backfill.table_definition import definition_event
 from cdc_platform.errors import CdcError, SnapshotError
 from cdc_platform.events import BinlogPosition, ChangeEvent, EventKind, ResumePosition
 from cdc_platform.sink import Checkpoint, DeltaChangeLog
@@ -426,7 +427,7 @@ class SnapshotRunner:
             ctx.batch_seq += 1
             self._commit(ctx, part, cut)
 
-    def _table(self, ctx: _Chunking, spec: SnapshotTable, state: dict[str, Any]) -> None:
+    def _table(self, ctx: _Chunking, spec: SnapshotTable, state: dict[str, Any]) -> None:  # noqa: PLR0915 (one chunk's steps, in order)
         """Chunks of one table until it is done, ended, or a stop is requested."""
         conn, result = ctx.conn, ctx.result
         gone = f"table {spec.name} does not exist (dropped or renamed during its snapshot)"
@@ -470,6 +471,8 @@ class SnapshotRunner:
                 next_index, next_after = (
                     (state["index"] + 1, None) if done else (state["index"], state["after"])
                 )
+            if done and not chunk.rows and tally.chunks == 0 and not changed:  # empty table
+                segment = [*segment, definition_event(conn, spec, cut)]
             rows = RowsAtCut(
                 spec.db,
                 spec.table,
