@@ -60,6 +60,8 @@ from cdc_platform.spark.types import (
     raw_struct,
     spark_type,
     typed_value,
+    with_zero_dates,
+    zero_dates_of,
 )
 
 __all__ = ["ChunkProgress", "TableComparison", "compare_table"]
@@ -220,7 +222,7 @@ def _mirror_pks(
 ) -> dict[tuple[Any, ...], str]:
     """The ``pk`` JSON of mirror-only keys, from their newest upsert in the change log."""
     keys = target.key
-    line = timeline(changes, db, table, lo=0, base=target)
+    line = timeline(changes, db, table, lo=0, base=target, zero_dates=zero_dates_of(target))
     e = (line.target or target).engine
     events = key_events(change_rows(changes, db, table, 0), line).where(~col(e.deleted))
     newest = (
@@ -328,9 +330,10 @@ def compare_table(  # noqa: PLR0913 (Spark, the source table, where its mirror i
         )
     target = state.schema
     mirror = spark.read.format("delta").load(uri)
-    if schema_signature(parse_columns(spec.columns_json)) != schema_signature(
-        target
-    ) or _mirror_types_differ(mirror, target, db, table):
+    source_schema = with_zero_dates(parse_columns(spec.columns_json), zero_dates_of(target))
+    if schema_signature(source_schema) != schema_signature(target) or _mirror_types_differ(
+        mirror, target, db, table
+    ):
         return TableComparison(
             db,
             table,
@@ -375,7 +378,9 @@ def compare_table(  # noqa: PLR0913 (Spark, the source table, where its mirror i
         pending = change_rows(changes, db, table, state.last_seq)
         flight: DataFrame | None = None
         if pending.limit(1).count() > 0:
-            line = timeline(changes, db, table, lo=state.last_seq, base=target)
+            line = timeline(
+                changes, db, table, lo=state.last_seq, base=target, zero_dates=zero_dates_of(target)
+            )
             if line.target is None or schema_signature(line.target) != schema_signature(target):
                 result.status = "schema_differs"
                 result.message = "a DDL is waiting to be applied to the mirror"

@@ -44,9 +44,11 @@ from cdc_platform.spark.names import col, quote_identifier
 from cdc_platform.spark.types import (
     ColumnSpec,
     TableSchema,
+    ZeroDates,
     parse_columns,
     raw_struct,
     typed_value,
+    with_zero_dates,
 )
 
 __all__ = [
@@ -145,11 +147,13 @@ def timeline(  # noqa: PLR0913 (the changes and the table; the range keyword-onl
     lo: int,
     hi: int | None = None,
     base: TableSchema | None = None,
+    zero_dates: ZeroDates = "string",
 ) -> Timeline:
     """Schema versions, DDL and target schema of ``db.table`` for ``lo < seq <= hi``.
 
     ``base`` is the schema in force at ``lo`` (e.g. the mirror's), used when no row of the
-    range shows one. Two small queries: versions grouped by ``columns``, and the DDL rows.
+    range shows one; ``zero_dates`` how the target holds temporal columns. Two small
+    queries: versions grouped by ``columns``, and the DDL rows.
     """
     rows = change_rows(changes, db, table, lo, hi)
     groups = (
@@ -163,14 +167,18 @@ def timeline(  # noqa: PLR0913 (the changes and the table; the range keyword-onl
         .collect()
     )
     if not groups:
-        return Timeline(db, table, lo, lo, 0, (), (), base)
+        target = with_zero_dates(base, zero_dates) if base is not None else None
+        return Timeline(db, table, lo, lo, 0, (), (), target)
     top = max(int(g["max_seq"]) for g in groups)
     row_changes = sum(int(g["row_changes"]) for g in groups)
     last_ts = datetime.fromtimestamp(max(int(g["max_ts"]) for g in groups) / 1e6, UTC)
     versions = sorted(
         (
             SchemaVersion(
-                g["columns"], parse_columns(g["columns"]), int(g["min_seq"]), int(g["max_seq"])
+                g["columns"],
+                with_zero_dates(parse_columns(g["columns"]), zero_dates),
+                int(g["min_seq"]),
+                int(g["max_seq"]),
             )
             for g in groups
             if g["columns"] is not None
@@ -219,7 +227,7 @@ def timeline(  # noqa: PLR0913 (the changes and the table; the range keyword-onl
         row_changes,
         tuple(versions),
         ddls,
-        target,
+        with_zero_dates(target, zero_dates) if target is not None else None,
         reset_seq,
         renamed,
         last_ts,
