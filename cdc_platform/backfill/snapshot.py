@@ -255,12 +255,12 @@ class SnapshotRunner:
     def run(self) -> SnapshotResult:
         """Snapshot every requested table (or resume the one in progress) and return a summary.
 
-        A table of a resumed snapshot that can no longer be copied (dropped, renamed, without
-        a primary key now) ends with a logged reason in ``SnapshotResult.ended`` and the state;
-        the other tables go on.
+        A table of a resumed snapshot that can no longer be copied (dropped, renamed, a column
+        it cannot read) ends with a logged reason in ``SnapshotResult.ended`` and the state;
+        the other tables go on. Tables without a primary key are copied whole.
 
         Raises:
-            SnapshotError: no primary key, unreadable column, another snapshot in progress.
+            SnapshotError: unreadable column, another snapshot in progress.
             SourceError, SinkError: the source or the change log failed; rerun to continue.
             LeaseLostError: interrupted by ``stop``; nothing was committed after it.
         """
