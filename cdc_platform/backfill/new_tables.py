@@ -8,7 +8,7 @@ lease before it streams.
 * ``tables``: every table the change log holds completely, by a snapshot or from its
   ``CREATE TABLE`` on; a table is added as soon as its own snapshot finishes, so a later
   interruption does not copy it again;
-* ``ended``: tables whose copy was ended or refused, with why (no primary key, dropped or
+* ``ended``: tables whose copy was ended or refused, with why (dropped, an unreadable column, or
   renamed while its snapshot was pending);
 * ``after_batch`` and ``filters``: the change log's batch and the capture filters when the
   tables were last listed. A table that appears later and whose ``CREATE TABLE`` the log holds

@@ -13,7 +13,8 @@ The tables waiting for a re-read are kept in ``<lake_root>/<destination>/_reread
 ``before_commit``; a batch that then fails costs one needless copy) and emptied once their
 copy is done, so a re-read interrupted by a stop, a crash or a lost lease is done by the next
 lease holder, and a mirror never sees the DDL before the list names its table. A table that
-cannot be copied (dropped or renamed meanwhile, no primary key) is left out with a warning.
+cannot be copied (dropped or renamed meanwhile) is left out with a warning; a table without
+a primary key is copied whole, replacing its mirror (:mod:`.whole_copy`).
 """
 
 from __future__ import annotations

@@ -61,6 +61,8 @@ from cdc_platform.backfill.chunk_sizing import ChunkSizer
 from cdc_platform.backfill.progress import SnapshotProgress, SnapshotResult
 from cdc_platform.backfill.segments import SegmentStream, altered, touched_keys
 from cdc_platform.backfill.stop import SideWorkStop
+from cdc_platform.backfill.table_definition import definition_event
+from cdc_platform.backfill.whole_copy import copy_whole_table
 from cdc_platform.errors import CdcError, SnapshotError
 from cdc_platform.events import BinlogPosition, ChangeEvent, EventKind, ResumePosition
 from cdc_platform.sink import Checkpoint, DeltaChangeLog
@@ -80,6 +82,7 @@ from cdc_platform.source.row_reader import (
     read_chunk,
 )
 from cdc_platform.source.sql import qualified_name
+from cdc_platform.source.table_names import split_table_name
 
 __all__ = [
     "DEFAULT_SEGMENT_EVENTS",
@@ -238,12 +241,13 @@ class SnapshotRunner:
             return self._discover(conn)
 
     def keyless(self, tables: Sequence[str]) -> dict[str, str]:
-        """Tables of ``tables`` the snapshot cannot copy, with why (no primary key...)."""
+        """Tables of ``tables`` the snapshot cannot copy, with why (gone, a column it cannot
+        read). Tables without a primary key are copied whole (:mod:`.whole_copy`)."""
         refused: dict[str, str] = {}
         with self._errors("describing tables"), self._source() as conn:
             for name in tables:
                 try:
-                    describe_table(conn, *name.split(".", 1))
+                    describe_table(conn, *split_table_name(conn, name), require_key=False)
                 except SnapshotError as exc:
                     refused[name] = str(exc)
         return refused
@@ -251,12 +255,12 @@ class SnapshotRunner:
     def run(self) -> SnapshotResult:
         """Snapshot every requested table (or resume the one in progress) and return a summary.
 
-        A table of a resumed snapshot that can no longer be copied (dropped, renamed, without
-        a primary key now) ends with a logged reason in ``SnapshotResult.ended`` and the state;
-        the other tables go on.
+        A table of a resumed snapshot that can no longer be copied (dropped, renamed, a column
+        it cannot read) ends with a logged reason in ``SnapshotResult.ended`` and the state;
+        the other tables go on. Tables without a primary key are copied whole.
 
         Raises:
-            SnapshotError: no primary key, unreadable column, another snapshot in progress.
+            SnapshotError: unreadable column, another snapshot in progress.
             SourceError, SinkError: the source or the change log failed; rerun to continue.
             LeaseLostError: interrupted by ``stop``; nothing was committed after it.
         """
@@ -346,7 +350,7 @@ class SnapshotRunner:
         """The table's spec; for a snapshot already under way, why it cannot go on instead
         of an error (a fresh request for a table that cannot be copied is refused)."""
         try:
-            return describe_table(conn, *name.split(".", 1))
+            return describe_table(conn, *split_table_name(conn, name), require_key=False)
         except SnapshotError as exc:
             if not pending:
                 raise
@@ -425,7 +429,7 @@ class SnapshotRunner:
             ctx.batch_seq += 1
             self._commit(ctx, part, cut)
 
-    def _table(self, ctx: _Chunking, spec: SnapshotTable, state: dict[str, Any]) -> None:
+    def _table(self, ctx: _Chunking, spec: SnapshotTable, state: dict[str, Any]) -> None:  # noqa: PLR0915 (one chunk's steps, in order)
         """Chunks of one table until it is done, ended, or a stop is requested."""
         conn, result = ctx.conn, ctx.result
         gone = f"table {spec.name} does not exist (dropped or renamed during its snapshot)"
@@ -437,6 +441,9 @@ class SnapshotRunner:
             self._end(state, spec.name, gone, result)
             return
         tally = _tally(state, spec.name, estimated)
+        if not spec.primary_key:
+            self._copy_whole(ctx, spec, state, tally)
+            return
         while not self._stop.is_set():
             self._interrupt.check()
             asked, began = self.sizer.rows, self._clock()
@@ -469,6 +476,8 @@ class SnapshotRunner:
                 next_index, next_after = (
                     (state["index"] + 1, None) if done else (state["index"], state["after"])
                 )
+            if done and not chunk.rows and tally.chunks == 0 and not changed:  # empty table
+                segment = [*segment, definition_event(conn, spec, cut)]
             rows = RowsAtCut(
                 spec.db,
                 spec.table,
@@ -515,6 +524,45 @@ class SnapshotRunner:
                 if self._on_table_done is not None:
                     self._on_table_done(spec.name, ended)
                 break
+
+    def _copy_whole(
+        self, ctx: _Chunking, spec: SnapshotTable, state: dict[str, Any], tally: SnapshotProgress
+    ) -> None:
+        """A table without a primary key, copied in one consistent read (:mod:`.whole_copy`);
+        an interrupted copy starts over (its truncate row replaces the partial one)."""
+
+        def commit(
+            events: Sequence[ChangeEvent], cut: ResumePosition, rows: RowsAtCut | None
+        ) -> None:
+            ctx.batch_seq += 1
+            self._commit(ctx, list(events), cut, rows)
+
+        def segment(high: BinlogPosition) -> tuple[list[ChangeEvent], ResumePosition, bool]:
+            part, cut, _touched, changed = self._segment(ctx, spec, set(), high)
+            return part, cut, changed
+
+        try:
+            copied = copy_whole_table(
+                self._source, spec, read_segment=segment, commit=commit, batch_rows=self.sizer.rows
+            )
+        except pymysql.MySQLError as exc:
+            if not is_missing_table(exc):
+                raise
+            self._end(state, spec.name, f"table {spec.name} does not exist any more", ctx.result)
+            return
+        finally:
+            self._interrupt.attach(ctx.conn)  # the copy's own connection is closed
+        state["progress"][spec.name] = {
+            "rows_read": copied,
+            "estimated_rows": tally.estimated_rows,
+            "chunks": 1,
+        }
+        state.update(index=state["index"] + 1, after=None, pending=None)
+        self._save_state(state)
+        tally.chunk_rows = copied
+        self._account(ctx, tally, state["index"] - 1, counted=copied, kept=copied)
+        if self._on_table_done is not None:
+            self._on_table_done(spec.name, None)
 
     def _reshaped(
         self, conn: pymysql.connections.Connection[Any], spec: SnapshotTable

@@ -47,10 +47,8 @@ from cdc_platform.source.sql import qualified_name
 from cdc_platform.source.values import dumps
 from cdc_platform.spark.locations import STAGING_DIR, mirror_uri, table_exists
 from cdc_platform.spark.mirror_state import read_state, schema_signature
-from cdc_platform.spark.names import col, location_name
+from cdc_platform.spark.names import EngineColumns, col, location_name
 from cdc_platform.spark.plan import (
-    DELETED,
-    SEQ,
     change_rows,
     key_events,
     read_change_log,
@@ -62,6 +60,8 @@ from cdc_platform.spark.types import (
     raw_struct,
     spark_type,
     typed_value,
+    with_zero_dates,
+    zero_dates_of,
 )
 
 __all__ = ["ChunkProgress", "TableComparison", "compare_table"]
@@ -70,8 +70,9 @@ log = logging.getLogger(__name__)
 
 Status = Literal["compared", "no_mirror", "schema_differs"]
 
-_HASH = "_cdc_hash"
 _CHUNK = "_cdc_chunk"
+"""Column of the staged source files (beside ``key``, ``pk``, ``after``: no source column
+sits beside them there; typed frames rename them to the table's engine columns)."""
 _ROWS_PER_FILE = 200_000
 
 
@@ -200,15 +201,18 @@ def _row_hash(names: Sequence[str]) -> Column:
     return F.xxhash64(*[col(n) for n in names], flags)
 
 
-def _sums(frame: DataFrame) -> dict[int | None, tuple[int, int]]:
+def _sums(frame: DataFrame, e: EngineColumns) -> dict[int | None, tuple[int, int]]:
     """chunk -> (rows, sum of hashes)."""
     out: dict[int | None, tuple[int, int]] = {}
     for row in (
-        frame.groupBy(_CHUNK)
-        .agg(F.count(F.lit(1)).alias("n"), F.sum(F.col(_HASH).cast("decimal(38,0)")).alias("s"))
+        frame.groupBy(col(e.of("chunk")))
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            F.sum(col(e.of("hash")).cast("decimal(38,0)")).alias("s"),
+        )
         .collect()
     ):
-        chunk = row[_CHUNK]
+        chunk = row[e.of("chunk")]
         out[None if chunk is None else int(chunk)] = (int(row["n"]), int(row["s"] or 0))
     return out
 
@@ -218,19 +222,20 @@ def _mirror_pks(
 ) -> dict[tuple[Any, ...], str]:
     """The ``pk`` JSON of mirror-only keys, from their newest upsert in the change log."""
     keys = target.key
-    line = timeline(changes, db, table, lo=0, base=target)
-    events = key_events(change_rows(changes, db, table, 0), line).where(~F.col(DELETED))
+    line = timeline(changes, db, table, lo=0, base=target, zero_dates=zero_dates_of(target))
+    e = (line.target or target).engine
+    events = key_events(change_rows(changes, db, table, 0), line).where(~col(e.deleted))
     newest = (
         events.join(extras.select(*[col(k) for k in keys]), on=keys, how="inner")
         .groupBy(*[col(k) for k in keys])
-        .agg(F.max(F.col(SEQ)).alias("seq"))
+        .agg(F.max(col(e.seq)).alias(e.seq))
     )
-    rows = (
-        newest.join(change_rows(changes, db, table, 0).select(F.col("seq"), F.col("pk")), on="seq")
-        .select(*[col(k) for k in keys], F.col("pk"))
-        .collect()
+    pk = e.of("pk")
+    logged = change_rows(changes, db, table, 0).select(
+        F.col("seq").alias(e.seq), F.col("pk").alias(pk)
     )
-    return {tuple(r[k] for k in keys): str(r["pk"]) for r in rows if r["pk"] is not None}
+    rows = newest.join(logged, on=e.seq).select(*[col(k) for k in keys], col(pk)).collect()
+    return {tuple(r[k] for k in keys): str(r[pk]) for r in rows if r[pk] is not None}
 
 
 def _python_key(value: Any) -> Any:
@@ -325,9 +330,10 @@ def compare_table(  # noqa: PLR0913 (Spark, the source table, where its mirror i
         )
     target = state.schema
     mirror = spark.read.format("delta").load(uri)
-    if schema_signature(parse_columns(spec.columns_json)) != schema_signature(
-        target
-    ) or _mirror_types_differ(mirror, target, db, table):
+    source_schema = with_zero_dates(parse_columns(spec.columns_json), zero_dates_of(target))
+    if schema_signature(source_schema) != schema_signature(target) or _mirror_types_differ(
+        mirror, target, db, table
+    ):
         return TableComparison(
             db,
             table,
@@ -351,14 +357,14 @@ def compare_table(  # noqa: PLR0913 (Spark, the source table, where its mirror i
         else:
             result.source_rows = _stage_whole_table(conn, spec, staging, chunk_size, on_chunk)
             result.chunks = 1 if result.source_rows else 0
-        names, keys = target.names, target.key
+        names, keys, e = target.names, target.key, target.engine
         key_cols = [col(k) for k in keys]
         parsed = F.from_json(F.col("after"), raw_struct(names))
         typed = (
             spark.read.parquet(staging.uri).select(
-                F.col(_CHUNK),
-                F.col("key"),
-                F.col("pk"),
+                F.col(_CHUNK).alias(e.of("chunk")),
+                F.col("key").alias(e.of("key")),
+                F.col("pk").alias(e.of("pk")),
                 *[
                     typed_value(parsed.getField(c.name), c, db=db, table=table).alias(c.name)
                     for c in target.columns
@@ -372,7 +378,9 @@ def compare_table(  # noqa: PLR0913 (Spark, the source table, where its mirror i
         pending = change_rows(changes, db, table, state.last_seq)
         flight: DataFrame | None = None
         if pending.limit(1).count() > 0:
-            line = timeline(changes, db, table, lo=state.last_seq, base=target)
+            line = timeline(
+                changes, db, table, lo=state.last_seq, base=target, zero_dates=zero_dates_of(target)
+            )
             if line.target is None or schema_signature(line.target) != schema_signature(target):
                 result.status = "schema_differs"
                 result.message = "a DDL is waiting to be applied to the mirror"
@@ -385,12 +393,16 @@ def compare_table(  # noqa: PLR0913 (Spark, the source table, where its mirror i
             return result
         source = (
             typed.select(
-                F.col(_CHUNK), F.col("key"), F.col("pk"), *key_cols, _row_hash(names).alias(_HASH)
+                col(e.of("chunk")),
+                col(e.of("key")),
+                col(e.of("pk")),
+                *key_cols,
+                _row_hash(names).alias(e.of("hash")),
             )
             if typed is not None
             else None
         )
-        mirror = mirror.select(*key_cols, _row_hash(names).alias(_HASH))
+        mirror = mirror.select(*key_cols, _row_hash(names).alias(e.of("hash")))
         if flight is not None:
             mirror = mirror.join(flight, on=keys, how="left_anti")
             if source is not None:
@@ -417,22 +429,28 @@ def _compare_multiset(
     cannot fix such a table (the service reports it as not repaired).
     """
     cols = [col(n) for n in target.names]
+    e = target.engine
+    in_source, in_mirror, in_flight = e.of("in_source"), e.of("in_mirror"), e.of("in_flight")
     zero, one = F.lit(0).cast("long"), F.lit(1).cast("long")
-    sides = mirror.select(*cols, zero.alias("_s"), one.alias("_m"), zero.alias("_f"))
+    sides = mirror.select(*cols, zero.alias(in_source), one.alias(in_mirror), zero.alias(in_flight))
     if source is not None:
         sides = sides.unionByName(
-            source.select(*cols, one.alias("_s"), zero.alias("_m"), zero.alias("_f"))
+            source.select(*cols, one.alias(in_source), zero.alias(in_mirror), zero.alias(in_flight))
         )
     if flight is not None:
         sides = sides.unionByName(
-            flight.select(*cols, zero.alias("_s"), zero.alias("_m"), one.alias("_f"))
+            flight.select(*cols, zero.alias(in_source), zero.alias(in_mirror), one.alias(in_flight))
         )
     counted = (
         sides.groupBy(*cols)
-        .agg(F.sum("_s").alias("_s"), F.sum("_m").alias("_m"), F.max("_f").alias("_f"))
-        .where(F.col("_f") == F.lit(0))
+        .agg(
+            F.sum(col(in_source)).alias(in_source),
+            F.sum(col(in_mirror)).alias(in_mirror),
+            F.max(col(in_flight)).alias(in_flight),
+        )
+        .where(col(in_flight) == F.lit(0))
     )
-    s, m = F.col("_s"), F.col("_m")
+    s, m = col(in_source), col(in_mirror)
     row = counted.agg(
         F.sum(F.greatest(s - m, F.lit(0))).alias("missing"),
         F.sum(F.greatest(m - s, F.lit(0))).alias("extra"),
@@ -460,15 +478,17 @@ def _compare_by_key(  # noqa: PLR0913, PLR0917 (the comparison's frames and boun
 ) -> None:
     """Per-chunk sums, then the differing chunks row by row; at most ``max_suspects`` rows
     are collected, the counts are computed in Spark."""
-    keys = target.key
+    keys, e = target.key, target.engine
     key_cols = [col(k) for k in keys]
+    chunk, hashed, key, pk = (col(e.of(r)) for r in ("chunk", "hash", "key", "pk"))
+    h_source_name, h_mirror_name = e.of("hash_source"), e.of("hash_mirror")
     if source is None:
-        located = mirror.withColumn(_CHUNK, F.lit(None).cast("long"))
+        located = mirror.withColumn(e.of("chunk"), F.lit(None).cast("long"))
         source_sums: dict[int | None, tuple[int, int]] = {}
     else:
-        located = mirror.join(source.select(*key_cols, F.col(_CHUNK)), on=keys, how="left")
-        source_sums = _sums(source)
-    mirror_sums = _sums(located)
+        located = mirror.join(source.select(*key_cols, chunk), on=keys, how="left")
+        source_sums = _sums(source, e)
+    mirror_sums = _sums(located, e)
     differing = sorted(
         c
         for c in set(source_sums) | set(mirror_sums)
@@ -479,26 +499,24 @@ def _compare_by_key(  # noqa: PLR0913, PLR0917 (the comparison's frames and boun
     if not differing and not extra_rows:
         return
     s = (
-        source.where(F.col(_CHUNK).isin(differing)).select(
-            *key_cols, F.col("key"), F.col("pk"), F.col(_HASH).alias("_h_source")
-        )
+        source.where(chunk.isin(differing)).select(*key_cols, key, pk, hashed.alias(h_source_name))
         if source is not None and differing
         else None
     )
-    m = located.where(F.col(_CHUNK).isin(differing) | F.col(_CHUNK).isNull()).select(
-        *key_cols, F.col(_HASH).alias("_h_mirror")
+    m = located.where(chunk.isin(differing) | chunk.isNull()).select(
+        *key_cols, hashed.alias(h_mirror_name)
     )
     if s is None:
         both = m.select(
             *key_cols,
-            F.lit(None).cast("string").alias("key"),
-            F.lit(None).cast("string").alias("pk"),
-            F.lit(None).cast("long").alias("_h_source"),
-            F.col("_h_mirror"),
+            F.lit(None).cast("string").alias(e.of("key")),
+            F.lit(None).cast("string").alias(e.of("pk")),
+            F.lit(None).cast("long").alias(h_source_name),
+            col(h_mirror_name),
         )
     else:
         both = s.join(m, on=keys, how="full_outer")
-    h_source, h_mirror = F.col("_h_source"), F.col("_h_mirror")
+    h_source, h_mirror = col(h_source_name), col(h_mirror_name)
     differ = both.where(h_source.isNull() | h_mirror.isNull() | (h_source != h_mirror))
     totals = differ.agg(
         F.count(F.when(h_mirror.isNull(), 1)).alias("missing"),
@@ -509,7 +527,7 @@ def _compare_by_key(  # noqa: PLR0913, PLR0917 (the comparison's frames and boun
     result.changed = int(totals["changed"])
     result.extra_in_mirror = int(totals["extra"])
     found = differ.limit(max_suspects).collect() if max_suspects > 0 else []
-    extras = [r for r in found if r["_h_source"] is None]
+    extras = [r for r in found if r[h_source_name] is None]
     pk_of: dict[tuple[Any, ...], str] = {}
     if extras:
         extra_keys = spark.createDataFrame(
@@ -518,15 +536,15 @@ def _compare_by_key(  # noqa: PLR0913, PLR0917 (the comparison's frames and boun
         )
         pk_of = _mirror_pks(changes, result.db, result.table, target, extra_keys)
     for r in found:
-        if r["_h_source"] is None:
+        if r[h_source_name] is None:
             values = tuple(r[k] for k in keys)
-            pk = pk_of.get(values)
-            if pk is None:  # not from the change log: a key of simple values, spelled out
-                pk = dumps({k: _python_key(v) for k, v in zip(keys, values, strict=True)})
+            pk_json = pk_of.get(values)
+            if pk_json is None:  # not from the change log: a key of simple values, spelled out
+                pk_json = dumps({k: _python_key(v) for k, v in zip(keys, values, strict=True)})
             raw = encode_key([_python_key(v) for v in values])
         else:
-            pk, raw = str(r["pk"]), json.loads(r["key"])
-        result.suspects.append(RepairKey(raw, pk))
+            pk_json, raw = str(r[e.of("pk")]), json.loads(r[e.of("key")])
+        result.suspects.append(RepairKey(raw, pk_json))
     if result.differences > max_suspects:
         result.message = (
             f"{result.differences} rows differ; only the first {max_suspects} are repaired "

@@ -33,6 +33,7 @@ from cdc_platform.reconcile.inbox import destination_inbox
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.mysql import connect_source
 from cdc_platform.source.row_reader import base_tables, describe_table
+from cdc_platform.source.table_names import split_table_name
 from cdc_platform.spark.locations import mirror_root
 
 __all__ = ["ReconcileReport", "reconcile_destination"]
@@ -144,7 +145,7 @@ def reconcile_destination(  # noqa: PLR0912, PLR0913, PLR0915 (the two phases, w
         else:
             names = base_tables(conn, source.include_tables, source.exclude_tables)
         for name in names:
-            db, table = name.split(".", 1)
+            db, table = split_table_name(conn, name)
             try:
                 spec = describe_table(conn, db, table, require_key=False)
             except SnapshotError as exc:

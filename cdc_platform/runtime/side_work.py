@@ -158,7 +158,7 @@ class SideWork:
 
         A stop or a lost lease ends the snapshot after (or, lease lost, inside) its chunk: the
         request stays, and this or the next holder finishes the same snapshot. A refusal (a
-        table without a primary key, another snapshot in progress) is the request's answer.
+        table that is gone, another snapshot in progress) is the request's answer.
         """
         inbox, lake_root = self.snapshot_inbox, self.lake_root
         assert inbox is not None

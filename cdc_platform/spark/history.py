@@ -32,7 +32,7 @@ from cdc_platform.spark.plan import (
     read_change_log,
     timeline,
 )
-from cdc_platform.spark.types import spark_type
+from cdc_platform.spark.types import ZeroDates, spark_type
 
 __all__ = [
     "DailyTableStats",
@@ -180,6 +180,7 @@ def mirror_as_of(  # noqa: PLR0913, PLR0917 (the positional API the Dagster asse
     *,
     mirror_root: str | None = None,
     storage_options: Mapping[str, str] | None = None,
+    zero_dates: ZeroDates = "string",
 ) -> MirrorResult:
     """Write the state of ``db.table`` at the end of ``end_of_day`` (UTC) to ``target_uri``.
 
@@ -188,13 +189,14 @@ def mirror_as_of(  # noqa: PLR0913, PLR0917 (the positional API the Dagster asse
     (same schema, no truncate since) is read with ``VERSION AS OF`` and only the changes after
     it are applied; otherwise, or when that version is gone (vacuum), the table's whole
     history is replayed. Both give the same rows. Overwrites ``target_uri``.
-    ``storage_options`` are the lake's (delta-rs and existence checks on object storage).
+    ``storage_options`` are the lake's (delta-rs and existence checks on object storage);
+    ``zero_dates`` as for :func:`~cdc_platform.spark.mirror.apply_changes`.
     """
     started = time.perf_counter()
     try:
         changes = read_change_log(spark, change_log_uri)
         bound = seq_bound(spark, change_log_uri, db, table, end_of_day)
-        line = timeline(changes, db, table, lo=0, hi=bound)
+        line = timeline(changes, db, table, lo=0, hi=bound, zero_dates=zero_dates)
         if line.target is None:  # the table had no rows (or no known schema) by then
             logger.info("%s.%s: nothing to mirror as of %s", db, table, end_of_day)
             return MirrorResult(

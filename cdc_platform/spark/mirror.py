@@ -66,8 +66,6 @@ from cdc_platform.spark.mirror_state import (
 )
 from cdc_platform.spark.names import location_name, quote_identifier
 from cdc_platform.spark.plan import (
-    DELETED,
-    FIRST_KIND,
     Timeline,
     apply_plan,
     change_rows,
@@ -77,7 +75,7 @@ from cdc_platform.spark.plan import (
     read_change_log,
     timeline,
 )
-from cdc_platform.spark.types import TableSchema, spark_type
+from cdc_platform.spark.types import TableSchema, ZeroDates, spark_type, with_zero_dates
 
 __all__ = ["Hook", "MirrorResult", "Step", "apply_changes"]
 
@@ -204,8 +202,10 @@ class _Apply:
         hook: Hook | None,
         storage_options: Mapping[str, str] | None,
         held: bool = False,
+        zero_dates: ZeroDates = "string",
     ) -> None:
         self.held = held
+        self.zero_dates = zero_dates
         self.spark = spark
         self.options = storage_options
         self.change_log_uri = change_log_uri
@@ -225,19 +225,27 @@ class _Apply:
         exists = table_exists(self.spark, self.uri, self.options)
         last = state.last_seq if state is not None and exists else 0
         base = state.schema if state is not None else None
-        line = timeline(changes, self.db, self.table, lo=last, base=base)
+        zero_dates = self.zero_dates
+        line = timeline(changes, self.db, self.table, lo=last, base=base, zero_dates=zero_dates)
         cut = _first_rewrite(line) if self.held else None
         if cut is not None:  # wait before it, in the table's last complete state
             logger.info("%s.%s: re-read pending: applying up to seq %d", self.db, self.table, cut)
-            line = timeline(changes, self.db, self.table, lo=last, hi=cut - 1, base=base)
-        if line.empty or (line.target is None and line.row_changes == 0):
+            line = timeline(
+                changes, self.db, self.table, lo=last, hi=cut - 1, base=base, zero_dates=zero_dates
+            )
+        restyled = base is not None and schema_signature(
+            with_zero_dates(base, zero_dates)
+        ) != schema_signature(base)  # zero_dates changed: rebuild even with nothing new
+        if not restyled and (line.empty or (line.target is None and line.row_changes == 0)):
             # nothing new, or only DDL of a table none of whose rows arrived yet (the new name
             # of a renamed table before its re-read)
             return self._noop(state, last, change_log_version)
         reason = _needs_rebuild(line, state, exists, self.uri, self.options)
         if reason is not None:
             if last > 0:  # rebuilds need the whole history's versions and resets
-                line = timeline(changes, self.db, self.table, lo=0, hi=line.hi)
+                line = timeline(
+                    changes, self.db, self.table, lo=0, hi=line.hi, zero_dates=zero_dates
+                )
             logger.info("%s.%s: rebuilding the mirror (%s)", self.db, self.table, reason)
             return self._rebuild(changes, line, history, change_log_version, previous=last)
         return self._merge(changes, line, history, change_log_version)
@@ -271,10 +279,10 @@ class _Apply:
         self._final(changes, line).write.format("delta").mode("overwrite").save(staging)
         final = self.spark.read.format("delta").load(staging)
         if target.has_primary_key:
-            inserted, updated, deleted = _counts(final)
+            inserted, updated, deleted = _counts(final, target)
             source, sql = final, _merge_sql
         else:  # the MERGE's rows depend on the mirror's counts: staged before it changes
-            (inserted, deleted), updated = multiset.delta_counts(final), 0
+            (inserted, deleted), updated = multiset.delta_counts(final, target), 0
             mirror = self.spark.read.format("delta").load(self.uri)
             rows = f"{staging}-rows"
             multiset.merge_rows(mirror, final, target).write.format("delta").mode("overwrite").save(
@@ -455,9 +463,9 @@ def _mirror_struct(target: TableSchema, db: str, table: str) -> T.StructType:
     )
 
 
-def _counts(final: DataFrame) -> tuple[int, int, int]:
-    existed = F.col(FIRST_KIND).isin("update", "delete")
-    deleted = F.col(DELETED)
+def _counts(final: DataFrame, target: TableSchema) -> tuple[int, int, int]:
+    existed = F.col(quote_identifier(target.engine.first_kind)).isin("update", "delete")
+    deleted = F.col(quote_identifier(target.engine.deleted))
     row = final.agg(
         F.count(F.when(~existed & ~deleted, 1)).alias("inserted"),
         F.count(F.when(existed & ~deleted, 1)).alias("updated"),
@@ -471,7 +479,8 @@ def _merge_sql(uri: str, view: str, target: TableSchema) -> str:
     keys = set(target.key)
     names = target.names
     rest = [n for n in names if n not in keys]
-    clauses = [f"WHEN MATCHED AND s.{quote_identifier(DELETED)} THEN DELETE"]
+    deleted = quote_identifier(target.engine.deleted)
+    clauses = [f"WHEN MATCHED AND s.{deleted} THEN DELETE"]
     if rest:
         sets = ", ".join(f"t.{quote_identifier(n)} = s.{quote_identifier(n)}" for n in rest)
         clauses.append(f"WHEN MATCHED THEN UPDATE SET {sets}")
@@ -479,7 +488,7 @@ def _merge_sql(uri: str, view: str, target: TableSchema) -> str:
     values = ", ".join(f"s.{quote_identifier(n)}" for n in names)
     # every name is a quoted identifier; no value is spliced into the statement
     insert = f"INSERT ({columns}) VALUES ({values})"  # noqa: S608
-    clauses.append(f"WHEN NOT MATCHED AND NOT s.{quote_identifier(DELETED)} THEN {insert}")
+    clauses.append(f"WHEN NOT MATCHED AND NOT s.{deleted} THEN {insert}")
     head = f"MERGE INTO {delta_ref(uri)} AS t USING {quote_identifier(view)} AS s "
     return head + f"ON {key_condition(target, 't', 's')} " + " ".join(clauses)
 
@@ -498,8 +507,13 @@ def apply_changes(  # noqa: PLR0913 (which table of which change log; the hook k
     hook: Hook | None = None,
     storage_options: Mapping[str, str] | None = None,
     held: bool = False,
+    zero_dates: ZeroDates = "string",
 ) -> MirrorResult:
     """Bring the mirror of ``db.table`` up to the change log's newest row of that table.
+
+    ``zero_dates``: how the mirror holds DATE/DATETIME/TIMESTAMP columns (``ZeroDates``:
+    ``string``, the change log's text, so zero and partial dates round-trip; ``null``, typed,
+    those values null). Changing it rebuilds the mirror at its next apply.
 
     ``held``: the table's re-read after a DDL is not complete yet
     (:func:`cdc_platform.backfill.reread.pending_rereads`): the apply stops before the first
@@ -524,6 +538,7 @@ def apply_changes(  # noqa: PLR0913 (which table of which change log; the hook k
         hook=hook,
         storage_options=storage_options,
         held=held,
+        zero_dates=zero_dates,
     )
     try:
         return job.run()

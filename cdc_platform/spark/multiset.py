@@ -18,79 +18,82 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark idiom)
 
-from cdc_platform.spark.names import DELETED, col, quote_identifier
+from cdc_platform.spark.names import col, quote_identifier
 from cdc_platform.spark.types import TableSchema
 
-__all__ = ["DELTA", "apply_counts", "delta_counts", "merge_rows", "merge_sql", "row_deltas"]
+__all__ = ["apply_counts", "delta_column", "delta_counts", "merge_rows", "merge_sql", "row_deltas"]
 
-DELTA = "_cdc_delta"
-"""Net change of a distinct row's count over the applied range."""
-_HIT = "_cdc_hit"
+
+def delta_column(target: TableSchema) -> str:
+    """The deltas' column with a distinct row's net count change over the applied range."""
+    return target.engine.of("delta")
 
 
 def row_deltas(events: DataFrame, target: TableSchema) -> DataFrame:
     """Per distinct row touched by ``events`` (key events): its net count change, non-zero."""
-    sign = F.when(F.col(DELETED), F.lit(-1)).otherwise(F.lit(1)).cast("long")
+    delta = delta_column(target)
+    sign = F.when(col(target.engine.deleted), F.lit(-1)).otherwise(F.lit(1)).cast("long")
     return (
         events.groupBy(*[col(n) for n in target.names])
-        .agg(F.sum(sign).alias(DELTA))
-        .where(F.col(DELTA) != F.lit(0))
+        .agg(F.sum(sign).alias(delta))
+        .where(col(delta) != F.lit(0))
     )
 
 
-def _copies(frame: DataFrame, count: Column, names: list[str]) -> DataFrame:
+def _copies(frame: DataFrame, count: Column, target: TableSchema) -> DataFrame:
     """Each row of ``frame`` ``count`` times (none when ``count`` <= 0)."""
     return frame.where(count > F.lit(0)).select(
-        *[col(n) for n in names],
-        F.explode(F.array_repeat(F.lit(True), count.cast("int"))).alias("_cdc_copy"),
+        *[col(n) for n in target.names],
+        F.explode(F.array_repeat(F.lit(True), count.cast("int"))).alias(target.engine.of("copy")),
     )
 
 
 def apply_counts(base: DataFrame | None, deltas: DataFrame, target: TableSchema) -> DataFrame:
     """The rows after adding ``deltas`` to ``base``'s row counts (the DataFrame form)."""
-    names = target.names
-    counted = deltas.select(*[col(n) for n in names], F.col(DELTA))
+    names, delta = target.names, delta_column(target)
+    counted = deltas.select(*[col(n) for n in names], col(delta))
     if base is not None:
-        one = F.lit(1).cast("long").alias(DELTA)
+        one = F.lit(1).cast("long").alias(delta)
         counted = (
             base.select(*[col(n) for n in names], one)
             .unionByName(counted)
             .groupBy(*[col(n) for n in names])
-            .agg(F.sum(DELTA).alias(DELTA))
+            .agg(F.sum(col(delta)).alias(delta))
         )
-    return _copies(counted, F.col(DELTA), names).select(*[col(n) for n in names])
+    return _copies(counted, col(delta), target).select(*[col(n) for n in names])
 
 
 def merge_rows(mirror: DataFrame, deltas: DataFrame, target: TableSchema) -> DataFrame:
-    """Source rows of the keyless MERGE: copies to add (``_cdc_deleted`` false, never match),
-    and for every row that loses copies one marker (true, matches all its copies in the
-    mirror) plus the copies it keeps. Identical rows cannot be told apart, so a row losing
-    copies is deleted and written again as often as it remains."""
-    names = target.names
-    cols = [col(n) for n in names]
-    long = "long"
+    """Source rows of the keyless MERGE: copies to add (the engine's deleted column false,
+    never match), and for every row that loses copies one marker (true, matches all its
+    copies in the mirror) plus the copies it keeps. Identical rows cannot be told apart, so a
+    row losing copies is deleted and written again as often as it remains."""
+    cols = [col(n) for n in target.names]
+    long, delta, hit = "long", delta_column(target), target.engine.of("hit")
+    deleted = target.engine.deleted
     losing = (
-        mirror.select(*cols, F.lit(0).cast(long).alias(_HIT), F.lit(1).cast(long).alias(DELTA))
+        mirror.select(*cols, F.lit(0).cast(long).alias(hit), F.lit(1).cast(long).alias(delta))
         .unionByName(
-            deltas.where(F.col(DELTA) < F.lit(0)).select(
-                *cols, F.lit(1).cast(long).alias(_HIT), F.col(DELTA)
+            deltas.where(col(delta) < F.lit(0)).select(
+                *cols, F.lit(1).cast(long).alias(hit), col(delta)
             )
         )
         .groupBy(*cols)
-        .agg(F.max(_HIT).alias(_HIT), F.sum(DELTA).alias(DELTA))
-        .where(F.col(_HIT) == F.lit(1))
+        .agg(F.max(col(hit)).alias(hit), F.sum(col(delta)).alias(delta))
+        .where(col(hit) == F.lit(1))
     )
-    markers = losing.select(*cols, F.lit(True).alias(DELETED))
-    kept = _copies(losing, F.col(DELTA), names).select(*cols, F.lit(False).alias(DELETED))
-    added = _copies(deltas, F.col(DELTA), names).select(*cols, F.lit(False).alias(DELETED))
+    markers = losing.select(*cols, F.lit(True).alias(deleted))
+    kept = _copies(losing, col(delta), target).select(*cols, F.lit(False).alias(deleted))
+    added = _copies(deltas, col(delta), target).select(*cols, F.lit(False).alias(deleted))
     return markers.unionByName(kept).unionByName(added)
 
 
-def delta_counts(deltas: DataFrame) -> tuple[int, int]:
+def delta_counts(deltas: DataFrame, target: TableSchema) -> tuple[int, int]:
     """(copies added, copies removed) of a deltas frame."""
+    delta = col(delta_column(target))
     row = deltas.agg(
-        F.sum(F.when(F.col(DELTA) > F.lit(0), F.col(DELTA))).alias("added"),
-        F.sum(F.when(F.col(DELTA) < F.lit(0), -F.col(DELTA))).alias("removed"),
+        F.sum(F.when(delta > F.lit(0), delta)).alias("added"),
+        F.sum(F.when(delta < F.lit(0), -delta)).alias("removed"),
     ).collect()[0]
     return int(row["added"] or 0), int(row["removed"] or 0)
 
@@ -98,14 +101,14 @@ def delta_counts(deltas: DataFrame) -> tuple[int, int]:
 def merge_sql(table_ref: str, view: str, target: TableSchema) -> str:
     """MERGE of :func:`merge_rows`: markers delete every copy, other rows are inserted."""
     q = quote_identifier
-    names = target.names
+    names, deleted = target.names, q(target.engine.deleted)
     same = " AND ".join(f"t.{q(n)} <=> s.{q(n)}" for n in names)
     columns = ", ".join(q(n) for n in names)
     values = ", ".join(f"s.{q(n)}" for n in names)
     # every name is a quoted identifier; no value is spliced into the statement
     return (
         f"MERGE INTO {table_ref} AS t USING {q(view)} AS s "  # noqa: S608
-        f"ON s.{q(DELETED)} AND {same} "
+        f"ON s.{deleted} AND {same} "
         "WHEN MATCHED THEN DELETE "
-        f"WHEN NOT MATCHED AND NOT s.{q(DELETED)} THEN INSERT ({columns}) VALUES ({values})"
+        f"WHEN NOT MATCHED AND NOT s.{deleted} THEN INSERT ({columns}) VALUES ({values})"
     )

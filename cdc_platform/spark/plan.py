@@ -40,21 +40,19 @@ from cdc_platform.errors import SparkError
 from cdc_platform.source.ddl_effects import Effect
 from cdc_platform.spark import ddl as ddl_parser
 from cdc_platform.spark.multiset import apply_counts, row_deltas
-from cdc_platform.spark.names import DELETED, FIRST_KIND, KIND, SEQ, col, quote_identifier
+from cdc_platform.spark.names import col, quote_identifier
 from cdc_platform.spark.types import (
     ColumnSpec,
     TableSchema,
+    ZeroDates,
     parse_columns,
     raw_struct,
     typed_value,
+    with_zero_dates,
 )
 
 __all__ = [
-    "DELETED",
-    "FIRST_KIND",
-    "KIND",
     "ROW_OPS",
-    "SEQ",
     "SchemaVersion",
     "Timeline",
     "apply_plan",
@@ -72,8 +70,6 @@ _IF_NOT_EXISTS = re.compile(r"\bIF\s+NOT\s+EXISTS\b", re.IGNORECASE)
 
 ROW_OPS = ("c", "u", "d", "r")
 """Change-log ops that change rows (``ddl`` rows do not)."""
-
-_META = (DELETED, SEQ, KIND, FIRST_KIND)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,11 +147,13 @@ def timeline(  # noqa: PLR0913 (the changes and the table; the range keyword-onl
     lo: int,
     hi: int | None = None,
     base: TableSchema | None = None,
+    zero_dates: ZeroDates = "string",
 ) -> Timeline:
     """Schema versions, DDL and target schema of ``db.table`` for ``lo < seq <= hi``.
 
     ``base`` is the schema in force at ``lo`` (e.g. the mirror's), used when no row of the
-    range shows one. Two small queries: versions grouped by ``columns``, and the DDL rows.
+    range shows one; ``zero_dates`` how the target holds temporal columns. Two small
+    queries: versions grouped by ``columns``, and the DDL rows.
     """
     rows = change_rows(changes, db, table, lo, hi)
     groups = (
@@ -169,14 +167,18 @@ def timeline(  # noqa: PLR0913 (the changes and the table; the range keyword-onl
         .collect()
     )
     if not groups:
-        return Timeline(db, table, lo, lo, 0, (), (), base)
+        target = with_zero_dates(base, zero_dates) if base is not None else None
+        return Timeline(db, table, lo, lo, 0, (), (), target)
     top = max(int(g["max_seq"]) for g in groups)
     row_changes = sum(int(g["row_changes"]) for g in groups)
     last_ts = datetime.fromtimestamp(max(int(g["max_ts"]) for g in groups) / 1e6, UTC)
     versions = sorted(
         (
             SchemaVersion(
-                g["columns"], parse_columns(g["columns"]), int(g["min_seq"]), int(g["max_seq"])
+                g["columns"],
+                with_zero_dates(parse_columns(g["columns"]), zero_dates),
+                int(g["min_seq"]),
+                int(g["max_seq"]),
             )
             for g in groups
             if g["columns"] is not None
@@ -225,7 +227,7 @@ def timeline(  # noqa: PLR0913 (the changes and the table; the range keyword-onl
         row_changes,
         tuple(versions),
         ddls,
-        target,
+        with_zero_dates(target, zero_dates) if target is not None else None,
         reset_seq,
         renamed,
         last_ts,
@@ -325,13 +327,12 @@ def _type_key(spec: ColumnSpec) -> tuple[object, ...]:
 
 
 def key_events(rows: DataFrame, line: Timeline) -> DataFrame:
-    """Typed key events (target columns + ``_cdc_deleted``, ``_cdc_seq``, ``_cdc_kind``)."""
+    """Typed key events: the target columns, and the engine's deleted / seq / kind columns
+    (``line.target.engine``, never equal to a source column)."""
     target = line.target
     if target is None:
         raise SparkError(f"{line.db}.{line.table}: no schema known for the change log rows")
-    clash = [n for n in target.names if n in _META]
-    if clash:
-        raise SparkError(f"{line.db}.{line.table}: column names {clash} are reserved by mirrors")
+    e = target.engine
     mappings = name_mappings(line)
     every_name = sorted({n for m in mappings.values() for n in m.values() if n is not None})
     key_names = target.key
@@ -340,6 +341,8 @@ def key_events(rows: DataFrame, line: Timeline) -> DataFrame:
     )
     after = F.from_json(F.col("after"), raw_struct(every_name))
     before = F.from_json(F.col("before"), raw_struct(key_raw_names))
+    before_name = {k: e.numbered("before", i) for i, k in enumerate(key_names)}
+    op_name, seq_name = e.of("op"), e.of("change_seq")
 
     def typed(raw: Column, spec: ColumnSpec) -> Column:
         strict = typed_value(raw, spec, db=line.db, table=line.table)
@@ -350,18 +353,18 @@ def key_events(rows: DataFrame, line: Timeline) -> DataFrame:
         return F.when(F.col("columns").isin(*converted), lenient).otherwise(strict)
 
     parsed = rows.where(F.col("op").isin(*ROW_OPS)).select(
-        F.col("op"),
-        F.col("seq"),
+        F.col("op").alias(op_name),
+        F.col("seq").alias(seq_name),
         *[typed(_raw(after, c.name, mappings), c).alias(c.name) for c in target.columns],
         *[
-            typed(_raw(before, k, mappings), target.column(k)).alias("_before_" + k)
+            typed(_raw(before, k, mappings), target.column(k)).alias(before_name[k])
             for k in key_names
         ],
     )
     same_key: Column = F.lit(target.has_primary_key)  # keyless: an update is -1 and +1
     for k in key_names:
-        same_key = same_key & col(k).eqNullSafe(col("_before_" + k))
-    op = F.col("op")
+        same_key = same_key & col(k).eqNullSafe(col(before_name[k]))
+    op, seq = col(op_name), col(seq_name)
     pk_changed = (op == F.lit("u")) & ~same_key
     types = {
         c.name: typed_value(F.lit(None).cast("string"), c, db=line.db, table=line.table)
@@ -371,47 +374,53 @@ def key_events(rows: DataFrame, line: Timeline) -> DataFrame:
         op.isin("c", "r", "u"),
         F.struct(
             *[col(c).alias(c) for c in target.names],
-            F.lit(False).alias(DELETED),
-            F.col("seq").alias(SEQ),
+            F.lit(False).alias(e.deleted),
+            seq.alias(e.seq),
             F.when((op == F.lit("u")) & same_key, F.lit("update"))
             .otherwise(F.lit("insert"))
-            .alias(KIND),
+            .alias(e.kind),
         ),
     )
     delete = F.when(
         (op == F.lit("d")) | pk_changed,
         F.struct(
-            *[(col("_before_" + c) if c in key_names else types[c]).alias(c) for c in target.names],
-            F.lit(True).alias(DELETED),
-            F.col("seq").alias(SEQ),
+            *[(col(before_name[c]) if c in key_names else types[c]).alias(c) for c in target.names],
+            F.lit(True).alias(e.deleted),
+            seq.alias(e.seq),
             # same expression shape as the upsert's kind: Sail 0.7.2 panics when the
             # structs in one array differ in a field's nullability (measured)
-            F.when(op == F.lit("d"), F.lit("delete")).otherwise(F.lit("delete")).alias(KIND),
+            F.when(op == F.lit("d"), F.lit("delete")).otherwise(F.lit("delete")).alias(e.kind),
         ),
     )
+    event = e.of("event")
     return (
-        parsed.select(F.explode(F.array(upsert, delete)).alias("e"))
-        .where(F.col("e").isNotNull())
-        .select("e.*")
+        parsed.select(F.explode(F.array(upsert, delete)).alias(event))
+        .where(col(event).isNotNull())
+        .select(
+            *[col(event).getField(n).alias(n) for n in [*target.names, e.deleted, e.seq, e.kind]]
+        )
     )
 
 
 def latest_per_key(events: DataFrame, target: TableSchema) -> DataFrame:
-    """Newest event per key, with ``_cdc_first_kind``: the kind of the key's first event."""
+    """Newest event per key, with the engine's first-kind column: the kind of the key's
+    first event."""
+    e = target.engine
     keys = target.key
     rest = [n for n in target.names if n not in keys]
-    newest = F.max_by(F.struct(*[col(n) for n in rest], F.col(DELETED), F.col(SEQ)), F.col(SEQ))
+    last = e.of("last")
+    newest = F.max_by(F.struct(*[col(n) for n in rest], col(e.deleted), col(e.seq)), col(e.seq))
     return (
         events.groupBy(*[col(k) for k in keys])
-        .agg(newest.alias("_last"), F.min_by(F.col(KIND), F.col(SEQ)).alias(FIRST_KIND))
+        .agg(newest.alias(last), F.min_by(col(e.kind), col(e.seq)).alias(e.first_kind))
         .select(
             *[col(k) for k in keys],
-            *[F.col("_last").getField(n).alias(n) for n in rest],
-            F.col("_last").getField(DELETED).alias(DELETED),
-            F.col("_last").getField(SEQ).alias(SEQ),
-            F.col(FIRST_KIND),
+            *[col(last).getField(n).alias(n) for n in rest],
+            col(last).getField(e.deleted).alias(e.deleted),
+            col(last).getField(e.seq).alias(e.seq),
+            col(e.first_kind),
         )
-        .select(*[col(n) for n in target.names], DELETED, SEQ, FIRST_KIND)
+        .select(*[col(n) for n in [*target.names, e.deleted, e.seq, e.first_kind]])
     )
 
 
@@ -435,13 +444,15 @@ def apply_plan(base: DataFrame | None, latest: DataFrame, target: TableSchema) -
     plus surviving upserts; for a table without a primary key, ``base`` with the counts."""
     if not target.has_primary_key:
         return apply_counts(base, latest, target)
-    upserts = latest.where(~F.col(DELETED)).select(*[col(n) for n in target.names])
+    e = target.engine
+    upserts = latest.where(~col(e.deleted)).select(*[col(n) for n in target.names])
     if base is None:
         return upserts
-    touched = latest.select(*[col(k).alias("_k_" + k) for k in target.key])
+    touched_name = {k: e.numbered("touched", i) for i, k in enumerate(target.key)}
+    touched = latest.select(*[col(k).alias(touched_name[k]) for k in target.key])
     condition: Column | None = None
     for k in target.key:
-        part = col(k) == col("_k_" + k)
+        part = col(k) == col(touched_name[k])
         condition = part if condition is None else condition & part
     kept = base.join(touched, on=condition, how="left_anti")
     return kept.select(*[col(n) for n in target.names]).unionByName(upserts)

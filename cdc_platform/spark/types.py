@@ -18,10 +18,11 @@ bigint / unsigned           long / decimal(20,0)    BIGINT UNSIGNED max needs 20
 decimal(p,s)                decimal(p,s)            p > 38 (Spark's limit): string
 float / double              float / double          exact: the JSON is the shortest round trip
 bit(n)                      long / decimal(20,0)    the '0'/'1' string read as a number (n=64)
-date                        date                    zero / partial dates become null
-date, datetime, timestamp   string                  in a primary key: the change log's text
-datetime                    timestamp_ntz           local date-time, as the source has no zone
-timestamp                   timestamp               the UTC instant; the zero value becomes null
+date, datetime, timestamp   string                  zero_dates "string" (the default), and in
+                                                    a primary key: the change log's text
+date                        date                    zero_dates "null": zero / partial -> null
+datetime                    timestamp_ntz           zero_dates "null"; local, no zone
+timestamp                   timestamp               zero_dates "null"; the UTC instant
 time                        string                  '[-]HH:MM:SS[.f]', beyond a day's range
 year                        short                   0000 is 0
 char, varchar, *text        string
@@ -38,24 +39,34 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark idiom)
 from pyspark.sql import types as T  # noqa: N812 (the PySpark idiom)
 
 from cdc_platform.errors import SparkError, UnsupportedColumnTypeError
+from cdc_platform.spark.names import EngineColumns, engine_columns
 
 __all__ = [
     "TYPE_ALIASES",
     "ColumnSpec",
     "TableSchema",
+    "ZeroDates",
     "parse_columns",
     "raw_struct",
     "spark_type",
     "typed_value",
+    "with_zero_dates",
+    "zero_dates_of",
 ]
+
+ZeroDates = Literal["string", "null"]
+"""How a mirror holds DATE, DATETIME and TIMESTAMP columns, whose zero and partial values
+(``0000-00-00``, ``2026-00-15``) no Spark type holds: ``string`` keeps the change log's text
+(every value round-trips; the default), ``null`` types them as date / timestamp_ntz /
+timestamp and turns those values into null."""
 
 _SPARK_MAX_PRECISION = 38
 
@@ -127,6 +138,8 @@ class ColumnSpec:
     length: int | None = None
     pk: bool = False
     values: tuple[str, ...] | None = None
+    text: bool = False
+    """A date/datetime/timestamp the mirror keeps as the change log's text (``ZeroDates``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +153,11 @@ class TableSchema:
     def names(self) -> list[str]:
         """Column names in table order."""
         return [c.name for c in self.columns]
+
+    @property
+    def engine(self) -> EngineColumns:
+        """Names for the engine's own columns beside these (never equal to one of them)."""
+        return engine_columns(self.names)
 
     @property
     def has_primary_key(self) -> bool:
@@ -172,6 +190,8 @@ class TableSchema:
                     "length": c.length,
                     "pk": c.pk,
                     "values": list(c.values) if c.values is not None else None,
+                    # only when set: mirrors of tables without such columns keep their schema
+                    **({"text": True} if c.text else {}),
                 }
                 for c in self.columns
             ],
@@ -205,6 +225,7 @@ def parse_columns(text: str) -> TableSchema:
                     length=_optional_int(item, "length"),
                     pk=bool(item.get("pk", False)),
                     values=tuple(str(v) for v in values) if values is not None else None,
+                    text=bool(item.get("text", False)),
                 )
             )
     except (ValueError, TypeError, KeyError) as exc:
@@ -222,7 +243,7 @@ def spark_type(  # noqa: PLR0911 (one return per family of types)
 ) -> T.DataType:
     """The mirror's Spark type for a source column (see the module table)."""
     kind = spec.type
-    if spec.pk and kind in _TEMPORAL_TYPES:
+    if (spec.pk or spec.text) and kind in _TEMPORAL_TYPES:
         return T.StringType()
     if kind in _INTEGER_TYPES:
         signed, unsigned = _INTEGER_TYPES[kind]
@@ -275,3 +296,22 @@ def typed_value(
 def raw_struct(names: Sequence[str]) -> T.StructType:
     """``struct<name: string, ...>``: parsing an image with it keeps each value's raw text."""
     return T.StructType([T.StructField(name, T.StringType()) for name in names])
+
+
+def with_zero_dates(schema: TableSchema, policy: ZeroDates) -> TableSchema:
+    """``schema`` with its date/datetime/timestamp columns held as ``policy`` says."""
+    text = policy == "string"
+    return TableSchema(
+        tuple(
+            replace(c, text=text and c.type in _TEMPORAL_TYPES)
+            if c.type in _TEMPORAL_TYPES or c.text
+            else c
+            for c in schema.columns
+        )
+    )
+
+
+def zero_dates_of(schema: TableSchema) -> ZeroDates:
+    """The policy a mirror's schema was built with (``string`` when it has no such column)."""
+    temporal = [c for c in schema.columns if c.type in _TEMPORAL_TYPES]
+    return "null" if temporal and not any(c.text for c in temporal) else "string"

@@ -22,7 +22,8 @@ class ReplayResult:
     tables: dict[str, dict[RowKey, dict[str, Any]]] = field(default_factory=dict)
     rows: int = 0
     duplicates: list[tuple[Any, ...]] = field(default_factory=list)
-    """Change identities (binlog file, position, index in transaction) seen more than once."""
+    """Change identities (binlog file, position, index in transaction) seen more than once;
+    rows a snapshot made (server id 0) have none."""
     seq_gaps: list[tuple[int, int]] = field(default_factory=list)
     """Consecutive seq values that are not consecutive integers."""
     problems: list[str] = field(default_factory=list)
@@ -46,6 +47,7 @@ def replay(table_uri: str, storage_options: dict[str, str] | None = None) -> Rep
         "binlog_file",
         "binlog_pos",
         "txn_index",
+        "server_id",
         "seq",
     ]
     data = table.to_pyarrow_table(columns=columns).sort_by("seq").to_pylist()
@@ -53,7 +55,9 @@ def replay(table_uri: str, storage_options: dict[str, str] | None = None) -> Rep
     identities = Counter(
         (row["binlog_file"], row["binlog_pos"], row["txn_index"])
         for row in data
-        if row["op"] != "r"
+        # rows a snapshot made (op r, and the DDL rows of an empty table's definition or of a
+        # whole-table copy: server id 0) sit at their cut, not at an event of their own
+        if row["op"] != "r" and row["server_id"] != 0
     )
     result.duplicates = [identity for identity, count in identities.items() if count > 1]
     previous: int | None = None

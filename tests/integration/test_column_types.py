@@ -234,7 +234,9 @@ COLUMNS = [
         "j",
         "JSON",
         ('\'{"a": [1, 2.5, "x", null, true], "b": {"c": "é"}}\'', "'\"str\"'", "'[]'"),
-        ({"a": [1, 2.5, "x", None, True], "b": {"c": "é"}}, "str", []),
+        # the document's text, verbatim (docs/types.md)
+        ('{"a": [1, 2.5, "x", null, true], "b": {"c": "é"}}', '"str"', "[]"),
+        server_text=True,
     ),
     # -- binary strings (BINARY(n) padded back; empty values are '' base64) --
     Col(

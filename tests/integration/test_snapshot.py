@@ -16,7 +16,6 @@ from deltalake import DeltaTable
 
 from cdc_platform.backfill.snapshot import SnapshotProgress, SnapshotRunner, state_path
 from cdc_platform.config.models import InstanceConfig
-from cdc_platform.errors import SnapshotError
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
@@ -215,14 +214,29 @@ def _snapshot_rows(uri: str) -> int:
 
 
 @pytest.mark.usefixtures("env_password")
-def test_table_without_primary_key_is_refused(mariadb: MariaDBDatabase, lake_root: Path) -> None:
-    mariadb.server.execute("CREATE TABLE nokey (a INT, b TEXT)", database=mariadb.name)
-    runner = SnapshotRunner(
-        WriteTerm("d", instance(mariadb), str(lake_root / "d" / "changes")),
-        state_path(lake_root, "d"),
+def test_table_without_primary_key_is_copied_whole(
+    mariadb: MariaDBDatabase, lake_root: Path
+) -> None:
+    """No key to page by: one consistent read, after a truncate row that replaces what the
+    change log said of the table before (duplicates are rows of their own)."""
+    mariadb.server.execute(
+        "CREATE TABLE nokey (a INT, b TEXT)",
+        "INSERT INTO nokey VALUES (1, 'x'), (1, 'x'), (2, NULL)",
+        database=mariadb.name,
     )
-    with pytest.raises(SnapshotError, match=rf"{mariadb.name}\.nokey has no primary key"):
-        runner.run()
+    uri = str(lake_root / "d" / "changes")
+    runner = SnapshotRunner(WriteTerm("d", instance(mariadb), uri), state_path(lake_root, "d"))
+    result = runner.run()
+    assert result.per_table == {f"{mariadb.name}.nokey": 3}
+    rows = sorted(DeltaTable(uri).to_pyarrow_table().to_pylist(), key=lambda r: r["seq"])
+    mine = [r for r in rows if r["table"] == "nokey"]
+    assert [r["op"] for r in mine] == ["ddl", "r", "r", "r"]
+    assert mine[0]["ddl"].startswith("TRUNCATE TABLE")
+    assert sorted(r["after"] for r in mine[1:]) == [
+        '{"a":1,"b":"x"}',
+        '{"a":1,"b":"x"}',
+        '{"a":2,"b":null}',
+    ]
 
 
 @pytest.mark.usefixtures("env_password")

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from cdc_platform.spark.names import location_name, quote_identifier
+from cdc_platform.spark.names import engine_columns, location_name, quote_identifier
 
 pytestmark = pytest.mark.unit
 
@@ -36,3 +36,19 @@ def test_encoding_is_injective_and_path_safe() -> None:
 
 def test_quote_identifier_doubles_backticks() -> None:
     assert quote_identifier("a`b.c") == "`a``b.c`"
+
+
+def test_engine_columns_never_equal_a_source_column_in_any_case() -> None:
+    assert engine_columns(["id", "pk", "seq", "op"]).deleted == "_cdc_deleted"  # usual names
+    roles = ["deleted", "seq", "kind", "first_kind", "hash", "chunk", "delta", "pk", "key"]
+    for names in (
+        ["_cdc_deleted"],
+        ["_CDC_SEQ", "_cdc__x"],
+        ["_cdc_", "_cdc__", "_cdc___"],
+        ["_Cdc_before_0", "x"],
+    ):
+        engine = engine_columns(names)
+        made = [engine.of(r) for r in roles] + [engine.numbered("before", i) for i in range(3)]
+        folded = {n.casefold() for n in names}
+        assert not [m for m in made if m.casefold() in folded], (names, engine)
+        assert not any(n.casefold().startswith(engine.prefix.casefold()) for n in names)

@@ -6,7 +6,7 @@ text is the standard library's for strings (every code point), integers up to 64
 lists and dicts, but not for floats (``1.5e-05`` is ``0.000015`` there) nor for NaN, and it
 refuses integers beyond 64 bits. So only the values of column types whose reader returns
 strings, 64-bit integers, None, or lists and dicts of those go to orjson as they are; every
-other column's value (FLOAT, DOUBLE, JSON, any type not listed) becomes an ``orjson.Fragment``
+other column's value (FLOAT, DOUBLE, any type not listed) becomes an ``orjson.Fragment``
 holding the standard library's text of it. The change log's text therefore does not depend
 on whether orjson is installed; without it every image goes through :data:`.columns.dumps`.
 """
@@ -53,11 +53,12 @@ _NATIVE_TYPES = frozenset(
         FieldType.VARCHAR,
         FieldType.VAR_STRING,
         FieldType.STRING,
-        FieldType.TINY_BLOB,  # text or base64 text, unless the logical type is json
+        FieldType.TINY_BLOB,  # text or base64 text (a MariaDB JSON document's text)
         FieldType.MEDIUM_BLOB,
         FieldType.LONG_BLOB,
         FieldType.BLOB,
         FieldType.GEOMETRY,  # {"srid": int, "wkb": base64 text}
+        FieldType.JSON,  # the document's text
     }
 )
 """Binlog types whose decoded values orjson writes exactly as the standard library does."""
@@ -66,7 +67,7 @@ _NATIVE_TYPES = frozenset(
 def native_reader(column: ColumnSpec, read: Reader) -> Reader:
     """``read`` itself when its values can go to orjson as they are; otherwise a reader
     whose values are fragments of the standard library's JSON text of them."""
-    if column.type in _NATIVE_TYPES and column.logical != "json":
+    if column.type in _NATIVE_TYPES:
         return read
     fragment = _fragment_type()
     if column.type == FieldType.DOUBLE:
@@ -74,7 +75,7 @@ def native_reader(column: ColumnSpec, read: Reader) -> Reader:
 
     def read_fragment(data: bytes, pos: int) -> tuple[Any, int]:
         value, end = read(data, pos)
-        if value is None:  # an empty MySQL JSON value is NULL
+        if value is None:
             return None, end
         if type(value) is float and math.isfinite(value):
             return fragment(float.__repr__(value)), end  # what the standard library writes

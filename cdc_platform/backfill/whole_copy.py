@@ -1,0 +1,179 @@
+"""Tables without a primary key: copied whole, in one consistent read at a known binlog place.
+
+The chunked snapshot pages a table by its key and drops from each chunk the keys its binlog
+segment touched. A table without a primary key has no key to page by, and identical rows
+cannot be told apart, so it is copied differently:
+
+1. ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` on a connection of its own, then MariaDB's
+   ``binlog_snapshot_file`` / ``binlog_snapshot_position`` (``SHOW STATUS``): the binlog place
+   the read view is consistent with (every transaction committed before it is visible, none
+   after it). The table is described inside the transaction: a DDL after the read view began
+   makes the SELECT fail (the server's "table definition has changed"), and the copy starts
+   over; one before it is in the description and in the rows alike.
+2. The binlog is read on to that place (the segment), committed as usual.
+3. A ``TRUNCATE TABLE`` row (marked as the copy's, in a comment) follows the segment, then
+   every row of the read as op ``r``, streamed from an unbuffered SELECT and committed in
+   parts of ``batch_rows`` rows, all at the same place. The mirror of a keyless table counts
+   rows, so the copy must replace what the change log said before (rows streamed earlier, a
+   previous copy cut short by a crash): the truncate restarts the table there, and exactly the
+   rows of the consistent read follow it. Binlog events after the place come after them.
+
+A crash part-way leaves a truncate and some of the rows; the table stays on the snapshot's
+list, and its next copy begins with a new truncate, so nothing is counted twice. Memory holds
+one part of rows. MySQL 8 would read the place from ``performance_schema.log_status`` instead;
+only MariaDB is supported here (a server without those status variables is refused).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+import pymysql
+import pymysql.cursors
+
+from cdc_platform.errors import SnapshotError
+from cdc_platform.events import (
+    BinlogPosition,
+    ChangeEvent,
+    EventKind,
+    Op,
+    ResumePosition,
+    Transaction,
+)
+from cdc_platform.sink.schema import RowsAtCut
+from cdc_platform.source.row_reader import SnapshotTable, describe_table
+from cdc_platform.source.sql import qualified_name
+from cdc_platform.source.values import dumps
+
+__all__ = ["COPY_MARK", "TABLE_DEFINITION_CHANGED", "copy_whole_table"]
+
+COPY_MARK = "/* cdc-platform: a consistent copy of the table follows */"
+"""Comment in the truncate row that starts a whole-table copy."""
+TABLE_DEFINITION_CHANGED = 1412
+"""ER_TABLE_DEF_CHANGED: a DDL changed the table after the read view began."""
+_ATTEMPTS = 3
+
+Segment = Callable[[BinlogPosition], tuple[list[ChangeEvent], ResumePosition, bool]]
+"""Reads (and commits full parts of) the binlog up to a place: the last part, the cut after
+it, and whether a DDL may have changed the table."""
+Commit = Callable[[Sequence[ChangeEvent], ResumePosition, RowsAtCut | None], None]
+"""Commits events, then rows at the cut, as one change-log commit."""
+
+
+def copy_whole_table(
+    connect: Callable[[], AbstractContextManager[pymysql.connections.Connection[Any]]],
+    spec: SnapshotTable,
+    *,
+    read_segment: Segment,
+    commit: Commit,
+    batch_rows: int,
+) -> int:
+    """Copy ``spec``'s table whole (see the module doc); returns the rows copied.
+
+    Raises:
+        SnapshotError: the server gives no consistent binlog place, or DDL kept changing the
+            table while it was copied.
+        pymysql.MySQLError: the source failed (the caller translates; a missing table is the
+            caller's to end).
+    """
+    for attempt in range(_ATTEMPTS):
+        try:
+            with connect() as conn:
+                return _copy(conn, spec, read_segment, commit, batch_rows)
+        except pymysql.MySQLError as exc:
+            if exc.args[:1] != (TABLE_DEFINITION_CHANGED,) or attempt == _ATTEMPTS - 1:
+                raise
+    raise SnapshotError(f"{spec.name}: DDL kept changing the table during its copy")
+
+
+def _copy(
+    conn: pymysql.connections.Connection[Any],
+    spec: SnapshotTable,
+    read_segment: Segment,
+    commit: Commit,
+    batch_rows: int,
+) -> int:
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        place = _snapshot_place(cur, spec)
+    try:
+        spec = describe_table(conn, spec.db, spec.table, require_key=False)
+        events, cut, _changed = read_segment(place)
+        pending: list[ChangeEvent] = [*events, _truncate(spec, cut)]
+        copied = 0
+        for images in _rows(conn, spec, batch_rows):
+            rows = RowsAtCut(
+                spec.db,
+                spec.table,
+                spec.columns_json,
+                cut.binlog_position,
+                int(time.time()),
+                images,  # a keyless table's `pk` is its whole image
+                images,
+            )
+            commit(pending, cut, rows)
+            pending = []
+            copied += len(images)
+        if pending:
+            commit(pending, cut, None)  # an empty table: the truncate alone
+        return copied
+    finally:
+        conn.rollback()
+
+
+def _snapshot_place(cur: Any, spec: SnapshotTable) -> BinlogPosition:
+    cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
+    status = {str(name).lower(): value for name, value in cur.fetchall()}
+    file, pos = status.get("binlog_snapshot_file"), status.get("binlog_snapshot_position")
+    if not file or pos is None:
+        raise SnapshotError(
+            f"{spec.name} has no primary key, and the server gives no binlog place for a "
+            "consistent read (binlog_snapshot_file/position: MariaDB with log_bin): add a "
+            "primary key to copy it"
+        )
+    return BinlogPosition(str(file), int(pos))
+
+
+def _truncate(spec: SnapshotTable, cut: ResumePosition) -> ChangeEvent:
+    txn = Transaction(
+        start=cut.binlog_position,
+        gtid=None,
+        gtid_set_before=cut.gtid_set,
+        server_id=0,
+        timestamp=int(time.time()),
+    )
+    return ChangeEvent(
+        EventKind.DDL,
+        txn,
+        cut.binlog_position,
+        0,
+        db=spec.db,
+        table=spec.table,
+        op=Op.DDL,
+        ddl=f"TRUNCATE TABLE {qualified_name(spec.db, spec.table)} {COPY_MARK}",
+        columns=spec.columns_json,
+    )
+
+
+def _rows(
+    conn: pymysql.connections.Connection[Any], spec: SnapshotTable, batch_rows: int
+) -> Iterator[list[str]]:
+    """The table's row images, ``batch_rows`` at a time, from one unbuffered SELECT."""
+    select = ", ".join(c.select for c in spec.columns)
+    sql = f"SELECT {select} FROM {qualified_name(spec.db, spec.table)}"  # noqa: S608
+    with conn.cursor(pymysql.cursors.SSCursor) as cur:
+        cur.execute(sql)  # no parameters: pymysql leaves a `%` in a name alone
+        while records := cur.fetchmany(batch_rows):
+            yield [
+                dumps(
+                    {
+                        c.name: None if v is None else c.convert(v)
+                        for c, v in zip(spec.columns, record, strict=True)
+                    }
+                )
+                for record in records
+            ]
