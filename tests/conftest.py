@@ -1,4 +1,5 @@
-"""Shared fixtures: private MariaDB, ZooKeeper and SeaweedFS (S3) servers, one per session.
+"""Shared fixtures: private MariaDB, ZooKeeper, SeaweedFS (S3) and PostgreSQL servers, one per
+session (per xdist worker when the suite runs in parallel).
 
 Each test gets its own database (or ZooKeeper chroot), so tests never see each other's data.
 When a test fails, the server's log tail is printed in its report.
@@ -18,6 +19,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
+from cdc_platform.testing.postgresql import PostgreSQLServer
 from cdc_platform.testing.seaweedfs import SeaweedFSServer
 from cdc_platform.testing.secrets import REPLICATION_PASSWORD, leaked_secrets
 from cdc_platform.testing.zookeeper import ZooKeeperServer
@@ -147,6 +149,18 @@ def zk_hosts(request: pytest.FixtureRequest, zookeeper_server: ZooKeeperServer) 
     if _failed(request):
         print(f"\n--- ZooKeeper log ({zookeeper_server.log_path}) ---")
         print(zookeeper_server.log_tail())
+
+
+@pytest.fixture(scope="session")
+def postgresql_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgreSQLServer]:
+    """A private PostgreSQL (trust access for ``postgres``, database ``test``), started only by
+    the tests that ask for it."""
+    server = PostgreSQLServer(tmp_path_factory.mktemp("postgresql"))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.remove()
 
 
 @pytest.fixture
