@@ -8,4 +8,10 @@ scripts/setup.sh
 .venv/bin/ruff format --check --quiet .
 .venv/bin/mypy --strict cdc_platform dagster_defs
 .venv/bin/lint-imports --no-cache > /dev/null || .venv/bin/lint-imports --no-cache
-exec .venv/bin/pytest -m "unit or integration" "$@"
+# Test files run in parallel worker processes, each file whole on one worker, the longest
+# first (tests/conftest.py SLOWEST_FILES): most integration time is waiting on servers and
+# subprocesses, so three workers share two cores well. Each worker starts its own private
+# servers (session fixtures) on free ports in its own temporary directory.
+# CDC_TEST_WORKERS=0 runs in one process.
+exec .venv/bin/pytest -n "${CDC_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder \
+  -m "unit or integration" "$@"

@@ -1,4 +1,5 @@
-"""Shared fixtures: private MariaDB, ZooKeeper and SeaweedFS (S3) servers, one per session.
+"""Shared fixtures: private MariaDB, ZooKeeper, SeaweedFS (S3) and PostgreSQL servers, one per
+session (per xdist worker when the suite runs in parallel).
 
 Each test gets its own database (or ZooKeeper chroot), so tests never see each other's data.
 When a test fails, the server's log tail is printed in its report.
@@ -7,6 +8,7 @@ When a test fails, the server's log tail is printed in its report.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import traceback
 import uuid
@@ -18,6 +20,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
+from cdc_platform.testing.postgresql import PostgreSQLServer
 from cdc_platform.testing.seaweedfs import SeaweedFSServer
 from cdc_platform.testing.secrets import REPLICATION_PASSWORD, leaked_secrets
 from cdc_platform.testing.zookeeper import ZooKeeperServer
@@ -65,6 +68,52 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         raise pytest.UsageError(
             f"tests without a unit or integration marker (add pytestmark): {unmarked[:5]}"
         )
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        _slowest_files_first(items)
+
+
+SLOWEST_FILES = (
+    "integration/test_s3_nodes.py",
+    "integration/test_dagster_component.py",
+    "integration/test_s3_maintenance.py",
+    "unit/test_process_exit.py",
+    "integration/test_reconcile.py",
+    "integration/test_snapshot.py",
+    "integration/test_ha_failover.py",
+    "integration/test_dagster_plugin.py",
+    "integration/test_spark_assets.py",
+    "integration/test_dagster_e2e.py",
+    "integration/test_demo.py",
+    "integration/test_s3_spark.py",
+    "integration/test_binlog_source.py",
+    "unit/test_ring_buffer_model.py",
+    "integration/test_spark_mirror.py",
+    "integration/test_snapshot_faults.py",
+    "integration/test_source_transactions.py",
+    "integration/test_spark_pipeline.py",
+    "integration/test_decode_worker_faults.py",
+    "integration/test_rows_framing.py",
+)
+"""The longest test files, longest first (summed test durations of a parallel run,
+``--durations=0``). scripts/test.sh hands whole files to its workers in collection order
+(``--dist loadfile --no-loadscope-reorder``): starting the long ones first keeps one of them
+from starting last and running alone. Files not named keep their order after these; a stale
+list costs only balance, never a test."""
+
+
+def _slowest_files_first(items: list[pytest.Item]) -> None:
+    """Reorder whole files (a stable sort: each file's tests stay together, in order)."""
+    here = Path(__file__).parent
+    rank = {name: n for n, name in enumerate(SLOWEST_FILES)}
+
+    def key(item: pytest.Item) -> int:
+        try:
+            name = item.path.relative_to(here).as_posix()
+        except ValueError:
+            return len(rank)
+        return rank.get(name, len(rank))
+
+    items.sort(key=key)
 
 
 def _failed(request: pytest.FixtureRequest) -> bool:
@@ -147,6 +196,18 @@ def zk_hosts(request: pytest.FixtureRequest, zookeeper_server: ZooKeeperServer) 
     if _failed(request):
         print(f"\n--- ZooKeeper log ({zookeeper_server.log_path}) ---")
         print(zookeeper_server.log_tail())
+
+
+@pytest.fixture(scope="session")
+def postgresql_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgreSQLServer]:
+    """A private PostgreSQL (trust access for ``postgres``, database ``test``), started only by
+    the tests that ask for it."""
+    server = PostgreSQLServer(tmp_path_factory.mktemp("postgresql"))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.remove()
 
 
 @pytest.fixture

@@ -29,6 +29,8 @@ from dagster import (
     DagsterRunStatus,
     RunsFilter,
 )
+from dagster._core.definitions.run_request import InstigatorType
+from dagster._core.scheduler.instigation import TickStatus
 from deltalake import DeltaTable
 
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
@@ -158,6 +160,22 @@ def status(instance: DagsterInstance, run_id: str) -> DagsterRunStatus | None:
     return run.status if run else None
 
 
+def finished_ticks(instance: DagsterInstance, sensor: str, *, after: float) -> int:
+    """How many evaluations of ``sensor`` began after ``after`` and have ended normally."""
+    return sum(
+        len(
+            instance.get_ticks(
+                state.instigator_origin_id,
+                state.selector_id,
+                after=after,
+                statuses=[TickStatus.SUCCESS, TickStatus.SKIPPED],
+            )
+        )
+        for state in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR)
+        if state.name == sensor
+    )
+
+
 def change_rows(uri: str) -> int:
     try:
         return DeltaTable(uri).to_pyarrow_table(columns=["seq"]).num_rows
@@ -246,7 +264,13 @@ def test_destination_lifecycle_under_a_real_daemon(
         "run CANCELED after delete",
         lambda: status(instance, third.run_id) == DagsterRunStatus.CANCELED,
     )
-    time.sleep(3)
+    # A config_monitor tick that began after the cancel saw the directory gone; had it asked
+    # for a run, the run would exist by the time the tick is marked done.
+    cancelled_at = time.time()
+    wait_for(
+        "a config_monitor tick after the delete",
+        lambda: finished_ticks(instance, "config_monitor", after=cancelled_at) > 0,
+    )
     live = [r for r in runs_of(instance, name) if not r.is_finished]
     assert live == [], f"runs still live after the destination was removed: {live}"
 

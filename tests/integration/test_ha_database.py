@@ -1,13 +1,11 @@
 """The database lease, node registry and state-watch store on SQLite, MariaDB and PostgreSQL.
 
-The same tests run against each database, on its own clock (real time, short expiry). The
-PostgreSQL runs need a server at 127.0.0.1:5432 that the user ``postgres`` can use without a
-password (database ``test``); they are skipped, saying so, when there is none.
+The same tests run against each database, on its own clock (real time, short expiry). MariaDB
+and PostgreSQL are the session's private servers (tests/conftest.py); nothing is skipped.
 """
 
 from __future__ import annotations
 
-import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -20,20 +18,12 @@ from cdc_platform.errors import LeaseLostError, TooFarBehindError, WatchError
 from cdc_platform.ha import DatabaseLease, NodeRegistry
 from cdc_platform.infra.sqldb import Database
 from cdc_platform.testing.ha import wait_for
+from cdc_platform.testing.mariadb import MariaDBServer
+from cdc_platform.testing.postgresql import PostgreSQLServer
 from cdc_platform.watch import SqlStateStore
 from tests.conftest import MariaDBDatabase
 
 pytestmark = pytest.mark.integration
-
-PG_HOST, PG_PORT = "127.0.0.1", 5432
-
-
-def _postgres_reachable() -> bool:
-    try:
-        with socket.create_connection((PG_HOST, PG_PORT), timeout=1.0):
-            return True
-    except OSError:
-        return False
 
 
 @dataclass
@@ -69,9 +59,10 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
         db: MariaDBDatabase = request.getfixturevalue("mariadb")
         yield Target(f"mysql://root@{db.server.host}:{db.server.port}/{db.name}", suffix)
         return
-    if not _postgres_reachable():
-        pytest.skip(f"no PostgreSQL server at {PG_HOST}:{PG_PORT}")
-    target = Target(f"postgresql://postgres@{PG_HOST}:{PG_PORT}/test", suffix)
+    postgresql: PostgreSQLServer = request.getfixturevalue("postgresql_server")
+    if not postgresql.running:
+        postgresql.start()
+    target = Target(postgresql.url, suffix)
     yield target
     cleanup = target.db()
     with cleanup.transaction() as tx:
@@ -271,16 +262,27 @@ def test_state_store_writers_commit_indexes_in_order(target: Target) -> None:
         store.close()
 
 
+@pytest.mark.parametrize("kind", ["mariadb", "postgresql"])
 def test_lease_recovers_its_connection_after_the_database_restarts(
-    mariadb: MariaDBDatabase,
+    request: pytest.FixtureRequest, kind: str
 ) -> None:
-    url = f"mysql://root@{mariadb.server.host}:{mariadb.server.port}/{mariadb.name}"
-    a = DatabaseLease(Database(url), "shop", address="a", expiry=3.0, renew_interval=0.3)
+    server: MariaDBServer | PostgreSQLServer
+    if kind == "mariadb":
+        db: MariaDBDatabase = request.getfixturevalue("mariadb")
+        server = db.server
+        url = f"mysql://root@{server.host}:{server.port}/{db.name}"
+    else:
+        server = request.getfixturevalue("postgresql_server")
+        url = server.url
+    table = f"master_lock_{uuid.uuid4().hex[:8]}"
+    a = DatabaseLease(
+        Database(url), "shop", address="a", expiry=3.0, renew_interval=0.3, table=table
+    )
     lost: list[LeaseLostError] = []
     a.on_lost(lost.append)
     try:
         assert a.try_acquire() == 0
-        mariadb.server.restart()
+        server.restart()
         a.start()
         wait_for(lambda: a.is_held() or bool(lost), "a renewal or a loss after the restart")
         # Either outcome is safe (the restart may outlast the validity); what matters is that

@@ -31,6 +31,7 @@ from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink.report import CommitReport
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
+from cdc_platform.testing.ha import wait_for
 from cdc_platform.testing.replay import RowKey, replay
 from tests.conftest import MariaDBDatabase
 
@@ -47,6 +48,16 @@ def instance(db: MariaDBDatabase, *, chunk_size: int = 100) -> InstanceConfig:
 @pytest.fixture(autouse=True)
 def env_password(mariadb: MariaDBDatabase, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
+
+
+def waiting_on_a_lock(db: MariaDBDatabase) -> bool:
+    """Whether a statement on the test's database is blocked on a table lock (the server says;
+    the reader's session has no default database, its statement names it)."""
+    rows = db.server.query(
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+        f"WHERE STATE LIKE 'Waiting for table%lock' AND INFO LIKE '%`{db.name}`%'"
+    )
+    return int(rows[0][0]) > 0
 
 
 def stream(db: MariaDBDatabase, uri: str) -> None:
@@ -387,7 +398,11 @@ def test_a_lost_lease_interrupts_a_snapshot_blocked_on_the_source(
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
         assert locked.wait(30), "the first chunk was committed"
-        time.sleep(0.5)  # the next chunk's read now waits for the lock
+        wait_for(
+            lambda: waiting_on_a_lock(db),
+            "the next chunk's read to wait for the table lock",
+            timeout=30,
+        )
         committed = len(commits)
         operator = open_lease(config.platform, config.conf_dir, "d", address="operator")
         try:
