@@ -553,6 +553,10 @@ class ReconcileConfig(_Model):
     """At most this many keys are repaired per table and run."""
     wait_seconds: float = Field(default=300.0, gt=0)
     """How long the lease holder may take to claim a repair request before it is withdrawn."""
+    max_repair_backlog_bytes: int = Field(default=1 << 30, ge=0)
+    """A reconciliation that repairs under its own lease (nobody streams the destination)
+    refuses when the change log's checkpoint is more binlog bytes than this behind the
+    source: the repair would first stream all of it. Start the destination to catch up."""
 
     @field_validator("interval_minutes")
     @classmethod

@@ -245,7 +245,12 @@ def _repair_with_own_lease(
     stop = SideWorkStop(destination, term.epoch, work="repair")
     lease.on_lost(lambda error: stop.request_stop(f"lease lost: {error.reason}"))
     try:
-        result = repair_keys(term, requests, stop=stop)
+        result = repair_keys(
+            term,
+            requests,
+            max_backlog_bytes=config.platform.reconcile.max_repair_backlog_bytes,
+            stop=stop,
+        )
     finally:
         lease.release()
     return result, f"{lease.address} (this process, epoch {term.epoch})"

@@ -1,0 +1,205 @@
+"""Every writer commits by one protocol: the snapshot CLI and the reconciliation's own-lease
+repair list a DDL they commit for a re-read, every checkpoint names its server, and a resumed
+snapshot tells its own chunk from another writer's commit of the same batch number.
+
+Real MariaDB (binlog), real Delta change log, real leases (SQLite).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from cdc_platform.backfill.repair import RepairKey, RepairTable, repair_keys
+from cdc_platform.backfill.reread import pending_rereads
+from cdc_platform.backfill.snapshot import SnapshotRunner, state_path
+from cdc_platform.config import ConfigSet, load_config
+from cdc_platform.coordination.factory import open_lease
+from cdc_platform.errors import LeaseLostError
+from cdc_platform.reconcile.service import _repair_with_own_lease
+from cdc_platform.runtime import DestinationRuntime
+from cdc_platform.sink import Checkpoint
+from cdc_platform.sink.term import WriteTerm
+from cdc_platform.source.values import dumps
+from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
+from tests.conftest import MariaDBDatabase
+
+pytestmark = pytest.mark.integration
+
+ROWS = 250
+
+
+@pytest.fixture
+def destination(
+    mariadb: MariaDBDatabase, lake_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> ConfigSet:
+    """Destination `d` over table `t` (250 rows written before its start: only a snapshot or
+    a repair brings them into the change log), with a checkpoint."""
+    monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
+    conf = tmp_path / "conf"
+    write_conf(
+        conf,
+        destination="d",
+        server=mariadb.server,
+        user=mariadb.user,
+        database=mariadb.name,
+        lake_root=lake_root,
+        server_id=3201,
+        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/lease.db', "
+        "renew_interval_seconds: 0.2, expiry_seconds: 1.5}\n",
+    )
+    config = load_config(conf)
+    assert not config.errors, config.errors
+    mariadb.server.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v INT)",
+        f"INSERT INTO t SELECT seq, seq FROM seq_1_to_{ROWS}",
+        database=mariadb.name,
+    )
+    summary = DestinationRuntime(term(config)).run(exit_when_idle_seconds=1.0)
+    assert summary.error is None, summary
+    return config
+
+
+def term(config: ConfigSet, **fields: object) -> WriteTerm:
+    """The destination's term in its lake (epoch 0, no lease), with ``fields`` replaced."""
+    made = WriteTerm.in_lake("d", config.destinations["d"].config, config.lake, epoch=0)
+    return replace(made, **fields)  # type: ignore[arg-type]
+
+
+def checkpoint(config: ConfigSet) -> Checkpoint:
+    sink = term(config).open_change_log()
+    try:
+        found = sink.recover()
+    finally:
+        sink.close()
+    assert found is not None
+    return found
+
+
+def snapshot(config: ConfigSet, db: str, **fields: object) -> SnapshotRunner:
+    return SnapshotRunner(
+        term(config, **fields),
+        state_path(config.lake.uri, "d"),
+        tables=[f"{db}.t"],
+        chunk_size=100,
+    )
+
+
+def repair_request(db: str, *ids: int) -> list[RepairTable]:
+    return [RepairTable(db, "t", [RepairKey([i], dumps({"id": i})) for i in ids])]
+
+
+def r_keys(config: ConfigSet) -> set[int]:
+    rows = DeltaTable(config.table_uri("d")).to_pyarrow_table(columns=["op", "pk"]).to_pylist()
+    return {int(r["pk"].split(":")[1].rstrip("}")) for r in rows if r["op"] == "r"}
+
+
+ADD_COLUMN = "ALTER TABLE t ADD COLUMN colour VARCHAR(8) NOT NULL DEFAULT 'red'"
+
+
+# -- item: DDL noted by every writer ---------------------------------------------------------
+
+
+def test_the_snapshot_cli_lists_a_ddl_it_commits_for_a_reread(
+    destination: ConfigSet, mariadb: MariaDBDatabase
+) -> None:
+    """`cdc-platform snapshot` streams the binlog into the change log with its chunks; an
+    ADD COLUMN ... DEFAULT it commits must be listed, or old mirror rows keep NULL."""
+    mariadb.server.execute(ADD_COLUMN, database=mariadb.name)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cdc_platform.cli",
+            "snapshot",
+            "--conf",
+            str(destination.conf_dir),
+            "--destination",
+            "d",
+            "--table",
+            f"{mariadb.name}.t",
+            "--chunk-size",
+            "100",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    ddl = DeltaTable(destination.table_uri("d")).to_pyarrow_table(columns=["op"]).to_pylist()
+    assert {"op": "ddl"} in ddl, "the snapshot committed the ALTER"
+    assert pending_rereads(destination.lake.uri, "d") == {f"{mariadb.name}.t"}
+
+
+def test_the_own_lease_repair_lists_a_ddl_it_commits_for_a_reread(
+    destination: ConfigSet, mariadb: MariaDBDatabase
+) -> None:
+    mariadb.server.execute(ADD_COLUMN, database=mariadb.name)
+    lease = open_lease(destination.platform, destination.conf_dir, "d", address="reconcile")
+    lease.start()
+    try:
+        result, said = _repair_with_own_lease(
+            destination, "d", repair_request(mariadb.name, 5), lease, 10.0
+        )
+    finally:
+        lease.close()
+    assert result is not None, said
+    assert result.upserts == {f"{mariadb.name}.t": 1}
+    assert pending_rereads(destination.lake.uri, "d") == {f"{mariadb.name}.t"}
+
+
+# -- item: the server on every checkpoint ----------------------------------------------------
+
+
+def test_side_commits_keep_the_server_in_the_checkpoint(
+    destination: ConfigSet, mariadb: MariaDBDatabase
+) -> None:
+    """A snapshot's and a repair's commits carry the server their position is in, so a
+    primary switched on file/position is still detected at the next start."""
+    started = checkpoint(destination)
+    assert started.resume.server is not None
+    mariadb.server.execute("INSERT INTO t VALUES (1001, 1)", database=mariadb.name)
+    snapshot(destination, mariadb.name).run()
+    after_snapshot = checkpoint(destination)
+    assert after_snapshot.batch_seq > started.batch_seq
+    assert after_snapshot.resume.binlog_position > started.resume.binlog_position
+    assert after_snapshot.resume.server == started.resume.server
+    mariadb.server.execute("INSERT INTO t VALUES (1002, 1)", database=mariadb.name)
+    repair_keys(term(destination), repair_request(mariadb.name, 7))
+    after_repair = checkpoint(destination)
+    assert after_repair.batch_seq > after_snapshot.batch_seq
+    assert after_repair.resume.server == started.resume.server
+
+
+# -- item: a resumed snapshot tells its chunk from a repair's batch --------------------------
+
+
+def test_a_resumed_snapshot_does_not_take_a_repair_batch_for_its_chunk(
+    destination: ConfigSet, mariadb: MariaDBDatabase
+) -> None:
+    """The snapshot is interrupted right before its first chunk's commit (batch N pending);
+    a repair then commits batch N with an `r` row of the same table. The resumed snapshot must
+    read its first chunk again instead of counting it done."""
+    calls = 0
+
+    def fail_first_commit() -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise LeaseLostError("d", 0, "interrupted for the test")
+
+    pending_batch = checkpoint(destination).batch_seq + 1
+    with pytest.raises(LeaseLostError):
+        snapshot(destination, mariadb.name, commit_gate=fail_first_commit).run()
+    assert checkpoint(destination).batch_seq == pending_batch - 1
+    repair_keys(term(destination), repair_request(mariadb.name, 5))
+    assert checkpoint(destination).batch_seq == pending_batch, "the repair took batch N"
+    result = snapshot(destination, mariadb.name).run()
+    assert result.resumed
+    assert r_keys(destination) == set(range(1, ROWS + 1)), "rows of the first chunk lost"
