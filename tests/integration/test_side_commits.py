@@ -20,7 +20,7 @@ from cdc_platform.backfill.reread import pending_rereads
 from cdc_platform.backfill.snapshot import SnapshotRunner, state_path
 from cdc_platform.config import ConfigSet, load_config
 from cdc_platform.coordination.factory import open_lease
-from cdc_platform.errors import LeaseLostError
+from cdc_platform.errors import LeaseLostError, ReconcileError
 from cdc_platform.reconcile.service import _repair_with_own_lease
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink import Checkpoint
@@ -65,9 +65,9 @@ def destination(
     return config
 
 
-def term(config: ConfigSet, **fields: object) -> WriteTerm:
+def term(configs: ConfigSet, **fields: object) -> WriteTerm:
     """The destination's term in its lake (epoch 0, no lease), with ``fields`` replaced."""
-    made = WriteTerm.in_lake("d", config.destinations["d"].config, config.lake, epoch=0)
+    made = WriteTerm.in_lake("d", configs.destinations["d"].config, configs.lake, epoch=0)
     return replace(made, **fields)  # type: ignore[arg-type]
 
 
@@ -203,3 +203,48 @@ def test_a_resumed_snapshot_does_not_take_a_repair_batch_for_its_chunk(
     result = snapshot(destination, mariadb.name).run()
     assert result.resumed
     assert r_keys(destination) == set(range(1, ROWS + 1)), "rows of the first chunk lost"
+
+
+# -- item: the own-lease repair commits its backlog in bounded parts -------------------------
+
+
+def backlog(db: MariaDBDatabase, transactions: int) -> None:
+    """``transactions`` one-row transactions (of ids 1..50) the destination has not
+    streamed."""
+    db.server.execute(
+        *[f"UPDATE t SET v = v + 1 WHERE id = {1 + i % 50}" for i in range(transactions)],
+        database=db.name,
+    )
+
+
+def test_a_repair_commits_the_backlog_since_the_checkpoint_in_bounded_parts(
+    destination: ConfigSet, mariadb: MariaDBDatabase
+) -> None:
+    started = checkpoint(destination)
+    backlog(mariadb, 300)
+    config = destination.destinations["d"].config
+    small = config.model_copy(
+        update={"snapshot": config.snapshot.model_copy(update={"segment_events": 50})}
+    )
+    result = repair_keys(term(destination, config=small), repair_request(mariadb.name, 99))
+    assert len(result.batches) > 6, result.batches
+    rows = DeltaTable(destination.table_uri("d")).to_pyarrow_table(columns=["batch_seq", "op"])
+    per_batch: dict[int, int] = {}
+    for row in rows.to_pylist():
+        if row["batch_seq"] > started.batch_seq:
+            per_batch[row["batch_seq"]] = per_batch.get(row["batch_seq"], 0) + 1
+    assert sum(per_batch.values()) == 300 + 1  # every update, and the repair's `r` row
+    assert max(per_batch.values()) <= 50 // 2 + 1, per_batch  # 25 transactions of 2 events
+
+
+def test_a_repair_refuses_a_checkpoint_far_behind_the_source(
+    destination: ConfigSet, mariadb: MariaDBDatabase
+) -> None:
+    started = checkpoint(destination)
+    backlog(mariadb, 300)
+    with pytest.raises(ReconcileError, match=r"behind the source.*cdc-platform run"):
+        repair_keys(term(destination), repair_request(mariadb.name, 99), max_backlog_bytes=10_000)
+    assert checkpoint(destination).batch_seq == started.batch_seq, "nothing is written"
+    assert repair_keys(
+        term(destination), repair_request(mariadb.name, 99), max_backlog_bytes=10_000_000
+    ).upserts == {f"{mariadb.name}.t": 1}
