@@ -248,3 +248,44 @@ def test_a_repair_refuses_a_checkpoint_far_behind_the_source(
     assert repair_keys(
         term(destination), repair_request(mariadb.name, 99), max_backlog_bytes=10_000_000
     ).upserts == {f"{mariadb.name}.t": 1}
+
+
+# -- item: a durable resume position ---------------------------------------------------------
+
+
+def test_the_resume_position_of_commits_without_rows_survives_log_cleanup(
+    destination: ConfigSet, mariadb: MariaDBDatabase
+) -> None:
+    """The newest commits hold no rows (traffic of tables the destination does not capture);
+    log cleanup removes their metadata and the server purges the binlog of the last row. The
+    destination must resume at its newest position, not at the last row's purged one."""
+    other = f"{mariadb.name}_other"
+    mariadb.server.execute(
+        "INSERT INTO t VALUES (2001, 1)", database=mariadb.name
+    )  # a row: the last row's position is in this binlog file
+    assert DestinationRuntime(term(destination)).run(exit_when_idle_seconds=1.0).error is None
+    with_row = checkpoint(destination)
+    mariadb.server.execute(
+        "FLUSH BINARY LOGS",
+        f"CREATE DATABASE {other}",
+        f"CREATE TABLE {other}.x (id INT PRIMARY KEY)",
+        f"INSERT INTO {other}.x VALUES (1), (2)",
+    )
+    assert DestinationRuntime(term(destination)).run(exit_when_idle_seconds=1.0).error is None
+    newest = checkpoint(destination)
+    assert newest.batch_seq > with_row.batch_seq
+    assert newest.last_seq == with_row.last_seq, "no rows since"
+    assert newest.resume.file != with_row.resume.file
+    table = DeltaTable(destination.table_uri("d"))
+    table.alter.set_table_properties({"delta.logRetentionDuration": "interval 0 seconds"})
+    table.create_checkpoint()
+    table.cleanup_metadata()
+    assert all(info.get("cdc.batch_seq") is None for info in DeltaTable(table.table_uri).history())
+    mariadb.server.execute(f"PURGE BINARY LOGS TO '{newest.resume.file}'")
+    mariadb.server.execute("INSERT INTO t VALUES (2002, 1)", database=mariadb.name)
+    recovered = checkpoint(destination)
+    assert recovered.resume.binlog_position == newest.resume.binlog_position
+    summary = DestinationRuntime(term(destination)).run(exit_when_idle_seconds=1.0)
+    assert summary.error is None, summary
+    pks = DeltaTable(destination.table_uri("d")).to_pyarrow_table(columns=["pk"]).to_pylist()
+    assert {"pk": dumps({"id": 2002})} in pks
