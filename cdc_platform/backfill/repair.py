@@ -43,6 +43,7 @@ from typing import Any
 import pymysql
 from deltalake import DeltaTable
 
+from cdc_platform.backfill.chunk_bytes import keys_within
 from cdc_platform.backfill.commit import commit_beside
 from cdc_platform.backfill.segments import (
     SegmentStream,
@@ -359,8 +360,11 @@ def _repair(  # noqa: PLR0915 - one loop over batches; its context is all here
             while start < len(request.keys):
                 stop.check()
                 part = request.keys[start : start + keys_per_read]
+                keys = [decode_key(k.key) for k in part]
+                fitting = keys_within(conn, spec, keys, config.snapshot.chunk_bytes)
+                part, keys = part[:fitting], keys[:fitting]
                 probe.current_position()  # low watermark: the SELECT runs after it
-                found = read_keys(conn, spec, [decode_key(k.key) for k in part])
+                found = read_keys(conn, spec, keys)
                 high = probe.current_position()
 
                 def commit_part(events: list[ChangeEvent], cut: ResumePosition) -> None:
@@ -392,7 +396,7 @@ def _repair(  # noqa: PLR0915 - one loop over batches; its context is all here
                         logged,
                         request.mirror_seq,
                     )
-                    start += keys_per_read
+                    start += len(part)
                 events = [*segment.events, *events_at_cut(spec, segment.cut, upserts, deletes)]
                 commits.commit(events, segment.cut)
                 _note_committed(logged, events, spec)

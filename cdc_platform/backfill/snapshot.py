@@ -63,6 +63,7 @@ from typing import Any
 
 import pymysql
 
+from cdc_platform.backfill.chunk_bytes import rows_within
 from cdc_platform.backfill.chunk_sizing import ChunkSizer
 from cdc_platform.backfill.commit import commit_beside
 from cdc_platform.backfill.progress import SnapshotProgress, SnapshotResult
@@ -443,8 +444,8 @@ class SnapshotRunner:
         tally = _tally(state, spec.name, estimated)
         while not self._stop.is_set():
             self._interrupt.check()
-            asked, began = self.sizer.rows, self._clock()
-            chunk = self._read(conn, spec, state["after"], asked)
+            began = self._clock()
+            chunk, asked = self._read(conn, spec, state["after"], self.sizer.rows)
             if chunk is None:
                 # Nothing of the segment was read: the DROP lands with the next table's chunks.
                 self._end(state, spec.name, gone, result)
@@ -526,14 +527,18 @@ class SnapshotRunner:
 
     def _read(
         self, conn: pymysql.connections.Connection[Any], spec: SnapshotTable, after: Any, rows: int
-    ) -> ChunkRows | None:
-        """The next chunk of at most ``rows`` rows, or None when the table no longer exists."""
+    ) -> tuple[ChunkRows | None, int]:
+        """The next chunk of at most ``rows`` rows and ``snapshot.chunk_bytes`` bytes (fewer
+        rows than asked: the table ended), and the rows asked; None when the table no longer
+        exists."""
+        key = None if after is None else decode_key(after)
         try:
-            return read_chunk(conn, spec, None if after is None else decode_key(after), rows)
+            asked = rows_within(conn, spec, key, rows, self.config.snapshot.chunk_bytes)
+            return read_chunk(conn, spec, key, asked), asked
         except pymysql.MySQLError as exc:
             if not is_missing_table(exc):
                 raise
-            return None
+            return None, rows
 
     def _account(
         self, ctx: _Chunking, tally: SnapshotProgress, table_index: int, *, counted: int, kept: int

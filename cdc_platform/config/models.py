@@ -274,6 +274,10 @@ class SinkConfig(_Model):
     purges; heartbeats in between cost no commit."""
 
 
+DEFAULT_CHUNK_BYTES = 64 * 1024 * 1024
+"""Column bytes one chunk of a side read holds at most (``snapshot.chunk_bytes``)."""
+
+
 class SnapshotSettings(_Model):
     """Automatic snapshots by the destination's run (docs/snapshot.md)."""
 
@@ -291,6 +295,9 @@ class SnapshotSettings(_Model):
     segment_events: int = Field(default=20_000, ge=1)
     """Binlog events the snapshot holds at most between two commits (a longer backlog is
     committed in parts; a single larger transaction is kept whole)."""
+    chunk_bytes: int = Field(default=DEFAULT_CHUNK_BYTES, ge=1)
+    """Column bytes one chunk (snapshot, reconciliation's repair and comparison) reads at
+    most: fewer rows of a table with large values (a single larger row is read alone)."""
 
 
 _MARIADB_GTID = re.compile(r"^\d+-\d+-\d+(,\d+-\d+-\d+)*$")

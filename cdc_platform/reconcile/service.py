@@ -159,6 +159,7 @@ def reconcile_destination(  # noqa: PLR0912, PLR0913, PLR0915 (the two phases, w
                 mirror_root=root,
                 storage_options=lake.storage_options,
                 chunk_size=chunk_size,
+                chunk_bytes=dest.config.snapshot.chunk_bytes,
                 max_suspects=max_suspects,
                 on_chunk=on_chunk,
             )

@@ -289,3 +289,71 @@ def test_the_resume_position_of_commits_without_rows_survives_log_cleanup(
     assert summary.error is None, summary
     pks = DeltaTable(destination.table_uri("d")).to_pyarrow_table(columns=["pk"]).to_pylist()
     assert {"pk": dumps({"id": 2002})} in pks
+
+
+# -- item: chunks bounded by bytes -----------------------------------------------------------
+
+BIG_ROWS = 10
+BIG_ROW_BYTES = 200_000
+
+
+def with_chunk_bytes(configs: ConfigSet, chunk_bytes: int) -> WriteTerm:
+    config = configs.destinations["d"].config
+    snapshot = config.snapshot.model_copy(update={"chunk_bytes": chunk_bytes})
+    return term(configs, config=config.model_copy(update={"snapshot": snapshot}))
+
+
+def big_rows(db: MariaDBDatabase) -> None:
+    """Table `big`: 10 rows of 200 kB each, written outside the binlog (only a snapshot or a
+    repair brings them into the change log)."""
+    db.server.execute(
+        "CREATE TABLE big (id INT PRIMARY KEY, payload LONGBLOB)",
+        "SET sql_log_bin = 0",
+        f"INSERT INTO big SELECT seq, REPEAT('x', {BIG_ROW_BYTES}) FROM seq_1_to_{BIG_ROWS}",
+        database=db.name,
+    )
+
+
+def test_snapshot_chunks_are_bounded_by_bytes(
+    destination: ConfigSet, mariadb: MariaDBDatabase
+) -> None:
+    """A chunk of 100 rows of 200 kB would hold 20 MB (of multi-MB rows, gigabytes); a budget
+    of three rows holds 2 of them (the third passes it), whatever the chunk size allows."""
+    big_rows(mariadb)
+    chunks: list[int] = []
+    runner = SnapshotRunner(
+        with_chunk_bytes(destination, 3 * BIG_ROW_BYTES),
+        state_path(destination.lake.uri, "d"),
+        tables=[f"{mariadb.name}.big"],
+        chunk_size=100,
+        on_progress=lambda p: chunks.append(p.chunk_rows),
+    )
+    result = runner.run()
+    assert result.rows_written == BIG_ROWS
+    assert chunks
+    assert max(chunks) <= 3, chunks
+    rows = DeltaTable(destination.table_uri("d")).to_pyarrow_table(columns=["op", "table", "pk"])
+    assert {r["pk"] for r in rows.to_pylist() if r["op"] == "r" and r["table"] == "big"} == {
+        dumps({"id": i}) for i in range(1, BIG_ROWS + 1)
+    }
+
+
+def test_repair_reads_are_bounded_by_bytes(
+    destination: ConfigSet, mariadb: MariaDBDatabase
+) -> None:
+    big_rows(mariadb)
+    started = checkpoint(destination)
+    request = [
+        RepairTable(
+            mariadb.name, "big", [RepairKey([i], dumps({"id": i})) for i in range(1, BIG_ROWS + 1)]
+        )
+    ]
+    result = repair_keys(with_chunk_bytes(destination, 3 * BIG_ROW_BYTES), request)
+    assert result.upserts == {f"{mariadb.name}.big": BIG_ROWS}
+    rows = DeltaTable(destination.table_uri("d")).to_pyarrow_table(columns=["batch_seq", "op"])
+    per_batch: dict[int, int] = {}
+    for row in rows.to_pylist():
+        if row["batch_seq"] > started.batch_seq and row["op"] == "r":
+            per_batch[row["batch_seq"]] = per_batch.get(row["batch_seq"], 0) + 1
+    assert per_batch
+    assert max(per_batch.values()) <= 3, per_batch
