@@ -58,7 +58,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pymysql
@@ -330,8 +330,10 @@ class SnapshotRunner:
             source = BinlogSource(source_config, resume=resume, password=self.term.password)
             stream = SegmentStream(source, read_ahead=self.segment_events)
             result = SnapshotResult(tables=list(state["tables"]), resumed=resumed)
-            ctx = _Chunking(conn, probe, stream, sink, epoch, result, started, batch_seq, resume)
-            ctx.tail = SegmentTail(self.segment_events)
+            tail = SegmentTail(self.segment_events)
+            ctx = _Chunking(
+                conn, probe, stream, tail, sink, epoch, result, started, batch_seq, resume
+            )
             while state["index"] < len(specs) and not self._stop.is_set():
                 spec = specs[state["index"]]
                 if isinstance(spec, str):
@@ -567,14 +569,14 @@ class _Chunking:
     conn: pymysql.connections.Connection[Any]
     probe: BinlogSource
     stream: SegmentStream
+    tail: SegmentTail
+    """The newest events before the cut (see :class:`SegmentTail`)."""
     sink: DeltaChangeLog
     epoch: int
     result: SnapshotResult
     started: float
     batch_seq: int
     resume: ResumePosition
-    tail: SegmentTail = field(default_factory=lambda: SegmentTail(1))
-    """The newest events before the cut (see :class:`SegmentTail`)."""
 
 
 def _pending(batch_seq: int, index: int, after: Any) -> dict[str, Any]:
