@@ -6,8 +6,10 @@ by the same watermark method the snapshot uses (:mod:`.segments`, :mod:`.snapsho
 streaming the binlog from the change log's checkpoint, for each batch of suspected keys
 
 1. low watermark, 2. ``SELECT`` the rows of those keys (no lock), 3. high watermark,
-4. the binlog segment since the previous cut up to the high watermark,
-5. drop every key the segment touched (its events carry the newer state), and
+4. the binlog segment since the previous cut up to the high watermark (a long one, the backlog
+   since the checkpoint, committed in parts of at most ``snapshot.segment_events`` events),
+5. drop every key the segment, or the tail of the previous one, touched (its events carry
+   the newer state; :class:`~.segments.SegmentTail` says why the tail), and
 6. one Delta commit: the segment's events, then op ``r`` (the row as read) for each remaining
    key that exists and op ``d`` (``before`` = the key) for each remaining key that does not.
 
@@ -41,10 +43,18 @@ from typing import Any
 import pymysql
 from deltalake import DeltaTable
 
-from cdc_platform.backfill.segments import SegmentStream, altered, events_at_cut, touched_keys
+from cdc_platform.backfill.chunk_bytes import keys_within
+from cdc_platform.backfill.commit import commit_beside
+from cdc_platform.backfill.segments import (
+    SegmentStream,
+    SegmentTail,
+    chunk_segment,
+    events_at_cut,
+)
 from cdc_platform.backfill.stop import SideWorkStop
-from cdc_platform.errors import CdcError, SnapshotError, SourceError
-from cdc_platform.events import ChangeEvent, EventKind, Op
+from cdc_platform.errors import CdcError, ReconcileError, SnapshotError, SourceError
+from cdc_platform.events import ChangeEvent, EventKind, Op, ResumePosition
+from cdc_platform.sink.delta import DeltaChangeLog
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.binlog import BinlogSource
 from cdc_platform.source.mysql import connect_source
@@ -237,6 +247,7 @@ def repair_keys(
     tables: Sequence[RepairTable],
     *,
     keys_per_read: int = KEYS_PER_READ,
+    max_backlog_bytes: int | None = None,
     stop: SideWorkStop | None = None,
 ) -> RepairResult:
     """Write repair events for the suspected keys; see the module docstring.
@@ -246,15 +257,19 @@ def repair_keys(
     up (``term.epoch`` None: the checkpoint's). ``term.on_commit`` hears of every commit like
     the runtime's observers do (so the Dagster run materializes the change log and the mirrors
     pick the repairs up). ``stop`` (see :class:`SideWorkStop`) interrupts it from another
-    thread.
+    thread. The binlog since the checkpoint is committed in parts of at most
+    ``snapshot.segment_events`` events (whole transactions); ``max_backlog_bytes`` refuses a
+    checkpoint more binlog bytes than that behind the source (None: no limit).
 
     Raises:
+        ReconcileError: the checkpoint is more than ``max_backlog_bytes`` behind; nothing was
+            written.
         SourceError, SinkError, SnapshotError, LeaseLostError: nothing after the last
             successful commit was written; rerunning the reconciliation is safe.
     """
     stop = stop or SideWorkStop(term.destination, term.epoch, work="repair")
     try:
-        return _repair(term, tables, keys_per_read, stop)
+        return _repair(term, tables, keys_per_read, max_backlog_bytes, stop)
     except (CdcError, pymysql.MySQLError, OSError) as exc:
         if stop.reason is not None:
             raise stop.error() from None
@@ -265,8 +280,46 @@ def repair_keys(
         ) from None
 
 
+@dataclass
+class _Commits:
+    """Where a repair stands (its last batch and cut); every commit of it goes through here."""
+
+    term: WriteTerm
+    sink: DeltaChangeLog
+    stop: SideWorkStop
+    epoch: int
+    batch_seq: int
+    resume: ResumePosition
+    result: RepairResult
+
+    def commit(self, events: list[ChangeEvent], cut: ResumePosition) -> None:
+        self.stop.check()
+        self.batch_seq += 1
+        commit_beside(
+            self.term, self.sink, events, batch_seq=self.batch_seq, resume=cut, epoch=self.epoch
+        )
+        self.resume = cut
+        self.result.batches.append(self.batch_seq)
+
+
+def _refuse_backlog(name: str, probe: BinlogSource, resume: ResumePosition, limit: int) -> None:
+    """Refuse to stream a backlog larger than ``limit`` binlog bytes for a repair."""
+    behind = probe.binlog_server.bytes_after(resume.binlog_position)
+    if behind > limit:
+        raise ReconcileError(
+            f"{name}: the change log's checkpoint ({resume}) is {behind} binlog bytes behind "
+            f"the source, more than reconcile.max_repair_backlog_bytes ({limit}); a repair "
+            "would first have to stream all of it. Start the destination's normal run "
+            "(`cdc-platform run`) to catch up, then reconcile again; nothing was written"
+        )
+
+
 def _repair(  # noqa: PLR0915 - one loop over batches; its context is all here
-    term: WriteTerm, tables: Sequence[RepairTable], keys_per_read: int, stop: SideWorkStop
+    term: WriteTerm,
+    tables: Sequence[RepairTable],
+    keys_per_read: int,
+    max_backlog_bytes: int | None,
+    stop: SideWorkStop,
 ) -> RepairResult:
     name, config, table_uri = term.destination, term.config, term.table_uri
     storage_options, password = term.storage_options, term.password
@@ -286,13 +339,19 @@ def _repair(  # noqa: PLR0915 - one loop over batches; its context is all here
             raise SnapshotError(
                 f"{name}: the change log has no checkpoint yet; start the destination first"
             )
-        batch_seq = checkpoint.batch_seq
-        resume = checkpoint.resume
         epoch = term.epoch if term.epoch is not None else checkpoint.epoch
         result.epoch = epoch
+        commits = _Commits(term, sink, stop, epoch, checkpoint.batch_seq, checkpoint.resume, result)
         source_config = config.source.model_copy(update={"heartbeat_seconds": _HEARTBEAT_SECONDS})
         probe = BinlogSource(source_config, password=password)
-        stream = SegmentStream(BinlogSource(source_config, resume=resume, password=password))
+        if max_backlog_bytes is not None:
+            _refuse_backlog(name, probe, checkpoint.resume, max_backlog_bytes)
+        part_events = config.snapshot.segment_events
+        stream = SegmentStream(
+            BinlogSource(source_config, resume=checkpoint.resume, password=password),
+            read_ahead=part_events,
+        )
+        tail = SegmentTail(part_events)
         for request in todo:
             spec = describe_table(conn, request.db, request.table)
             # Read once per table; what this repair commits meanwhile is noted in memory.
@@ -301,34 +360,46 @@ def _repair(  # noqa: PLR0915 - one loop over batches; its context is all here
             while start < len(request.keys):
                 stop.check()
                 part = request.keys[start : start + keys_per_read]
+                keys = [decode_key(k.key) for k in part]
+                fitting = keys_within(conn, spec, keys, config.snapshot.chunk_bytes)
+                part, keys = part[:fitting], keys[:fitting]
                 probe.current_position()  # low watermark: the SELECT runs after it
-                found = read_keys(conn, spec, [decode_key(k.key) for k in part])
+                found = read_keys(conn, spec, keys)
                 high = probe.current_position()
-                segment, cut = stream.until(high.binlog_position, resume)
-                if altered(segment, spec):
+
+                def commit_part(events: list[ChangeEvent], cut: ResumePosition) -> None:
+                    commits.commit(events, cut)
+                    _note_committed(logged, events, spec)  # noqa: B023 (called right here)
+
+                segment = chunk_segment(
+                    stream,
+                    tail,
+                    spec,
+                    {k.pk for k in part} | {pk for pk, _ in found.rows},
+                    high=high.binlog_position,
+                    cut=commits.resume,
+                    part_events=part_events,
+                    commit_part=commit_part,
+                )
+                result.streamed_events += segment.streamed
+                if segment.altered:
                     # Read with the old or the new shape? Commit the segment, read again.
                     spec = describe_table(conn, spec.db, spec.table)
                     upserts: list[tuple[str, str]] = []
                     deletes: list[str] = []
                     in_flight = 0
                 else:
-                    touched = touched_keys(segment, spec.db, spec.table, spec.primary_key)
                     upserts, deletes, in_flight = _decide(
                         part,
                         dict(found.rows),
-                        touched,
+                        segment.touched,
                         logged,
                         request.mirror_seq,
                     )
-                    start += keys_per_read
-                events = [*segment, *events_at_cut(spec, cut, upserts, deletes)]
-                batch_seq += 1
-                stop.check()
-                term.commit_beside(sink, events, batch_seq=batch_seq, resume=cut, epoch=epoch)
-                resume = cut
+                    start += len(part)
+                events = [*segment.events, *events_at_cut(spec, segment.cut, upserts, deletes)]
+                commits.commit(events, segment.cut)
                 _note_committed(logged, events, spec)
-                result.batches.append(batch_seq)
-                result.streamed_events += sum(1 for e in segment if e.kind is not EventKind.COMMIT)
                 table = request.name
                 result.upserts[table] = result.upserts.get(table, 0) + len(upserts)
                 result.deletes[table] = result.deletes.get(table, 0) + len(deletes)
@@ -340,7 +411,7 @@ def _repair(  # noqa: PLR0915 - one loop over batches; its context is all here
                     len(upserts),
                     len(deletes),
                     in_flight,
-                    batch_seq,
+                    commits.batch_seq,
                 )
     finally:
         stop.attach(None)

@@ -9,22 +9,26 @@ DDL, carry the values the server now holds, and the mirror just applies them. No
 emulates MySQL's conversions.
 
 The tables waiting for a re-read are kept in ``<lake_root>/<destination>/_reread_tables.json``
-(format ``v`` 1), written before the batch holding the DDL is committed (the term's
-``before_commit``; a batch that then fails costs one needless copy) and emptied once their
-copy is done, so a re-read interrupted by a stop, a crash or a lost lease is done by the next
-lease holder, and a mirror never sees the DDL before the list names its table. A table that
-cannot be copied (dropped or renamed meanwhile) is left out with a warning; a table without
-a primary key is copied whole, replacing its mirror (:mod:`.whole_copy`).
+(:mod:`.reread_list`), written before the batch holding the DDL is committed (by every
+writer's commit, :mod:`.commit`; a batch that then fails costs one needless copy) and emptied
+once their copy is done, so a re-read interrupted by a stop, a crash or a lost lease is done
+by the next lease holder, and a mirror never sees the DDL before the list names its table. A
+table that cannot be copied (dropped or renamed meanwhile) is left out with a warning; a table
+without a primary key is copied whole, replacing its mirror (:mod:`.whole_copy`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import threading
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable
 
+from cdc_platform.backfill.reread_list import (
+    RereadRecord,
+    pending_rereads,
+    reread_path,
+    tables_to_reread,
+)
 from cdc_platform.backfill.snapshot import (
     SnapshotProgress,
     SnapshotResult,
@@ -33,9 +37,7 @@ from cdc_platform.backfill.snapshot import (
 )
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.errors import SnapshotError
-from cdc_platform.sink.lake_files import LakeFile, join_uri
 from cdc_platform.sink.term import WriteTerm
-from cdc_platform.source.ddl_effects import ddl_effects
 
 __all__ = [
     "RereadRecord",
@@ -47,97 +49,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-RECORD_VERSION = 1
-_LOCK = threading.Lock()
-"""One writer of a list at a time in this process (the commit observer, the re-read)."""
 _MAX_ROUNDS = 100
 """Re-read rounds per call at most (DDL arriving faster than tables copy waits for the
 next call, after the stream has caught up)."""
-
-
-def reread_path(
-    lake_root: str | os.PathLike[str], destination: str, storage_options: Any = None
-) -> LakeFile:
-    """Where the tables waiting for a re-read are listed (in the lake)."""
-    uri = join_uri(os.fspath(lake_root), destination, "_reread_tables.json")
-    return LakeFile(uri, storage_options)
-
-
-def tables_to_reread(statements: Iterable[tuple[str, str, str]]) -> list[str]:
-    """``db.table`` names to re-read after the DDL rows ``(db, table, statement)`` of a commit.
-
-    Only the table each row is recorded under counts (the source records a statement once
-    per captured table it names), so tables outside the filters are never re-read.
-    """
-    wanted: dict[str, None] = {}
-    for db, table, statement in statements:
-        for effect in ddl_effects(statement, db):
-            if effect.rereads and effect.table == table and (effect.db == db or not db):
-                wanted[f"{db}.{table}"] = None
-    return list(wanted)
-
-
-def pending_rereads(
-    lake_root: str | os.PathLike[str], destination: str, storage_options: Any = None
-) -> set[str]:
-    """``db.table`` names whose re-read after DDL is not done yet (a table stays listed until
-    its copy is complete): their mirrors wait before that DDL (``apply_changes(held=True)``)."""
-    return set(RereadRecord(reread_path(lake_root, destination, storage_options)).load())
-
-
-class RereadRecord:
-    """The waiting list in the lake: ``{"v": 1, "tables": {name: mark}, "next": n}``.
-
-    Each addition gets a new mark, so a table listed again while its copy runs (a second DDL
-    the copy's own stream passed) stays listed when that copy's entry is removed.
-    """
-
-    def __init__(self, path: LakeFile) -> None:
-        self.path = path
-
-    def load(self) -> dict[str, int]:
-        """The tables waiting, oldest first, with their marks."""
-        data = self._read()
-        return {str(t): int(m) for t, m in data.get("tables", {}).items()}
-
-    def _read(self) -> dict[str, Any]:
-        try:
-            data: dict[str, Any] | None = self.path.read_json()
-        except ValueError as exc:
-            raise SnapshotError(
-                f"{self.path}: unreadable list of tables to re-read: {exc}"
-            ) from None
-        if data is None:
-            return {}
-        if data.get("v") != RECORD_VERSION:
-            raise SnapshotError(f"{self.path}: unknown record version {data.get('v')!r}")
-        return data
-
-    def add(self, tables: Iterable[str]) -> None:
-        """List ``tables`` (again: with a new mark)."""
-        with _LOCK:
-            data = self._read()
-            waiting = {str(t): int(m) for t, m in data.get("tables", {}).items()}
-            mark = int(data.get("next", 1))
-            for table in tables:
-                waiting.pop(table, None)
-                waiting[table] = mark
-                mark += 1
-            self.path.write_json({"v": RECORD_VERSION, "tables": waiting, "next": mark})
-
-    def remove(self, done: dict[str, int]) -> None:
-        """Remove the entries ``done`` (name and mark as loaded); a table listed again since
-        keeps its newer entry."""
-        with _LOCK:
-            data = self._read()
-            waiting = {str(t): int(m) for t, m in data.get("tables", {}).items()}
-            left = {t: m for t, m in waiting.items() if done.get(t) != m}
-            if left:
-                self.path.write_json(
-                    {"v": RECORD_VERSION, "tables": left, "next": int(data.get("next", 1))}
-                )
-            else:
-                self.path.delete()
 
 
 def reread_tables(
@@ -188,7 +102,7 @@ def reread_tables(
                 return result
             record.remove({t: m for t, m in listed.items() if t in result.tables})
         # The copy streams the binlog on: a DDL it passes adds its tables to the list (the
-        # term's before_commit), and they are copied in the next round.
+        # commit protocol, .commit), and they are copied in the next round.
         for _ in range(_MAX_ROUNDS):
             waiting = record.load()
             if not waiting:

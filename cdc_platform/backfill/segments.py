@@ -3,7 +3,8 @@
 The watermark method (DBLog / Debezium's incremental snapshot) is shared by the snapshot
 (:mod:`.snapshot`) and the repair writer (:mod:`.repair`): rows read from a table are merged
 with the binlog *segment* read around them; keys the segment touched are dropped from the
-rows (:func:`touched_keys`), the rest is placed at the segment's end (:func:`events_at_cut`).
+rows (:func:`touched_keys`), and so are keys the end of the previous segment touched
+(:class:`SegmentTail`); the rest is placed at the segment's end (:func:`events_at_cut`).
 
 The snapshot streams the binlog from the change log's checkpoint while it reads chunks. A
 thread reads events into a bounded queue; :meth:`SegmentStream.part` hands out whole
@@ -18,7 +19,9 @@ import json
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from cdc_platform.errors import CdcError, SourceError
 from cdc_platform.events import (
@@ -33,7 +36,15 @@ from cdc_platform.source.binlog import BinlogSource
 from cdc_platform.source.row_reader import SnapshotTable
 from cdc_platform.source.values import dumps
 
-__all__ = ["SegmentStream", "altered", "events_at_cut", "touched_keys"]
+__all__ = [
+    "ChunkSegment",
+    "SegmentStream",
+    "SegmentTail",
+    "altered",
+    "chunk_segment",
+    "events_at_cut",
+    "touched_keys",
+]
 
 IDLE_CUT_SECONDS = 1.0
 """Cut the segment when the stream stays quiet this long before reaching the high watermark
@@ -105,6 +116,8 @@ class SegmentStream:
         if open_txn:
             # Stopped inside a transaction (idle cut): keep it for the next segment.
             self._pushback(open_txn)
+        if resume.server is None:  # events name no server: the one they were read from
+            resume = replace(resume, server=self.source.server or cut.server)
         return segment, resume, complete
 
     def _next(self, high: BinlogPosition, in_txn: bool) -> ChangeEvent | None:
@@ -166,6 +179,79 @@ def touched_keys(
             before = json.loads(event.before)
             keys.add(dumps({k: before.get(k) for k in key}))
     return keys
+
+
+class SegmentTail:
+    """The newest row events before the cut: their keys are dropped from the next read too.
+
+    A transaction can be in the binlog, and so in the segment before a chunk's low cut,
+    while InnoDB does not show it yet to the chunk's SELECT (the binlog is written before the
+    engine commits). Its key then reads the older state, and an `r` row of it, placed after
+    the transaction, would revert it. The key's state is in the log already (the transaction's
+    FULL row image), so dropping it from the read is safe; the tail keeps the last
+    ``limit`` row events (the ones read most recently, where such a transaction lies) so the
+    memory stays bounded.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._events: deque[ChangeEvent] = deque(maxlen=max(1, limit))
+
+    def extend(self, events: Sequence[ChangeEvent]) -> None:
+        """Note a segment (part) that was read; it now lies before the cut."""
+        self._events.extend(e for e in events if e.kind is EventKind.ROW)
+
+    def touched(self, db: str, table: str, key: Sequence[str]) -> set[str]:
+        """pk JSON of every row of ``db.table`` the tail changed (see :func:`touched_keys`)."""
+        return touched_keys(self._events, db, table, key)
+
+
+@dataclass(slots=True)
+class ChunkSegment:
+    """A chunk's segment as :func:`chunk_segment` read it."""
+
+    events: list[ChangeEvent]
+    """Its last part (the earlier parts are committed)."""
+    cut: ResumePosition
+    """Where it ends: the chunk's rows are placed here."""
+    touched: set[str]
+    """The chunk's keys it, or the tail of the previous segment, touched: dropped from the
+    chunk."""
+    altered: bool
+    """Whether a DDL in it may have changed the table."""
+    streamed: int
+    """Row and DDL events it held."""
+
+
+def chunk_segment(  # noqa: PLR0913 (stream, tail, chunk; keyword-only: where, how much)
+    stream: SegmentStream,
+    tail: SegmentTail,
+    spec: SnapshotTable,
+    chunk_keys: set[str],
+    *,
+    high: BinlogPosition,
+    cut: ResumePosition,
+    part_events: int,
+    commit_part: Callable[[list[ChangeEvent], ResumePosition], None],
+) -> ChunkSegment:
+    """Read a chunk's segment, from ``cut`` up to ``high``, after the chunk's SELECT.
+
+    Full parts of about ``part_events`` events go to ``commit_part`` on the way (committed
+    before the chunk's rows, they precede them in ``seq`` order as if they were in the chunk's
+    commit, so the merge rule holds unchanged); only the chunk's keys they touched are kept.
+    """
+    key = spec.primary_key
+    touched = tail.touched(spec.db, spec.table, key) & chunk_keys
+    changed = False
+    streamed = 0
+    while True:
+        part, cut, complete = stream.part(high, cut, part_events)
+        tail.extend(part)
+        touched |= touched_keys(part, spec.db, spec.table, key) & chunk_keys
+        changed = changed or altered(part, spec)
+        streamed += sum(1 for e in part if e.kind is not EventKind.COMMIT)
+        if complete:
+            return ChunkSegment(part, cut, touched, changed, streamed)
+        commit_part(part, cut)
 
 
 def altered(events: Sequence[ChangeEvent], spec: SnapshotTable) -> bool:

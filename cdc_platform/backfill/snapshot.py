@@ -25,15 +25,21 @@ later events follow them. A row left in the chunk had no event in the segment, s
 at the cut is what the SELECT read (the SELECT ran inside the segment's time span); a row
 that had one is represented by the segment's events. Dropping keys of the whole segment
 (not only of (low, high]) is a superset, which is safe for the same reason and also covers
-transactions already in the binlog but not yet visible to InnoDB when the SELECT ran.
+transactions after the low cut already in the binlog but not yet visible to InnoDB when the
+SELECT ran. A transaction *before* the low cut can be invisible to the SELECT too (the binlog
+is written before the engine commits): its key would read the older state and the `r` row,
+placed after it, would revert it. So the keys the newest ``segment_events`` row events before
+the low cut touched are dropped as well (:class:`~.segments.SegmentTail`); their state is in
+the log already, in those events' FULL row images.
 
 Progress lives in a small JSON file next to the change log, written before each commit as
-*pending* and confirmed after it; on restart a pending chunk whose batch is in the change
-log counts as done, otherwise it is read again. So a kill -9 costs at most one chunk and
-never duplicates or loses a change. Once every table is done the file is removed and the
-normal run resumes from the change log's checkpoint, which now sits after the snapshot. A
-table that cannot be copied any more (dropped, renamed, its key removed) ends with a reason in
-the file and the result instead of failing every rerun.
+*pending* (with a random mark the chunk's commit also carries, as the app transaction
+``<destination>#chunk``) and confirmed after it; on restart a pending chunk whose mark is the
+change log's newest counts as done, otherwise it is read again. So a kill -9 costs at most
+one chunk and never duplicates or loses a change. Once every table is done the file is
+removed and the normal run resumes from the change log's checkpoint, which now sits after the
+snapshot. A table that cannot be copied any more (dropped, renamed, its key removed) ends with
+a reason in the file and the result instead of failing every rerun.
 
 The runner writes under its caller's :class:`~cdc_platform.sink.term.WriteTerm` (the lease's
 epoch and commit gate). The gate only runs before commits, so a
@@ -48,6 +54,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -55,17 +62,18 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pymysql
-from deltalake import DeltaTable
 
+from cdc_platform.backfill.chunk_bytes import rows_within
 from cdc_platform.backfill.chunk_sizing import ChunkSizer
+from cdc_platform.backfill.commit import commit_beside
 from cdc_platform.backfill.progress import SnapshotProgress, SnapshotResult
-from cdc_platform.backfill.segments import SegmentStream, altered, touched_keys
+from cdc_platform.backfill.segments import ChunkSegment, SegmentStream, SegmentTail, chunk_segment
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.backfill.table_definition import definition_event
 from cdc_platform.backfill.whole_copy import copy_whole_table
 from cdc_platform.errors import CdcError, SnapshotError
-from cdc_platform.events import BinlogPosition, ChangeEvent, EventKind, ResumePosition
-from cdc_platform.sink import Checkpoint, DeltaChangeLog
+from cdc_platform.events import BinlogPosition, ChangeEvent, ResumePosition
+from cdc_platform.sink import DeltaChangeLog
 from cdc_platform.sink.lake_files import LakeFile, join_uri
 from cdc_platform.sink.schema import RowsAtCut
 from cdc_platform.sink.term import WriteTerm
@@ -302,7 +310,7 @@ class SnapshotRunner:
                     )
                 pending = state.get("pending")
                 if pending is not None:
-                    if self._landed(checkpoint, int(pending["batch_seq"]), state):
+                    if self._landed(sink, pending):
                         state["index"], state["after"] = pending["index"], pending["after"]
                     state["pending"] = None
                 log.info(
@@ -326,7 +334,10 @@ class SnapshotRunner:
             source = BinlogSource(source_config, resume=resume, password=self.term.password)
             stream = SegmentStream(source, read_ahead=self.segment_events)
             result = SnapshotResult(tables=list(state["tables"]), resumed=resumed)
-            ctx = _Chunking(conn, probe, stream, sink, epoch, result, started, batch_seq, resume)
+            tail = SegmentTail(self.segment_events)
+            ctx = _Chunking(
+                conn, probe, stream, tail, sink, epoch, result, started, batch_seq, resume
+            )
             while state["index"] < len(specs) and not self._stop.is_set():
                 spec = specs[state["index"]]
                 if isinstance(spec, str):
@@ -366,30 +377,17 @@ class SnapshotRunner:
         if self._on_table_done is not None:
             self._on_table_done(name, reason)
 
-    def _landed(self, checkpoint: Checkpoint | None, batch_seq: int, state: dict[str, Any]) -> bool:
+    def _landed(self, sink: DeltaChangeLog, pending: Mapping[str, Any]) -> bool:
         """Whether the interrupted chunk's commit is in the change log.
 
-        Only a commit of that batch holding `r` rows of the table counts: another writer (a
-        normal run started in between) may have used the same batch number. When in doubt
-        the chunk is read again, which is always safe (its `r` rows land later, with the
-        newer state); skipping it would lose rows.
+        Only the chunk's own mark counts (app transaction ``<destination>#chunk``, kept by
+        log cleanup): another writer (a repair, a normal run started in between) may have
+        committed the same batch number, even with `r` rows of the same table. Without a mark
+        (a state written before marks) the chunk is read again, which is always safe (its `r`
+        rows land later, with the newer state); skipping it would lose rows.
         """
-        import pyarrow.compute as pc  # noqa: PLC0415 (a run without side work never needs it)
-
-        if checkpoint is None or checkpoint.batch_seq < batch_seq:
-            return False
-        db, table = str(state["tables"][state["index"]]).split(".", 1)
-        dataset = DeltaTable(
-            self.table_uri, storage_options=self.term.storage_options
-        ).to_pyarrow_dataset()
-        found = dataset.to_table(
-            columns=["op"],
-            filter=(pc.field("batch_seq") == batch_seq)
-            & (pc.field("op") == "r")
-            & (pc.field("db") == db)
-            & (pc.field("table") == table),
-        )
-        return bool(found.num_rows > 0)
+        mark = pending.get("chunk")
+        return mark is not None and sink.chunk_mark() == int(mark)
 
     def _commit(
         self,
@@ -397,37 +395,46 @@ class SnapshotRunner:
         events: list[ChangeEvent],
         cut: ResumePosition,
         rows: RowsAtCut | None = None,
+        chunk: int | None = None,
     ) -> None:
-        """Commit batch ``ctx.batch_seq`` (``events``, then a chunk's ``rows`` as op ``r``)
-        under the stop and the gate (reported to the term's observer); the run resumes after
+        """Commit batch ``ctx.batch_seq`` (``events``, then a chunk's ``rows`` as op ``r``,
+        marked ``chunk``) under the stop and the one commit protocol; the run resumes after
         ``cut`` from then on."""
         self._interrupt.check()
-        self.term.commit_beside(
-            ctx.sink, events, batch_seq=ctx.batch_seq, resume=cut, epoch=ctx.epoch, snapshot=rows
+        commit_beside(
+            self.term,
+            ctx.sink,
+            events,
+            batch_seq=ctx.batch_seq,
+            resume=cut,
+            epoch=ctx.epoch,
+            snapshot=rows,
+            chunk=chunk,
         )
         ctx.resume = cut
 
     def _segment(
         self, ctx: _Chunking, spec: SnapshotTable, chunk_keys: set[str], high: BinlogPosition
-    ) -> tuple[list[ChangeEvent], ResumePosition, set[str], bool]:
-        """Read the segment up to ``high``, committing full parts of it on the way.
+    ) -> ChunkSegment:
+        """Read the chunk's segment up to ``high``, committing full parts of it on the way
+        (:func:`~.segments.chunk_segment`)."""
 
-        Returns the last part and the cut after it, the chunk's keys the whole segment
-        touched, and whether a DDL may have changed the table. Committing a part early keeps
-        it before the chunk's rows in ``seq`` order, as if it were in the chunk's commit, so
-        the merge rule holds unchanged.
-        """
-        touched: set[str] = set()
-        changed = False
-        while True:
-            part, cut, complete = ctx.stream.part(high, ctx.resume, self.segment_events)
-            touched |= touched_keys(part, spec.db, spec.table, spec.primary_key) & chunk_keys
-            changed = changed or altered(part, spec)
-            ctx.result.streamed_events += sum(1 for e in part if e.kind is not EventKind.COMMIT)
-            if complete:
-                return part, cut, touched, changed
+        def commit_part(part: list[ChangeEvent], cut: ResumePosition) -> None:
             ctx.batch_seq += 1
             self._commit(ctx, part, cut)
+
+        segment = chunk_segment(
+            ctx.stream,
+            ctx.tail,
+            spec,
+            chunk_keys,
+            high=high,
+            cut=ctx.resume,
+            part_events=self.segment_events,
+            commit_part=commit_part,
+        )
+        ctx.result.streamed_events += segment.streamed
+        return segment
 
     def _table(self, ctx: _Chunking, spec: SnapshotTable, state: dict[str, Any]) -> None:  # noqa: PLR0915 (one chunk's steps, in order)
         """Chunks of one table until it is done, ended, or a stop is requested."""
@@ -446,18 +453,16 @@ class SnapshotRunner:
             return
         while not self._stop.is_set():
             self._interrupt.check()
-            asked, began = self.sizer.rows, self._clock()
-            chunk = self._read(conn, spec, state["after"], asked)
+            began = self._clock()
+            chunk, asked = self._read(conn, spec, state["after"], self.sizer.rows)
             if chunk is None:
                 # Nothing of the segment was read: the DROP lands with the next table's chunks.
                 self._end(state, spec.name, gone, result)
                 break
             # The high watermark, on the chunk's own connection right after its SELECT.
             high = binlog_end(conn)
-            segment, cut, touched, changed = self._segment(
-                ctx, spec, {pk for pk, _ in chunk.rows}, high
-            )
-            kept = [(pk, image) for pk, image in chunk.rows if pk not in touched]
+            read = self._segment(ctx, spec, {pk for pk, _ in chunk.rows}, high)
+            kept = [(pk, image) for pk, image in chunk.rows if pk not in read.touched]
             done = len(chunk.rows) < asked
             next_index, next_after = (
                 (state["index"] + 1, None)
@@ -466,7 +471,7 @@ class SnapshotRunner:
             )
             counted = len(chunk.rows)
             ended: str | None = None
-            if changed:
+            if read.altered:
                 # The table changed shape inside the segment: the chunk may have been read
                 # with either schema. Commit the segment alone and read the chunk again
                 # (or end the table if it cannot be copied any more).
@@ -476,25 +481,22 @@ class SnapshotRunner:
                 next_index, next_after = (
                     (state["index"] + 1, None) if done else (state["index"], state["after"])
                 )
-            if done and not chunk.rows and tally.chunks == 0 and not changed:  # empty table
-                segment = [*segment, definition_event(conn, spec, cut)]
+            events = list(read.events)
+            if done and not chunk.rows and tally.chunks == 0 and not read.altered:  # empty
+                events.append(definition_event(conn, spec, read.cut))
             rows = RowsAtCut(
                 spec.db,
                 spec.table,
                 spec.columns_json,
-                cut.binlog_position,
+                read.cut.binlog_position,
                 int(time.time()),
                 [pk for pk, _ in kept],
                 [image for _, image in kept],
             )
             ctx.batch_seq += 1
-            state["pending"] = {
-                "batch_seq": ctx.batch_seq,
-                "index": next_index,
-                "after": next_after,
-            }
+            state["pending"] = _pending(ctx.batch_seq, next_index, next_after)
             self._save_state(state)
-            self._commit(ctx, segment, cut, rows)
+            self._commit(ctx, events, read.cut, rows, state["pending"]["chunk"])
             if ended is not None:
                 log.warning("%s: ending the snapshot of %s: %s", self.name, spec.name, ended)
                 state["ended"][spec.name] = ended
@@ -516,7 +518,7 @@ class SnapshotRunner:
                 spec.name,
                 tally.chunks,
                 high,
-                cut,
+                read.cut,
                 counted,
                 counted - len(kept),
             )
@@ -538,8 +540,8 @@ class SnapshotRunner:
             self._commit(ctx, list(events), cut, rows)
 
         def segment(high: BinlogPosition) -> tuple[list[ChangeEvent], ResumePosition, bool]:
-            part, cut, _touched, changed = self._segment(ctx, spec, set(), high)
-            return part, cut, changed
+            read = self._segment(ctx, spec, set(), high)
+            return read.events, read.cut, read.altered
 
         try:
             copied = copy_whole_table(
@@ -576,14 +578,18 @@ class SnapshotRunner:
 
     def _read(
         self, conn: pymysql.connections.Connection[Any], spec: SnapshotTable, after: Any, rows: int
-    ) -> ChunkRows | None:
-        """The next chunk of at most ``rows`` rows, or None when the table no longer exists."""
+    ) -> tuple[ChunkRows | None, int]:
+        """The next chunk of at most ``rows`` rows and ``snapshot.chunk_bytes`` bytes (fewer
+        rows than asked: the table ended), and the rows asked; None when the table no longer
+        exists."""
+        key = None if after is None else decode_key(after)
         try:
-            return read_chunk(conn, spec, None if after is None else decode_key(after), rows)
+            asked = rows_within(conn, spec, key, rows, self.config.snapshot.chunk_bytes)
+            return read_chunk(conn, spec, key, asked), asked
         except pymysql.MySQLError as exc:
             if not is_missing_table(exc):
                 raise
-            return None
+            return None, rows
 
     def _account(
         self, ctx: _Chunking, tally: SnapshotProgress, table_index: int, *, counted: int, kept: int
@@ -612,12 +618,20 @@ class _Chunking:
     conn: pymysql.connections.Connection[Any]
     probe: BinlogSource
     stream: SegmentStream
+    tail: SegmentTail
+    """The newest events before the cut (see :class:`SegmentTail`)."""
     sink: DeltaChangeLog
     epoch: int
     result: SnapshotResult
     started: float
     batch_seq: int
     resume: ResumePosition
+
+
+def _pending(batch_seq: int, index: int, after: Any) -> dict[str, Any]:
+    """The state's record of a chunk about to commit, with the chunk's unique mark (a random
+    62-bit number: no other commit carries it)."""
+    return {"batch_seq": batch_seq, "chunk": secrets.randbits(62), "index": index, "after": after}
 
 
 def _tally(state: dict[str, Any], table: str, estimated: int) -> SnapshotProgress:

@@ -290,6 +290,10 @@ class SinkConfig(_Model):
     purges; heartbeats in between cost no commit."""
 
 
+DEFAULT_CHUNK_BYTES = 64 * 1024 * 1024
+"""Column bytes one chunk of a side read holds at most (``snapshot.chunk_bytes``)."""
+
+
 class SnapshotSettings(_Model):
     """Automatic snapshots by the destination's run (docs/snapshot.md)."""
 
@@ -307,6 +311,9 @@ class SnapshotSettings(_Model):
     segment_events: int = Field(default=20_000, ge=1)
     """Binlog events the snapshot holds at most between two commits (a longer backlog is
     committed in parts; a single larger transaction is kept whole)."""
+    chunk_bytes: int = Field(default=DEFAULT_CHUNK_BYTES, ge=1)
+    """Column bytes one chunk (snapshot, reconciliation's repair and comparison) reads at
+    most: fewer rows of a table with large values (a single larger row is read alone)."""
 
 
 _MARIADB_GTID = re.compile(r"^\d+-\d+-\d+(,\d+-\d+-\d+)*$")
@@ -569,6 +576,10 @@ class ReconcileConfig(_Model):
     """At most this many keys are repaired per table and run."""
     wait_seconds: float = Field(default=300.0, gt=0)
     """How long the lease holder may take to claim a repair request before it is withdrawn."""
+    max_repair_backlog_bytes: int = Field(default=1 << 30, ge=0)
+    """A reconciliation that repairs under its own lease (nobody streams the destination)
+    refuses when the change log's checkpoint is more binlog bytes than this behind the
+    source: the repair would first stream all of it. Start the destination to catch up."""
 
     @field_validator("interval_minutes")
     @classmethod

@@ -39,7 +39,9 @@ import pymysql
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark idiom)
 
+from cdc_platform.backfill.chunk_bytes import rows_within
 from cdc_platform.backfill.repair import RepairKey, RepairTable
+from cdc_platform.config.models import DEFAULT_CHUNK_BYTES
 from cdc_platform.errors import SinkError
 from cdc_platform.sink.lake_files import LakeFile, join_uri
 from cdc_platform.source.row_reader import SnapshotTable, encode_key, read_chunk
@@ -143,20 +145,25 @@ class TableComparison:
         }
 
 
-def _stage_source(
+def _stage_source(  # noqa: PLR0913 (what to read where; keyword-only: how much, observer)
     conn: pymysql.connections.Connection[Any],
     spec: SnapshotTable,
     staging: LakeFile,
+    *,
     chunk_size: int,
+    chunk_bytes: int,
     on_chunk: Callable[[ChunkProgress], None] | None,
 ) -> tuple[int, int]:
-    """Read the source table in key chunks into Parquet files; returns (rows, chunks)."""
+    """Read the source table in key chunks (at most ``chunk_size`` rows and ``chunk_bytes``
+    column bytes each) into Parquet files of at most about that many bytes; returns (rows,
+    chunks)."""
     started = time.perf_counter()
     columns: dict[str, list[Any]] = {_CHUNK: [], "key": [], "pk": [], "after": []}
-    rows = chunks = files = 0
+    rows = chunks = files = held = 0
 
     def flush() -> None:
-        nonlocal files
+        nonlocal files, held
+        held = 0
         if not columns["pk"]:
             return
         table = pa.table(
@@ -174,8 +181,10 @@ def _stage_source(
 
     after: list[Any] | None = None
     while True:
-        chunk = read_chunk(conn, spec, after, chunk_size)
+        asked = rows_within(conn, spec, after, chunk_size, chunk_bytes)
+        chunk = read_chunk(conn, spec, after, asked)
         for (pk, image), key in zip(chunk.rows, chunk.keys, strict=True):
+            held += len(pk) + len(image)
             columns[_CHUNK].append(chunks)
             columns["key"].append(json.dumps(encode_key(key)))
             columns["pk"].append(pk)
@@ -183,11 +192,11 @@ def _stage_source(
         rows += len(chunk.rows)
         if chunk.rows:
             chunks += 1
-        if len(columns["pk"]) >= _ROWS_PER_FILE:
+        if len(columns["pk"]) >= _ROWS_PER_FILE or held >= chunk_bytes:
             flush()
         if on_chunk is not None and chunk.rows:
             on_chunk(ChunkProgress(spec.name, chunks, rows, time.perf_counter() - started))
-        if len(chunk.rows) < chunk_size:
+        if len(chunk.rows) < asked:
             break
         after = chunk.last_key
     flush()
@@ -310,6 +319,7 @@ def compare_table(  # noqa: PLR0913 (Spark, the source table, where its mirror i
     mirror_root: str,
     storage_options: Mapping[str, str] | None = None,
     chunk_size: int = 10_000,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     max_suspects: int = 100_000,
     on_chunk: Callable[[ChunkProgress], None] | None = None,
 ) -> TableComparison:
@@ -352,7 +362,12 @@ def compare_table(  # noqa: PLR0913 (Spark, the source table, where its mirror i
     try:
         if keyed:
             result.source_rows, result.chunks = _stage_source(
-                conn, spec, staging, chunk_size, on_chunk
+                conn,
+                spec,
+                staging,
+                chunk_size=chunk_size,
+                chunk_bytes=chunk_bytes,
+                on_chunk=on_chunk,
             )
         else:
             result.source_rows = _stage_whole_table(conn, spec, staging, chunk_size, on_chunk)

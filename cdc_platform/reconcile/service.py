@@ -160,6 +160,7 @@ def reconcile_destination(  # noqa: PLR0912, PLR0913, PLR0915 (the two phases, w
                 mirror_root=root,
                 storage_options=lake.storage_options,
                 chunk_size=chunk_size,
+                chunk_bytes=dest.config.snapshot.chunk_bytes,
                 max_suspects=max_suspects,
                 on_chunk=on_chunk,
             )
@@ -246,7 +247,12 @@ def _repair_with_own_lease(
     stop = SideWorkStop(destination, term.epoch, work="repair")
     lease.on_lost(lambda error: stop.request_stop(f"lease lost: {error.reason}"))
     try:
-        result = repair_keys(term, requests, stop=stop)
+        result = repair_keys(
+            term,
+            requests,
+            max_backlog_bytes=config.platform.reconcile.max_repair_backlog_bytes,
+            stop=stop,
+        )
     finally:
         lease.release()
     return result, f"{lease.address} (this process, epoch {term.epoch})"

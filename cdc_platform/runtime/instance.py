@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
+from cdc_platform.backfill.commit import prepare
 from cdc_platform.errors import CdcError, CommitRefusedError, SinkError, SourceError
 from cdc_platform.events import ChangeEvent, EventKind, ResumePosition, ServerIdentity
 from cdc_platform.sink import Checkpoint, FencedCommitError
@@ -463,13 +464,12 @@ class DestinationRuntime:
         assert resume is not None
         resume = self._with_server(batch, resume)
         delay = self._retry_initial
-        prepared = False
+        rereads: tuple[str, ...] | None = None
         while True:
             try:
                 self._gate()
-                if not prepared:
-                    self.term.prepare(batch.events)
-                    prepared = True
+                if rereads is None:
+                    rereads = prepare(self.term, batch.events)
                 result = self.sink.commit(
                     batch.events, batch_seq=batch_seq, resume=resume, epoch=epoch
                 )
@@ -515,6 +515,7 @@ class DestinationRuntime:
             partial=batch.partial,
             ops=count_ops(events),
             transactions=sum(1 for e in events if _captured_end(e)),
+            rereads=rereads or (),
         )
 
     def _with_server(self, batch: Batch, resume: ResumePosition) -> ResumePosition:

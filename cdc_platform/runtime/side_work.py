@@ -9,9 +9,10 @@ the repair events under the same term, and streams again from the checkpoint. A 
 request (:mod:`cdc_platform.backfill.snapshot_requests`) is served the same way: the runtime
 stops after its in-flight commit, the watermark snapshot of the requested tables runs under
 the term (the binlog flows into the change log with each chunk), and streaming goes on.
-A batch whose DDL changed rows without row events lists its tables before it commits
-(``note_ddl``); the runtime stops after that commit and the tables are re-read the same
-way (:mod:`cdc_platform.backfill.reread`).
+A batch whose DDL changed rows without row events lists its tables before it commits (the
+one commit protocol, :mod:`cdc_platform.backfill.commit`); its commit report names them, the
+runtime stops after that commit and the tables are re-read the same way
+(:mod:`cdc_platform.backfill.reread`).
 
 Each piece of side work runs under a :class:`~cdc_platform.backfill.stop.SideWorkStop`: the
 lease-loss callback cuts its source connection, so a read blocked on the source ends at once
@@ -22,21 +23,19 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Protocol
 
 from cdc_platform.backfill.new_tables import snapshot_new_tables
 from cdc_platform.backfill.repair import RepairResult, repair_keys
-from cdc_platform.backfill.reread import RereadRecord, reread_path, reread_tables, tables_to_reread
+from cdc_platform.backfill.reread import reread_tables
 from cdc_platform.backfill.snapshot import SnapshotProgress, SnapshotRunner, state_path
 from cdc_platform.backfill.snapshot_requests import SnapshotInbox
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.config.models import InstanceConfig
 from cdc_platform.errors import CdcError, SinkError
-from cdc_platform.events import ChangeEvent
 from cdc_platform.reconcile.inbox import RepairInbox
-from cdc_platform.sink.report import ddl_rows
 from cdc_platform.sink.term import WriteTerm
 
 __all__ = ["Halted", "SideWork", "StoppableRuntime"]
@@ -269,23 +268,6 @@ class SideWork:
         """Whether tables are re-read after DDL that changed their rows (a binlog source with
         its state in the lake)."""
         return self.lake_root is not None and config.source.mode == "binlog"
-
-    def note_ddl(self, term: WriteTerm, events: Sequence[ChangeEvent]) -> bool:
-        """Before a batch is committed: list the tables its DDL changes without row events
-        (in the lake, so the list is there before the DDL is); True when a re-read is now due
-        (the caller stops the runtime after the commit). A batch that then fails to commit
-        costs at most one needless copy."""
-        if self.lake_root is None:
-            return False
-        tables = tables_to_reread(ddl_rows(events))
-        if not tables:
-            return False
-        RereadRecord(reread_path(self.lake_root, term.destination, term.storage_options)).add(
-            tables
-        )
-        log.info("%s: %s changed by DDL; re-reading after this batch", term.destination, tables)
-        self.reread_due.set()
-        return True
 
     def reread(self, term: WriteTerm, halted: Halted) -> None:
         """Copy the tables waiting for a re-read (see :mod:`cdc_platform.backfill.reread`)."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -42,7 +42,6 @@ from cdc_platform.errors import (
     SinkError,
     StaleSideFileError,
 )
-from cdc_platform.events import ChangeEvent
 from cdc_platform.ha.lease import Lease
 from cdc_platform.ha.registry import NodeRegistry
 from cdc_platform.runtime.instance import DestinationRuntime, RunSummary, RuntimeMetrics
@@ -259,7 +258,8 @@ class LeaseSupervisor:
 
     def _committed(self, report: CommitReport) -> None:
         """Commit observer of every writer under the held term (the term's ``report`` told
-        the recorder already): publish the status, then tell the caller's observer."""
+        the recorder already): publish the status, then tell the caller's observer. A commit
+        that listed tables for a re-read after DDL stops the runtime after it."""
         self._last_commit = {
             "epoch": report.epoch,
             "batch_seq": report.batch_seq,
@@ -271,6 +271,8 @@ class LeaseSupervisor:
         self._publish_status(report.epoch)
         if self.term.on_commit is not None:
             self.term.on_commit(report)
+        if report.rereads:
+            self._side.reread_due.set()
         if self._side.reread_due.is_set():
             with self._lock:
                 runtime = self._runtime
@@ -304,10 +306,6 @@ class LeaseSupervisor:
             value["metrics_url"] = self.metrics_url
         value["published_at"] = time.time()
         self._publish("status", value, fence=epoch, urgent=False)
-
-    def _before_commit(self, events: Sequence[ChangeEvent]) -> None:
-        if self._side.rereads(self.config):
-            self._side.note_ddl(self.term, events)
 
     def _heartbeat_loop(self, stop: threading.Event) -> None:
         """Every renew interval: the registry row (database backend), and while active the
@@ -358,7 +356,6 @@ class LeaseSupervisor:
                         self.term,
                         commit_gate=self._gate,
                         on_commit=self._committed,
-                        before_commit=self._before_commit,
                     ),
                     stop=self._stop,
                 )

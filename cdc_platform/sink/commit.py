@@ -8,8 +8,15 @@ versions Delta keeps in every checkpoint forever, so the fencing facts never dep
 * ``<destination>#epoch`` = HA lease epoch of the writer (the highest epoch that committed),
 * ``<destination>#seq`` = seq of the last row written so far (0 before the first row).
 
+Every commit also carries ``<destination>#position``, its resume position as one integer where
+it fits (:mod:`cdc_platform.sink.position_slot`), so a commit without rows keeps its position
+through log cleanup. A snapshot chunk's commit also carries ``<destination>#chunk`` = a number
+unique to that chunk, so a resumed snapshot can tell its own chunk from any other commit of the
+same batch.
+
 The resume position is in the commit's custom metadata (``cdc.resume_position``) and on the
-last row of every commit that has rows; after cleanup the row with the highest seq gives it.
+last row of every commit that has rows; after cleanup the position slot (below) or the row
+with the highest seq gives it (:mod:`cdc_platform.sink.recovery`).
 
 Fencing is atomic with the commit: the fencing facts are read from the snapshot the commit is
 made against, and the commit runs with ``max_commit_retries=0``, so delta-rs cannot silently
@@ -27,6 +34,7 @@ from deltalake.transaction import CommitProperties, Transaction
 
 from cdc_platform.errors import CommitRefusedError
 from cdc_platform.events import EVENT_FORMAT_VERSION, ResumePosition
+from cdc_platform.sink.position_slot import encode_slot, slot_app_id
 
 __all__ = [
     "CHANGE_LOG_FORMAT_VERSION",
@@ -36,6 +44,7 @@ __all__ = [
     "Fence",
     "FencedCommitError",
     "check_fence",
+    "chunk_app_id",
     "read_fence",
 ]
 
@@ -99,6 +108,11 @@ def read_fence(table: DeltaTable, destination: str) -> Fence:
     )
 
 
+def chunk_app_id(destination: str) -> str:
+    """The app transaction whose version is the newest snapshot chunk's mark."""
+    return f"{destination}#chunk"
+
+
 def check_fence(fence: Fence, destination: str, *, batch_seq: int, epoch: int) -> None:
     """Refuse a commit of ``batch_seq`` at ``epoch`` that ``fence`` says is stale."""
     if fence.epoch is not None and fence.epoch > epoch:
@@ -134,9 +148,19 @@ class CommitFacts:
     first_seq: int
     last_seq: int
     rows: int
+    chunk: int | None = None
+    """A snapshot chunk's unique mark (app transaction ``<destination>#chunk``)."""
 
     def properties(self, destination: str, writer_id: str) -> CommitProperties:
         """The commit's custom metadata and app transactions; never rebased by delta-rs."""
+        transactions = [
+            Transaction(app_id=destination, version=self.batch_seq),
+            Transaction(app_id=f"{destination}#epoch", version=self.epoch),
+            Transaction(app_id=f"{destination}#seq", version=self.last_seq),
+            Transaction(app_id=slot_app_id(destination), version=encode_slot(self.resume)),
+        ]
+        if self.chunk is not None:
+            transactions.append(Transaction(app_id=chunk_app_id(destination), version=self.chunk))
         return CommitProperties(
             custom_metadata={
                 "cdc.format_version": CHANGE_LOG_FORMAT_VERSION,
@@ -150,10 +174,6 @@ class CommitFacts:
                 "cdc.rows": self.rows,
                 "cdc.writer": writer_id,
             },
-            app_transactions=[
-                Transaction(app_id=destination, version=self.batch_seq),
-                Transaction(app_id=f"{destination}#epoch", version=self.epoch),
-                Transaction(app_id=f"{destination}#seq", version=self.last_seq),
-            ],
+            app_transactions=transactions,
             max_commit_retries=0,
         )

@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 from uuid import uuid4
@@ -21,13 +22,14 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from cdc_platform.errors import CheckpointError, SinkError
-from cdc_platform.events import ChangeEvent, ResumePosition
+from cdc_platform.events import ChangeEvent, ResumePosition, ServerIdentity
 from cdc_platform.sink.commit import (
     COMMIT_ATTEMPTS,
     CommitFacts,
     CommitResult,
     Fence,
     check_fence,
+    chunk_app_id,
     read_fence,
 )
 from cdc_platform.sink.maintenance import MaintenancePolicy, TableMaintenance
@@ -80,6 +82,8 @@ class DeltaChangeLog:
         self._lock = threading.Lock()
         self._commits = 0
         self._writer_id = uuid4().hex
+        self._server: ServerIdentity | None = None
+        """The server of the newest checkpoint this object read or wrote."""
 
     def __repr__(self) -> str:
         keys = sorted(self._storage_options or {})
@@ -105,7 +109,7 @@ class DeltaChangeLog:
 
     # -- commit ------------------------------------------------------------------------------
 
-    def commit(
+    def commit(  # noqa: PLR0913 (the batch; keyword-only commit fields)
         self,
         events: Sequence[ChangeEvent],
         *,
@@ -113,12 +117,18 @@ class DeltaChangeLog:
         resume: ResumePosition,
         epoch: int,
         snapshot: RowsAtCut | None = None,
+        chunk: int | None = None,
     ) -> CommitResult:
         """Append one batch as one Delta commit, or refuse it if a newer writer or batch exists.
 
         ROW and DDL events become rows; COMMIT events none; the ``snapshot`` rows follow them.
         A batch without rows still commits (no data files) so the checkpoint moves past
-        filtered traffic.
+        filtered traffic. ``chunk``: a snapshot chunk's unique mark (see
+        :mod:`cdc_platform.sink.commit`).
+
+        Every checkpoint names the server its file/position is in: a ``resume`` without one
+        (a side writer's cut) keeps the server of the checkpoint this object last read
+        (:meth:`recover`) or wrote, so a switched primary is still detected after it.
 
         Raises:
             FencedCommitError: (a CommitRefusedError) the table holds ``batch_seq`` or a later
@@ -131,14 +141,22 @@ class DeltaChangeLog:
             raise ValueError(f"epoch must be >= 0, not {epoch}")
         rows = row_events(events)
         with self._lock:
+            if resume.server is None and self._server is not None:
+                resume = replace(resume, server=self._server)
             result = self._commit_locked(
-                rows, batch_seq=batch_seq, resume=resume, epoch=epoch, snapshot=snapshot
+                rows,
+                batch_seq=batch_seq,
+                resume=resume,
+                epoch=epoch,
+                snapshot=snapshot,
+                chunk=chunk,
             )
+            self._server = resume.server or self._server
             self._commits += 1
             self._maintain()
         return result
 
-    def _commit_locked(
+    def _commit_locked(  # noqa: PLR0913 (as commit)
         self,
         rows: Sequence[ChangeEvent],
         *,
@@ -146,6 +164,7 @@ class DeltaChangeLog:
         resume: ResumePosition,
         epoch: int,
         snapshot: RowsAtCut | None,
+        chunk: int | None,
     ) -> CommitResult:
         conflict: CommitFailedError | None = None
         count = len(rows) + (len(snapshot) if snapshot is not None else 0)
@@ -165,6 +184,7 @@ class DeltaChangeLog:
                 first_seq=fence.last_seq + 1,
                 last_seq=fence.last_seq + count,
                 rows=count,
+                chunk=chunk,
             )
             data = events_to_table(
                 rows,
@@ -226,10 +246,23 @@ class DeltaChangeLog:
             if table is None:
                 return None
             try:
-                return read_checkpoint(table, self._guard)
+                checkpoint = read_checkpoint(table, self._guard)
             except SinkError:
                 self._table = None  # reopen next time: the object may be half-updated
                 raise
+            if checkpoint is not None and checkpoint.resume.server is not None:
+                self._server = checkpoint.resume.server
+            return checkpoint
+
+    def chunk_mark(self) -> int | None:
+        """The mark of the newest snapshot chunk committed (None: none yet)."""
+        with self._lock:
+            table = self._current_table(create=False)
+            if table is None:
+                return None
+            return self._library(
+                "reading the chunk mark", table.transaction_version, chunk_app_id(self._destination)
+            )
 
     # -- maintenance -------------------------------------------------------------------------
 

@@ -2,8 +2,11 @@
 
 batch_seq, epoch and last seq come from the app transactions (kept by checkpoints and
 compaction). The resume position comes from the newest commit's metadata when the log still
-has it, otherwise from the row with the highest seq: falling back to an older row's position
-is safe, because every commit after it produced no rows.
+has it, otherwise from the app transaction ``<destination>#position``
+(:mod:`cdc_platform.sink.position_slot`) when it names a position after the row with the
+highest seq, otherwise from that row. Falling back to the row's older position is correct
+(every commit after it produced no rows) but that position may be purged from the server by
+then, which the position slot avoids for every plain position.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from deltalake import DeltaTable, QueryBuilder
 from cdc_platform.errors import CheckpointError
 from cdc_platform.events import ResumePosition
 from cdc_platform.sink.commit import Fence, read_fence
+from cdc_platform.sink.position_slot import decode_slot, slot_app_id
 from cdc_platform.sink.storage_errors import LIBRARY_ERRORS, StorageGuard
 
 __all__ = ["Checkpoint", "read_checkpoint"]
@@ -58,7 +62,19 @@ def read_checkpoint(table: DeltaTable, guard: StorageGuard) -> Checkpoint | None
     version = table.version()
     resume = _resume_from_log(table, guard, fence.batch_seq)
     if resume is None:
-        resume = _resume_from_rows(table, guard, fence)
+        row = _resume_from_rows(table, guard, fence)
+        slot = guard.call(
+            "reading the position slot", table.transaction_version, slot_app_id(destination)
+        )
+        resume = decode_slot(slot, row) or row
+        if resume is not row:
+            logger.info(
+                "%s: the newest commit's metadata is gone; resuming at its position %s "
+                "(the last row's is %s)",
+                destination,
+                resume,
+                row,
+            )
     return Checkpoint(
         batch_seq=fence.batch_seq,
         epoch=fence.epoch if fence.epoch is not None else 0,

@@ -48,3 +48,5 @@ class CommitReport:
     """Rows per operation (:func:`count_ops`)."""
     transactions: int = 0
     """Source transactions this commit completed (0 for a snapshot chunk or a repair)."""
+    rereads: tuple[str, ...] = ()
+    """Tables this commit's DDL listed for a re-read (``db.table``; see backfill/reread.py)."""

@@ -10,20 +10,17 @@ one argument instead of a clump of nine.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pydantic import SecretStr
 
 from cdc_platform.config.lake import LakeLocation
 from cdc_platform.config.models import InstanceConfig
-from cdc_platform.events import ChangeEvent, Op, ResumePosition
 from cdc_platform.infra.recorder import NULL_RECORDER, MetricsRecorder
-from cdc_platform.sink.commit import CommitResult
 from cdc_platform.sink.delta import DeltaChangeLog
 from cdc_platform.sink.maintenance import MaintenancePolicy
-from cdc_platform.sink.report import CommitReport, count_ops
-from cdc_platform.sink.schema import RowsAtCut
+from cdc_platform.sink.report import CommitReport
 
 __all__ = ["WriteTerm"]
 
@@ -35,9 +32,9 @@ class WriteTerm:
     ``epoch`` is the fencing token of the lease the writer holds (None: no lease backend,
     the checkpoint's own epoch is used, which still refuses a second writer of a batch);
     ``commit_gate`` is called right before every commit and raises (e.g. LeaseLostError) to
-    forbid it; ``before_commit`` gets each batch's events once, after the gate and before the
-    batch is committed (what it records must stay true if that commit then fails);
-    ``on_commit`` hears of every commit that landed.
+    forbid it; ``on_commit`` hears of every commit that landed. What every commit does besides
+    (the gate, listing tables for a re-read after DDL) is the one commit protocol of
+    :mod:`cdc_platform.backfill.commit`, which every writer uses.
     """
 
     destination: str
@@ -46,12 +43,12 @@ class WriteTerm:
     epoch: int | None = None
     commit_gate: Callable[[], None] | None = None
     on_commit: Callable[[CommitReport], None] | None = None
-    before_commit: Callable[[Sequence[ChangeEvent]], None] | None = None
     password: SecretStr | None = None
     """The source password (None: from the config's environment variable)."""
     storage_options: dict[str, str] | None = None
     lake: LakeLocation | None = None
-    """The lake the table is in, checked at the start of a run (None: not checked)."""
+    """The lake the table is in, checked at the start of a run, where the destination's side
+    files live (None: not checked, no side files: no re-reads after DDL)."""
     maintenance: MaintenancePolicy | None = None
     """The change log's maintenance (None: the defaults)."""
     recorder: MetricsRecorder = NULL_RECORDER
@@ -105,53 +102,8 @@ class WriteTerm:
             at=time.time(),
         )
 
-    def prepare(self, events: Sequence[ChangeEvent]) -> None:
-        """Hand a batch to ``before_commit`` (see the class docstring)."""
-        if self.before_commit is not None:
-            self.before_commit(events)
-
     def report(self, report: CommitReport) -> None:
         """Tell the recorder and ``on_commit`` of a commit that landed."""
         self.record(report)
         if self.on_commit is not None:
             self.on_commit(report)
-
-    def commit_beside(  # noqa: PLR0913 (the sink and the batch; keyword-only commit fields)
-        self,
-        sink: DeltaChangeLog,
-        events: Sequence[ChangeEvent],
-        *,
-        batch_seq: int,
-        resume: ResumePosition,
-        epoch: int,
-        snapshot: RowsAtCut | None = None,
-    ) -> CommitResult:
-        """One commit written beside the stream (a snapshot chunk, a repair): through the
-        gate, then reported with no binlog lag. ``snapshot``: rows read from a table, after
-        the events."""
-        self.check_gate()
-        self.prepare(events)
-        landed = sink.commit(
-            events, batch_seq=batch_seq, resume=resume, epoch=epoch, snapshot=snapshot
-        )
-        ops = count_ops(events)
-        if snapshot:
-            read = dict(ops)
-            read[Op.SNAPSHOT.value] = read.get(Op.SNAPSHOT.value, 0) + len(snapshot)
-            ops = tuple(sorted(read.items()))
-        self.report(
-            CommitReport(
-                self.destination,
-                batch_seq,
-                landed.version,
-                landed.rows,
-                len(events) + (len(snapshot) if snapshot else 0),
-                resume,
-                epoch,
-                0.0,
-                landed.seconds,
-                partial=False,
-                ops=ops,
-            )
-        )
-        return landed

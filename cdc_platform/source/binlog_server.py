@@ -201,6 +201,17 @@ class BinlogServer:
             except MYSQL_ERRORS as exc:
                 raise self.mysql.error(exc, "identifying") from None
 
+    def bytes_after(self, position: BinlogPosition) -> int:
+        """Binlog bytes the server holds after ``position`` (all of them when its file is
+        gone): how far a reader starting there is behind."""
+        logs = [(str(name), int(size)) for name, size, *_ in self.query("SHOW BINARY LOGS")]
+        names = [name for name, _ in logs]
+        if position.file not in names:
+            return sum(size for _, size in logs)
+        first = names.index(position.file)
+        sizes = [size for _, size in logs[first:]]
+        return max(0, sizes[0] - position.pos) + sum(sizes[1:])
+
     def check_start(self, start: ResumePosition, *, by_gtid: bool) -> ResumePosition:
         """Refuse a start position whose binlog is gone (BinlogGapError); fill in the GTID
         state if missing. ``by_gtid``: the read resumes from ``start.gtid_set``."""

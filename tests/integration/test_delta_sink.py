@@ -353,16 +353,26 @@ def test_recover_after_compaction_checkpoint_and_log_cleanup(uri: Path) -> None:
         4,
         resume_of(filtered),
     )
-    # ... and after cleanup the last row's (older, safe) position is used
+    # ... and after cleanup their position is kept all the same (the position slot), not the
+    # last row's older one, which the server may have purged meanwhile
     compact_checkpoint_cleanup()
     checkpoint = log(uri, policy).recover()
     assert checkpoint is not None
     assert (checkpoint.batch_seq, checkpoint.epoch, checkpoint.last_seq) == (6, 4, 15)
-    assert checkpoint.resume == last_with_rows
+    assert checkpoint.resume.binlog_position == resume_of(filtered).binlog_position
+    assert checkpoint.resume.binlog_position != last_with_rows.binlog_position
+    # in the next binlog file too
+    binlog.file, binlog.pos = "mysql-bin.000012", 4
+    filtered = binlog.filtered()
+    sink.commit(filtered, batch_seq=7, resume=resume_of(filtered), epoch=4)
+    compact_checkpoint_cleanup()
+    checkpoint = log(uri, policy).recover()
+    assert checkpoint is not None
+    assert checkpoint.resume.binlog_position == resume_of(filtered).binlog_position
 
     # the sink goes on after maintenance done by someone else
     events = binlog.rows(2)
-    result = log(uri, policy).commit(events, batch_seq=7, resume=resume_of(events), epoch=4)
+    result = log(uri, policy).commit(events, batch_seq=8, resume=resume_of(events), epoch=4)
     assert (result.first_seq, result.last_seq) == (16, 17)
     assert [r["seq"] for r in read_rows(uri)] == list(range(1, 18))
 

@@ -8,7 +8,12 @@ from decimal import Decimal
 import pymysql
 import pytest
 
-from cdc_platform.backfill.segments import SegmentStream, touched_keys
+from cdc_platform.backfill.segments import (
+    SegmentStream,
+    SegmentTail,
+    chunk_segment,
+    touched_keys,
+)
 from cdc_platform.errors import SourceConnectionError, SourceError
 from cdc_platform.events import (
     BinlogPosition,
@@ -20,6 +25,7 @@ from cdc_platform.events import (
 )
 from cdc_platform.source.mysql import is_missing_table, mysql_error
 from cdc_platform.source.row_reader import (
+    SnapshotTable,
     _bits,
     _float32,
     _labels,
@@ -73,6 +79,8 @@ def _commit(txn: Transaction, pos: int, index: int) -> ChangeEvent:
 
 
 class _FakeSource:
+    server = None
+
     def __init__(self, events: list[ChangeEvent]) -> None:
         self._events = events
 
@@ -117,6 +125,45 @@ def test_segment_part_stops_at_a_transaction_end_once_the_limit_is_reached() -> 
     assert (part, cut.pos, complete) == (events[3:5], 300, False)
     part, cut, complete = stream.part(high, cut, 2)
     assert (part, cut.pos, complete) == (events[5:], 400, True)
+
+
+def test_a_chunk_drops_the_keys_the_previous_segment_touched() -> None:
+    """The watermark race: an UPDATE of key 5 is in the binlog before chunk 2's low cut (in
+    chunk 1's segment), but InnoDB did not show it yet to chunk 2's SELECT, which read key 5's
+    old row. Chunk 2's own segment is empty, so only the carried tail drops key 5; otherwise
+    its stale `r` row, placed after the UPDATE, would revert it."""
+    spec = SnapshotTable("d", "t", (), ("id",), "[]")
+    t1 = _txn(100)
+    events = [_row(t1, 150, 0, 5), _commit(t1, 200, 1)]  # touches {"id":5} and {"id":105}
+    stream = SegmentStream(_FakeSource(events))  # type: ignore[arg-type]
+    tail = SegmentTail(100)
+    parts: list[list[ChangeEvent]] = []
+    high = BinlogPosition("b.000001", 200)
+
+    def read(chunk_keys: set[str], cut: ResumePosition) -> tuple[set[str], ResumePosition]:
+        segment = chunk_segment(
+            stream,
+            tail,
+            spec,
+            chunk_keys,
+            high=high,
+            cut=cut,
+            part_events=100,
+            commit_part=lambda part, _cut: parts.append(part),
+        )
+        return segment.touched, segment.cut
+
+    touched, cut = read({'{"id":1}', '{"id":2}'}, ResumePosition("b.000001", 100))
+    assert touched == set()  # chunk 1 does not hold key 5
+    assert cut.pos == 200
+    touched, cut = read({'{"id":5}', '{"id":6}'}, cut)  # chunk 2: its segment is empty
+    assert touched == {'{"id":5}'}
+    assert cut.pos == 200
+    assert parts == []
+    # The tail is bounded: the newest `limit` row events only.
+    small = SegmentTail(1)
+    small.extend([_row(t1, 150, 0, 7), _row(t1, 160, 1, 8), _commit(t1, 200, 2)])
+    assert small.touched("d", "t", ["id"]) == {'{"id":8}', '{"id":108}'}
 
 
 def test_identifiers_are_quoted_and_driver_errors_translated() -> None:

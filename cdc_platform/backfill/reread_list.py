@@ -1,0 +1,139 @@
+"""The list of tables waiting for a re-read after DDL, and noting a batch's DDL on it.
+
+``<lake_root>/<destination>/_reread_tables.json`` (format ``v`` 1) names the tables whose rows
+a committed DDL changed without row events (:mod:`cdc_platform.source.ddl_effects`). Every
+writer's commit adds to it before the batch commits (:func:`note_rereads`, called by the one
+commit protocol of :mod:`.commit`); the re-read (:mod:`.reread`) empties it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from cdc_platform.errors import SnapshotError
+from cdc_platform.events import ChangeEvent
+from cdc_platform.sink.lake_files import LakeFile, join_uri
+from cdc_platform.sink.report import ddl_rows
+from cdc_platform.sink.term import WriteTerm
+from cdc_platform.source.ddl_effects import ddl_effects
+
+__all__ = [
+    "RereadRecord",
+    "note_rereads",
+    "pending_rereads",
+    "reread_path",
+    "tables_to_reread",
+]
+
+log = logging.getLogger(__name__)
+
+RECORD_VERSION = 1
+_LOCK = threading.Lock()
+"""One writer of a list at a time in this process (the commit observer, the re-read)."""
+
+
+def reread_path(
+    lake_root: str | os.PathLike[str], destination: str, storage_options: Any = None
+) -> LakeFile:
+    """Where the tables waiting for a re-read are listed (in the lake)."""
+    uri = join_uri(os.fspath(lake_root), destination, "_reread_tables.json")
+    return LakeFile(uri, storage_options)
+
+
+def tables_to_reread(statements: Iterable[tuple[str, str, str]]) -> list[str]:
+    """``db.table`` names to re-read after the DDL rows ``(db, table, statement)`` of a commit.
+
+    Only the table each row is recorded under counts (the source records a statement once
+    per captured table it names), so tables outside the filters are never re-read.
+    """
+    wanted: dict[str, None] = {}
+    for db, table, statement in statements:
+        for effect in ddl_effects(statement, db):
+            if effect.rereads and effect.table == table and (effect.db == db or not db):
+                wanted[f"{db}.{table}"] = None
+    return list(wanted)
+
+
+def pending_rereads(
+    lake_root: str | os.PathLike[str], destination: str, storage_options: Any = None
+) -> set[str]:
+    """``db.table`` names whose re-read after DDL is not done yet (a table stays listed until
+    its copy is complete): their mirrors wait before that DDL (``apply_changes(held=True)``)."""
+    return set(RereadRecord(reread_path(lake_root, destination, storage_options)).load())
+
+
+class RereadRecord:
+    """The waiting list in the lake: ``{"v": 1, "tables": {name: mark}, "next": n}``.
+
+    Each addition gets a new mark, so a table listed again while its copy runs (a second DDL
+    the copy's own stream passed) stays listed when that copy's entry is removed.
+    """
+
+    def __init__(self, path: LakeFile) -> None:
+        self.path = path
+
+    def load(self) -> dict[str, int]:
+        """The tables waiting, oldest first, with their marks."""
+        data = self._read()
+        return {str(t): int(m) for t, m in data.get("tables", {}).items()}
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            data: dict[str, Any] | None = self.path.read_json()
+        except ValueError as exc:
+            raise SnapshotError(
+                f"{self.path}: unreadable list of tables to re-read: {exc}"
+            ) from None
+        if data is None:
+            return {}
+        if data.get("v") != RECORD_VERSION:
+            raise SnapshotError(f"{self.path}: unknown record version {data.get('v')!r}")
+        return data
+
+    def add(self, tables: Iterable[str]) -> None:
+        """List ``tables`` (again: with a new mark)."""
+        with _LOCK:
+            data = self._read()
+            waiting = {str(t): int(m) for t, m in data.get("tables", {}).items()}
+            mark = int(data.get("next", 1))
+            for table in tables:
+                waiting.pop(table, None)
+                waiting[table] = mark
+                mark += 1
+            self.path.write_json({"v": RECORD_VERSION, "tables": waiting, "next": mark})
+
+    def remove(self, done: dict[str, int]) -> None:
+        """Remove the entries ``done`` (name and mark as loaded); a table listed again since
+        keeps its newer entry."""
+        with _LOCK:
+            data = self._read()
+            waiting = {str(t): int(m) for t, m in data.get("tables", {}).items()}
+            left = {t: m for t, m in waiting.items() if done.get(t) != m}
+            if left:
+                self.path.write_json(
+                    {"v": RECORD_VERSION, "tables": left, "next": int(data.get("next", 1))}
+                )
+            else:
+                self.path.delete()
+
+
+def note_rereads(term: WriteTerm, events: Sequence[ChangeEvent]) -> tuple[str, ...]:
+    """List the tables the batch's DDL changes without row events, before it commits.
+
+    Every writer of a binlog destination in a lake calls this for every batch (through
+    :mod:`.commit`): the list is in the lake before the DDL is in the change log, so a mirror
+    never applies that DDL without the re-read that follows it. A batch that then fails to
+    commit costs at most one needless copy. Returns the tables listed (empty: none).
+    """
+    if term.lake is None or term.config.source.mode != "binlog":
+        return ()
+    tables = tables_to_reread(ddl_rows(events))
+    if not tables:
+        return ()
+    RereadRecord(reread_path(term.lake.uri, term.destination, term.storage_options)).add(tables)
+    log.info("%s: %s changed by DDL; listed for a re-read", term.destination, tables)
+    return tuple(tables)
