@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc_platform.errors import ConfigError
+from cdc_platform.errors import ConfigError, StaleSideFileError
 from cdc_platform.sink.lake_files import LakeFile, join_uri
 
 pytestmark = pytest.mark.unit
@@ -133,8 +133,6 @@ def test_unreachable_store_is_a_sink_error_naming_the_uri_without_secrets() -> N
 
 def test_a_write_based_on_an_old_read_is_refused(tmp_path: Path) -> None:
     """Fencing on a local disk: a handle writes only over the version it read."""
-    from cdc_platform.errors import StaleSideFileError  # noqa: PLC0415
-
     path = str(tmp_path / "d" / "_snapshot_state.json")
     LakeFile(path).write_json({"term": 1})
     old, new = LakeFile(path), LakeFile(path)
