@@ -11,7 +11,8 @@ How, for one table:
    ``pk`` JSON, row image JSON.
 2. Spark types the images with the mirror's own rules (:func:`~cdc_platform.spark.types.
    typed_value`, the code that built the mirror), so both sides are compared as the mirror
-   holds values, lossy conversions included (a zero date is null on both sides).
+   holds values (its ``zero_dates`` too), lossy conversions included (under
+   ``zero_dates="null"`` a zero date is null on both sides).
 3. Keys with change-log rows newer than the mirror's last applied ``seq`` are left out on both
    sides: the mirror has not caught up with them yet, which is not a divergence.
 4. Each row gets a 64-bit hash (xxhash64 of every typed column and of their null flags); each
