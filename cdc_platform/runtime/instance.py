@@ -370,6 +370,7 @@ class DestinationRuntime:
     ) -> tuple[int, ResumePosition | None, CdcError | None]:
         store_config = self.config.store
         last_activity = time.monotonic()
+        heard_idle = False  # a heartbeat came after the last change: the stream is caught up
         next_metrics = time.monotonic() + self._metrics_interval
         rates = _Rates()
         while not self._stop.is_set():
@@ -387,14 +388,18 @@ class DestinationRuntime:
                 next_metrics = now + self._metrics_interval
             if not batch.events or _heartbeats_only(batch):
                 if batch.events:
+                    heard_idle = True
                     try:
                         batch_seq, resume = self._idle(batch, batch_seq, resume, epoch, now)
                     except CdcError as exc:
                         return batch_seq, resume, exc
-                if exit_when_idle is not None and now - last_activity >= exit_when_idle:
+                if exit_when_idle is not None and _idle_long_enough(
+                    now - last_activity, exit_when_idle, heard_idle=heard_idle
+                ):
                     self.request_stop(f"idle for {exit_when_idle:g} s")
                 continue
             last_activity = now
+            heard_idle = False
             try:
                 report = self._commit(batch, batch_seq + 1, epoch)
             except CdcError as exc:
@@ -577,6 +582,19 @@ def _captured_end(event: ChangeEvent) -> bool:
     if event.kind is EventKind.DDL:
         return True
     return event.kind is EventKind.COMMIT and event.index > 0 and not event.txn.idle
+
+
+IDLE_WITHOUT_HEARTBEAT_FACTOR = 4.0
+"""A stream that has sent no heartbeat yet (still connecting, or catching up on a busy
+machine) counts as idle only after this many times ``exit_when_idle``."""
+
+
+def _idle_long_enough(quiet: float, exit_when_idle: float, *, heard_idle: bool) -> bool:
+    """Whether ``--exit-when-idle`` may stop the run: quiet that long and the server said it
+    had nothing more (a heartbeat), or quiet much longer (sources without heartbeats)."""
+    if heard_idle:
+        return quiet >= exit_when_idle
+    return quiet >= exit_when_idle * IDLE_WITHOUT_HEARTBEAT_FACTOR
 
 
 def _heartbeats_only(batch: Batch) -> bool:
