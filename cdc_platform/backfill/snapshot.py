@@ -61,7 +61,7 @@ from cdc_platform.backfill.chunk_sizing import ChunkSizer
 from cdc_platform.backfill.progress import SnapshotProgress, SnapshotResult
 from cdc_platform.backfill.segments import SegmentStream, altered, touched_keys
 from cdc_platform.backfill.stop import SideWorkStop
-from cdc_platform.errors import CdcError, SnapshotError
+from cdc_platform.errors import CdcError, SnapshotError, SourceTableMissingError
 from cdc_platform.events import BinlogPosition, ChangeEvent, EventKind, ResumePosition
 from cdc_platform.sink import Checkpoint, DeltaChangeLog
 from cdc_platform.sink.lake_files import LakeFile, join_uri
@@ -532,9 +532,7 @@ class SnapshotRunner:
         """The next chunk of at most ``rows`` rows, or None when the table no longer exists."""
         try:
             return read_chunk(conn, spec, None if after is None else decode_key(after), rows)
-        except pymysql.MySQLError as exc:
-            if not is_missing_table(exc):
-                raise
+        except SourceTableMissingError:
             return None
 
     def _account(

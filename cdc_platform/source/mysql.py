@@ -14,11 +14,13 @@ reader as a refusal.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import re
 import socket
 import ssl
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -35,6 +37,7 @@ from cdc_platform.errors import (
     SourceLoginError,
     SourceSettingsError,
     SourceTableChangedError,
+    SourceTableMissingError,
 )
 from cdc_platform.events import ResumePosition
 
@@ -58,6 +61,7 @@ __all__ = [
     "library_connection",
     "mysql_connection",
     "mysql_error",
+    "source_errors",
     "translate",
 ]
 
@@ -72,11 +76,18 @@ else:
     _PymysqlConnection = pymysql.connections.Connection
 
 
-class _SharedTlsConnection(_PymysqlConnection):
-    """pymysql's connection, with one TLS context per process for its default mode (TLS
-    when the server offers it, nothing verified). pymysql builds that context anew for every
-    connection, loading the system's CA certificates (tens of ms each, a sixth of a short
-    run's start-up); the shared one is the context pymysql builds, built once."""
+class _SourceConnection(_PymysqlConnection):
+    """pymysql's connection, knowing the :class:`SourceServer` that opened it, with one TLS
+    context per process for its default mode.
+
+    ``source_server`` (None for the library's own connections) lets a reader handed only
+    the connection translate its errors with that server's purpose, advice and password
+    masking (:func:`source_errors`). The default TLS mode (TLS when the server offers it,
+    nothing verified): pymysql builds that context anew for every connection, loading the
+    system's CA certificates (tens of ms each, a sixth of a short run's start-up); the
+    shared one is the context pymysql builds, built once."""
+
+    source_server: SourceServer | None = None
 
     def _create_ssl_ctx(self, sslp: Any) -> ssl.SSLContext:
         global _preferred_tls  # noqa: PLW0603 (built once, on the first connection)
@@ -93,7 +104,7 @@ class _SharedTlsConnection(_PymysqlConnection):
 
 def mysql_connection(**settings: Any) -> Connection:
     """``pymysql.connect(**settings)``, sharing the default TLS context (see above)."""
-    return _SharedTlsConnection(**settings)
+    return _SourceConnection(**settings)
 
 
 MYSQL_ERRORS: tuple[type[BaseException], ...] = (pymysql.MySQLError, OSError)
@@ -111,6 +122,9 @@ GAP_ADVICE = (
     "(cdc-platform snapshot) or reset the checkpoint"
 )
 """What to do about a :class:`~cdc_platform.errors.BinlogGapError`."""
+
+_PINNED_ISOLATION = "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"
+"""Every side connection's isolation (MySQL and MariaDB alike; see SourceServer.connect)."""
 
 PARSE_ERROR = 1064
 """ER_PARSE_ERROR: the server does not know the statement (e.g. a renamed SHOW)."""
@@ -295,11 +309,16 @@ class SourceServer:
         seconds (None: forever). ``utc_session`` sets the session time zone to UTC, so
         TIMESTAMP text is the instant in UTC as the binlog source writes it.
 
+        The session's isolation is pinned to REPEATABLE READ whatever the server's global
+        default: under READ UNCOMMITTED a snapshot, repair or reconciliation SELECT would
+        copy rows of transactions that later roll back, and no binlog event ever corrects
+        them (each autocommit SELECT reads one consistent view under REPEATABLE READ).
+
         Raises:
             SourceError: the server cannot be reached or refused the login (see translate).
         """
         try:
-            return mysql_connection(
+            conn = mysql_connection(
                 host=self.config.host,
                 port=self.config.port,
                 user=self.config.user,
@@ -313,6 +332,16 @@ class SourceServer:
             )
         except MYSQL_ERRORS as exc:
             raise self.error(exc, "connecting to") from None
+        try:
+            with conn.cursor() as cur:
+                cur.execute(_PINNED_ISOLATION)
+        except MYSQL_ERRORS as exc:
+            with contextlib.suppress(*MYSQL_ERRORS):
+                conn.close()
+            raise self.error(exc, "connecting to") from None
+        if isinstance(conn, _SourceConnection):
+            conn.source_server = self
+        return conn
 
     def stream_settings(self, read_timeout: float) -> dict[str, Any]:
         """``connection_settings`` of a pymysqlreplication reader for this server."""
@@ -368,6 +397,17 @@ def connect_source(
     return SourceServer(source, password, purpose=purpose).connect(read_timeout)
 
 
+@contextlib.contextmanager
+def source_errors(conn: Connection, doing: str) -> Iterator[None]:
+    """Run a read on ``conn``; what the driver raises comes out as the engine's error (see
+    :func:`translate`), worded by the server that opened ``conn`` (its purpose and grants)."""
+    try:
+        yield
+    except MYSQL_ERRORS as exc:
+        server = conn.source_server if isinstance(conn, _SourceConnection) else None
+        raise translate(exc, doing, server) from None
+
+
 def mysql_error(exc: BaseException, doing: str) -> SourceError:
     """The engine's error for ``exc`` raised while ``doing``, where no server is at hand."""
     return translate(exc, doing)
@@ -388,7 +428,7 @@ def translate(
     unknown host        SourceConnectionError        yes        check source.host
     connection lost     SourceConnectionError        yes        (reconnect)
     lock wait/deadlock  SourceConnectionError        yes        (retry)
-    missing table       SourceError                  no         (the table was dropped)
+    missing table       SourceTableMissingError      no         (the table was dropped)
     changed columns     SourceTableChangedError      yes        (read its columns again)
     missing privilege   SourceSettingsError          no         the reader's GRANT
     server_id conflict  ServerIdConflictError        no         one server_id per reader
@@ -424,7 +464,7 @@ _ERRORS: dict[Failure, type[SourceError]] = {
     Failure.UNKNOWN_HOST: SourceConnectionError,
     Failure.CONNECTION_LOST: SourceConnectionError,
     Failure.LOCK_WAIT: SourceConnectionError,
-    Failure.MISSING_TABLE: SourceError,
+    Failure.MISSING_TABLE: SourceTableMissingError,
     Failure.CHANGED_COLUMNS: SourceTableChangedError,
     Failure.MISSING_PRIVILEGE: SourceSettingsError,
     Failure.BINLOG_GAP: BinlogGapError,

@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 from cdc_platform.backfill.repair import RepairKey, RepairTable
 from cdc_platform.config import ConfigSet, load_config
 from cdc_platform.coordination.factory import open_lease
-from cdc_platform.errors import ReconcileError
+from cdc_platform.errors import ReconcileError, SourceSettingsError
 from cdc_platform.reconcile.inbox import RepairInbox, destination_inbox, inbox_path
 from cdc_platform.reconcile.service import ReconcileReport, reconcile_destination
 from cdc_platform.runtime import DestinationRuntime
@@ -33,6 +33,7 @@ from cdc_platform.spark.locations import mirror_root, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.ha import wait_for
+from cdc_platform.testing.mariadb import ReplicationUser
 from cdc_platform.testing.replay import replay
 from cdc_platform.testing.workload import source_rows
 from tests.conftest import MariaDBDatabase
@@ -498,3 +499,49 @@ def test_a_lost_lease_interrupts_a_repair_blocked_on_the_source(
         if row["op"] == "d"
     ]
     assert deletes == [], "the deposed holder wrote its repair"
+
+
+def test_a_source_refusal_fails_the_checks_not_the_dagster_step(
+    spark: SparkSession, destination: ConfigSet, mariadb: MariaDBDatabase, tmp_path: Path
+) -> None:
+    """A server error during the keyset read (here: a user who may see `pairs` but not
+    SELECT it) comes out of the one MySQL boundary as the engine's error, so the Dagster
+    checks report it (ERROR, not run) instead of a raw pymysql error failing the step."""
+    from dagster import AssetCheckSeverity  # noqa: PLC0415
+
+    from dagster_defs import build_definitions  # noqa: PLC0415
+
+    apply_mirrors(spark, destination, mariadb.name)
+    narrow = ReplicationUser(f"narrow_{mariadb.name[-6:]}", mariadb.user.password)
+    mariadb.server.execute(
+        f"CREATE USER '{narrow.name}'@'%' IDENTIFIED BY '{narrow.password}'",
+        f"GRANT SELECT ON `{mariadb.name}`.items TO '{narrow.name}'@'%'",
+        f"GRANT INSERT ON `{mariadb.name}`.pairs TO '{narrow.name}'@'%'",
+    )
+    try:
+        conf = tmp_path / "narrow"
+        write_conf(
+            conf,
+            destination="d",
+            server=mariadb.server,
+            user=narrow,
+            database=mariadb.name,
+            lake_root=destination.lake_root,
+            server_id=3102,
+        )
+        config = load_config(conf)
+        assert not config.errors, config.errors
+        with pytest.raises(SourceSettingsError, match=r"reconciliation: .*lacks a privilege"):
+            reconcile_destination(config, "d", spark, tables=[f"{mariadb.name}.pairs"])
+
+        job = build_definitions(str(conf)).resolve_job_def("cdc_reconcile")
+        result = job.execute_in_process()
+        evaluations = {e.asset_key.path[-1]: e for e in result.get_asset_check_evaluations()}
+        assert {"items", "pairs"} <= set(evaluations)
+        for evaluation in evaluations.values():
+            assert evaluation.passed is False
+            assert evaluation.severity == AssetCheckSeverity.ERROR
+            assert "lacks a privilege" in str(evaluation.description)
+            assert evaluation.metadata["status"].value == "not_run"
+    finally:
+        mariadb.server.execute(f"DROP USER IF EXISTS '{narrow.name}'@'%'")
