@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import logging
 import re
 import socket
 import ssl
@@ -28,6 +29,7 @@ import pymysql
 from pydantic import SecretStr
 
 from cdc_platform.config.models import SourceConfig
+from cdc_platform.config.tls import is_loopback
 from cdc_platform.errors import (
     BinlogGapError,
     BinlogReadError,
@@ -63,7 +65,10 @@ __all__ = [
     "mysql_error",
     "source_errors",
     "translate",
+    "warn_unverified",
 ]
+
+log = logging.getLogger(__name__)
 
 Connection: TypeAlias = "pymysql.connections.Connection[Any]"
 """A connection to the source server (pymysql's); for annotations only."""
@@ -140,6 +145,9 @@ _SERVER_GONE = frozenset({1040, 1053, 1927})
 """Too many connections, server shutdown, connection killed: a new connection may succeed."""
 _UNKNOWN_HOST = 2005
 _CANNOT_CONNECT = 2003
+_SSL_CONNECTION_ERROR = 2026
+"""CR_SSL_CONNECTION_ERROR: TLS is required (source.tls) but the server offers none."""
+_TLS_TEXT = re.compile(r"\[SSL|CERTIFICATE_VERIFY_FAILED|certificate verify failed|SSLError", re.I)
 _BINLOG_DUMP = 1236
 _SAME_SERVER_ID = 4052
 """MariaDB's ER_SLAVE_SAME_ID, sent to the older of two dumps with one server_id."""
@@ -191,6 +199,7 @@ class Failure(enum.Enum):
     SERVER_ID_CONFLICT = "server_id conflict"
     BINLOG_GAP = "binlog gap"
     BINLOG_READ = "binlog read refused"
+    TLS = "tls refused"
     REFUSED = "refused"
 
 
@@ -212,6 +221,8 @@ def classify(exc: BaseException) -> Failure:
     code = error_code(exc)
     if code == _BINLOG_DUMP:
         return _dump_failure(_text(exc))
+    if _is_tls_failure(exc, code):
+        return Failure.TLS
     if code in _BY_CODE:
         return _BY_CODE[code]
     if isinstance(exc, socket.gaierror) or (
@@ -222,6 +233,15 @@ def classify(exc: BaseException) -> Failure:
     if isinstance(exc, _LOST_OUTSIDE_PYMYSQL) or (isinstance(exc, _CONNECTION) and client_side):
         return Failure.CONNECTION_LOST
     return Failure.REFUSED
+
+
+def _is_tls_failure(exc: BaseException, code: int | None) -> bool:
+    """A TLS handshake the client refused (certificate not trusted, wrong host name), or a
+    server without TLS where TLS is required: the same settings fail again."""
+    if isinstance(exc, ssl.SSLError | ssl.CertificateError) or code == _SSL_CONNECTION_ERROR:
+        return True
+    # pymysql wraps an OSError of the handshake (SSLCertVerificationError) into error 2003.
+    return code == _CANNOT_CONNECT and _TLS_TEXT.search(_text(exc)) is not None
 
 
 def _dump_failure(text: str) -> Failure:
@@ -317,6 +337,7 @@ class SourceServer:
         Raises:
             SourceError: the server cannot be reached or refused the login (see translate).
         """
+        warn_unverified(self.config)
         try:
             conn = mysql_connection(
                 host=self.config.host,
@@ -329,6 +350,7 @@ class SourceServer:
                 autocommit=True,
                 charset="utf8mb4",
                 init_command="SET time_zone = '+00:00'" if utc_session else None,
+                **self.config.tls.pymysql_args(),
             )
         except MYSQL_ERRORS as exc:
             raise self.error(exc, "connecting to") from None
@@ -353,6 +375,7 @@ class SourceServer:
             "connect_timeout": self.config.connect_timeout_seconds,
             "read_timeout": read_timeout,
             "charset": "utf8mb4",
+            **self.config.tls.pymysql_args(),
         }
 
     def open_socket(self) -> socket.socket:
@@ -364,6 +387,28 @@ class SourceServer:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         return sock
+
+
+_warned: set[tuple[str, int, str]] = set()
+
+
+def warn_unverified(config: SourceConfig) -> None:
+    """Warn (once per process and server) when a source on another machine is reached
+    without checking its certificate: the password and every row cross the network to
+    whoever answers on that address."""
+    key = (config.host, config.port, config.tls.mode)
+    if config.tls.verifies or is_loopback(config.host) or key in _warned:
+        return
+    _warned.add(key)
+    log.warning(
+        "SECURITY: the source %s:%d is not on this machine and source.tls.mode is %s: the "
+        "server's certificate is not checked, so a man in the middle can read the password "
+        "and every row%s. Set source.tls.mode to verify_identity (or verify_ca) with ca_file",
+        config.host,
+        config.port,
+        config.tls.mode,
+        "" if config.tls.mode != "disabled" else " (disabled: nothing is even encrypted)",
+    )
 
 
 def connection_over(sock: socket.socket, settings: dict[str, Any]) -> Connection:
@@ -434,6 +479,7 @@ def translate(
     server_id conflict  ServerIdConflictError        no         one server_id per reader
     binlog gap (1236)   BinlogGapError               no         new snapshot / reset
     other 1236          BinlogReadError              no         the server's error log
+    TLS refused         SourceSettingsError          no         source.tls, server's certs
     anything else       SourceError                  no         (lost, if ``unknown_is_lost``)
     ==================  ===========================  =========  ===============================
 
@@ -469,6 +515,7 @@ _ERRORS: dict[Failure, type[SourceError]] = {
     Failure.MISSING_PRIVILEGE: SourceSettingsError,
     Failure.BINLOG_GAP: BinlogGapError,
     Failure.BINLOG_READ: BinlogReadError,
+    Failure.TLS: SourceSettingsError,
     Failure.REFUSED: SourceError,
 }
 """The engine's error class of each failure (ServerIdConflictError also takes the id)."""
@@ -530,6 +577,13 @@ def _message(failure: Failure, ctx: _Context) -> str:  # noqa: PLR0911 - one ret
         )
     if failure in (Failure.BINLOG_GAP, Failure.BINLOG_READ):
         return _dump_refusal(failure, ctx)
+    if failure is Failure.TLS:
+        mode = server.config.tls.mode if server is not None else "the configured mode"
+        return (
+            f"TLS to MySQL/MariaDB failed{at} (source.tls.mode {mode}): {detail}; the server "
+            "must offer TLS with a certificate signed by tls.ca_file (verify_ca) for the host "
+            "name in source.host (verify_identity): check both, or the server's ssl settings"
+        )
     return f"the server refused{at}: {detail}"
 
 

@@ -504,7 +504,7 @@ def test_a_lost_lease_interrupts_a_repair_blocked_on_the_source(
 def test_a_source_refusal_fails_the_checks_not_the_dagster_step(
     spark: SparkSession, destination: ConfigSet, mariadb: MariaDBDatabase, tmp_path: Path
 ) -> None:
-    """A server error during the keyset read (here: a user who may see `pairs` but not
+    """A server error during the keyset read (here: a user who may see `items` but not
     SELECT it) comes out of the one MySQL boundary as the engine's error, so the Dagster
     checks report it (ERROR, not run) instead of a raw pymysql error failing the step."""
     from dagster import AssetCheckSeverity  # noqa: PLC0415
@@ -515,8 +515,8 @@ def test_a_source_refusal_fails_the_checks_not_the_dagster_step(
     narrow = ReplicationUser(f"narrow_{mariadb.name[-6:]}", mariadb.user.password)
     mariadb.server.execute(
         f"CREATE USER '{narrow.name}'@'%' IDENTIFIED BY '{narrow.password}'",
-        f"GRANT SELECT ON `{mariadb.name}`.items TO '{narrow.name}'@'%'",
-        f"GRANT INSERT ON `{mariadb.name}`.pairs TO '{narrow.name}'@'%'",
+        f"GRANT SELECT ON `{mariadb.name}`.pairs TO '{narrow.name}'@'%'",
+        f"GRANT INSERT ON `{mariadb.name}`.items TO '{narrow.name}'@'%'",
     )
     try:
         conf = tmp_path / "narrow"
@@ -531,8 +531,8 @@ def test_a_source_refusal_fails_the_checks_not_the_dagster_step(
         )
         config = load_config(conf)
         assert not config.errors, config.errors
-        with pytest.raises(SourceSettingsError, match=r"reconciliation: .*lacks a privilege"):
-            reconcile_destination(config, "d", spark, tables=[f"{mariadb.name}.pairs"])
+        with pytest.raises(SourceSettingsError, match=r"^reconciliation: .*lacks a privilege"):
+            reconcile_destination(config, "d", spark, tables=[f"{mariadb.name}.items"])
 
         job = build_definitions(str(conf)).resolve_job_def("cdc_reconcile")
         result = job.execute_in_process()
