@@ -20,6 +20,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_platform.backfill.repair import RepairKey, RepairTable
+from cdc_platform.backfill.snapshot import SnapshotRunner, state_path
 from cdc_platform.config import ConfigSet, load_config
 from cdc_platform.coordination.factory import open_lease
 from cdc_platform.errors import ReconcileError, SourceSettingsError
@@ -502,7 +503,11 @@ def test_a_lost_lease_interrupts_a_repair_blocked_on_the_source(
 
 
 def test_a_source_refusal_fails_the_checks_not_the_dagster_step(
-    spark: SparkSession, destination: ConfigSet, mariadb: MariaDBDatabase, tmp_path: Path
+    spark: SparkSession,
+    mariadb: MariaDBDatabase,
+    lake_root: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A server error during the keyset read (here: a user who may see `items` but not
     SELECT it) comes out of the one MySQL boundary as the engine's error, so the Dagster
@@ -511,33 +516,56 @@ def test_a_source_refusal_fails_the_checks_not_the_dagster_step(
 
     from dagster_defs import build_definitions  # noqa: PLC0415
 
-    apply_mirrors(spark, destination, mariadb.name)
-    narrow = ReplicationUser(f"narrow_{mariadb.name[-6:]}", mariadb.user.password)
+    monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
+    db = mariadb.name
+    mariadb.server.execute(
+        "CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(40))",
+        "CREATE TABLE pairs (a INT, b VARCHAR(10), v INT, PRIMARY KEY (a, b))",
+        "INSERT INTO items VALUES (1, 'one'), (2, 'two')",
+        "INSERT INTO pairs VALUES (1, 'x', 1)",
+        database=db,
+    )
+    narrow = ReplicationUser(f"narrow_{db[-6:]}", mariadb.user.password)
+    conf = tmp_path / "conf"
+    write_conf(
+        conf,
+        destination="d",
+        server=mariadb.server,
+        user=narrow,
+        database=db,
+        lake_root=lake_root,
+        server_id=3102,
+        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/lease.db'}}\n",
+    )
+    config = load_config(conf)
+    assert not config.errors, config.errors
+    # The change log and the mirrors, written by the full-privilege user.
+    full = config.destinations["d"].config
+    full = full.model_copy(
+        update={"source": full.source.model_copy(update={"user": mariadb.user.name})}
+    )
+    SnapshotRunner(
+        WriteTerm("d", full, config.table_uri("d")),
+        state_path(lake_root, "d"),
+        tables=[f"{db}.items", f"{db}.pairs"],
+    ).run()
+    root = mirror_root(config.lake_root, "d")
+    for table in ("items", "pairs"):
+        apply_changes(spark, config.table_uri("d"), root, db, table)
+
     mariadb.server.execute(
         f"CREATE USER '{narrow.name}'@'%' IDENTIFIED BY '{narrow.password}'",
-        f"GRANT SELECT ON `{mariadb.name}`.pairs TO '{narrow.name}'@'%'",
-        f"GRANT INSERT ON `{mariadb.name}`.items TO '{narrow.name}'@'%'",
+        f"GRANT SELECT ON `{db}`.pairs TO '{narrow.name}'@'%'",
+        f"GRANT INSERT ON `{db}`.items TO '{narrow.name}'@'%'",
     )
     try:
-        conf = tmp_path / "narrow"
-        write_conf(
-            conf,
-            destination="d",
-            server=mariadb.server,
-            user=narrow,
-            database=mariadb.name,
-            lake_root=destination.lake_root,
-            server_id=3102,
-        )
-        config = load_config(conf)
-        assert not config.errors, config.errors
         with pytest.raises(SourceSettingsError, match=r"^reconciliation: .*lacks a privilege"):
-            reconcile_destination(config, "d", spark, tables=[f"{mariadb.name}.items"])
+            reconcile_destination(config, "d", spark, tables=[f"{db}.items"])
 
         job = build_definitions(str(conf)).resolve_job_def("cdc_reconcile")
         result = job.execute_in_process()
         evaluations = {e.asset_key.path[-1]: e for e in result.get_asset_check_evaluations()}
-        assert {"items", "pairs"} <= set(evaluations)
+        assert set(evaluations) == {"items", "pairs"}
         for evaluation in evaluations.values():
             assert evaluation.passed is False
             assert evaluation.severity == AssetCheckSeverity.ERROR
