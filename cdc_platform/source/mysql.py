@@ -324,15 +324,19 @@ class SourceServer:
         *,
         connect_timeout: float | None = None,
         utc_session: bool = True,
+        reads_rows: bool = True,
     ) -> Connection:
         """An autocommit utf8mb4 connection; reads and writes wait at most ``read_timeout``
         seconds (None: forever). ``utc_session`` sets the session time zone to UTC, so
         TIMESTAMP text is the instant in UTC as the binlog source writes it.
 
-        The session's isolation is pinned to REPEATABLE READ whatever the server's global
-        default: under READ UNCOMMITTED a snapshot, repair or reconciliation SELECT would
-        copy rows of transactions that later roll back, and no binlog event ever corrects
-        them (each autocommit SELECT reads one consistent view under REPEATABLE READ).
+        A connection that ``reads_rows`` (every side reader: snapshot, repair,
+        reconciliation, id watch) has its isolation pinned to REPEATABLE READ whatever the
+        server's global default: under READ UNCOMMITTED its SELECT would copy rows of
+        transactions that later roll back, and no binlog event ever corrects them (each
+        autocommit SELECT reads one consistent view under REPEATABLE READ). The binlog
+        source's control connections (positions, settings, information_schema) read no rows
+        and are left as the server sets them.
 
         Raises:
             SourceError: the server cannot be reached or refused the login (see translate).
@@ -354,6 +358,10 @@ class SourceServer:
             )
         except MYSQL_ERRORS as exc:
             raise self.error(exc, "connecting to") from None
+        if isinstance(conn, _SourceConnection):
+            conn.source_server = self
+        if not reads_rows:
+            return conn
         try:
             with conn.cursor() as cur:
                 cur.execute(_PINNED_ISOLATION)
@@ -361,8 +369,6 @@ class SourceServer:
             with contextlib.suppress(*MYSQL_ERRORS):
                 conn.close()
             raise self.error(exc, "connecting to") from None
-        if isinstance(conn, _SourceConnection):
-            conn.source_server = self
         return conn
 
     def stream_settings(self, read_timeout: float) -> dict[str, Any]:
