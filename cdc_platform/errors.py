@@ -32,6 +32,7 @@ __all__ = [
     "SourceServerChangedError",
     "SourceSettingsError",
     "SourceTableChangedError",
+    "SourceTableMissingError",
     "SparkError",
     "SparkSessionError",
     "StaleSideFileError",
@@ -127,6 +128,11 @@ class SourceLoginError(SourceConnectionError):
     credentials will be refused again, so this is not retried."""
 
     transient = False
+
+
+class SourceTableMissingError(SourceError):
+    """A table (or its whole database) read by a side reader no longer exists: dropped or
+    renamed since it was listed."""
 
 
 class SourceTableChangedError(SourceError):

@@ -71,7 +71,7 @@ from cdc_platform.backfill.segments import ChunkSegment, SegmentStream, SegmentT
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.backfill.table_definition import definition_event
 from cdc_platform.backfill.whole_copy import copy_whole_table
-from cdc_platform.errors import CdcError, SnapshotError
+from cdc_platform.errors import CdcError, SnapshotError, SourceTableMissingError
 from cdc_platform.events import BinlogPosition, ChangeEvent, ResumePosition
 from cdc_platform.sink import DeltaChangeLog
 from cdc_platform.sink.lake_files import LakeFile, join_uri
@@ -586,6 +586,8 @@ class SnapshotRunner:
         try:
             asked = rows_within(conn, spec, key, rows, self.config.snapshot.chunk_bytes)
             return read_chunk(conn, spec, key, asked), asked
+        except SourceTableMissingError:
+            return None, rows
         except pymysql.MySQLError as exc:
             if not is_missing_table(exc):
                 raise

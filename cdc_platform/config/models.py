@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 
 from cdc_platform.config.batch_mode import BatchMode
 from cdc_platform.config.lake import check_lake_root, check_storage_options
+from cdc_platform.config.tls import TlsConfig
 from cdc_platform.config.urls import parse_database_url, redact_url, url_has_secret
 from cdc_platform.errors import ConfigError
 
@@ -37,6 +38,7 @@ __all__ = [
     "SparkConfig",
     "StartConfig",
     "StoreConfig",
+    "TlsConfig",
     "WatchConfig",
     "ZooKeeperLeaseConfig",
 ]
@@ -184,6 +186,8 @@ class SourceConfig(_Model):
     """Regexes matched against `db.table`; a match excludes the table."""
     resume_by: Literal["file", "gtid"] = "file"
     """Resume by binlog file/position, or by GTID (survives a switch to another source server)."""
+    tls: TlsConfig = TlsConfig()
+    """TLS of every connection to the source: side reads and the binlog stream (docs/source.md)."""
     connect_timeout_seconds: float = Field(default=10.0, gt=0)
     """Timeout of each connection attempt."""
     heartbeat_seconds: float = Field(default=1.0, gt=0, le=60)
@@ -428,6 +432,8 @@ class DatabaseLeaseConfig(_Model):
     """`sqlite:///path`, `mysql://user@host:port/db` or `postgresql://user@host:port/db`."""
     password_env: str | None = None
     """Environment variable holding the database password, if any."""
+    tls: TlsConfig = TlsConfig()
+    """TLS to a MySQL/MariaDB lease database (same modes as ``source.tls``)."""
     renew_interval_seconds: float = Field(default=1.0, gt=0)
     """How often the holder renews."""
     expiry_seconds: float = Field(default=5.0, gt=0)

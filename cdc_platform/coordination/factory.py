@@ -37,7 +37,7 @@ def open_registry(platform: PlatformConfig, conf_dir: Path) -> NodeRegistry | No
     lease = platform.lease
     if not isinstance(lease, DatabaseLeaseConfig):
         return None
-    db = Database(lease.url, password=lease.password(), base_dir=base_dir(conf_dir))
+    db = Database(lease.url, password=lease.password(), base_dir=base_dir(conf_dir), tls=lease.tls)
     return NodeRegistry(
         db,
         table=lease.registry_table,
@@ -70,7 +70,7 @@ def open_lease(  # noqa: PLR0913 (what identifies the lease; the rest keyword-on
             auth=lease.auth(),
             clock=clock,
         )
-    db = Database(lease.url, password=lease.password(), base_dir=base_dir(conf_dir))
+    db = Database(lease.url, password=lease.password(), base_dir=base_dir(conf_dir), tls=lease.tls)
     return DatabaseLease(
         db,
         destination,

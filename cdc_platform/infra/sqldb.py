@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from pydantic import SecretStr
 
+from cdc_platform.config.tls import TlsConfig, is_loopback
 from cdc_platform.config.urls import DatabaseKind, DatabaseUrl, parse_database_url
 from cdc_platform.errors import CdcError, ConfigError, LeaseBackendError
 
@@ -188,6 +189,7 @@ class Database:
         db_clock: Callable[[], float] = time.time,
         timeout: float = 5.0,
         error: ErrorFactory = LeaseBackendError,
+        tls: TlsConfig | None = None,
     ) -> None:
         if isinstance(url, DatabaseUrl):
             self.url = url
@@ -201,6 +203,16 @@ class Database:
         self._db_clock = db_clock
         self._timeout = timeout
         self._error = error
+        self._tls = tls or TlsConfig()
+        host = self.url.host or ""
+        if self.dialect is not SQLITE and not self._tls.verifies and not is_loopback(host):
+            log.warning(
+                "SECURITY: the lease database %s is not on this machine and its tls.mode is "
+                "%s: its certificate is not checked, so a man in the middle can read the "
+                "password and forge leases. Set lease.tls.mode to verify_identity with ca_file",
+                self.url.display(),
+                self._tls.mode,
+            )
         self._conn: Any = None
         self._lock = threading.RLock()
         self._schemas: set[str] = set()
@@ -232,6 +244,7 @@ class Database:
                 charset="utf8mb4",
                 client_flag=CLIENT.FOUND_ROWS,  # rowcount = rows matched, not rows changed
                 init_command="SET time_zone = '+00:00'",  # UTC for UNIX_TIMESTAMP
+                **self._tls.pymysql_args(),
             )
             with conn.cursor() as cursor:
                 # No gap locks: concurrent inserts-if-absent queue instead of deadlocking.
@@ -249,6 +262,7 @@ class Database:
             connect_timeout=max(1, int(self._timeout)),
             autocommit=False,
             options=f"-c statement_timeout={timeout_ms} -c lock_timeout={timeout_ms}",
+            **_libpq_tls(self._tls),
         )
 
     def _connect_sqlite(self) -> sqlite3.Connection:
@@ -363,3 +377,25 @@ def _is_driver_error(exc: BaseException) -> bool:
         return True
     module = type(exc).__module__
     return module.startswith(("pymysql", "psycopg"))
+
+
+_LIBPQ_SSLMODE = {
+    "disabled": "disable",
+    "preferred": "prefer",
+    "required": "require",
+    "verify_ca": "verify-ca",
+    "verify_identity": "verify-full",
+}
+
+
+def _libpq_tls(tls: TlsConfig) -> dict[str, Any]:
+    """libpq's TLS parameters for ``tls`` (the same modes, PostgreSQL's names)."""
+    params: dict[str, Any] = {"sslmode": _LIBPQ_SSLMODE[tls.mode]}
+    for key, value in (
+        ("sslrootcert", tls.ca_file),
+        ("sslcert", tls.cert_file),
+        ("sslkey", tls.key_file),
+    ):
+        if value is not None:
+            params[key] = value
+    return params

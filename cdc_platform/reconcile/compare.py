@@ -45,6 +45,7 @@ from cdc_platform.backfill.repair import RepairKey, RepairTable
 from cdc_platform.config.models import DEFAULT_CHUNK_BYTES
 from cdc_platform.errors import SinkError
 from cdc_platform.sink.lake_files import LakeFile, join_uri
+from cdc_platform.source.mysql import source_errors
 from cdc_platform.source.row_reader import SnapshotTable, encode_key, read_chunk
 from cdc_platform.source.sql import qualified_name
 from cdc_platform.source.values import dumps
@@ -268,7 +269,10 @@ def _stage_whole_table(
     select = ", ".join(c.select for c in spec.columns)
     sql = f"SELECT {select} FROM {qualified_name(spec.db, spec.table)}"  # noqa: S608
     rows = files = 0
-    with conn.cursor(pymysql.cursors.SSCursor) as cur:
+    with (
+        source_errors(conn, f"reading {spec.name} from"),
+        conn.cursor(pymysql.cursors.SSCursor) as cur,
+    ):
         cur.execute(sql)
         while records := cur.fetchmany(batch):
             images = [

@@ -507,15 +507,25 @@ class BinlogSource:
         with self._control.cursor() as cur:
             cur.execute(
                 "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE FROM information_schema.COLUMNS "
-                "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
-                "AND DATA_TYPE IN ('uuid', 'inet4', 'inet6', 'enum', 'set')",
+                "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
                 (db, table),
             )
+            names: list[str] = []
             for name, data_type, column_type in cur.fetchall():
+                names.append(str(name))
                 if data_type in ("enum", "set"):
                     catalog.labels[str(name)] = enum_labels(str(column_type))
-                else:
+                elif data_type in ("uuid", "inet4", "inet6"):
                     catalog.logical[str(name)] = str(data_type)
+            catalog.columns = tuple(names)
+            cur.execute(
+                "SELECT UNIX_TIMESTAMP(CREATE_TIME) FROM information_schema.TABLES "
+                "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                (db, table),
+            )
+            row = cur.fetchone()
+            if row is not None and row[0] is not None:
+                catalog.defined_at = int(row[0])
             if self._mariadb():
                 cur.execute(
                     "SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS "

@@ -74,7 +74,9 @@ class BinlogServer:
 
     def connect(self) -> Connection:
         """A connection for questions and the table catalog."""
-        return self.mysql.connect(max(30.0, self.config.connect_timeout_seconds), utc_session=False)
+        return self.mysql.connect(
+            max(30.0, self.config.connect_timeout_seconds), utc_session=False, reads_rows=False
+        )
 
     def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         """One query on a short-lived connection (settings checks, positions)."""
@@ -96,7 +98,9 @@ class BinlogServer:
         connections; a failure only means the connection is gone already (logged)."""
         timeout = min(self.config.connect_timeout_seconds, 2.0)
         try:
-            conn = self.mysql.connect(2.0, connect_timeout=timeout, utc_session=False)
+            conn = self.mysql.connect(
+                2.0, connect_timeout=timeout, utc_session=False, reads_rows=False
+            )
         except SourceError:
             log.debug("ending connection %d failed", thread_id, exc_info=True)
             return

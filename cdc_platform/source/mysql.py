@@ -14,11 +14,14 @@ reader as a refusal.
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import logging
 import re
 import socket
 import ssl
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -26,6 +29,7 @@ import pymysql
 from pydantic import SecretStr
 
 from cdc_platform.config.models import SourceConfig
+from cdc_platform.config.tls import is_loopback
 from cdc_platform.errors import (
     BinlogGapError,
     BinlogReadError,
@@ -35,6 +39,7 @@ from cdc_platform.errors import (
     SourceLoginError,
     SourceSettingsError,
     SourceTableChangedError,
+    SourceTableMissingError,
 )
 from cdc_platform.events import ResumePosition
 
@@ -58,8 +63,12 @@ __all__ = [
     "library_connection",
     "mysql_connection",
     "mysql_error",
+    "source_errors",
     "translate",
+    "warn_unverified",
 ]
+
+log = logging.getLogger(__name__)
 
 Connection: TypeAlias = "pymysql.connections.Connection[Any]"
 """A connection to the source server (pymysql's); for annotations only."""
@@ -72,11 +81,18 @@ else:
     _PymysqlConnection = pymysql.connections.Connection
 
 
-class _SharedTlsConnection(_PymysqlConnection):
-    """pymysql's connection, with one TLS context per process for its default mode (TLS
-    when the server offers it, nothing verified). pymysql builds that context anew for every
-    connection, loading the system's CA certificates (tens of ms each, a sixth of a short
-    run's start-up); the shared one is the context pymysql builds, built once."""
+class _SourceConnection(_PymysqlConnection):
+    """pymysql's connection, knowing the :class:`SourceServer` that opened it, with one TLS
+    context per process for its default mode.
+
+    ``source_server`` (None for the library's own connections) lets a reader handed only
+    the connection translate its errors with that server's purpose, advice and password
+    masking (:func:`source_errors`). The default TLS mode (TLS when the server offers it,
+    nothing verified): pymysql builds that context anew for every connection, loading the
+    system's CA certificates (tens of ms each, a sixth of a short run's start-up); the
+    shared one is the context pymysql builds, built once."""
+
+    source_server: SourceServer | None = None
 
     def _create_ssl_ctx(self, sslp: Any) -> ssl.SSLContext:
         global _preferred_tls  # noqa: PLW0603 (built once, on the first connection)
@@ -93,7 +109,7 @@ class _SharedTlsConnection(_PymysqlConnection):
 
 def mysql_connection(**settings: Any) -> Connection:
     """``pymysql.connect(**settings)``, sharing the default TLS context (see above)."""
-    return _SharedTlsConnection(**settings)
+    return _SourceConnection(**settings)
 
 
 MYSQL_ERRORS: tuple[type[BaseException], ...] = (pymysql.MySQLError, OSError)
@@ -112,6 +128,9 @@ GAP_ADVICE = (
 )
 """What to do about a :class:`~cdc_platform.errors.BinlogGapError`."""
 
+_PINNED_ISOLATION = "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"
+"""Every side connection's isolation (MySQL and MariaDB alike; see SourceServer.connect)."""
+
 PARSE_ERROR = 1064
 """ER_PARSE_ERROR: the server does not know the statement (e.g. a renamed SHOW)."""
 
@@ -126,6 +145,9 @@ _SERVER_GONE = frozenset({1040, 1053, 1927})
 """Too many connections, server shutdown, connection killed: a new connection may succeed."""
 _UNKNOWN_HOST = 2005
 _CANNOT_CONNECT = 2003
+_SSL_CONNECTION_ERROR = 2026
+"""CR_SSL_CONNECTION_ERROR: TLS is required (source.tls) but the server offers none."""
+_TLS_TEXT = re.compile(r"\[SSL|CERTIFICATE_VERIFY_FAILED|certificate verify failed|SSLError", re.I)
 _BINLOG_DUMP = 1236
 _SAME_SERVER_ID = 4052
 """MariaDB's ER_SLAVE_SAME_ID, sent to the older of two dumps with one server_id."""
@@ -177,6 +199,7 @@ class Failure(enum.Enum):
     SERVER_ID_CONFLICT = "server_id conflict"
     BINLOG_GAP = "binlog gap"
     BINLOG_READ = "binlog read refused"
+    TLS = "tls refused"
     REFUSED = "refused"
 
 
@@ -198,6 +221,8 @@ def classify(exc: BaseException) -> Failure:
     code = error_code(exc)
     if code == _BINLOG_DUMP:
         return _dump_failure(_text(exc))
+    if _is_tls_failure(exc, code):
+        return Failure.TLS
     if code in _BY_CODE:
         return _BY_CODE[code]
     if isinstance(exc, socket.gaierror) or (
@@ -208,6 +233,15 @@ def classify(exc: BaseException) -> Failure:
     if isinstance(exc, _LOST_OUTSIDE_PYMYSQL) or (isinstance(exc, _CONNECTION) and client_side):
         return Failure.CONNECTION_LOST
     return Failure.REFUSED
+
+
+def _is_tls_failure(exc: BaseException, code: int | None) -> bool:
+    """A TLS handshake the client refused (certificate not trusted, wrong host name), or a
+    server without TLS where TLS is required: the same settings fail again."""
+    if isinstance(exc, ssl.SSLError | ssl.CertificateError) or code == _SSL_CONNECTION_ERROR:
+        return True
+    # pymysql wraps an OSError of the handshake (SSLCertVerificationError) into error 2003.
+    return code == _CANNOT_CONNECT and _TLS_TEXT.search(_text(exc)) is not None
 
 
 def _dump_failure(text: str) -> Failure:
@@ -290,16 +324,26 @@ class SourceServer:
         *,
         connect_timeout: float | None = None,
         utc_session: bool = True,
+        reads_rows: bool = True,
     ) -> Connection:
         """An autocommit utf8mb4 connection; reads and writes wait at most ``read_timeout``
         seconds (None: forever). ``utc_session`` sets the session time zone to UTC, so
         TIMESTAMP text is the instant in UTC as the binlog source writes it.
 
+        A connection that ``reads_rows`` (every side reader: snapshot, repair,
+        reconciliation, id watch) has its isolation pinned to REPEATABLE READ whatever the
+        server's global default: under READ UNCOMMITTED its SELECT would copy rows of
+        transactions that later roll back, and no binlog event ever corrects them (each
+        autocommit SELECT reads one consistent view under REPEATABLE READ). The binlog
+        source's control connections (positions, settings, information_schema) read no rows
+        and are left as the server sets them.
+
         Raises:
             SourceError: the server cannot be reached or refused the login (see translate).
         """
+        warn_unverified(self.config)
         try:
-            return mysql_connection(
+            conn = mysql_connection(
                 host=self.config.host,
                 port=self.config.port,
                 user=self.config.user,
@@ -310,9 +354,22 @@ class SourceServer:
                 autocommit=True,
                 charset="utf8mb4",
                 init_command="SET time_zone = '+00:00'" if utc_session else None,
+                **self.config.tls.pymysql_args(),
             )
         except MYSQL_ERRORS as exc:
             raise self.error(exc, "connecting to") from None
+        if isinstance(conn, _SourceConnection):
+            conn.source_server = self
+        if not reads_rows:
+            return conn
+        try:
+            with conn.cursor() as cur:
+                cur.execute(_PINNED_ISOLATION)
+        except MYSQL_ERRORS as exc:
+            with contextlib.suppress(*MYSQL_ERRORS):
+                conn.close()
+            raise self.error(exc, "connecting to") from None
+        return conn
 
     def stream_settings(self, read_timeout: float) -> dict[str, Any]:
         """``connection_settings`` of a pymysqlreplication reader for this server."""
@@ -324,6 +381,7 @@ class SourceServer:
             "connect_timeout": self.config.connect_timeout_seconds,
             "read_timeout": read_timeout,
             "charset": "utf8mb4",
+            **self.config.tls.pymysql_args(),
         }
 
     def open_socket(self) -> socket.socket:
@@ -335,6 +393,28 @@ class SourceServer:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         return sock
+
+
+_warned: set[tuple[str, int, str]] = set()
+
+
+def warn_unverified(config: SourceConfig) -> None:
+    """Warn (once per process and server) when a source on another machine is reached
+    without checking its certificate: the password and every row cross the network to
+    whoever answers on that address."""
+    key = (config.host, config.port, config.tls.mode)
+    if config.tls.verifies or is_loopback(config.host) or key in _warned:
+        return
+    _warned.add(key)
+    log.warning(
+        "SECURITY: the source %s:%d is not on this machine and source.tls.mode is %s: the "
+        "server's certificate is not checked, so a man in the middle can read the password "
+        "and every row%s. Set source.tls.mode to verify_identity (or verify_ca) with ca_file",
+        config.host,
+        config.port,
+        config.tls.mode,
+        "" if config.tls.mode != "disabled" else " (disabled: nothing is even encrypted)",
+    )
 
 
 def connection_over(sock: socket.socket, settings: dict[str, Any]) -> Connection:
@@ -368,6 +448,17 @@ def connect_source(
     return SourceServer(source, password, purpose=purpose).connect(read_timeout)
 
 
+@contextlib.contextmanager
+def source_errors(conn: Connection, doing: str) -> Iterator[None]:
+    """Run a read on ``conn``; what the driver raises comes out as the engine's error (see
+    :func:`translate`), worded by the server that opened ``conn`` (its purpose and grants)."""
+    try:
+        yield
+    except MYSQL_ERRORS as exc:
+        server = conn.source_server if isinstance(conn, _SourceConnection) else None
+        raise translate(exc, doing, server) from None
+
+
 def mysql_error(exc: BaseException, doing: str) -> SourceError:
     """The engine's error for ``exc`` raised while ``doing``, where no server is at hand."""
     return translate(exc, doing)
@@ -388,12 +479,13 @@ def translate(
     unknown host        SourceConnectionError        yes        check source.host
     connection lost     SourceConnectionError        yes        (reconnect)
     lock wait/deadlock  SourceConnectionError        yes        (retry)
-    missing table       SourceError                  no         (the table was dropped)
+    missing table       SourceTableMissingError      no         (the table was dropped)
     changed columns     SourceTableChangedError      yes        (read its columns again)
     missing privilege   SourceSettingsError          no         the reader's GRANT
     server_id conflict  ServerIdConflictError        no         one server_id per reader
     binlog gap (1236)   BinlogGapError               no         new snapshot / reset
     other 1236          BinlogReadError              no         the server's error log
+    TLS refused         SourceSettingsError          no         source.tls, server's certs
     anything else       SourceError                  no         (lost, if ``unknown_is_lost``)
     ==================  ===========================  =========  ===============================
 
@@ -424,11 +516,12 @@ _ERRORS: dict[Failure, type[SourceError]] = {
     Failure.UNKNOWN_HOST: SourceConnectionError,
     Failure.CONNECTION_LOST: SourceConnectionError,
     Failure.LOCK_WAIT: SourceConnectionError,
-    Failure.MISSING_TABLE: SourceError,
+    Failure.MISSING_TABLE: SourceTableMissingError,
     Failure.CHANGED_COLUMNS: SourceTableChangedError,
     Failure.MISSING_PRIVILEGE: SourceSettingsError,
     Failure.BINLOG_GAP: BinlogGapError,
     Failure.BINLOG_READ: BinlogReadError,
+    Failure.TLS: SourceSettingsError,
     Failure.REFUSED: SourceError,
 }
 """The engine's error class of each failure (ServerIdConflictError also takes the id)."""
@@ -490,6 +583,13 @@ def _message(failure: Failure, ctx: _Context) -> str:  # noqa: PLR0911 - one ret
         )
     if failure in (Failure.BINLOG_GAP, Failure.BINLOG_READ):
         return _dump_refusal(failure, ctx)
+    if failure is Failure.TLS:
+        mode = server.config.tls.mode if server is not None else "the configured mode"
+        return (
+            f"TLS to MySQL/MariaDB failed{at} (source.tls.mode {mode}): {detail}; the server "
+            "must offer TLS with a certificate signed by tls.ca_file (verify_ca) for the host "
+            "name in source.host (verify_identity): check both, or the server's ssl settings"
+        )
     return f"the server refused{at}: {detail}"
 
 

@@ -28,6 +28,7 @@ import pymysql
 from cdc_platform.errors import SnapshotError
 from cdc_platform.source.charsets import server_text_is_exact, text_decoder
 from cdc_platform.source.filters import TableFilter
+from cdc_platform.source.mysql import source_errors
 from cdc_platform.source.sql import format_safe, qualified_name, quote_identifier
 from cdc_platform.source.values import dumps
 
@@ -137,6 +138,17 @@ class _Column:
     """SQL expression whose value :attr:`convert` turns into the change log's representation."""
     convert: Convert
     described: dict[str, Any]
+    key_select: str = ""
+    """As a key: SQL (names already ``format_safe``) whose value the driver returns exactly
+    and that :attr:`key_bind` turns back into the column's own value (empty: the column)."""
+    key_bind: str = "%s"
+    """As a key: the SQL a bound raw key value goes through, so the comparison with the
+    column orders and matches the way ``ORDER BY`` the column does."""
+
+
+_TIME_KEY_BIND = "CAST(%s AS TIME(6))"
+"""TIME keys are read as the server's text ('-00:30:00', '838:59:59'): pymysql's timedelta
+binds -00:30:00 as '-1:30:00' and the progress file's str(timedelta) is no TIME at all."""
 
 
 def _column(  # noqa: PLR0912, PLR0915 - one flat case per column type reads best
@@ -206,6 +218,7 @@ def _column(  # noqa: PLR0912, PLR0915 - one flat case per column type reads bes
         raise SnapshotError(
             f"column {name!r} has type {column_type!r}, which the snapshot cannot read"
         )
+    key_select, key_bind = _key_form(q, data_type, row)
     described = {
         "name": name,
         "type": type_name,
@@ -217,7 +230,40 @@ def _column(  # noqa: PLR0912, PLR0915 - one flat case per column type reads bes
         "pk": pk,
         "values": values,
     }
-    return _Column(name, select, convert, described)
+    return _Column(name, select, convert, described, key_select, key_bind)
+
+
+def _key_form(quoted: str, data_type: str, row: dict[str, Any]) -> tuple[str, str]:
+    """How a key column is read and bound for keyset paging (``WHERE (key) > (last)
+    ORDER BY key``), where the bound value must compare exactly as the column orders.
+
+    - TIME: the server's text, cast back (see ``_TIME_KEY_BIND``).
+    - ENUM and SET: their number. ``ORDER BY`` sorts them by index (ENUM) or bit value
+      (SET), but a label bound as text compares as text: 'b' < 'a' when 'b' is the first
+      label, so pages skip or repeat rows. Compared with a number, the column compares by
+      that number too.
+    - CHAR/VARCHAR/TEXT in a charset whose text the utf8mb4 session cannot hold exactly
+      (bytes the charset does not define read back as '?'): the column's bytes, bound back
+      as that charset in the column's collation.
+    """
+    if data_type == "time":
+        return format_safe(f"CAST({quoted} AS CHAR)"), _TIME_KEY_BIND
+    if data_type in ("enum", "set"):
+        return format_safe(f"{quoted} + 0"), "%s"
+    if data_type in ("char", "varchar", *_TEXT_TYPES):
+        charset = str(row.get("CHARACTER_SET_NAME") or "utf8mb4")
+        collation = row.get("COLLATION_NAME")
+        if not server_text_is_exact(charset) and _is_name(charset) and _is_name(collation):
+            return (
+                format_safe(f"CAST({quoted} AS BINARY)"),
+                f"CAST(%s AS CHAR CHARACTER SET {charset}) COLLATE {collation}",
+            )
+    return "", "%s"
+
+
+def _is_name(text: Any) -> bool:
+    """A charset or collation name as information_schema gives it (letters, digits, _)."""
+    return isinstance(text, str) and bool(text) and text.replace("_", "").isalnum()
 
 
 def _character(quoted: str, charset: Any) -> tuple[str, Convert]:
@@ -271,6 +317,24 @@ class SnapshotTable:
         """``db.table``."""
         return f"{self.db}.{self.table}"
 
+    def key_sql(self) -> str:
+        """The primary key's columns, quoted and ``format_safe`` (``ORDER BY`` and the left
+        side of a key comparison)."""
+        return format_safe(", ".join(quote_identifier(k) for k in self.primary_key))
+
+    def key_select(self) -> str:
+        """What a chunk selects as the raw key (see ``_key_form``)."""
+        return ", ".join(c.key_select or format_safe(quote_identifier(c.name)) for c in self._key)
+
+    def key_marks(self) -> str:
+        """``(%s, ...)`` with each key column's bind form, for one raw key."""
+        return "(" + ", ".join(c.key_bind for c in self._key) + ")"
+
+    @property
+    def _key(self) -> list[_Column]:
+        by_name = {c.name: c for c in self.columns}
+        return [by_name[k] for k in self.primary_key]
+
 
 def base_tables(
     conn: pymysql.connections.Connection[Any], include: Sequence[str], exclude: Sequence[str]
@@ -278,7 +342,7 @@ def base_tables(
     """Every base table (``db.table``) outside the system schemas that the destination's
     ``include_tables`` / ``exclude_tables`` regexes capture, sorted."""
     filt = TableFilter(list(include), list(exclude))
-    with conn.cursor() as cur:
+    with source_errors(conn, "listing the tables of"), conn.cursor() as cur:
         cur.execute(
             "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
             "WHERE TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN "
@@ -299,11 +363,15 @@ def describe_table(
     Raises:
         SnapshotError: the table does not exist, has no primary key (unless allowed) or an
             unreadable column.
+        SourceError: the server failed the read (see :func:`~.mysql.translate`).
     """
-    with conn.cursor(pymysql.cursors.DictCursor) as cur:
+    with (
+        source_errors(conn, f"describing {db}.{table} on"),
+        conn.cursor(pymysql.cursors.DictCursor) as cur,
+    ):
         cur.execute(
             "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, NUMERIC_PRECISION, NUMERIC_SCALE, "
-            "DATETIME_PRECISION, CHARACTER_OCTET_LENGTH, CHARACTER_SET_NAME "
+            "DATETIME_PRECISION, CHARACTER_OCTET_LENGTH, CHARACTER_SET_NAME, COLLATION_NAME "
             "FROM information_schema.COLUMNS "
             "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
             (db, table),
@@ -366,6 +434,10 @@ def select_rows(
     The one place that turns selected rows into change-log JSON (snapshot, reconciliation,
     id watch). One autocommit SELECT: no lock, one consistent read. ``extra`` and ``tail`` are
     executed with parameters: names in them go through ``format_safe(quote_identifier(...))``.
+
+    Raises:
+        SourceError: the server failed the read (see :func:`~.mysql.translate`), e.g.
+            SourceTableMissingError, SourceTableChangedError, SourceConnectionError.
     """
     select = format_safe(", ".join(c.select for c in spec.columns))
     if extra:
@@ -382,7 +454,7 @@ def select_rows(
     # text dumps gives ({"id":5}); other keys go through dumps.
     int_key = (dumps(key[0]), key[0]) if len(key) == 1 else None
     out: list[tuple[str, str, tuple[Any, ...]]] = []
-    with conn.cursor() as cur:
+    with source_errors(conn, f"reading {spec.name} from"), conn.cursor() as cur:
         cur.execute(sql, args)
         records: tuple[tuple[Any, ...], ...] = cur.fetchall()
     # Per row: the driver's values as they are, then only the columns that need converting
@@ -418,15 +490,14 @@ def read_chunk(
     One autocommit SELECT on the key, so it holds no lock and reads one consistent view;
     the caller takes the binlog watermarks around it.
     """
-    key_sql = format_safe(", ".join(quote_identifier(k) for k in spec.primary_key))
+    key_sql = spec.key_sql()
     tail = ""
     args: tuple[Any, ...] = ()
     if after is not None:
-        marks = ", ".join(["%s"] * len(spec.primary_key))
-        tail = f"WHERE ({key_sql}) > ({marks}) "
+        tail = f"WHERE ({key_sql}) > {spec.key_marks()} "
         args = tuple(after)
     tail += f"ORDER BY {key_sql} LIMIT {int(limit)}"
-    return _chunk(select_rows(conn, spec, key_sql, tail, args))
+    return _chunk(select_rows(conn, spec, spec.key_select(), tail, args))
 
 
 def encode_key(values: Sequence[Any]) -> list[Any]:
@@ -475,8 +546,8 @@ def read_keys(
             raise SnapshotError(
                 f"{spec.name}: a key has {len(key)} values, the primary key has {width_key}"
             )
-    key_sql = format_safe(", ".join(quote_identifier(k) for k in spec.primary_key))
-    row_marks = "(" + ", ".join(["%s"] * width_key) + ")"
+    key_sql = spec.key_sql()
+    row_marks = spec.key_marks()
     tail = f"WHERE ({key_sql}) IN ({', '.join([row_marks] * len(keys))}) ORDER BY {key_sql}"
     args = tuple(value for key in keys for value in key)
-    return _chunk(select_rows(conn, spec, key_sql, tail, args))
+    return _chunk(select_rows(conn, spec, spec.key_select(), tail, args))

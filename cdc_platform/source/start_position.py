@@ -7,10 +7,11 @@ the start of a transaction; ``gtid`` the first transaction after a GTID state (M
 ``timestamp`` the first transaction whose event time is at or after a UTC time.
 
 The GTID and time searches read event *headers* only: files are chosen by their first
-event (the ``Gtid_list`` event, or the first transaction's time, one short read per file,
-binary search over the files), then only that file is scanned, with every event type but the
-GTID events skipped undecoded (the library reads the header, sees the type and drops the
-body), so no row of the skipped binlog is decoded.
+events (the ``Gtid_list`` event, or the file's creation time from its ``Format_description``
+event, one short read per file, binary search over the files), then the binlog is scanned
+from that file, with every event type but the transaction heads (MariaDB GTID, MySQL GTID,
+MySQL anonymous GTID) skipped undecoded (the library reads the header, sees the type and
+drops the body), so no row of the skipped binlog is decoded.
 
 A start the server no longer has raises :class:`~cdc_platform.errors.StartPositionError`
 naming the oldest position it has.
@@ -23,9 +24,17 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, RotateEvent
+from pymysqlreplication.constants.BINLOG import ANONYMOUS_GTID_LOG_EVENT
+from pymysqlreplication.event import (
+    FormatDescriptionEvent,
+    GtidEvent,
+    MariadbGtidEvent,
+    NotImplementedEvent,
+    RotateEvent,
+)
 
 from cdc_platform.config.models import StartConfig
 from cdc_platform.errors import SourceError, StartPositionError
@@ -33,7 +42,7 @@ from cdc_platform.events import ResumePosition
 from cdc_platform.source.binlog_server import BinlogServer, _parse_gtids
 from cdc_platform.source.mysql import MYSQL_ERRORS, STREAM_ERRORS, library_connection
 
-__all__ = ["TransactionHead", "resolve_start", "utc_seconds"]
+__all__ = ["BinlogFiles", "TransactionHead", "find_time", "resolve_start", "utc_seconds"]
 
 log = logging.getLogger("cdc_platform.source")
 
@@ -175,7 +184,9 @@ def _after_gtid(server: BinlogServer, logs: list[str], gtid: str, oldest: str) -
 
     index = _last(logs, covered)
     for head in _transactions(server, logs[index]):
-        domain, _server_id, seq = (int(p) for p in str(head.gtid).split("-"))
+        if head.gtid is None:
+            continue
+        domain, _server_id, seq = (int(p) for p in head.gtid.split("-"))
         if seq > wanted.get(domain, 0):
             return ResumePosition(head.file, head.pos)
     return server.current_position()
@@ -184,34 +195,83 @@ def _after_gtid(server: BinlogServer, logs: list[str], gtid: str, oldest: str) -
 def _at_time(server: BinlogServer, logs: list[str], timestamp: str, oldest: str) -> ResumePosition:
     """The first transaction whose event time is at or after ``timestamp`` (whole seconds: the
     binlog keeps no fraction)."""
+    return find_time(
+        logs,
+        timestamp,
+        oldest,
+        BinlogFiles(
+            created=lambda file: _file_created(server, file),
+            heads=lambda file: _transactions(server, file),
+            holds_events=lambda file: _holds_events(server, file),
+            end=server.current_position,
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class BinlogFiles:
+    """What the time search asks of a server's binlog (fakes in the unit tests)."""
+
+    created: Callable[[str], int]
+    """When a file was created: its Format_description event's time."""
+    heads: Callable[[str], Iterator[TransactionHead]]
+    """Every transaction head from a file's start to the binlog's end."""
+    holds_events: Callable[[str], bool]
+    """Whether a file has an event past its head (Format_desc, Gtid_list, ...)."""
+    end: Callable[[], ResumePosition]
+    """The binlog's current end."""
+
+
+def find_time(logs: list[str], timestamp: str, oldest: str, binlog: BinlogFiles) -> ResumePosition:
+    """The first transaction head at or after ``timestamp``, in binlog order.
+
+    The file to scan from is chosen by the files' creation times, not by their first
+    transaction's time: an event's time is its statement's start, so a long statement
+    committed after a rotation carries a time older than the file, and transactions of the
+    target time may sit in the file before it. A file created before the target second holds
+    nothing that started later in files before it (a transaction is written when it commits,
+    after it started), so scanning from the last such file misses nothing.
+
+    Raises:
+        StartPositionError: the time is older than the oldest binlog file, or the binlog
+            from there holds events but no transaction head the search recognises (never
+            "the current end", which would silently skip everything).
+    """
     target = int(utc_seconds(timestamp))
-    first_times: dict[str, int | None] = {}
-
-    def first_time(file: str) -> int | None:
-        if file not in first_times:
-            head = next(_transactions(server, file, this_file_only=True), None)
-            first_times[file] = None if head is None else head.timestamp
-        return first_times[file]
-
-    oldest_time = first_time(logs[0])
-    if oldest_time is not None and oldest_time > target:
+    heads = binlog.heads(logs[0])
+    first = next(heads, None)
+    _close(heads)
+    if first is not None and first.timestamp > target:
         raise StartPositionError(
             f"start timestamp {timestamp} is older than the oldest binlog: its first "
-            f"transaction is from {_utc(oldest_time)}; the oldest position the server has is "
-            f"{oldest}",
+            f"transaction is from {_utc(first.timestamp)}; the oldest position the server has "
+            f"is {oldest}",
             oldest=oldest,
         )
-
-    def started_before(file: str) -> bool:
-        # Strictly before: a transaction of the target second may end the previous file.
-        found = first_time(file)
-        return found is not None and found < target
-
-    index = _last(logs, started_before)
-    for head in _transactions(server, logs[index]):
+    # Strictly before: a file created in the target second may follow one that ends with a
+    # transaction of that second.
+    index = _last(logs, lambda file: binlog.created(file) < target)
+    seen = 0
+    for head in binlog.heads(logs[index]):
+        seen += 1
         if head.timestamp >= target:
             return ResumePosition(head.file, head.pos)
-    return server.current_position()
+    if seen == 0 and any(binlog.holds_events(file) for file in logs[index:]):
+        raise StartPositionError(
+            f"start timestamp {timestamp}: the binlog from {logs[index]} holds events but no "
+            "transaction start (GTID or anonymous GTID event) was found in it; refusing to "
+            "guess. Start with mode position (a GTID event's position from SHOW BINLOG "
+            f"EVENTS) instead; the oldest position the server has is {oldest}",
+            oldest=oldest,
+        )
+    return binlog.end()
+
+
+def _close(heads: Iterator[TransactionHead]) -> None:
+    """End a scan early (a generator's close ends its reader's connection)."""
+    close = getattr(heads, "close", None)
+    if close is not None:
+        close()
 
 
 def _last(logs: list[str], holds: Callable[[str], bool]) -> int:
@@ -229,39 +289,68 @@ def _last(logs: list[str], holds: Callable[[str], bool]) -> int:
     return low
 
 
-def _transactions(
-    server: BinlogServer, file: str, *, this_file_only: bool = False
-) -> Iterator[TransactionHead]:
-    """Every transaction's first event from the start of ``file`` to the binlog's end (or the
-    end of ``file``), reading headers only: other events are skipped undecoded."""
-    settings = server.mysql.stream_settings(read_timeout=60.0)
-    reader = BinLogStreamReader(
-        connection_settings=settings,
+def _reader(server: BinlogServer, file: str, events: list[type[Any]]) -> BinLogStreamReader:
+    """A non-blocking header reader of ``events`` from the start of ``file``."""
+    return BinLogStreamReader(
+        connection_settings=server.mysql.stream_settings(read_timeout=60.0),
         server_id=server.config.server_id,
         log_file=file,
         log_pos=_FIRST_EVENT,
         resume_stream=True,
         blocking=False,
         is_mariadb=False,  # with True the library ignores log_file/log_pos
-        only_events=[MariadbGtidEvent, GtidEvent, RotateEvent],
+        only_events=events,
+        # The library does not know MySQL's anonymous GTID event (a transaction's head when
+        # GTIDs are off, MySQL 8's default): it comes as a NotImplementedEvent.
+        filter_non_implemented_events=False,
         pymysql_wrapper=lambda **kwargs: library_connection(kwargs),
         enable_logging=False,
     )
+
+
+def _transactions(server: BinlogServer, file: str) -> Iterator[TransactionHead]:
+    """Every transaction's first event (MariaDB GTID, MySQL GTID or anonymous GTID) from the
+    start of ``file`` to the binlog's end, reading headers only: other events are skipped
+    undecoded."""
+    reader = _reader(server, file, [MariadbGtidEvent, GtidEvent, RotateEvent, NotImplementedEvent])
     current = file
     try:
         for event in reader:
             if isinstance(event, RotateEvent):
-                if this_file_only and event.next_binlog != file:
-                    return
                 current = event.next_binlog
                 continue
+            if isinstance(event, NotImplementedEvent):
+                if event.packet.event_type != ANONYMOUS_GTID_LOG_EVENT:
+                    continue
+                gtid = None
+            else:
+                gtid = str(event.gtid)
             start = int(event.packet.log_pos) - int(event.packet.event_size)
-            gtid = getattr(event, "gtid", None)
-            yield TransactionHead(current, start, int(event.timestamp), gtid and str(gtid))
+            yield TransactionHead(current, start, int(event.timestamp), gtid)
     except STREAM_ERRORS + MYSQL_ERRORS as exc:
         raise server.mysql.error(exc, "scanning the binlog of") from None
     finally:
         reader.close()
+
+
+def _file_created(server: BinlogServer, file: str) -> int:
+    """When ``file`` was created: the time of its Format_description event (the dump's
+    first event, after the fake Rotate, which has time 0)."""
+    reader = _reader(server, file, [FormatDescriptionEvent])
+    try:
+        for event in reader:
+            return int(event.timestamp)
+    except STREAM_ERRORS + MYSQL_ERRORS as exc:
+        raise server.mysql.error(exc, "reading the binlog of") from None
+    finally:
+        reader.close()
+    raise StartPositionError(f"binlog {file} has no Format_description event", oldest=None)
+
+
+def _holds_events(server: BinlogServer, file: str) -> bool:
+    """Whether ``file`` holds an event past the ones at every file's head."""
+    events = _events(server, file, _FIRST_EVENT, len(_FILE_HEAD_EVENTS) + 1)
+    return any(kind not in _FILE_HEAD_EVENTS for kind, _pos, _info in events)
 
 
 def _format(gtids: dict[int, int]) -> str:

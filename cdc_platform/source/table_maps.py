@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +28,14 @@ from cdc_platform.source.values import ColumnSpec, FieldType, RowDecoder
 log = logging.getLogger("cdc_platform.source")
 
 
-__all__ = ["JSON_VALID_CHECK", "Catalog", "TablePlans", "enum_labels"]
+__all__ = [
+    "JSON_VALID_CHECK",
+    "Catalog",
+    "TablePlans",
+    "catalog_mismatch",
+    "changed_after",
+    "enum_labels",
+]
 
 
 @dataclass
@@ -38,6 +46,37 @@ class Catalog:
 
     logical: dict[str, str] = field(default_factory=dict)
     labels: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    columns: tuple[str, ...] = ()
+    """Every column's name in order, as information_schema has it today (empty: unknown)."""
+    defined_at: int | None = None
+    """When the table's definition last changed (``TABLES.CREATE_TIME``, Unix seconds): a
+    rows event written before it was written under an older definition."""
+
+
+def catalog_mismatch(catalog: Catalog, names: tuple[str, ...]) -> str | None:
+    """Why ``catalog`` (today's information_schema) certainly describes another definition
+    than a table map of ``names``, or None.
+
+    The catalog says what the binlog cannot (a MariaDB UUID/INET/JSON column is BINARY or
+    LONGTEXT in the table map, ENUM labels in other charsets are lost): read during a
+    catch-up across an ALTER, it describes the new definition, and old rows would be
+    decoded with the new type."""
+    if catalog.columns and catalog.columns != names:
+        return (
+            f"its columns are ({', '.join(catalog.columns)}) in information_schema but "
+            f"({', '.join(names)}) in the binlog"
+        )
+    return None
+
+
+def changed_after(catalog: Catalog, event_time: int) -> bool:
+    """Whether the table's definition changed after ``event_time`` (by the server's clock;
+    a replica's events carry its primary's times, so this may only be suspected)."""
+    return catalog.defined_at is not None and event_time < catalog.defined_at
+
+
+def _utc(seconds: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
 _LABEL = re.compile(r"'((?:[^']|'')*)'")
@@ -107,6 +146,7 @@ class TablePlans:
         self._mariadb = is_mariadb
         self._by_id: dict[int, tuple[tuple[Any, ...], RowDecoder] | None] = {}
         self._catalogs: dict[tuple[str, str], Catalog] = {}
+        self._warned: set[tuple[str, str]] = set()
         self._reader: Any = None
 
     def attach(self, reader: BinLogStreamReader) -> None:
@@ -151,6 +191,37 @@ class TablePlans:
             return
         self._by_id[event.table_id] = (signature, self._build(event, schema, table))
 
+    def _check_catalog(
+        self, catalog: Catalog, names: tuple[str, ...], event_time: int, key: tuple[str, str]
+    ) -> None:
+        """Refuse a catalog of another definition; warn when it may be one (see
+        :func:`catalog_mismatch`, :func:`changed_after`)."""
+        schema, table = key
+        why = catalog_mismatch(catalog, names)
+        if why is not None:
+            raise SourceError(
+                f"{schema}.{table}: the binlog cannot say how to decode some of its columns "
+                "(MariaDB UUID/INET4/INET6/JSON, ENUM/SET labels outside UTF-8) and "
+                f"information_schema describes another definition than this event's: {why} "
+                "(an ALTER after it, read during a catch-up). The reader stops rather than "
+                "decode old rows with a new type: exclude the table (exclude_tables) until "
+                "the reader is past the change, then snapshot it (cdc-platform snapshot "
+                "--table), or restore the old definition while the reader catches up"
+            )
+        if changed_after(catalog, event_time) and key not in self._warned:
+            self._warned.add(key)
+            assert catalog.defined_at is not None
+            log.warning(
+                "%s.%s: its definition changed at %s, after this rows event (%s): if the "
+                "change made a column UUID/INET4/INET6/JSON (or stopped it being one), rows "
+                "before it are decoded with today's type; check the table's mirror after the "
+                "catch-up (cdc-platform reconcile), or snapshot the table",
+                schema,
+                table,
+                _utc(catalog.defined_at),
+                _utc(event_time),
+            )
+
     def _build(self, event: Any, schema: str, table: str) -> RowDecoder:
         catalog = Catalog()
         charsets = _charsets(event, self._mariadb, schema, table)
@@ -162,6 +233,8 @@ class TablePlans:
             if key not in self._catalogs:
                 self._catalogs[key] = self._lookup(schema, table)
             catalog = self._catalogs[key]
+            names = tuple(str(c.name) for c in event.columns)
+            self._check_catalog(catalog, names, int(getattr(event, "timestamp", 0)), key)
         specs = [
             _column_spec(c, catalog, schema, table, charsets[i])
             for i, c in enumerate(event.columns)

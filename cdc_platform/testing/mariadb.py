@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pymysql
 
@@ -28,6 +28,9 @@ from cdc_platform.testing.processes import (
     wait_until,
 )
 from cdc_platform.testing.secrets import REPLICATION_PASSWORD
+
+if TYPE_CHECKING:
+    from cdc_platform.testing.tls import Certificates
 
 __all__ = ["MariaDBServer", "ReplicationUser"]
 
@@ -64,7 +67,10 @@ class MariaDBServer:
         server_id: int = 1,
         binlog_args: Sequence[str] = BINLOG_ARGS,
         extra_args: Sequence[str] = (),
+        tls: Certificates | None = None,
     ) -> None:
+        """``tls``: serve TLS with these certificates and refuse connections without it
+        (``require_secure_transport``), so a plain-text connection cannot pass unnoticed."""
         self.base_dir = base_dir
         self.datadir = base_dir / "data"
         self.socket = base_dir / "mysqld.sock"
@@ -75,7 +81,17 @@ class MariaDBServer:
         self.host = "127.0.0.1"
         self.port = port or free_port()
         self.server_id = server_id
-        self._args = [*binlog_args, *extra_args]
+        tls_args = (
+            [
+                f"--ssl-ca={tls.ca_file}",
+                f"--ssl-cert={tls.server_cert}",
+                f"--ssl-key={tls.server_key}",
+                "--require-secure-transport=ON",
+            ]
+            if tls is not None
+            else []
+        )
+        self._args = [*binlog_args, *tls_args, *extra_args]
         self._proc: subprocess.Popen[bytes] | None = None
 
     # -- life cycle --------------------------------------------------------------------------

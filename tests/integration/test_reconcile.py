@@ -20,9 +20,10 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_platform.backfill.repair import RepairKey, RepairTable
+from cdc_platform.backfill.snapshot import SnapshotRunner, state_path
 from cdc_platform.config import ConfigSet, load_config
 from cdc_platform.coordination.factory import open_lease
-from cdc_platform.errors import ReconcileError
+from cdc_platform.errors import ReconcileError, SourceSettingsError
 from cdc_platform.reconcile.inbox import RepairInbox, destination_inbox, inbox_path
 from cdc_platform.reconcile.service import ReconcileReport, reconcile_destination
 from cdc_platform.runtime import DestinationRuntime
@@ -33,6 +34,7 @@ from cdc_platform.spark.locations import mirror_root, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.ha import wait_for
+from cdc_platform.testing.mariadb import ReplicationUser
 from cdc_platform.testing.replay import replay
 from cdc_platform.testing.workload import source_rows
 from tests.conftest import MariaDBDatabase
@@ -498,3 +500,76 @@ def test_a_lost_lease_interrupts_a_repair_blocked_on_the_source(
         if row["op"] == "d"
     ]
     assert deletes == [], "the deposed holder wrote its repair"
+
+
+def test_a_source_refusal_fails_the_checks_not_the_dagster_step(
+    spark: SparkSession,
+    mariadb: MariaDBDatabase,
+    lake_root: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A server error during the keyset read (here: a user who may see `items` but not
+    SELECT it) comes out of the one MySQL boundary as the engine's error, so the Dagster
+    checks report it (ERROR, not run) instead of a raw pymysql error failing the step."""
+    from dagster import AssetCheckSeverity  # noqa: PLC0415
+
+    from dagster_defs import build_definitions  # noqa: PLC0415
+
+    monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
+    db = mariadb.name
+    mariadb.server.execute(
+        "CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(40))",
+        "CREATE TABLE pairs (a INT, b VARCHAR(10), v INT, PRIMARY KEY (a, b))",
+        "INSERT INTO items VALUES (1, 'one'), (2, 'two')",
+        "INSERT INTO pairs VALUES (1, 'x', 1)",
+        database=db,
+    )
+    narrow = ReplicationUser(f"narrow_{db[-6:]}", mariadb.user.password)
+    conf = tmp_path / "conf"
+    write_conf(
+        conf,
+        destination="d",
+        server=mariadb.server,
+        user=narrow,
+        database=db,
+        lake_root=lake_root,
+        server_id=3102,
+        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/lease.db'}}\n",
+    )
+    config = load_config(conf)
+    assert not config.errors, config.errors
+    # The change log and the mirrors, written by the full-privilege user.
+    full = config.destinations["d"].config
+    full = full.model_copy(
+        update={"source": full.source.model_copy(update={"user": mariadb.user.name})}
+    )
+    SnapshotRunner(
+        WriteTerm("d", full, config.table_uri("d")),
+        state_path(lake_root, "d"),
+        tables=[f"{db}.items", f"{db}.pairs"],
+    ).run()
+    root = mirror_root(config.lake_root, "d")
+    for table in ("items", "pairs"):
+        apply_changes(spark, config.table_uri("d"), root, db, table)
+
+    mariadb.server.execute(
+        f"CREATE USER '{narrow.name}'@'%' IDENTIFIED BY '{narrow.password}'",
+        f"GRANT SELECT ON `{db}`.pairs TO '{narrow.name}'@'%'",
+        f"GRANT INSERT ON `{db}`.items TO '{narrow.name}'@'%'",
+    )
+    try:
+        with pytest.raises(SourceSettingsError, match=r"^reconciliation: .*lacks a privilege"):
+            reconcile_destination(config, "d", spark, tables=[f"{db}.items"])
+
+        job = build_definitions(str(conf)).resolve_job_def("cdc_reconcile")
+        result = job.execute_in_process()
+        evaluations = {e.asset_key.path[-1]: e for e in result.get_asset_check_evaluations()}
+        assert set(evaluations) == {"items", "pairs"}
+        for evaluation in evaluations.values():
+            assert evaluation.passed is False
+            assert evaluation.severity == AssetCheckSeverity.ERROR
+            assert "lacks a privilege" in str(evaluation.description)
+            assert evaluation.metadata["status"].value == "not_run"
+    finally:
+        mariadb.server.execute(f"DROP USER IF EXISTS '{narrow.name}'@'%'")

@@ -145,14 +145,42 @@ def test_gtid_starts_after_that_state(db: MariaDBDatabase, lake_root: Path) -> N
 def test_timestamp_starts_at_the_first_transaction_at_or_after_it(
     db: MariaDBDatabase, lake_root: Path
 ) -> None:
-    db.server.execute("CREATE TABLE t (id INT PRIMARY KEY)", database=db.name)
-    base = int(time.time())
+    # Event times from the past (as a replica applying its primary's transactions writes
+    # them): one binlog file per second of event time.
+    base = int(time.time()) - 100
+    fresh_binlog(db.server)
+    db.server.execute(
+        f"SET timestamp = {base}", "CREATE TABLE t (id INT PRIMARY KEY)", database=db.name
+    )
     insert(db, 1, at=base)
-    for second in range(2, 6):  # one binlog per second: the binary search picks among them
+    for second in range(2, 6):
         db.server.execute("FLUSH BINARY LOGS")
         insert(db, second * 10, at=base + second)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(base + 3))
     assert ids(run(db, lake_root, StartConfig(mode="timestamp", timestamp=stamp))) == [30, 40, 50]
+
+
+def test_timestamp_search_is_not_misled_by_a_long_statement_at_a_file_head(
+    db: MariaDBDatabase, lake_root: Path
+) -> None:
+    """An event's time is its statement's start: a long statement committed after a rotation
+    heads the new file with a time older than transactions of the file before it. Choosing
+    the file by its first transaction's time skipped those; by the files' creation times the
+    search starts early enough."""
+    base = int(time.time()) - 100
+    fresh_binlog(db.server)
+    db.server.execute(
+        f"SET timestamp = {base}", "CREATE TABLE t (id INT PRIMARY KEY)", database=db.name
+    )
+    insert(db, 10, at=base)
+    db.server.execute("FLUSH BINARY LOGS")
+    insert(db, 20, at=base + 10)
+    insert(db, 30, at=base + 20)  # the first transaction at or after the start time
+    db.server.execute("FLUSH BINARY LOGS")
+    insert(db, 15, at=base + 5)  # the long statement, committed after the rotation
+    insert(db, 40, at=base + 30)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(base + 15))
+    assert ids(run(db, lake_root, StartConfig(mode="timestamp", timestamp=stamp))) == [15, 30, 40]
 
 
 def test_bad_starts_are_refused_naming_the_oldest_position(

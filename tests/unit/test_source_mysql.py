@@ -20,6 +20,7 @@ from cdc_platform.errors import (
     SourceLoginError,
     SourceSettingsError,
     SourceTableChangedError,
+    SourceTableMissingError,
 )
 from cdc_platform.events import ResumePosition
 from cdc_platform.source.mysql import (
@@ -75,9 +76,9 @@ CASES = [
     (err.OperationalError(1213, "Deadlock found when trying to get lock"),
      Failure.LOCK_WAIT, SourceConnectionError, True),
     (err.ProgrammingError(1146, "Table 'shop.items' doesn't exist"),
-     Failure.MISSING_TABLE, SourceError, False),
+     Failure.MISSING_TABLE, SourceTableMissingError, False),
     (err.OperationalError(1049, "Unknown database 'shop'"),
-     Failure.MISSING_TABLE, SourceError, False),
+     Failure.MISSING_TABLE, SourceTableMissingError, False),
     (err.OperationalError(1054, "Unknown column 'name' in 'field list'"),
      Failure.CHANGED_COLUMNS, SourceTableChangedError, True),
     (err.OperationalError(1142, "SELECT command denied to user 'cdc'@'h' for table 'items'"),
@@ -99,6 +100,13 @@ CASES = [
      Failure.BINLOG_GAP, BinlogGapError, False),
     (err.OperationalError(1236, "bogus data in log event; the first event 'b.000001' at 300"),
      Failure.BINLOG_READ, BinlogReadError, False),
+    (err.OperationalError(2026, "SSL is required but the server doesn't support it"),
+     Failure.TLS, SourceSettingsError, False),
+    (err.OperationalError(2003, "Can't connect to MySQL server on '10.0.0.5' ([SSL: "
+     "CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed certificate)"),
+     Failure.TLS, SourceSettingsError, False),
+    (ssl.SSLCertVerificationError(1, "certificate verify failed: IP address mismatch"),
+     Failure.TLS, SourceSettingsError, False),
     (err.ProgrammingError(1064, "You have an error in your SQL syntax"),
      Failure.REFUSED, SourceError, False),
     (err.OperationalError(4025, "CONSTRAINT `c` failed for `shop`.`items`"),

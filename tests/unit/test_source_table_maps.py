@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 
 from cdc_platform.errors import SourceError
-from cdc_platform.source.table_maps import _charsets, _labels_in
+from cdc_platform.source.table_maps import (
+    Catalog,
+    _charsets,
+    _labels_in,
+    catalog_mismatch,
+    changed_after,
+)
 from cdc_platform.source.values import FieldType
 
 pytestmark = pytest.mark.unit
@@ -45,3 +51,18 @@ def test_enum_labels_are_decoded_in_their_charset() -> None:
     # cp1250 X'C281' (valid UTF-8, so the library hands it over) has the undefined byte 0x81:
     # '' so the label comes from information_schema, as the snapshot reads it.
     assert _labels_in("cp1250", ["\x81"]) == ("",)
+
+
+def test_a_catalog_of_other_columns_is_another_definition() -> None:
+    catalog = Catalog(columns=("id", "c", "n"), defined_at=2_000)
+    assert catalog_mismatch(catalog, ("id", "c", "n")) is None
+    why = catalog_mismatch(catalog, ("id", "c"))
+    assert why == "its columns are (id, c, n) in information_schema but (id, c) in the binlog"
+    assert catalog_mismatch(Catalog(), ("id",)) is None  # columns unknown: nothing to compare
+
+
+def test_a_definition_changed_after_the_event_is_suspected() -> None:
+    catalog = Catalog(columns=("id",), defined_at=2_000)
+    assert changed_after(catalog, 1_999)
+    assert not changed_after(catalog, 2_000)  # the same second: the ALTER's own batch
+    assert not changed_after(Catalog(), 1)

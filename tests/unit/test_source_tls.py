@@ -1,0 +1,83 @@
+"""source.tls settings and the warning for a remote source whose certificate is not checked."""
+
+from __future__ import annotations
+
+import logging
+import ssl
+
+import pytest
+from pydantic import ValidationError
+
+from cdc_platform.config.models import SourceConfig, TlsConfig
+from cdc_platform.config.tls import is_loopback
+from cdc_platform.source import mysql
+
+pytestmark = pytest.mark.unit
+
+
+def _source(host: str, **tls: str) -> SourceConfig:
+    return SourceConfig(host=host, user="cdc", password_env="PW", server_id=7, tls=TlsConfig(**tls))
+
+
+@pytest.mark.parametrize(
+    ("host", "mode", "warned"),
+    [
+        ("db.example.com", "preferred", True),
+        ("10.0.0.5", "required", True),
+        ("db.example.com", "disabled", True),
+        ("db.example.com", "verify_ca", False),
+        ("db.example.com", "verify_identity", False),
+        ("127.0.0.1", "preferred", False),
+        ("localhost", "disabled", False),
+        ("::1", "required", False),
+    ],
+)
+def test_a_remote_source_without_verification_is_warned_about_once(
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    host: str,
+    mode: str,
+    warned: bool,
+) -> None:
+    monkeypatch.setattr(mysql, "_warned", set())
+    config = _source(host, mode=mode)
+    with caplog.at_level(logging.WARNING, logger="cdc_platform.source.mysql"):
+        mysql.warn_unverified(config)
+        mysql.warn_unverified(config)
+    security = [r for r in caplog.records if "SECURITY" in r.getMessage()]
+    assert len(security) == (1 if warned else 0)
+    if warned:
+        assert host in security[0].getMessage()
+        assert "verify_identity" in security[0].getMessage()
+
+
+def test_modes_map_to_the_driver() -> None:
+    assert TlsConfig(mode="disabled").pymysql_args() == {"ssl_disabled": True}
+    assert TlsConfig().pymysql_args() == {}  # pymysql prefers TLS by itself
+    required = TlsConfig(mode="required").pymysql_args()["ssl"]
+    assert required.verify_mode == ssl.CERT_NONE
+    assert not required.check_hostname
+    verify_ca = TlsConfig(mode="verify_ca").pymysql_args()["ssl"]
+    assert verify_ca.verify_mode == ssl.CERT_REQUIRED
+    assert not verify_ca.check_hostname
+    identity = TlsConfig(mode="verify_identity").pymysql_args()["ssl"]
+    assert identity.verify_mode == ssl.CERT_REQUIRED
+    assert identity.check_hostname
+
+
+def test_files_that_a_mode_would_ignore_are_refused() -> None:
+    with pytest.raises(ValidationError, match="use mode required, verify_ca or verify_identity"):
+        TlsConfig(mode="preferred", ca_file="/ca.pem")
+    with pytest.raises(ValidationError, match="cert_file and key_file go together"):
+        TlsConfig(mode="verify_ca", cert_file="/c.pem")
+    with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
+        TlsConfig.model_validate({"mode": "required", "verify": True})
+
+
+def test_loopback_hosts() -> None:
+    assert is_loopback("127.0.0.1")
+    assert is_loopback("127.1.2.3")
+    assert is_loopback("[::1]")
+    assert is_loopback("LOCALHOST")
+    assert not is_loopback("10.0.0.1")
+    assert not is_loopback("db.internal")
