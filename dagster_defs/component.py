@@ -37,6 +37,7 @@ from dagster.components import (
 from cdc_platform.config import load_config
 from cdc_platform.spark.catalog import Catalog
 from dagster_defs.factory import build_definitions, discover_catalogs
+from dagster_defs.names import key_part
 from dagster_defs.translator import CdcTranslator
 
 __all__ = ["CdcComponent", "CdcScaffolder", "PrefixTranslator"]
@@ -51,7 +52,7 @@ class PrefixTranslator(CdcTranslator):
 
     def key_prefix(self, destination: str) -> list[str]:
         """``[*key_prefix, destination]``."""
-        return [*self._prefix, destination]
+        return [*self._prefix, key_part(destination)]
 
     def group_name(self, destination: str) -> str:
         """The component's group."""

@@ -25,8 +25,8 @@ from dagster import (
     AssetCheckSpec,
     AssetKey,
     AutomationCondition,
+    OpExecutionContext,
     asset_check,
-    multi_asset_check,
 )
 
 from cdc_platform.config import ConfigSet
@@ -36,6 +36,7 @@ from cdc_platform.spark.catalog import Catalog
 from cdc_platform.spark.freshness import mirror_freshness
 from dagster_defs.resources import PlatformResource
 from dagster_defs.table_assets import op_name
+from dagster_defs.table_checks import table_checks
 from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator
 
 __all__ = [
@@ -143,7 +144,7 @@ def _fresh_checks(
         for t in catalog.tables
     }
 
-    @multi_asset_check(
+    @table_checks(
         name=op_name("cdc_fresh", destination),
         specs=[
             AssetCheckSpec(
@@ -155,10 +156,10 @@ def _fresh_checks(
             )
             for key, table in keys.items()
         ],
-        can_subset=True,
+        tables=catalog.tables,
     )
     def fresh(
-        context: AssetCheckExecutionContext, platform: PlatformResource
+        context: OpExecutionContext, platform: PlatformResource
     ) -> Iterator[AssetCheckResult]:
         configset = platform.load()
         budget = configset.destinations[destination].config.lag_budget_seconds

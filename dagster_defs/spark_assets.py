@@ -23,7 +23,7 @@ from cdc_platform.config import ConfigSet
 from cdc_platform.spark import daily_change_stats, mirror_as_of, mirror_uri
 from cdc_platform.spark.catalog import Catalog, CatalogTable
 from dagster_defs.resources import PlatformResource, SparkResource
-from dagster_defs.table_assets import op_name
+from dagster_defs.table_assets import op_name, table_outs
 from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator
 
 __all__ = ["daily_partitions", "history_assets"]
@@ -68,7 +68,8 @@ def _history_asset(
 
     @multi_asset(
         name=op_name("cdc_daily_history", destination),
-        specs=specs,
+        outs=table_outs(specs, catalog.tables),
+        deps=[translator.changes_key(destination)],
         can_subset=True,
         pool=f"cdc-mirror-{destination}",
     )

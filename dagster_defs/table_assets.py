@@ -12,13 +12,13 @@ assets do not rerun. A full run (every table selected) also applies tables the c
 gained since the definitions loaded, so their mirrors exist before the next reload names them.
 """
 
-import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from dagster import (
     AssetExecutionContext,
     AssetKey,
+    AssetOut,
     AssetsDefinition,
     AssetSpec,
     AutomationCondition,
@@ -34,18 +34,31 @@ from cdc_platform.backfill.reread import pending_rereads
 from cdc_platform.config import ConfigSet
 from cdc_platform.spark import apply_changes, mirror_tables, mirror_uri
 from cdc_platform.spark.catalog import Catalog, CatalogTable
+from dagster_defs.names import identifier, unique_identifiers
 from dagster_defs.resources import PlatformResource, SparkResource
 from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator
 
-__all__ = ["MIRROR_TAG", "column_schema", "mirror_assets", "op_name"]
+__all__ = ["MIRROR_TAG", "column_schema", "mirror_assets", "op_name", "table_outs"]
 
 MIRROR_TAG = "cdc/mirrors"
 """Run tag a mirror step sets on its run: the destination whose mirrors it applied."""
 
 
 def op_name(prefix: str, destination: str) -> str:
-    """A valid, readable op name for ``destination`` (any directory name)."""
-    return f"{prefix}_{re.sub(r'[^A-Za-z0-9_]', '_', destination)}"
+    """A valid, readable op name for ``destination`` (any directory name; distinct names
+    never share one)."""
+    return f"{prefix}_{identifier(destination)}"
+
+
+def table_outs(specs: Sequence[AssetSpec], tables: Sequence[CatalogTable]) -> dict[str, AssetOut]:
+    """The specs as multi-asset outputs, named by :func:`~dagster_defs.names.identifier` of
+    ``db``, ``table`` (Dagster would derive names from the keys, and refuse most odd ones).
+    Their deps go to the multi-asset's ``deps`` (an output cannot carry them)."""
+    names = unique_identifiers([(t.db, t.table) for t in tables])
+    return {
+        name: AssetOut.from_spec(spec.replace_attributes(deps=[]))
+        for name, spec in zip(names, specs, strict=True)
+    }
 
 
 def column_schema(table: CatalogTable) -> TableSchema:
@@ -104,7 +117,8 @@ def mirror_assets(
 
     @multi_asset(
         name=op_name("cdc_mirrors", destination),
-        specs=specs,
+        outs=table_outs(specs, catalog.tables),
+        deps=[translator.changes_key(destination)],
         can_subset=True,
         pool=f"cdc-mirror-{destination}",
     )

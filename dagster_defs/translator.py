@@ -13,6 +13,7 @@ from dagster import AssetKey
 
 from cdc_platform.config import ConfigSet
 from cdc_platform.spark import mirror_root
+from dagster_defs.names import key_part
 
 __all__ = ["DEFAULT_TRANSLATOR", "CdcTranslator", "destination_names"]
 
@@ -22,13 +23,15 @@ class CdcTranslator:
 
     Keys are ``<key_prefix>/<name>`` for a destination's own assets (``cdc/shop/changes``) and
     ``<key_prefix>/<db>/<table>`` for each table's mirror (``cdc/shop/shop/orders``): one part
-    longer, so a table never takes a destination asset's key. Lake paths follow the engine's
-    layout, which the reconciliation reads too: override them only together with the engine.
+    longer, so a table never takes a destination asset's key. Each name becomes a key part
+    through :func:`~dagster_defs.names.key_part` (unchanged but for ``/ " \\ * %`` and control
+    characters, percent-encoded). Lake paths follow the engine's layout, which the
+    reconciliation reads too: override them only together with the engine.
     """
 
     def key_prefix(self, destination: str) -> list[str]:
         """Leading key parts of every asset of ``destination``."""
-        return ["cdc", destination]
+        return ["cdc", key_part(destination)]
 
     def changes_key(self, destination: str) -> AssetKey:
         """The change-log table, materialized by the destination's long-lived run."""
@@ -36,7 +39,7 @@ class CdcTranslator:
 
     def table_key(self, destination: str, db: str, table: str) -> AssetKey:
         """The current-state mirror of one captured table (carries its reconciliation check)."""
-        return AssetKey([*self.key_prefix(destination), db, table])
+        return AssetKey([*self.key_prefix(destination), key_part(db), key_part(table)])
 
     def table_tags(self, destination: str, db: str, table: str) -> dict[str, str]:
         """Asset tags of one table's mirror (the destination's tags by default)."""
