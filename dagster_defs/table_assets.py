@@ -5,14 +5,18 @@ of tables). Its specs come from the destination's :class:`~cdc_platform.spark.ca
 (the source's captured tables and the change log's), so they carry the source column types
 as ``dagster/column_schema`` before anything ran.
 
-Per-table automation: each table is ``AutomationCondition.eager()`` on the change log, and a
-run materializes only the tables its apply changed (plus tables never materialized): a
-change to ``shop.items`` materializes ``shop.items`` alone, so ``shop.orders``' downstream
-assets do not rerun. A full run (every table selected) also applies tables the change log
-gained since the definitions loaded, so their mirrors exist before the next reload names them.
+Runs of the ``cdc_mirrors`` job (requested by the ``mirror_refresh`` sensor) apply the change
+log to the selected tables and materialize every one of them, also when nothing changed: a
+materialization says "current as of now", which the tables' freshness policy (the
+destination's ``lag_budget_seconds``) measures. Each carries the table's last applied ``seq``
+as its data version, so downstream assets can react to new data only
+(``AutomationCondition.data_version_changed()``). A full run (every table selected) also
+applies tables the change log gained since the definitions loaded, so their mirrors exist
+before the next reload names them.
 """
 
 from collections.abc import Iterator, Sequence
+from datetime import timedelta
 from typing import Any
 
 from dagster import (
@@ -21,7 +25,8 @@ from dagster import (
     AssetOut,
     AssetsDefinition,
     AssetSpec,
-    AutomationCondition,
+    DataVersion,
+    FreshnessPolicy,
     MaterializeResult,
     MetadataValue,
     TableColumn,
@@ -38,10 +43,34 @@ from dagster_defs.names import identifier, unique_identifiers
 from dagster_defs.resources import PlatformResource, SparkResource
 from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator
 
-__all__ = ["MIRROR_TAG", "column_schema", "mirror_assets", "op_name", "table_outs"]
+__all__ = [
+    "CHANGE_LOG_VERSION",
+    "MIRRORS_JOB",
+    "MIRROR_TAG",
+    "column_schema",
+    "freshness_policy",
+    "mirror_assets",
+    "op_name",
+    "table_outs",
+]
 
 MIRROR_TAG = "cdc/mirrors"
 """Run tag a mirror step sets on its run: the destination whose mirrors it applied."""
+MIRRORS_JOB = "cdc_mirrors"
+"""The job every mirror run belongs to (any subset of the mirrors)."""
+CHANGE_LOG_VERSION = "change_log_version"
+"""Materialization metadata: the change-log Delta version the mirror has applied."""
+
+
+def freshness_policy(budget_seconds: float) -> FreshnessPolicy:
+    """Fail when a mirror was not materialized for the lag budget (Dagster's floor: 60 s);
+    warn after half of it (when that is a minute or more)."""
+    fail = max(60.0, budget_seconds)
+    warn = fail / 2 if fail / 2 >= 60 else None
+    return FreshnessPolicy.time_window(
+        fail_window=timedelta(seconds=fail),
+        warn_window=timedelta(seconds=warn) if warn is not None else None,
+    )
 
 
 def op_name(prefix: str, destination: str) -> str:
@@ -96,7 +125,9 @@ def _spec(
         tags=translator.table_tags(destination, table.db, table.table),
         kinds={"spark", "delta"},
         metadata=metadata,
-        automation_condition=AutomationCondition.eager(),
+        freshness_policy=freshness_policy(
+            configset.destinations[destination].config.lag_budget_seconds
+        ),
         skippable=True,
     )
 
@@ -148,11 +179,9 @@ def mirror_assets(
             )
             meta = result.metadata()
             context.log.info(f"{table.name}: {meta}")
-            first = context.instance.get_latest_materialization_event(key) is None
-            if result.mode == "noop" and not first:
-                continue
             yield MaterializeResult(
                 asset_key=key,
+                data_version=DataVersion(str(result.last_seq)),
                 metadata={
                     "dagster/uri": MetadataValue.path(result.mirror_uri),
                     "dagster/table_name": table.name,
@@ -165,6 +194,9 @@ def mirror_assets(
                     "last_seq": result.last_seq,
                     "lag_seconds": float(meta["lag_seconds"] or 0.0),
                     "mode": result.mode,
+                    CHANGE_LOG_VERSION: result.change_log_version
+                    if result.change_log_version is not None
+                    else -1,
                     "seconds": float(meta["seconds"] or 0.0),
                     # dropped or renamed at the source: kept, empty, not current
                     "dropped": result.dropped or "",

@@ -11,6 +11,7 @@ documents.
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 from dagster import AssetKey, AssetSelection
@@ -76,9 +77,7 @@ def test_odd_table_names_load_and_are_selectable(
     assert len(found) == len(ODD_NAMES)
 
     for name in ODD_NAMES:
-        key = next(
-            k for k in graph.get_all_asset_keys() if len(k.path) == 4 and _source(k) == name
-        )
+        key = next(k for k in graph.get_all_asset_keys() if len(k.path) == 4 and _source(k) == name)
         # the documented selection: key:"<the key's string>" picks exactly this mirror
         selection = f'key:"{key.to_user_string()}"'
         assert AssetSelection.from_string(selection).resolve(graph) == {key}, selection
@@ -89,6 +88,4 @@ def test_odd_table_names_load_and_are_selectable(
 
 def _source(key: AssetKey) -> str:
     """The source name a key part encodes (percent-decoding, as docs/dagster.md says)."""
-    from urllib.parse import unquote
-
     return unquote(key.path[-1])

@@ -99,7 +99,7 @@ def test_default_keys_paths_and_groups(configset: ConfigSet) -> None:
     # per-table reconciliation checks, and the change log's lag check
     check_keys = {(k.asset_key.path[-1], k.name) for k in graph.asset_check_keys}
     assert check_keys == {
-        *((table, check) for table in ("items", "orders") for check in ("reconciled", "fresh")),
+        *((table, check) for table in ("items", "orders") for check in ("reconciled",)),
         ("changes", "lag_within_budget"),
     }
 
