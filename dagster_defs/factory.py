@@ -31,6 +31,7 @@ from dagster_defs.alerts import build_run_failure_alert
 from dagster_defs.assets import change_log_specs
 from dagster_defs.cdc_job import build_cdc_destination_job
 from dagster_defs.freshness import change_log_lag_checks
+from dagster_defs.io_manager import MIRROR_IO_MANAGER, MirrorIOManager
 from dagster_defs.mirror_refresh import build_mirror_refresh
 from dagster_defs.reconcile import (
     build_reconcile_schedule,
@@ -156,5 +157,6 @@ def build_definitions(
         resources={
             "platform": PlatformResource(conf_dir=conf_dir),
             "spark": SparkResource(conf_dir=conf_dir),
+            MIRROR_IO_MANAGER: MirrorIOManager(conf_dir=conf_dir),
         },
     )

@@ -402,11 +402,11 @@ def test_mirrors_follow_a_live_workload_and_go_stale_without_their_sensor(
     mirrors = [AssetKey(["cdc", name, mariadb.name, t]) for t in ("customers", "orders")]
     workload.start(rate_per_second=5)
     try:
-        wait_for("run STARTED", lambda: started_run(instance, name, set()))
+        wait_for("run STARTED", lambda: started_run(instance, name, set()), timeout=300)
         wait_for(
             "every mirror materialized three times",
             lambda: all(mirror_materializations(instance, k) >= 3 for k in mirrors),
-            timeout=300,
+            timeout=600,
         )
         wait_for("mirrors fresh", lambda: freshness(instance, mirrors) == {FreshnessState.PASS})
         runs = instance.get_runs(filters=RunsFilter(job_name="cdc_mirrors"))

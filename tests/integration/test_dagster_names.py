@@ -3,9 +3,9 @@
 Tables with quotes, backticks, ``|``, ``@``, ``$``, brackets, spaces, dots, dashes, slashes,
 non-ASCII letters and names differing only in case are created on a real MariaDB; the
 definitions are built from its information_schema, as the code location does when it loads.
-Every table gets its own mirror, history asset and checks, the definitions resolve (jobs,
-sensors, automation), and each asset is picked out by the selection syntax docs/dagster.md
-documents.
+Every table gets its own mirror (column comments as column descriptions), history asset and
+checks, the definitions resolve (jobs, sensors), and each asset is picked out by the selection
+syntax docs/dagster.md documents.
 """
 
 from __future__ import annotations
@@ -52,11 +52,18 @@ def quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def literal(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
 def test_odd_table_names_load_and_are_selectable(
     mariadb: MariaDBDatabase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     mariadb.server.execute(
-        *[f"CREATE TABLE {quoted(n)} (id INT PRIMARY KEY, v INT)" for n in ODD_NAMES],
+        *[
+            f"CREATE TABLE {quoted(n)} (id INT PRIMARY KEY COMMENT {literal('key of ' + n)}, v INT)"
+            for n in ODD_NAMES
+        ],
         database=mariadb.name,
     )
     conf = tmp_path / "conf"
@@ -81,6 +88,9 @@ def test_odd_table_names_load_and_are_selectable(
         # the documented selection: key:"<the key's string>" picks exactly this mirror
         selection = f'key:"{key.to_user_string()}"'
         assert AssetSelection.from_string(selection).resolve(graph) == {key}, selection
+        # the source's column comments are the columns' descriptions
+        schema = graph.get(key).metadata["dagster/column_schema"].value
+        assert schema.columns[0].description == f"key of {name}"
         history = AssetKey([*key.path, "daily_history"])
         assert history in graph.get_all_asset_keys()
         assert any(c.name == CHECK_NAME for c in graph.get_check_keys_for_assets({key}))
