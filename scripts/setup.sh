@@ -10,8 +10,9 @@ say() { printf 'setup: %s\n' "$*" >&2; }
 # --- Debian packages --------------------------------------------------------------------------
 # mariadb-server/-client: private binlog servers for tests and the demo (never the system one).
 # zookeeper: the HA backend's server jar. A Java runtime runs ZooKeeper (and classic Spark).
+# chromium: headless screenshots of the Dagster UI (`python -m cdc_platform.testing.demo_check`).
 need=()
-for pkg in mariadb-server mariadb-client zookeeper; do
+for pkg in mariadb-server mariadb-client zookeeper chromium; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)

@@ -375,6 +375,7 @@ def freshness(instance: DagsterInstance, keys: list[AssetKey]) -> set[FreshnessS
     return {records[k].freshness_state if k in records else FreshnessState.UNKNOWN for k in keys}
 
 
+@pytest.mark.timeout(900)  # two mirrors runs (a run worker each) and the 60 s freshness window
 def test_mirrors_follow_a_live_workload_and_go_stale_without_their_sensor(
     dagster_daemon: Daemon, mariadb: MariaDBDatabase, tmp_path: Path
 ) -> None:
@@ -404,8 +405,8 @@ def test_mirrors_follow_a_live_workload_and_go_stale_without_their_sensor(
     try:
         wait_for("run STARTED", lambda: started_run(instance, name, set()), timeout=300)
         wait_for(
-            "every mirror materialized three times",
-            lambda: all(mirror_materializations(instance, k) >= 3 for k in mirrors),
+            "every mirror materialized again (a second mirrors run)",
+            lambda: all(mirror_materializations(instance, k) >= 2 for k in mirrors),
             timeout=600,
         )
         wait_for("mirrors fresh", lambda: freshness(instance, mirrors) == {FreshnessState.PASS})
