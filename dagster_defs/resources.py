@@ -9,7 +9,8 @@ named here once (the translator names Dagster things only).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -19,8 +20,13 @@ from pydantic import PrivateAttr
 from pyspark.sql import SparkSession
 
 from cdc_platform.backfill.reread import pending_rereads
-from cdc_platform.config import ConfigSet, load_config, load_platform
+from cdc_platform.config import ConfigSet, Destination, load_config, load_platform
 from cdc_platform.config.loader import resolve_lake
+from cdc_platform.infra.recorder import NULL_RECORDER
+from cdc_platform.runtime.prometheus import open_metrics
+from cdc_platform.runtime.supervised import supervised_destination
+from cdc_platform.runtime.supervisor import LeaseSupervisor
+from cdc_platform.sink.report import CommitReport
 from cdc_platform.spark import (
     MirrorResult,
     SparkSessionFactory,
@@ -95,6 +101,29 @@ class CdcResource(ConfigurableResource):  # type: ignore[type-arg]
     def load(self) -> ConfigSet:
         """Read the configuration now (platform settings, every destination, valid or not)."""
         return load_config(Path(self.conf_dir))
+
+    @contextmanager
+    def supervise(
+        self,
+        configset: ConfigSet,
+        destination: Destination,
+        *,
+        address: str,
+        on_commit: Callable[[CommitReport], None],
+    ) -> Iterator[tuple[LeaseSupervisor, str | None]]:
+        """Run ``destination``'s pipeline under its lease (with its Prometheus endpoint when
+        ``metrics.port`` is set): the supervisor, and the endpoint's URL."""
+        metrics = open_metrics(configset.platform.metrics, any_port=True)
+        with supervised_destination(
+            configset,
+            destination,
+            address=address,
+            on_commit=on_commit,
+            metrics_interval_seconds=60.0,
+            recorder=metrics.recorder(destination.name) if metrics is not None else NULL_RECORDER,
+            metrics_url=metrics.url if metrics is not None else None,
+        ) as supervisor:
+            yield supervisor, metrics.url if metrics is not None else None
 
     def apply_mirrors(
         self,
