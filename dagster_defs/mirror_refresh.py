@@ -167,7 +167,11 @@ def build_mirror_refresh(
             notes.append(f"{name}: {why}")
             if due:
                 requests.append(
-                    RunRequest(asset_selection=keys, tags={MIRROR_TAG: name, "cdc/reason": why})
+                    RunRequest(
+                        asset_selection=keys,
+                        asset_check_keys=[],  # not the reconciliation: it has its own schedule
+                        tags={MIRROR_TAG: name, "cdc/reason": why},
+                    )
                 )
         if not requests:
             return SkipReason("; ".join(notes) or "no destination has mirrors yet")

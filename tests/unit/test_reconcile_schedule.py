@@ -366,6 +366,7 @@ def test_mirror_refresh_requests_the_tables_behind_the_change_log(
     (request,) = tick()  # never mirrored
     assert request.asset_selection == tables
     assert request.tags[MIRROR_TAG] == "a"
+    assert request.asset_check_keys == []  # the reconciliation checks run on their own schedule
     mirrored(3)
     assert tick() == []
     commit(4)  # e.g. while a run that had read version 3 was still writing
