@@ -89,7 +89,7 @@ def test_odd_table_names_load_and_are_selectable(
         selection = f'key:"{key.to_user_string()}"'
         assert AssetSelection.from_string(selection).resolve(graph) == {key}, selection
         # the source's column comments are the columns' descriptions
-        schema = graph.get(key).metadata["dagster/column_schema"].value
+        schema = graph.get(key).metadata["dagster/column_schema"]
         assert schema.columns[0].description == f"key of {name}"
         history = AssetKey([*key.path, "daily_history"])
         assert history in graph.get_all_asset_keys()
