@@ -27,7 +27,7 @@ from typing import Any
 
 from cdc_platform.testing.processes import free_port
 
-__all__ = ["DemoCheck", "check_demo"]
+__all__ = ["DemoCheck", "check_demo", "take_screenshots"]
 
 RUNS_QUERY = """{ runsOrError(filter: {tags: [{key: "cdc/destination", value: "shop"}]}) {
   ... on Runs { results { runId status } } } }"""
@@ -79,7 +79,7 @@ def _group_alive(pgid: int) -> list[str]:
     return [line.strip() for line in out.splitlines() if line.strip()]
 
 
-def _screenshots(url: str, directory: Path) -> list[Path]:
+def take_screenshots(url: str, directory: Path) -> list[Path]:
     """Screenshot the pages of :data:`PAGES` in Debian's Chromium, driven by Playwright.
 
     A fresh browser profile shows Dagster's "Join the Dagster community" modal over the page;
@@ -107,12 +107,14 @@ def _screenshots(url: str, directory: Path) -> list[Path]:
         )
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 900})
+            modal_wait = 20_000  # the modal shows once per browser profile
             for name, path, text in PAGES:
                 page.goto(f"{url}{path}", wait_until="networkidle", timeout=60_000)
                 with contextlib.suppress(PlaywrightTimeout):  # no modal this time
-                    page.get_by_role("button", name="Skip").first.click(timeout=5_000)
+                    page.get_by_role("button", name="Skip").first.click(timeout=modal_wait)
+                    modal_wait = 2_000
                 with contextlib.suppress(PlaywrightTimeout):  # shoot what is there anyway
-                    page.get_by_text(text).first.wait_for(timeout=15_000)
+                    page.get_by_text(text).first.wait_for(timeout=30_000)
                 page.wait_for_timeout(1500)
                 page.screenshot(path=str(directory / name))
                 taken.append(directory / name)
@@ -172,14 +174,14 @@ def check_demo(
                 break
             time.sleep(1.0)
         if screenshots is not None and result.materializations:
-            result.screenshots = _screenshots(result.url, screenshots)
+            result.screenshots = take_screenshots(result.url, screenshots)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGINT)
             try:
-                proc.wait(timeout=90)
+                proc.wait(timeout=150)  # cancelling the runs, then stopping Dagster
             except subprocess.TimeoutExpired:
-                result.leftovers.append("the demo did not exit within 90 s of Ctrl-C")
+                result.leftovers.append("the demo did not exit within 150 s of Ctrl-C")
                 os.killpg(proc.pid, signal.SIGKILL)
         time.sleep(1.0)
         result.leftovers += _group_alive(proc.pid)
