@@ -375,7 +375,7 @@ def freshness(instance: DagsterInstance, keys: list[AssetKey]) -> set[FreshnessS
     return {records[k].freshness_state if k in records else FreshnessState.UNKNOWN for k in keys}
 
 
-@pytest.mark.timeout(900)  # two mirrors runs (a run worker each) and the 60 s freshness window
+@pytest.mark.timeout(1200)  # two mirrors runs (a run worker each) and the 60 s freshness window
 def test_mirrors_follow_a_live_workload_and_go_stale_without_their_sensor(
     dagster_daemon: Daemon, mariadb: MariaDBDatabase, tmp_path: Path
 ) -> None:
