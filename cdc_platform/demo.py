@@ -10,6 +10,7 @@ The conf used is `conf/` with the source pointed at the private server (written 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +111,44 @@ def _group_members(pgid: int) -> list[int]:
     return members
 
 
+_LIVE_RUNS = """{ runsOrError(filter: {statuses: [QUEUED, NOT_STARTED, STARTING, STARTED,
+  CANCELING]}) { ... on Runs { results { runId status } } } }"""
+_TERMINATE = """mutation($ids: [String!]!) {
+  terminateRuns(runIds: $ids, terminatePolicy: SAFE_TERMINATE) { __typename } }"""
+
+
+def _graphql(url: str, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+    request = urllib.request.Request(  # noqa: S310 (the demo's own local webserver)
+        f"{url}/graphql",
+        data=json.dumps({"query": query, "variables": variables or {}}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+        data: dict[str, Any] = json.loads(response.read())
+    return data
+
+
+def _cancel_runs(url: str, timeout: float = 60.0) -> None:
+    """Ask Dagster to terminate every live run and wait until they ended, so a stop ends them
+    CANCELED (their in-flight commit finished) rather than killed by the process-group stop."""
+    deadline = time.monotonic() + timeout
+    asked: set[str] = set()
+    while time.monotonic() < deadline:
+        try:
+            runs = _graphql(url, _LIVE_RUNS)["data"]["runsOrError"]["results"]
+            ids = [r["runId"] for r in runs if r["status"] != "CANCELING"]
+            if not runs:
+                return
+            if set(ids) - asked:
+                _graphql(url, _TERMINATE, {"ids": ids})
+                asked.update(ids)
+        except (OSError, KeyError, TypeError, ValueError) as exc:
+            log.warning("could not cancel the runs through the webserver: %s", exc)
+            return
+        time.sleep(0.5)
+    log.warning("runs still live %.0f s after cancelling them", timeout)
+
+
 def _serve_dagster(project: Path, demo_conf: Path, port: int, stop: threading.Event) -> int:
     """Run `dagster dev` until a stop is requested; stop its whole process group after."""
     if port == 0 or not _port_free(port):
@@ -123,7 +163,8 @@ def _serve_dagster(project: Path, demo_conf: Path, port: int, stop: threading.Ev
                 return 1
         return 0
     finally:
-        print("stopping Dagster ...")
+        print("stopping Dagster: cancelling its runs ...")
+        _cancel_runs(f"http://127.0.0.1:{port}")
         _stop_group(dagster)
 
 

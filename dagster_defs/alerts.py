@@ -4,11 +4,18 @@ Every failed run of the code location is logged (ERROR) and, when the environmen
 ``CDC_ALERT_WEBHOOK_URL`` names a URL, posted to it as JSON ``{"text", "run_id", "job",
 "tags", "error"}`` (the shape Slack-style incoming webhooks accept). A webhook that does not
 answer is logged, never retried: the next failure posts again.
+
+Once per failure: an alerted run gets the tag ``cdc/alerted``, and a run with it is never
+alerted again (the sensor's cursor can go back, e.g. when its state is reset); a failure older
+than ``max_age_seconds`` when the sensor first sees it (a run that failed while the daemon was
+down) is logged at INFO and not posted. A requested stop is not a failure: the long-lived run
+ends CANCELED (docs/dagster.md).
 """
 
 import json
 import logging
 import os
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -21,8 +28,16 @@ from dagster import (
     run_failure_sensor,
 )
 
-__all__ = ["WEBHOOK_ENV", "alert_payload", "build_run_failure_alert", "post_alert"]
+__all__ = [
+    "ALERTED_TAG",
+    "WEBHOOK_ENV",
+    "alert_payload",
+    "build_run_failure_alert",
+    "post_alert",
+]
 
+ALERTED_TAG = "cdc/alerted"
+"""Run tag set once a failed run was alerted (its value: when)."""
 WEBHOOK_ENV = "CDC_ALERT_WEBHOOK_URL"
 """Environment variable holding the webhook URL (it may carry a token: never logged)."""
 
@@ -67,7 +82,9 @@ def post_alert(url: str, payload: Mapping[str, Any], timeout: float = 5.0) -> st
 
 
 def build_run_failure_alert(
-    *, default_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING
+    *,
+    default_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING,
+    max_age_seconds: float = 900.0,
 ) -> SensorDefinition:
     """The `cdc_run_failure_alert` sensor (every job of the code location)."""
 
@@ -80,6 +97,15 @@ def build_run_failure_alert(
         run = context.dagster_run
         error = context.failure_event.message
         payload = alert_payload(run.run_id, run.job_name, run.tags, error)
+        if ALERTED_TAG in run.tags:
+            return
+        record = context.instance.get_run_record_by_id(run.run_id)
+        ended = record.end_time if record is not None and record.end_time else time.time()
+        age = time.time() - ended
+        if age > max_age_seconds:
+            context.log.info(f"not alerted (failed {age:.0f} s ago): {payload['text']}")
+            return
+        context.instance.add_run_tags(run.run_id, {ALERTED_TAG: str(int(time.time()))})
         context.log.error(payload["text"])
         url = os.environ.get(WEBHOOK_ENV)
         if url:

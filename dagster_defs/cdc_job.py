@@ -28,13 +28,10 @@ from dagster import (
 
 from cdc_platform.backfill.snapshot import SnapshotProgress
 from cdc_platform.config import ConfigSet, Destination
-from cdc_platform.infra.recorder import NULL_RECORDER
 from cdc_platform.runtime import RunSummary
-from cdc_platform.runtime.prometheus import open_metrics
-from cdc_platform.runtime.supervised import supervised_destination
 from cdc_platform.runtime.supervisor import LeaseSupervisor
 from cdc_platform.sink.report import CommitReport
-from dagster_defs.resources import PlatformResource
+from dagster_defs.resources import CdcResource, PlatformResource, change_log_uri
 from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator
 
 __all__ = [
@@ -91,6 +88,11 @@ class _Reporter:
         self._last: CommitReport | None = None
         self._reported_at = 0.0
         self._started_at = time.monotonic()
+
+    @property
+    def reported_at(self) -> float:
+        """Monotonic time of the newest materialization (0.0: none yet)."""
+        return self._reported_at
 
     def flush(self, *, force: bool) -> None:
         """Emit one materialization for what arrived, if due (or forced)."""
@@ -220,7 +222,9 @@ def _supervise(
                 )
                 observed, observed_at = progress, time.monotonic()
             if time.monotonic() >= next_heartbeat:
-                context.log.info(_heartbeat(supervisor))
+                # A materialization since the last heartbeat already showed the run alive.
+                if time.monotonic() - reporter.reported_at >= heartbeat_every:
+                    context.log.info(_heartbeat(supervisor))
                 next_heartbeat = time.monotonic() + heartbeat_every
     except DagsterExecutionInterruptedError:
         context.log.info(
@@ -245,7 +249,7 @@ def build_cdc_destination_job(translator: CdcTranslator = DEFAULT_TRANSLATOR) ->
         context: OpExecutionContext, config: DestinationRunConfig, platform: PlatformResource
     ) -> None:
         """Run the destination's pipeline; materialize its change log as batches commit."""
-        _stream(context, config, platform.load(), translator)
+        _stream(context, config, platform, translator)
 
     @job(
         name=CDC_JOB,
@@ -262,37 +266,32 @@ def build_cdc_destination_job(translator: CdcTranslator = DEFAULT_TRANSLATOR) ->
 def _stream(
     context: OpExecutionContext,
     config: DestinationRunConfig,
-    configset: ConfigSet,
+    cdc: CdcResource,
     translator: CdcTranslator,
 ) -> None:
+    configset = cdc.load()
     destination = _destination(context, config, configset)
     name = destination.name
     settings = configset.platform.dagster
     reporter = _Reporter(
         context, translator.changes_key(name), settings.materialization_min_interval_seconds
     )
-    uri = translator.change_log_uri(configset, name)
+    uri = change_log_uri(configset, name)
     context.log.info(f"{name}: streaming into {uri} (pid {os.getpid()})")
     # The worker's pid and host, for operators (and the kill -9 test) to find the process.
     context.instance.add_run_tags(
         context.run_id, {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
     )
-    metrics = open_metrics(configset.platform.metrics, any_port=True)
-    if metrics is not None and metrics.url is not None:
-        context.instance.add_run_tags(context.run_id, {METRICS_TAG: metrics.url})
-    with supervised_destination(
+    with cdc.supervise(
         configset,
         destination,
         address=f"{socket.gethostname()}:{os.getpid()}:{context.run_id[:8]}",
         on_commit=reporter.queue.put,
-        metrics_interval_seconds=60.0,
-        recorder=metrics.recorder(name) if metrics is not None else NULL_RECORDER,
-        metrics_url=metrics.url if metrics is not None else None,
-    ) as supervisor:
-        # The running monitor judges liveness by the run's newest event: log at least this often.
-        summary = _supervise(
-            context, supervisor, reporter, min(30.0, settings.orphan_after_seconds / 4)
-        )
+    ) as (supervisor, metrics_url):
+        if metrics_url is not None:
+            context.instance.add_run_tags(context.run_id, {METRICS_TAG: metrics_url})
+        # The running monitor judges liveness by the run's newest event: one at least this often.
+        summary = _supervise(context, supervisor, reporter, settings.orphan_after_seconds / 2)
     if summary is None:
         raise Failure(description=f"{name}: the pipeline thread ended without a result")
     if summary.error is not None:

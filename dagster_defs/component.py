@@ -7,6 +7,10 @@
       conf_dir: conf            # platform.yaml and destinations/<name>/instance.yaml
       key_prefix: [cdc]         # optional: keys are [*key_prefix, <destination>, <db>, <table>]
       group: cdc                # optional: group of the change logs and mirrors
+      tags: {team: data}        # optional: asset tags of every mirror
+      table_selector:           # optional: which captured tables get assets (globs on db.table)
+        include: ["shop.*"]
+        exclude: ["shop.tmp_*"]
 
 A state-backed component: the tables of each destination (source ``information_schema`` plus
 the change log) are its state, written by ``dg utils refresh-defs-state`` (and by ``dg dev``),
@@ -15,7 +19,9 @@ logs already hold.
 """
 
 import json
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Annotated
 
@@ -24,6 +30,7 @@ from dagster.components import (
     ComponentLoadContext,
     DefsStateConfig,
     DefsStateConfigArgs,
+    Model,
     Resolvable,
     ResolvedDefsStateConfig,
     Resolver,
@@ -33,29 +40,63 @@ from dagster.components import (
     scaffold_component,
     scaffold_with,
 )
+from pydantic import Field
 
 from cdc_platform.config import load_config
 from cdc_platform.spark.catalog import Catalog
 from dagster_defs.factory import build_definitions, discover_catalogs
+from dagster_defs.names import key_part
 from dagster_defs.translator import CdcTranslator
 
-__all__ = ["CdcComponent", "CdcScaffolder", "PrefixTranslator"]
+__all__ = ["CdcComponent", "CdcScaffolder", "PrefixTranslator", "TableSelector"]
 
 
 class PrefixTranslator(CdcTranslator):
-    """Keys under ``key_prefix`` and one group for the live assets."""
+    """Keys under ``key_prefix``, one group for the live assets, tags on every mirror."""
 
-    def __init__(self, key_prefix: list[str], group: str) -> None:
+    def __init__(
+        self, key_prefix: list[str], group: str, tags: dict[str, str] | None = None
+    ) -> None:
         self._prefix = list(key_prefix)
         self._group = group
+        self._tags = dict(tags or {})
+
+    def table_tags(self, destination: str, db: str, table: str) -> dict[str, str]:
+        """The component's ``tags``."""
+        return dict(self._tags)
 
     def key_prefix(self, destination: str) -> list[str]:
         """``[*key_prefix, destination]``."""
-        return [*self._prefix, destination]
+        return [*self._prefix, key_part(destination)]
 
     def group_name(self, destination: str) -> str:
         """The component's group."""
         return self._group
+
+
+class TableSelector(Resolvable, Model):
+    """Which captured tables get assets, like dagster-fivetran's ``connector_selector``:
+    shell-style globs on ``db.table`` (``*`` any text, ``?`` one character)."""
+
+    include: list[str] = Field(default_factory=lambda: ["*"])
+    """A table gets assets when its name matches one of these..."""
+    exclude: list[str] = Field(default_factory=list)
+    """...and none of these."""
+
+    def select(self, catalogs: Mapping[str, Catalog]) -> dict[str, Catalog]:
+        """``catalogs`` with only the selected tables."""
+        return {
+            name: replace(
+                catalog,
+                tables=tuple(
+                    t
+                    for t in catalog.tables
+                    if any(fnmatchcase(t.name, p) for p in self.include)
+                    and not any(fnmatchcase(t.name, p) for p in self.exclude)
+                ),
+            )
+            for name, catalog in catalogs.items()
+        }
 
 
 def _state_to_catalogs(text: str) -> dict[str, Catalog]:
@@ -97,6 +138,18 @@ class CdcComponent(StateBackedComponent, Resolvable):
         str,
         Resolver.default(description="Group of the change logs and table mirrors."),
     ] = "cdc"
+    tags: Annotated[
+        dict[str, str],
+        Resolver.default(description="Asset tags of every table mirror and its history."),
+    ] = field(default_factory=dict)
+    table_selector: Annotated[
+        TableSelector,
+        Resolver.default(
+            description="Which captured tables get assets: globs on db.table "
+            "(include, then exclude).",
+            examples=[{"include": ["shop.*"], "exclude": ["shop.tmp_*"]}],
+        ),
+    ] = field(default_factory=TableSelector)
     defs_state: ResolvedDefsStateConfig = field(
         default_factory=DefsStateConfigArgs.local_filesystem
     )
@@ -130,6 +183,11 @@ class CdcComponent(StateBackedComponent, Resolvable):
             catalogs = discover_catalogs(load_config(conf_dir), use_source=False)
         return build_definitions(
             str(conf_dir),
-            translator=PrefixTranslator(self.key_prefix, self.group),
-            catalogs=catalogs,
+            translator=self.get_translator(),
+            catalogs=self.table_selector.select(catalogs),
         )
+
+    def get_translator(self) -> CdcTranslator:
+        """The translator of the definitions: override it in a subclass to change any asset
+        spec (``get_asset_spec``), keeping the attributes' keys, group and tags."""
+        return PrefixTranslator(self.key_prefix, self.group, self.tags)

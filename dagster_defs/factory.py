@@ -20,10 +20,10 @@ from pathlib import Path
 from dagster import (
     AssetKey,
     AssetSelection,
-    AutomationConditionSensorDefinition,
-    DefaultSensorStatus,
     Definitions,
+    SensorDefinition,
     define_asset_job,
+    in_process_executor,
 )
 
 from cdc_platform.config import ConfigSet, load_config
@@ -31,8 +31,9 @@ from cdc_platform.spark.catalog import Catalog, discover_tables
 from dagster_defs.alerts import build_run_failure_alert
 from dagster_defs.assets import change_log_specs
 from dagster_defs.cdc_job import build_cdc_destination_job
-from dagster_defs.freshness import change_log_lag_checks, mirror_freshness_checks
-from dagster_defs.mirror_catch_up import build_mirror_catch_up
+from dagster_defs.freshness import change_log_lag_checks
+from dagster_defs.io_manager import MIRROR_IO_MANAGER, MirrorIOManager
+from dagster_defs.mirror_refresh import build_mirror_refresh
 from dagster_defs.reconcile import (
     build_reconcile_schedule,
     check_keys,
@@ -43,7 +44,7 @@ from dagster_defs.resources import PlatformResource, SparkResource
 from dagster_defs.sensors import build_config_monitor, build_running_monitor
 from dagster_defs.snapshot_request import snapshot_request_job
 from dagster_defs.spark_assets import history_assets
-from dagster_defs.table_assets import mirror_assets
+from dagster_defs.table_assets import MIRRORS_JOB, mirror_assets
 from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator
 
 __all__ = ["DAILY_HISTORY_JOB", "build_definitions", "discover_catalogs"]
@@ -96,6 +97,30 @@ def build_definitions(
         for name in sorted(configset.destinations)
         if name in catalogs
     }
+    mirror_keys = [k for keys in tables.values() for k in keys]
+    mirror_jobs = [  # a job must select something
+        define_asset_job(
+            MIRRORS_JOB,
+            selection=AssetSelection.assets(*mirror_keys).without_checks(),
+            executor_def=in_process_executor,  # one step: no step subprocess
+            description="Applies the change log to the selected mirrors (requested by "
+            "mirror_refresh; any subset, from the UI too).",
+        )
+        for _ in mirror_keys[:1]
+    ]
+    mirror_sensors: list[SensorDefinition] = []
+    if mirror_keys:
+        mirror_sensors.append(
+            build_mirror_refresh(
+                tables,
+                {
+                    name: configset.destinations[name].config.lag_budget_seconds / 2
+                    for name in tables
+                },
+                minimum_interval_seconds=max(interval, 5),
+                translator=translator,
+            )
+        )
     checks = reconcile_checks(configset, catalogs, translator)
     history = history_assets(configset, catalogs, translator)
     history_job = define_asset_job(
@@ -109,16 +134,13 @@ def build_definitions(
             *mirrors,
             *history,
         ],
-        asset_checks=[
-            *checks,
-            *change_log_lag_checks(configset, translator),
-            *mirror_freshness_checks(configset, catalogs, translator),
-        ],
+        asset_checks=[*checks, *change_log_lag_checks(configset, translator)],
         jobs=[
             build_cdc_destination_job(translator),
             history_job,
             reconcile_job(checks),
             snapshot_request_job,
+            *mirror_jobs,
         ],
         sensors=[
             build_reconcile_schedule(
@@ -129,20 +151,14 @@ def build_definitions(
                     if name in catalogs
                 },
             ),
-            build_mirror_catch_up(
-                tables, minimum_interval_seconds=max(interval, 10), translator=translator
-            ),
+            *mirror_sensors,
             build_config_monitor(minimum_interval_seconds=interval),
             build_running_monitor(minimum_interval_seconds=interval, translator=translator),
             build_run_failure_alert(),
-            AutomationConditionSensorDefinition(
-                "default_automation_condition_sensor",
-                target=AssetSelection.all(),
-                default_status=DefaultSensorStatus.RUNNING,
-            ),
         ],
         resources={
             "platform": PlatformResource(conf_dir=conf_dir),
             "spark": SparkResource(conf_dir=conf_dir),
+            MIRROR_IO_MANAGER: MirrorIOManager(conf_dir=conf_dir),
         },
     )

@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from dagster import (
-    AssetCheckExecutionContext,
     AssetCheckKey,
     AssetCheckResult,
     AssetChecksDefinition,
@@ -29,6 +28,7 @@ from dagster import (
     AssetSelection,
     DefaultSensorStatus,
     MetadataValue,
+    OpExecutionContext,
     RunRequest,
     RunsFilter,
     SensorDefinition,
@@ -36,7 +36,6 @@ from dagster import (
     SensorResult,
     SkipReason,
     define_asset_job,
-    multi_asset_check,
     sensor,
 )
 
@@ -48,6 +47,7 @@ from cdc_platform.spark.catalog import Catalog
 from dagster_defs.resources import PlatformResource, SparkResource
 from dagster_defs.sensors import LIVE_STATUSES, live_runs
 from dagster_defs.table_assets import op_name
+from dagster_defs.table_checks import table_checks
 from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator
 
 __all__ = [
@@ -152,7 +152,7 @@ def _checks(destination: str, catalog: Catalog, translator: CdcTranslator) -> As
     keys = check_keys(destination, catalog, translator)
     names = {key: table.name for key, table in zip(keys, catalog.tables, strict=True)}
 
-    @multi_asset_check(
+    @table_checks(
         name=op_name("cdc_reconcile", destination),
         specs=[
             AssetCheckSpec(
@@ -166,10 +166,10 @@ def _checks(destination: str, catalog: Catalog, translator: CdcTranslator) -> As
             )
             for key in keys
         ],
-        can_subset=True,
+        tables=catalog.tables,
     )
     def reconciled(
-        context: AssetCheckExecutionContext, platform: PlatformResource, spark: SparkResource
+        context: OpExecutionContext, platform: PlatformResource, spark: SparkResource
     ) -> Iterator[AssetCheckResult]:
         selected = [k for k in keys if k in context.selected_asset_check_keys]
         configset = platform.load()

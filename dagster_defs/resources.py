@@ -1,19 +1,89 @@
-"""Resources: the platform configuration, as the engine loads it, and the Spark session."""
+"""Resources: ``CdcResource`` over the engine (configuration, lake locations, mirror applies)
+and the Spark session.
+
+The asset and op bodies stay thin: they ask ``CdcResource`` (resource key ``platform``) and turn
+its answers into Dagster events. Where a destination's tables live is the engine's layout,
+named here once (the translator names Dagster things only).
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 
 from dagster import ConfigurableResource, InitResourceContext
 from pydantic import PrivateAttr
 from pyspark.sql import SparkSession
 
-from cdc_platform.config import ConfigSet, load_config, load_platform
+from cdc_platform.backfill.reread import pending_rereads
+from cdc_platform.config import ConfigSet, Destination, load_config, load_platform
 from cdc_platform.config.loader import resolve_lake
-from cdc_platform.spark import SparkSessionFactory
+from cdc_platform.infra.recorder import NULL_RECORDER
+from cdc_platform.runtime.prometheus import open_metrics
+from cdc_platform.runtime.supervised import supervised_destination
+from cdc_platform.runtime.supervisor import LeaseSupervisor
+from cdc_platform.sink.report import CommitReport
+from cdc_platform.spark import (
+    MirrorResult,
+    SparkSessionFactory,
+    apply_changes,
+    mirror_root,
+    mirror_tables,
+    mirror_uri,
+)
 
-__all__ = ["PlatformResource", "SparkResource", "default_conf_dir"]
+__all__ = [
+    "AppliedMirror",
+    "CdcResource",
+    "PlatformResource",
+    "SparkResource",
+    "change_log_uri",
+    "default_conf_dir",
+    "destination_root",
+    "history_root",
+    "mirror_location",
+    "mirrors_root",
+]
+
+
+def destination_root(configset: ConfigSet, destination: str) -> str:
+    """Everything the destination writes, under the lake root (a local path or ``s3://``)."""
+    return configset.lake.join(destination)
+
+
+def change_log_uri(configset: ConfigSet, destination: str) -> str:
+    """The change-log table of a valid destination (KeyError for any other)."""
+    return configset.table_uri(destination)
+
+
+def mirrors_root(configset: ConfigSet, destination: str) -> str:
+    """Directory of the destination's mirror tables (one per captured table)."""
+    return mirror_root(configset.lake.uri, destination)
+
+
+def mirror_location(configset: ConfigSet, destination: str, db: str, table: str) -> str:
+    """The mirror table of ``db.table`` (its ``dagster/uri``)."""
+    return mirror_uri(mirrors_root(configset, destination), db, table)
+
+
+def history_root(configset: ConfigSet, destination: str, day: date) -> str:
+    """The destination's tables as of the end of ``day``."""
+    return configset.lake.join(destination, "history", day.isoformat())
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedMirror:
+    """One table's apply: which table, what it did, and whether it waits for a re-read."""
+
+    db: str
+    table: str
+    result: MirrorResult
+    held: bool
+    """A re-read after DDL is under way: the mirror stays before that DDL."""
 
 
 def default_conf_dir() -> str:
@@ -21,15 +91,69 @@ def default_conf_dir() -> str:
     return os.environ.get("CDC_CONF_DIR") or str(Path(__file__).resolve().parents[1] / "conf")
 
 
-class PlatformResource(ConfigurableResource):  # type: ignore[type-arg]
-    """The conf directory: platform settings and every destination (valid or not)."""
+class CdcResource(ConfigurableResource):  # type: ignore[type-arg]
+    """The platform for Dagster bodies: its configuration (read when asked: a few small YAML
+    files), its lake locations and the mirror applies."""
 
     conf_dir: str
     """Directory holding platform.yaml and destinations/<name>/instance.yaml."""
 
     def load(self) -> ConfigSet:
-        """Read the configuration now (cheap: a few small YAML files)."""
+        """Read the configuration now (platform settings, every destination, valid or not)."""
         return load_config(Path(self.conf_dir))
+
+    @contextmanager
+    def supervise(
+        self,
+        configset: ConfigSet,
+        destination: Destination,
+        *,
+        address: str,
+        on_commit: Callable[[CommitReport], None],
+    ) -> Iterator[tuple[LeaseSupervisor, str | None]]:
+        """Run ``destination``'s pipeline under its lease (with its Prometheus endpoint when
+        ``metrics.port`` is set): the supervisor, and the endpoint's URL."""
+        metrics = open_metrics(configset.platform.metrics, any_port=True)
+        with supervised_destination(
+            configset,
+            destination,
+            address=address,
+            on_commit=on_commit,
+            metrics_interval_seconds=60.0,
+            recorder=metrics.recorder(destination.name) if metrics is not None else NULL_RECORDER,
+            metrics_url=metrics.url if metrics is not None else None,
+        ) as supervisor:
+            yield supervisor, metrics.url if metrics is not None else None
+
+    def apply_mirrors(
+        self,
+        session: SparkSession,
+        destination: str,
+        tables: Sequence[tuple[str, str]],
+        *,
+        with_new_tables: bool = False,
+    ) -> Iterator[AppliedMirror]:
+        """Apply the change log to each ``(db, table)``'s mirror, in order; with
+        ``with_new_tables`` also to tables the change log holds beyond them."""
+        configset = self.load()
+        log = change_log_uri(configset, destination)
+        root = mirrors_root(configset, destination)
+        options = configset.lake.storage_options
+        rereading = pending_rereads(configset.lake.uri, destination, options)
+        todo = list(tables)
+        if with_new_tables:
+            known = set(todo)
+            todo += [t for t in mirror_tables(session, log, options) if t not in known]
+        for db, table in todo:
+            held = f"{db}.{table}" in rereading
+            result = apply_changes(
+                session, log, root, db, table, storage_options=options, held=held
+            )
+            yield AppliedMirror(db, table, result, held)
+
+
+PlatformResource = CdcResource
+"""The former name of :class:`CdcResource` (same resource, key ``platform``)."""
 
 
 class SparkResource(ConfigurableResource):  # type: ignore[type-arg]

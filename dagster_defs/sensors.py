@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dagster import (
+    AssetCheckEvaluation,
     AssetObservation,
     DagsterRun,
     DagsterRunStatus,
@@ -36,6 +37,7 @@ from cdc_platform.config.monitor import diff_destinations
 from cdc_platform.coordination.status import collect_status
 from cdc_platform.errors import CdcError, ConfigError
 from dagster_defs.cdc_job import CDC_JOB, CONFIG_HASH_TAG, DESTINATION_TAG, STREAM_OP
+from dagster_defs.freshness import LAG_REPORT_SECONDS, lag_evaluation
 from dagster_defs.resources import PlatformResource
 from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator
 
@@ -218,7 +220,7 @@ def build_running_monitor(
     def running_monitor(
         context: SensorEvaluationContext, platform: PlatformResource
     ) -> SensorResult:
-        missing_since: dict[str, float] = json.loads(context.cursor) if context.cursor else {}
+        missing_since, reported = _read_cursor(context.cursor)
         try:
             configset = platform.load()
         except ConfigError as exc:
@@ -245,32 +247,46 @@ def build_running_monitor(
             else:
                 still_missing[name] = since
                 notes.append(f"{name}: no live run for {now - since:.0f} s")
-        lease_notes, observations = _lease_findings(configset, live, translator)
+        lease_notes, events = _lease_findings(configset, live, translator, reported, now)
         notes.extend(lease_notes)
-        cursor = json.dumps(still_missing, sort_keys=True)
+        cursor = json.dumps({"missing": still_missing, "reported": reported}, sort_keys=True)
         if requests:
-            return SensorResult(run_requests=requests, cursor=cursor, asset_events=observations)
+            return SensorResult(run_requests=requests, cursor=cursor, asset_events=events)
         return SensorResult(
             skip_reason=SkipReason("; ".join(notes) or "every destination has a live run"),
             cursor=cursor,
-            asset_events=observations,
+            asset_events=events,
         )
 
     return running_monitor
 
 
+def _read_cursor(text: str | None) -> tuple[dict[str, float], dict[str, list[Any]]]:
+    """(destinations without a live run since, last lag report per destination: [time,
+    passed]); an older cursor held the first alone."""
+    doc: dict[str, Any] = json.loads(text) if text else {}
+    if "missing" not in doc:
+        return {k: float(v) for k, v in doc.items() if isinstance(v, int | float)}, {}
+    return dict(doc["missing"]), dict(doc.get("reported", {}))
+
+
 def _lease_findings(
-    configset: ConfigSet, live: Mapping[str, Sequence[DagsterRun]], translator: CdcTranslator
-) -> tuple[list[str], list[AssetObservation]]:
+    configset: ConfigSet,
+    live: Mapping[str, Sequence[DagsterRun]],
+    translator: CdcTranslator,
+    reported: dict[str, list[Any]],
+    now: float,
+) -> tuple[list[str], list[AssetObservation | AssetCheckEvaluation]]:
     """Holder, epoch, position and lag of each enabled destination: notes for the tick's
-    report and an observation of each change-log asset."""
+    report; and, every ``LAG_REPORT_SECONDS`` or when the verdict changes, an observation of
+    the change-log asset and its lag check (``reported`` is updated)."""
     names = [n for n, d in sorted(configset.destinations.items()) if d.config.enabled]
     try:
         statuses = collect_status(configset, names)
     except CdcError as exc:
         return [f"lease status unavailable: {exc}"], []
     notes = []
-    observations = []
+    observations: list[AssetObservation | AssetCheckEvaluation] = []
     for status in statuses:
         holder = status.holder
         who = f"holder {holder.address} epoch {holder.epoch}" if holder else "no holder"
@@ -286,13 +302,20 @@ def _lease_findings(
             metadata["batch_seq"] = status.batch_seq
         if status.lag_seconds is not None:
             metadata["lag_seconds"] = round(float(status.lag_seconds), 3)
+        key = translator.changes_key(status.destination)
+        budget = configset.destinations[status.destination].config.lag_budget_seconds
+        lag_seconds = None if status.lag_seconds is None else float(status.lag_seconds)
+        check = lag_evaluation(key, lag_seconds, budget, "lease holder's status")
+        last = reported.get(status.destination)
+        if last is not None and last[1] == check.passed and now - last[0] < LAG_REPORT_SECONDS:
+            continue
+        reported[status.destination] = [now, check.passed]
         observations.append(
             AssetObservation(
-                asset_key=translator.changes_key(status.destination),
-                description=f"running_monitor: {who}, lag {lag}",
-                metadata=metadata,
+                asset_key=key, description=f"running_monitor: {who}, lag {lag}", metadata=metadata
             )
         )
+        observations.append(check)
     return notes, observations
 
 

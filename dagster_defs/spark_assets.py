@@ -22,8 +22,14 @@ from dagster import (
 from cdc_platform.config import ConfigSet
 from cdc_platform.spark import daily_change_stats, mirror_as_of, mirror_uri
 from cdc_platform.spark.catalog import Catalog, CatalogTable
-from dagster_defs.resources import PlatformResource, SparkResource
-from dagster_defs.table_assets import op_name
+from dagster_defs.resources import (
+    PlatformResource,
+    SparkResource,
+    change_log_uri,
+    history_root,
+    mirrors_root,
+)
+from dagster_defs.table_assets import op_name, table_outs
 from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator
 
 __all__ = ["daily_partitions", "history_assets"]
@@ -50,9 +56,12 @@ def _history_spec(
         group_name=translator.history_group_name(destination),
         tags=translator.table_tags(destination, table.db, table.table),
         kinds={"spark", "delta"},
-        description=f"Per UTC day: change counts, bytes and max lag of {table.name} "
+        description=f"Per UTC day: change counts, bytes and max lag of `{table.name}` "
         f"({destination}), and its state as of the end of that day under "
-        f"<lake_root>/{destination}/history/<day>/{table.name}.",
+        f"`<lake_root>/{destination}/history/<day>/`.\n\n"
+        "Materialization metadata: `inserts`, `updates`, `deletes`, `snapshots`, `ddl` (the "
+        "day's change-log rows by kind), `rows`, `bytes`, `max_lag_seconds` (capture lag of "
+        "the day's slowest change), `as_of_rows` (rows of the table at the end of the day).",
         metadata={"dagster/table_name": table.name},
     )
 
@@ -68,7 +77,8 @@ def _history_asset(
 
     @multi_asset(
         name=op_name("cdc_daily_history", destination),
-        specs=specs,
+        outs=table_outs(specs, catalog.tables),
+        deps=[translator.changes_key(destination)],
         can_subset=True,
         pool=f"cdc-mirror-{destination}",
     )
@@ -77,15 +87,15 @@ def _history_asset(
     ) -> Iterator[MaterializeResult[None]]:
         configset = platform.load()
         session = spark.session()
-        change_log = translator.change_log_uri(configset, destination)
+        change_log = change_log_uri(configset, destination)
         day = date.fromisoformat(context.partition_key)
         stats = {(s.db, s.table): s for s in daily_change_stats(session, change_log, day)}
-        history_root = translator.history_root(configset, destination, day)
-        root = translator.mirror_root(configset, destination)
+        day_root = history_root(configset, destination, day)
+        root = mirrors_root(configset, destination)
         options = configset.lake.storage_options
         for key in [k for k in by_key if k in context.selected_asset_keys]:
             table = by_key[key]
-            target = mirror_uri(history_root, table.db, table.table)
+            target = mirror_uri(day_root, table.db, table.table)
             result = mirror_as_of(
                 session,
                 change_log,

@@ -5,86 +5,138 @@ of tables). Its specs come from the destination's :class:`~cdc_platform.spark.ca
 (the source's captured tables and the change log's), so they carry the source column types
 as ``dagster/column_schema`` before anything ran.
 
-Per-table automation: each table is ``AutomationCondition.eager()`` on the change log, and a
-run materializes only the tables its apply changed (plus tables never materialized): a
-change to ``shop.items`` materializes ``shop.items`` alone, so ``shop.orders``' downstream
-assets do not rerun. A full run (every table selected) also applies tables the change log
-gained since the definitions loaded, so their mirrors exist before the next reload names them.
+Runs of the ``cdc_mirrors`` job (requested by the ``mirror_refresh`` sensor) apply the change
+log to the selected tables and materialize every one of them, also when nothing changed: a
+materialization says "current as of now", which the tables' freshness policy (the
+destination's ``lag_budget_seconds``) measures. Each carries the table's last applied ``seq``
+as its data version, so downstream assets can react to new data only
+(``AutomationCondition.data_version_changed()``). A full run (every table selected) also
+applies tables the change log gained since the definitions loaded, so their mirrors exist
+before the next reload names them.
 """
 
-import re
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
+from datetime import timedelta
 
 from dagster import (
     AssetExecutionContext,
     AssetKey,
+    AssetOut,
     AssetsDefinition,
     AssetSpec,
-    AutomationCondition,
+    DagsterInvalidDefinitionError,
+    DataVersion,
+    FreshnessPolicy,
     MaterializeResult,
     MetadataValue,
-    TableColumn,
-    TableColumnConstraints,
-    TableSchema,
     multi_asset,
 )
 
-from cdc_platform.backfill.reread import pending_rereads
 from cdc_platform.config import ConfigSet
-from cdc_platform.spark import apply_changes, mirror_tables, mirror_uri
 from cdc_platform.spark.catalog import Catalog, CatalogTable
-from dagster_defs.resources import PlatformResource, SparkResource
-from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator
+from dagster_defs.io_manager import MIRROR_IO_MANAGER
+from dagster_defs.names import identifier, unique_identifiers
+from dagster_defs.resources import AppliedMirror, CdcResource, SparkResource, mirror_location
+from dagster_defs.translator import (
+    DEFAULT_TRANSLATOR,
+    CdcTableProps,
+    CdcTranslator,
+    column_schema,
+)
 
-__all__ = ["MIRROR_TAG", "column_schema", "mirror_assets", "op_name"]
+__all__ = [
+    "CHANGE_LOG_VERSION",
+    "MIRRORS_JOB",
+    "MIRROR_TAG",
+    "column_schema",
+    "freshness_policy",
+    "mirror_assets",
+    "op_name",
+    "table_outs",
+]
 
 MIRROR_TAG = "cdc/mirrors"
 """Run tag a mirror step sets on its run: the destination whose mirrors it applied."""
+MIRRORS_JOB = "cdc_mirrors"
+"""The job every mirror run belongs to (any subset of the mirrors)."""
+CHANGE_LOG_VERSION = "change_log_version"
+"""Materialization metadata: the change-log Delta version the mirror has applied."""
+
+
+def freshness_policy(budget_seconds: float) -> FreshnessPolicy:
+    """Fail when a mirror was not materialized for the lag budget (Dagster's floor: 60 s);
+    warn after half of it (when that is a minute or more)."""
+    fail = max(60.0, budget_seconds)
+    warn = fail / 2 if fail / 2 >= 60 else None
+    return FreshnessPolicy.time_window(
+        fail_window=timedelta(seconds=fail),
+        warn_window=timedelta(seconds=warn) if warn is not None else None,
+    )
 
 
 def op_name(prefix: str, destination: str) -> str:
-    """A valid, readable op name for ``destination`` (any directory name)."""
-    return f"{prefix}_{re.sub(r'[^A-Za-z0-9_]', '_', destination)}"
+    """A valid, readable op name for ``destination`` (any directory name; distinct names
+    never share one)."""
+    return f"{prefix}_{identifier(destination)}"
 
 
-def column_schema(table: CatalogTable) -> TableSchema:
-    """The table's source column types as Dagster's table schema."""
-    return TableSchema(
-        columns=[
-            TableColumn(
-                name=c.name,
-                type=c.type or "unknown",
-                constraints=TableColumnConstraints(nullable=c.nullable, unique=False),
-                tags={"primary_key": ""} if c.primary_key else {},
-            )
-            for c in table.columns
-        ]
-    )
+def table_outs(
+    specs: Sequence[AssetSpec],
+    tables: Sequence[CatalogTable],
+    io_manager_key: str = MIRROR_IO_MANAGER,
+) -> dict[str, AssetOut]:
+    """The specs as multi-asset outputs, named by :func:`~dagster_defs.names.identifier` of
+    ``db``, ``table`` (Dagster would derive names from the keys, and refuse most odd ones).
+    Their deps go to the multi-asset's ``deps`` (an output cannot carry them)."""
+    names = unique_identifiers([(t.db, t.table) for t in tables])
+    return {
+        name: AssetOut.from_spec(spec.replace_attributes(deps=[]), io_manager_key=io_manager_key)
+        for name, spec in zip(names, specs, strict=True)
+    }
 
 
 def _spec(
     configset: ConfigSet, destination: str, table: CatalogTable, translator: CdcTranslator
 ) -> AssetSpec:
-    uri = mirror_uri(translator.mirror_root(configset, destination), table.db, table.table)
-    metadata: dict[str, Any] = {
-        "dagster/uri": uri,
-        "dagster/table_name": table.name,
-        "found_in": ", ".join(table.found_in),
-    }
-    if table.columns:
-        metadata["dagster/column_schema"] = column_schema(table)
-    return AssetSpec(
-        key=translator.table_key(destination, table.db, table.table),
-        deps=[translator.changes_key(destination)],
-        description=f"Current state of {table.name} as captured by destination {destination}: "
-        "a Delta table merged from the change log by primary key in seq order.",
-        group_name=translator.table_group_name(destination, table.db, table.table),
-        tags=translator.table_tags(destination, table.db, table.table),
-        kinds={"spark", "delta"},
-        metadata=metadata,
-        automation_condition=AutomationCondition.eager(),
-        skippable=True,
+    uri = mirror_location(configset, destination, table.db, table.table)
+    spec = translator.get_asset_spec(CdcTableProps(destination, table, uri))
+    key = translator.table_key(destination, table.db, table.table)
+    if spec.key != key:
+        raise DagsterInvalidDefinitionError(
+            f"get_asset_spec changed the key of {table.name} to {spec.key.to_user_string()}; "
+            "rename mirrors through CdcTranslator.key_prefix or table_key"
+        )
+    if spec.freshness_policy is None:
+        budget = configset.destinations[destination].config.lag_budget_seconds
+        spec = spec.replace_attributes(freshness_policy=freshness_policy(budget))
+    return spec
+
+
+def _result(key: AssetKey, table: CatalogTable, applied: AppliedMirror) -> MaterializeResult[None]:
+    result = applied.result
+    meta = result.metadata()
+    return MaterializeResult(
+        asset_key=key,
+        data_version=DataVersion(str(result.last_seq)),
+        metadata={
+            "dagster/uri": MetadataValue.path(result.mirror_uri),
+            "dagster/table_name": table.name,
+            "dagster/row_count": result.mirror_rows,
+            **({"dagster/column_schema": column_schema(table)} if table.columns else {}),
+            "rows_inserted": result.rows_inserted,
+            "rows_updated": result.rows_updated,
+            "rows_deleted": result.rows_deleted,
+            "changes": result.changes,
+            "last_seq": result.last_seq,
+            "lag_seconds": float(meta["lag_seconds"] or 0.0),
+            "mode": result.mode,
+            CHANGE_LOG_VERSION: -1
+            if result.change_log_version is None
+            else result.change_log_version,
+            "seconds": float(meta["seconds"] or 0.0),
+            "dropped": result.dropped or "",
+            "rereading": applied.held,
+        },
     )
 
 
@@ -104,76 +156,34 @@ def mirror_assets(
 
     @multi_asset(
         name=op_name("cdc_mirrors", destination),
-        specs=specs,
+        outs=table_outs(specs, catalog.tables),
+        deps=[translator.changes_key(destination)],
         can_subset=True,
         pool=f"cdc-mirror-{destination}",
     )
     def mirrors(
-        context: AssetExecutionContext, platform: PlatformResource, spark: SparkResource
+        context: AssetExecutionContext, platform: CdcResource, spark: SparkResource
     ) -> Iterator[MaterializeResult[None]]:
         context.instance.add_run_tags(context.run.run_id, {MIRROR_TAG: destination})
-        configset = platform.load()
-        session = spark.session()
-        change_log = translator.change_log_uri(configset, destination)
-        root = translator.mirror_root(configset, destination)
-        options = configset.lake.storage_options
-        selected = [k for k in by_key if k in context.selected_asset_keys]
-        # tables whose re-read after DDL is under way: their mirrors wait before that DDL
-        rereading = pending_rereads(configset.lake.uri, destination, options)
-        for key in selected:
-            table = by_key[key]
-            held = table.name in rereading
-            result = apply_changes(
-                session,
-                change_log,
-                root,
-                table.db,
-                table.table,
-                storage_options=options,
-                held=held,
-            )
-            meta = result.metadata()
-            context.log.info(f"{table.name}: {meta}")
-            first = context.instance.get_latest_materialization_event(key) is None
-            if result.mode == "noop" and not first:
+        selected = {
+            (t.db, t.table): (k, t) for k, t in by_key.items() if k in context.selected_asset_keys
+        }
+        # A full run also applies tables the change log gained since the definitions loaded.
+        for applied in platform.apply_mirrors(
+            spark.session(),
+            destination,
+            list(selected),
+            with_new_tables=len(selected) == len(by_key),
+        ):
+            if (applied.db, applied.table) not in selected:
+                context.log.info(
+                    f"{applied.db}.{applied.table}: new in the change log, mirrored "
+                    f"({applied.result.mode}, {applied.result.mirror_rows} rows); its asset "
+                    "appears on the next reload"
+                )
                 continue
-            yield MaterializeResult(
-                asset_key=key,
-                metadata={
-                    "dagster/uri": MetadataValue.path(result.mirror_uri),
-                    "dagster/table_name": table.name,
-                    "dagster/row_count": result.mirror_rows,
-                    **({"dagster/column_schema": column_schema(table)} if table.columns else {}),
-                    "rows_inserted": result.rows_inserted,
-                    "rows_updated": result.rows_updated,
-                    "rows_deleted": result.rows_deleted,
-                    "changes": result.changes,
-                    "last_seq": result.last_seq,
-                    "lag_seconds": float(meta["lag_seconds"] or 0.0),
-                    "mode": result.mode,
-                    "seconds": float(meta["seconds"] or 0.0),
-                    # dropped or renamed at the source: kept, empty, not current
-                    "dropped": result.dropped or "",
-                    # a re-read after DDL is under way: the mirror waits before that DDL
-                    "rereading": held,
-                },
-            )
-        if len(selected) == len(by_key):
-            known = {(t.db, t.table) for t in by_key.values()}
-            for db, table_name in mirror_tables(session, change_log, options):
-                if (db, table_name) not in known:
-                    result = apply_changes(
-                        session,
-                        change_log,
-                        root,
-                        db,
-                        table_name,
-                        storage_options=options,
-                        held=f"{db}.{table_name}" in rereading,
-                    )
-                    context.log.info(
-                        f"{db}.{table_name}: new in the change log, mirrored ({result.mode}, "
-                        f"{result.mirror_rows} rows); its asset appears on the next reload"
-                    )
+            key, table = selected[(applied.db, applied.table)]
+            context.log.info(f"{table.name}: {applied.result.metadata()}")
+            yield _result(key, table, applied)
 
     return mirrors

@@ -1,20 +1,75 @@
-"""One home for the Dagster names of a destination: asset keys, groups, asset tags and lake paths.
+"""One home for the Dagster names of a destination: asset keys, groups, asset tags and the
+mirror asset specs (lake locations are the engine's: :mod:`dagster_defs.resources`).
 
 Modelled on dagster-dlt's ``DagsterDltTranslator``: every definition builder takes a
 :class:`CdcTranslator` and asks it, so a subclass that overrides a method renames the asset
-everywhere at once (its spec, the jobs and sensors that select it, the checks attached to it).
+everywhere at once (its spec, the jobs and sensors that select it, the checks attached to it);
+:meth:`CdcTranslator.get_asset_spec` shapes each mirror's spec.
 """
 
 from __future__ import annotations
 
-from datetime import date
+from dataclasses import dataclass
+from typing import Any
 
-from dagster import AssetKey
+from dagster import (
+    AssetKey,
+    AssetSpec,
+    TableColumn,
+    TableColumnConstraints,
+    TableSchema,
+)
 
 from cdc_platform.config import ConfigSet
-from cdc_platform.spark import mirror_root
+from cdc_platform.spark.catalog import CatalogTable
+from dagster_defs.names import key_part
 
-__all__ = ["DEFAULT_TRANSLATOR", "CdcTranslator", "destination_names"]
+__all__ = [
+    "DEFAULT_TRANSLATOR",
+    "MIRROR_METADATA",
+    "CdcTableProps",
+    "CdcTranslator",
+    "column_schema",
+    "destination_names",
+]
+
+MIRROR_METADATA = (
+    "Materialization metadata: `rows_inserted`, `rows_updated`, `rows_deleted` (net effect "
+    "per key of this apply), `changes` (change-log rows applied), `last_seq` (newest applied "
+    "change; also the data version), `change_log_version` (the change-log Delta version "
+    "applied), `lag_seconds` (age of the newest applied change), `mode` (`merge`, `rebuild`, "
+    "`noop`), `seconds` (time the apply took), `dropped` (set when the table was dropped or "
+    "renamed at the source: kept, empty, not current), `rereading` (true while a re-read after "
+    "DDL is under way: the mirror waits before that DDL)."
+)
+"""What a mirror's own metadata keys mean (part of its description, as Dagster shows it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CdcTableProps:
+    """What the translator knows of one captured table."""
+
+    destination: str
+    table: CatalogTable
+    """``db``, ``table``, the source's columns (types, keys, comments), where it was found."""
+    uri: str
+    """Location of its mirror (the engine's layout)."""
+
+
+def column_schema(table: CatalogTable) -> TableSchema:
+    """The table's source columns as Dagster's table schema (comments as descriptions)."""
+    return TableSchema(
+        columns=[
+            TableColumn(
+                name=c.name,
+                type=c.type or "unknown",
+                description=c.comment or None,
+                constraints=TableColumnConstraints(nullable=c.nullable, unique=False),
+                tags={"primary_key": ""} if c.primary_key else {},
+            )
+            for c in table.columns
+        ]
+    )
 
 
 class CdcTranslator:
@@ -22,13 +77,14 @@ class CdcTranslator:
 
     Keys are ``<key_prefix>/<name>`` for a destination's own assets (``cdc/shop/changes``) and
     ``<key_prefix>/<db>/<table>`` for each table's mirror (``cdc/shop/shop/orders``): one part
-    longer, so a table never takes a destination asset's key. Lake paths follow the engine's
-    layout, which the reconciliation reads too: override them only together with the engine.
+    longer, so a table never takes a destination asset's key. Each name becomes a key part
+    through :func:`~dagster_defs.names.key_part` (unchanged but for ``/ " \\ * %`` and control
+    characters, percent-encoded).
     """
 
     def key_prefix(self, destination: str) -> list[str]:
         """Leading key parts of every asset of ``destination``."""
-        return ["cdc", destination]
+        return ["cdc", key_part(destination)]
 
     def changes_key(self, destination: str) -> AssetKey:
         """The change-log table, materialized by the destination's long-lived run."""
@@ -36,7 +92,7 @@ class CdcTranslator:
 
     def table_key(self, destination: str, db: str, table: str) -> AssetKey:
         """The current-state mirror of one captured table (carries its reconciliation check)."""
-        return AssetKey([*self.key_prefix(destination), db, table])
+        return AssetKey([*self.key_prefix(destination), key_part(db), key_part(table)])
 
     def table_tags(self, destination: str, db: str, table: str) -> dict[str, str]:
         """Asset tags of one table's mirror (the destination's tags by default)."""
@@ -66,22 +122,32 @@ class CdcTranslator:
         """
         return {}
 
-    def destination_root(self, configset: ConfigSet, destination: str) -> str:
-        """Location of everything the destination writes under the lake root (a local path
-        or an ``s3://`` URI)."""
-        return configset.lake.join(destination)
-
-    def change_log_uri(self, configset: ConfigSet, destination: str) -> str:
-        """The change-log table of a valid destination (KeyError for any other)."""
-        return configset.table_uri(destination)
-
-    def mirror_root(self, configset: ConfigSet, destination: str) -> str:
-        """Directory of the destination's mirror tables (one per captured table)."""
-        return mirror_root(configset.lake.uri, destination)
-
-    def history_root(self, configset: ConfigSet, destination: str, day: date) -> str:
-        """Location of the destination's tables as of the end of ``day``."""
-        return configset.lake.join(destination, "history", day.isoformat())
+    def get_asset_spec(self, props: CdcTableProps) -> AssetSpec:
+        """The mirror asset of one table, as dagster-dlt's and dagster-sling's translators
+        build theirs: override and ``super().get_asset_spec(props).replace_attributes(...)``
+        to change its description, metadata, owners, kinds or automation. Its key must stay
+        :meth:`table_key` (checks and sensors address it by that): rename through
+        :meth:`key_prefix` / :meth:`table_key`."""
+        table = props.table
+        metadata: dict[str, Any] = {
+            "dagster/uri": props.uri,
+            "dagster/table_name": table.name,
+            "found_in": ", ".join(table.found_in),
+        }
+        if table.columns:
+            metadata["dagster/column_schema"] = column_schema(table)
+        return AssetSpec(
+            key=self.table_key(props.destination, table.db, table.table),
+            deps=[self.changes_key(props.destination)],
+            description=f"Current state of `{table.name}` as captured by destination "
+            f"{props.destination}: a Delta table merged from the change log by primary key "
+            "in seq order.\n\n" + MIRROR_METADATA,
+            group_name=self.table_group_name(props.destination, table.db, table.table),
+            tags=self.table_tags(props.destination, table.db, table.table),
+            kinds={"spark", "delta"},
+            metadata=metadata,
+            skippable=True,
+        )
 
 
 DEFAULT_TRANSLATOR = CdcTranslator()

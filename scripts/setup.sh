@@ -11,8 +11,9 @@ say() { printf 'setup: %s\n' "$*" >&2; }
 # mariadb-server/-client: private binlog servers for tests and the demo (never the system one).
 # zookeeper: the HA backend's server jar. A Java runtime runs ZooKeeper (and classic Spark).
 # postgresql: initdb/postgres for the private server of the PostgreSQL lease tests.
+# chromium: headless screenshots of the Dagster UI (`python -m cdc_platform.testing.demo_check`).
 need=()
-for pkg in mariadb-server mariadb-client zookeeper postgresql; do
+for pkg in mariadb-server mariadb-client zookeeper postgresql chromium; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)

@@ -519,7 +519,7 @@ class DagsterSettings(_Model):
 
     sensor_interval_seconds: int = Field(default=15, ge=1)
     """How often the config and running monitors tick."""
-    materialization_min_interval_seconds: float = Field(default=5.0, ge=0)
+    materialization_min_interval_seconds: float = Field(default=30.0, ge=0)
     """Report committed batches to Dagster at most this often."""
     orphan_after_seconds: float = Field(default=60.0, gt=0)
     """A STARTED run whose lease heartbeat is older than this is marked failed."""

@@ -58,6 +58,8 @@ class CatalogColumn:
     type: str
     nullable: bool = True
     primary_key: bool = False
+    comment: str = ""
+    """The source's column comment (``COLUMN_COMMENT``), shown as the column's description."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +97,10 @@ class Catalog:
                         "db": t.db,
                         "table": t.table,
                         "found_in": list(t.found_in),
-                        "columns": [[c.name, c.type, c.nullable, c.primary_key] for c in t.columns],
+                        "columns": [
+                            [c.name, c.type, c.nullable, c.primary_key, c.comment]
+                            for c in t.columns
+                        ],
                     }
                     for t in self.tables
                 ],
@@ -117,8 +122,8 @@ class Catalog:
                     db=str(t["db"]),
                     table=str(t["table"]),
                     columns=tuple(
-                        CatalogColumn(str(n), str(ty), bool(nu), bool(pk))
-                        for n, ty, nu, pk in t["columns"]
+                        CatalogColumn(str(c[0]), str(c[1]), bool(c[2]), bool(c[3]), *c[4:5])
+                        for c in t["columns"]
                     ),
                     found_in=tuple(str(f) for f in t["found_in"]),
                 )
@@ -145,7 +150,7 @@ def source_tables(
         with conn.cursor() as cur:
             cur.execute(
                 "SELECT c.TABLE_SCHEMA, c.TABLE_NAME, c.COLUMN_NAME, c.COLUMN_TYPE, "
-                "c.IS_NULLABLE, c.COLUMN_KEY FROM information_schema.COLUMNS c "
+                "c.IS_NULLABLE, c.COLUMN_KEY, c.COLUMN_COMMENT FROM information_schema.COLUMNS c "
                 "JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = c.TABLE_SCHEMA "
                 "AND t.TABLE_NAME = c.TABLE_NAME WHERE t.TABLE_TYPE = 'BASE TABLE' "
                 "AND c.TABLE_SCHEMA NOT IN "
@@ -158,10 +163,12 @@ def source_tables(
     finally:
         conn.close()
     columns: dict[tuple[str, str], list[CatalogColumn]] = {}
-    for db, table, name, type_, nullable, key in rows:
+    for db, table, name, type_, nullable, key, comment in rows:
         if filt.matches(str(db), str(table)):
             columns.setdefault((str(db), str(table)), []).append(
-                CatalogColumn(str(name), str(type_), str(nullable) == "YES", str(key) == "PRI")
+                CatalogColumn(
+                    str(name), str(type_), str(nullable) == "YES", str(key) == "PRI", str(comment)
+                )
             )
     return [
         CatalogTable(db, table, tuple(cols), ("source",))

@@ -1,10 +1,12 @@
 """Check the demo as a user would: start it, ask the Dagster webserver, look at the page, stop it.
 
-    .venv/bin/python -m cdc_platform.testing.demo_check [--screenshot var/demo/asset.png]
+    .venv/bin/python -m cdc_platform.testing.demo_check [--screenshots var/demo/shots]
 
 Starts `cdc-platform demo` on a free port, waits (GraphQL) until the `shop` run is STARTED and
-its change-log asset has materializations, optionally takes a headless-Chromium screenshot of
-the asset page, then sends Ctrl-C and checks that nothing the demo started is left running.
+its change-log asset has materializations (with ``--screenshots``, also until a mirror was
+materialized twice), optionally takes headless-Chromium screenshots (the asset graph, a
+mirror's page, the automation page), then sends Ctrl-C and checks that nothing the demo
+started is left running. The runs' final states are in the project's ``dagster_home``.
 """
 
 from __future__ import annotations
@@ -25,13 +27,21 @@ from typing import Any
 
 from cdc_platform.testing.processes import free_port
 
-__all__ = ["DemoCheck", "check_demo"]
+__all__ = ["DemoCheck", "check_demo", "take_screenshots"]
 
 RUNS_QUERY = """{ runsOrError(filter: {tags: [{key: "cdc/destination", value: "shop"}]}) {
   ... on Runs { results { runId status } } } }"""
 MATERIALIZATIONS_QUERY = """{ assetOrError(assetKey: {path: ["cdc", "shop", "changes"]}) {
   ... on Asset { assetMaterializations(limit: 100) { timestamp runId
     metadataEntries { label ... on IntMetadataEntry { intValue } } } } } }"""
+MIRROR_QUERY = """{ assetOrError(assetKey: {path: ["cdc", "shop", "shop", "orders"]}) {
+  ... on Asset { assetMaterializations(limit: 10) { timestamp } } } }"""
+PAGES = [
+    # (file, path under the webserver, text to wait for)
+    ("asset_graph.png", "/locations/cdc_platform/asset-groups/cdc", "orders"),
+    ("mirror_page.png", "/assets/cdc/shop/shop/orders", "Freshness"),
+    ("automation.png", "/automation", "mirror_refresh"),
+]
 
 
 @dataclass
@@ -42,7 +52,8 @@ class DemoCheck:
     run_status: str | None = None
     materializations: int = 0
     rows_reported: int = 0
-    screenshot: Path | None = None
+    mirror_materializations: int = 0
+    screenshots: list[Path] = field(default_factory=list)
     leftovers: list[str] = field(default_factory=list)
     log_tail: str = ""
 
@@ -68,19 +79,20 @@ def _group_alive(pgid: int) -> list[str]:
     return [line.strip() for line in out.splitlines() if line.strip()]
 
 
-def _screenshot(url: str, target: Path) -> Path | None:
-    """Screenshot the change-log asset page in Debian's Chromium, driven by Playwright.
+def take_screenshots(url: str, directory: Path) -> list[Path]:
+    """Screenshot the pages of :data:`PAGES` in Debian's Chromium, driven by Playwright.
 
     A fresh browser profile shows Dagster's "Join the Dagster community" modal over the page;
     the script clicks its "Skip" button first, as a person would.
     """
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
-        return None
+        return []
     from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: PLC0415 (dev only)
     from playwright.sync_api import sync_playwright  # noqa: PLC0415
 
-    target.parent.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(parents=True, exist_ok=True)
+    taken = []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(
             executable_path=chromium,
@@ -95,19 +107,24 @@ def _screenshot(url: str, target: Path) -> Path | None:
         )
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.goto(f"{url}/assets/cdc/shop/changes", wait_until="networkidle", timeout=60_000)
-            with contextlib.suppress(PlaywrightTimeout):  # no modal this time
-                page.get_by_role("button", name="Skip").first.click(timeout=15_000)
-            page.get_by_text("Metadata").first.wait_for(timeout=15_000)
-            page.wait_for_timeout(1000)
-            page.screenshot(path=str(target))
+            modal_wait = 20_000  # the modal shows once per browser profile
+            for name, path, text in PAGES:
+                page.goto(f"{url}{path}", wait_until="networkidle", timeout=60_000)
+                with contextlib.suppress(PlaywrightTimeout):  # no modal this time
+                    page.get_by_role("button", name="Skip").first.click(timeout=modal_wait)
+                    modal_wait = 2_000
+                with contextlib.suppress(PlaywrightTimeout):  # shoot what is there anyway
+                    page.get_by_text(text).first.wait_for(timeout=30_000)
+                page.wait_for_timeout(1500)
+                page.screenshot(path=str(directory / name))
+                taken.append(directory / name)
         finally:
             browser.close()
-    return target if target.exists() else None
+    return taken
 
 
 def check_demo(
-    project: Path, *, timeout: float = 180.0, screenshot: Path | None = None
+    project: Path, *, timeout: float = 180.0, screenshots: Path | None = None
 ) -> DemoCheck:
     """Run the demo, check it through GraphQL (and a screenshot), stop it, look for leftovers."""
     port = free_port()
@@ -148,20 +165,23 @@ def check_demo(
                     for entry in event["metadataEntries"]
                     if entry["label"] == "rows"
                 )
+                mirror = _graphql(result.url, MIRROR_QUERY)["data"]["assetOrError"]
+                result.mirror_materializations = len(mirror.get("assetMaterializations") or [])
             except (OSError, KeyError, TypeError, ValueError):
                 pass
-            if result.run_status == "STARTED" and result.materializations >= 2:
+            mirrors_ok = screenshots is None or result.mirror_materializations >= 2
+            if result.run_status == "STARTED" and result.materializations >= 2 and mirrors_ok:
                 break
             time.sleep(1.0)
-        if screenshot is not None and result.materializations:
-            result.screenshot = _screenshot(result.url, screenshot)
+        if screenshots is not None and result.materializations:
+            result.screenshots = take_screenshots(result.url, screenshots)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGINT)
             try:
-                proc.wait(timeout=90)
+                proc.wait(timeout=150)  # cancelling the runs, then stopping Dagster
             except subprocess.TimeoutExpired:
-                result.leftovers.append("the demo did not exit within 90 s of Ctrl-C")
+                result.leftovers.append("the demo did not exit within 150 s of Ctrl-C")
                 os.killpg(proc.pid, signal.SIGKILL)
         time.sleep(1.0)
         result.leftovers += _group_alive(proc.pid)
@@ -175,13 +195,15 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--project", type=Path, default=Path.cwd())
-    parser.add_argument("--screenshot", type=Path, default=None)
+    parser.add_argument("--screenshots", type=Path, default=None, help="directory for PNGs")
+    parser.add_argument("--timeout", type=float, default=180.0)
     args = parser.parse_args()
-    result = check_demo(args.project.resolve(), screenshot=args.screenshot)
+    result = check_demo(args.project.resolve(), timeout=args.timeout, screenshots=args.screenshots)
     print(f"webserver: {result.url}")
     print(f"shop run status: {result.run_status}")
     print(f"change-log materializations: {result.materializations} ({result.rows_reported} rows)")
-    print(f"screenshot: {result.screenshot}")
+    print(f"mirror materializations (shop.orders): {result.mirror_materializations}")
+    print(f"screenshots: {[str(p) for p in result.screenshots]}")
     print(f"left running after Ctrl-C: {result.leftovers or 'nothing'}")
     ok = result.run_status == "STARTED" and result.materializations > 0 and not result.leftovers
     if not ok:

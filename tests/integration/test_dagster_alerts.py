@@ -113,6 +113,28 @@ def test_a_failed_run_is_posted_to_the_webhook(
     assert posted["run_id"] == context.dagster_run.run_id
 
 
+def test_a_failure_is_alerted_once_and_an_old_one_not_at_all(
+    webhook: Webhook, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sensor's cursor can go back (its state reset, a tick replayed at the next start):
+    a failure already alerted is not posted again, and one that ended long before the sensor
+    saw it is logged, not posted."""
+    monkeypatch.setenv(WEBHOOK_ENV, webhook.url)
+    with instance_for_test() as instance:
+        context = failed_run_context(instance)
+        build_run_failure_alert()(context)
+        again = build_run_status_sensor_context(
+            sensor_name="cdc_run_failure_alert",
+            dagster_event=context.failure_event,
+            dagster_instance=instance,
+            dagster_run=instance.get_run_by_id(context.dagster_run.run_id),
+        ).for_run_failure()
+        build_run_failure_alert()(again)
+        assert len(webhook.received) == 1
+        build_run_failure_alert(max_age_seconds=0.0)(failed_run_context(instance))
+    assert len(webhook.received) == 1
+
+
 def test_without_the_variable_nothing_is_posted(
     webhook: Webhook, monkeypatch: pytest.MonkeyPatch
 ) -> None:

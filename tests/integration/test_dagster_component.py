@@ -112,3 +112,14 @@ def test_component_lists_one_asset_per_table(mariadb: MariaDBDatabase, tmp_path:
     assert "port: 9" in text
     instance.write_text(text)
     assert tables <= asset_keys(dg(project, env, "list", "defs", "--json"))
+
+    # defs.yaml picks the tables (globs on db.table) and tags them, like Fivetran's
+    # connector_selector: orders is left out, customers keeps its asset.
+    defs_yaml.write_text(
+        defs_yaml.read_text()
+        + '  table_selector: {include: ["*"], exclude: ["*.orders"]}\n'
+        + "  tags: {team: data}\n"
+    )
+    selected = asset_keys(dg(project, env, "list", "defs", "--json"))
+    assert f"lake/shop/{mariadb.name}/customers" in selected
+    assert not any(key.endswith("/orders") for key in selected)

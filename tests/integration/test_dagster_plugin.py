@@ -1,7 +1,8 @@
 """The platform inside a user's own Dagster project: a separate code location in a temporary
 directory merges ``build_definitions(...)`` with its own asset on ``cdc/shop/shop/orders``;
 the ``dagster`` CLI materializes the mirror and the user's asset, which finds the table
-through the mirror's ``dagster/uri``."""
+through the mirror's ``dagster/uri``; two more take the mirror as an input (pyarrow, pandas),
+loaded by the platform's IO manager."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ import json
 import os
 
 import dagster as dg
+import pandas
+import pyarrow
 from deltalake import DeltaTable
 
 from dagster_defs import build_definitions
@@ -45,8 +48,29 @@ def open_orders(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     return dg.MaterializeResult(metadata={"open_orders": len(opened)})
 
 
+@dg.asset(ins={"orders": dg.AssetIn(ORDERS)})
+def order_ids(orders: pyarrow.Table) -> dg.MaterializeResult:
+    """Takes the mirror as an input: the platform's IO manager loads it (pyarrow)."""
+    _record("arrow_ids", sorted(orders.column("id").to_pylist()))
+    return dg.MaterializeResult()
+
+
+@dg.asset(ins={"orders": dg.AssetIn(ORDERS)})
+def closed_count(orders: pandas.DataFrame) -> dg.MaterializeResult:
+    """The same mirror as a pandas frame."""
+    _record("pandas_closed", int((orders["status"] == "closed").sum()))
+    return dg.MaterializeResult()
+
+
+def _record(name, value):
+    path = os.environ["USER_OUTPUT"] + "." + name
+    with open(path, "w") as out:
+        json.dump(value, out)
+
+
 defs = dg.Definitions.merge(
-    build_definitions(os.environ["USER_CDC_CONF"]), dg.Definitions(assets=[open_orders])
+    build_definitions(os.environ["USER_CDC_CONF"]),
+    dg.Definitions(assets=[open_orders, order_ids, closed_count]),
 )
 '''
 
@@ -92,7 +116,7 @@ def test_a_users_project_materializes_a_mirror_and_its_own_asset_on_it(
     }
     done = subprocess.run(
         [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "user_defs",
-         "--select", "cdc/shop/shop/orders,open_orders"],
+         "--select", "cdc/shop/shop/orders,open_orders,order_ids,closed_count"],
         cwd=project, env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
@@ -102,3 +126,8 @@ def test_a_users_project_materializes_a_mirror_and_its_own_asset_on_it(
     assert found["open"] == expected
     assert 4 not in found["open"]
     assert 5 not in found["open"]
+    # the assets that declared the mirror as an input got its current rows
+    arrow_ids = json.loads(Path(f"{output}.arrow_ids").read_text())
+    assert arrow_ids == sorted(key[0] for key in orders.rows)
+    closed = sum(1 for row in orders.rows.values() if row["status"] == "closed")
+    assert json.loads(Path(f"{output}.pandas_closed").read_text()) == closed

@@ -7,14 +7,27 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import AssetKey, Definitions, asset, build_resources
+from dagster import (
+    AssetKey,
+    AssetSpec,
+    DagsterInvalidDefinitionError,
+    Definitions,
+    asset,
+    build_resources,
+)
 
 from cdc_platform.config import ConfigSet, load_config
 from cdc_platform.spark.catalog import Catalog, CatalogColumn, CatalogTable
 from dagster_defs import build_definitions, resources
 from dagster_defs.assets import change_log_specs
-from dagster_defs.resources import PlatformResource, SparkResource
-from dagster_defs.translator import CdcTranslator
+from dagster_defs.resources import (
+    PlatformResource,
+    SparkResource,
+    destination_root,
+    history_root,
+    mirrors_root,
+)
+from dagster_defs.translator import CdcTableProps, CdcTranslator
 
 pytestmark = pytest.mark.unit
 
@@ -80,7 +93,7 @@ def test_default_keys_paths_and_groups(configset: ConfigSet) -> None:
     assert spec.metadata["table_uri"] == configset.table_uri("shop")
     (broken,) = [s for s in change_log_specs(configset) if s.key.path[1] == "broken"]
     assert broken.metadata["table_uri"] == str(configset.lake_root / "broken")
-    assert translator.mirror_root(configset, "shop") == str(configset.lake_root / "shop/mirror")
+    assert mirrors_root(configset, "shop") == str(configset.lake_root / "shop/mirror")
     graph = defs.resolve_asset_graph()
     items = graph.get(AssetKey(["cdc", "shop", "shop", "items"]))
     assert set(items.parent_keys) == {translator.changes_key("shop")}
@@ -99,7 +112,7 @@ def test_default_keys_paths_and_groups(configset: ConfigSet) -> None:
     # per-table reconciliation checks, and the change log's lag check
     check_keys = {(k.asset_key.path[-1], k.name) for k in graph.asset_check_keys}
     assert check_keys == {
-        *((table, check) for table in ("items", "orders") for check in ("reconciled", "fresh")),
+        *((table, check) for table in ("items", "orders") for check in ("reconciled",)),
         ("changes", "lag_within_budget"),
     }
 
@@ -117,10 +130,10 @@ def test_lake_locations_on_object_storage_are_uris(
     )
     configset = load_config(conf)
     translator = CdcTranslator()
-    assert translator.destination_root(configset, "shop") == "s3://lake/prefix/shop"
-    assert translator.mirror_root(configset, "shop") == "s3://lake/prefix/shop/mirror"
+    assert destination_root(configset, "shop") == "s3://lake/prefix/shop"
+    assert mirrors_root(configset, "shop") == "s3://lake/prefix/shop/mirror"
     day = date(2026, 3, 1)
-    history = translator.history_root(configset, "shop", day)
+    history = history_root(configset, "shop", day)
     assert history == "s3://lake/prefix/shop/history/2026-03-01"
     graph = _defs(configset).resolve_asset_graph()
     items = graph.get(translator.table_key("shop", "shop", "items"))
@@ -193,3 +206,28 @@ def test_spark_resource_session_lives_one_execution(
     assert len(made) == 2
     assert made[0].config == configset.platform.spark
     assert made[0].lake == configset.lake  # the session reaches the lake with its settings
+
+
+class DescribedTranslator(CdcTranslator):
+    """Changes what a mirror's spec says, the dagster-dlt way."""
+
+    def get_asset_spec(self, props: CdcTableProps) -> AssetSpec:
+        spec = super().get_asset_spec(props)
+        return spec.replace_attributes(owners=["team:data"], description=f"{props.table.name}!")
+
+
+def test_get_asset_spec_shapes_each_mirror_and_cannot_steal_its_key(
+    configset: ConfigSet,
+) -> None:
+    defs = _defs(configset, DescribedTranslator())
+    items = defs.resolve_asset_graph().get(AssetKey(["cdc", "shop", "shop", "items"]))
+    assert items.owners == ["team:data"]
+    assert items.description == "shop.items!"
+    assert items.freshness_policy is not None  # the lag budget's, added where none was set
+
+    class KeyChanging(CdcTranslator):
+        def get_asset_spec(self, props: CdcTableProps) -> AssetSpec:
+            return super().get_asset_spec(props).replace_attributes(key=AssetKey("elsewhere"))
+
+    with pytest.raises(DagsterInvalidDefinitionError, match="rename mirrors through"):
+        _defs(configset, KeyChanging())

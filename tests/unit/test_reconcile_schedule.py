@@ -311,35 +311,37 @@ def test_repair_decision_skips_touched_and_lagging_keys() -> None:
     assert skipped == 3
 
 
-def test_mirror_catch_up_decision() -> None:
-    from dagster_defs.mirror_catch_up import needs_catch_up  # noqa: PLC0415
+def test_mirror_refresh_decision() -> None:
+    from dagster_defs.mirror_refresh import MirrorsState, decide  # noqa: PLC0415
 
-    def decide(changes: float | None, started: float | None, *, busy: bool = False) -> bool:
-        return needs_catch_up(changes, started, in_progress=busy, now=100.0, grace_seconds=20)
+    def state(changes: int | None, *applied: int | None, **kw: Any) -> tuple[bool, str]:
+        oldest = kw.pop("oldest", 90.0)
+        mirrors = MirrorsState(changes, list(applied), oldest, **kw)
+        return decide(mirrors, now=100.0, refresh_after=30.0, retry_after=20.0)
 
-    assert decide(50.0, 40.0)  # a commit reported after the mirrors run started
-    assert not decide(50.0, 60.0)  # the run started after it: included
-    assert not decide(90.0, 40.0)  # within the grace: eager automation goes first
-    assert not decide(50.0, 40.0, busy=True)  # a mirrors run is queued or running
-    assert decide(50.0, None)  # never mirrored
-    assert not decide(None, None)  # no change log yet
+    assert state(7, 7, 5) == (True, "change log at version 7, mirrors at 5")
+    assert state(7, 7, 7) == (False, "up to date at change-log version 7; refresh in 20 s")
+    assert state(7, 7, 7, oldest=60.0) == (True, "refresh: oldest mirror materialized 40 s ago")
+    assert state(7, 7, None, oldest=None) == (True, "1 table(s) never materialized")
+    assert state(None, None) == (False, "no change-log commit reported yet")
+    assert state(7, 5, run_in_progress="abcdef123") == (False, "run abcdef12 is applying")
+    assert state(7, 5, failed_at=95.0) == (False, "last mirrors run failed; retrying in 15 s")
+    assert state(7, 5, failed_at=70.0)[0]  # waited long enough after the failure
 
 
-def test_mirror_catch_up_requests_every_table_after_a_run_that_skipped_them(
+def test_mirror_refresh_requests_the_tables_behind_the_change_log(
     instance: DagsterInstance, conf: Path
 ) -> None:
-    """Runs that applied nothing materialize no table, so the sensor judges by the newest
-    successful run tagged with the destination, and asks for all of its tables."""
+    """Judged by versions: a change-log commit reported while a mirrors run was under way is
+    still found (its version is above the one the run applied)."""
     from dagster import AssetKey, AssetMaterialization  # noqa: PLC0415
 
-    from dagster_defs.mirror_catch_up import CATCH_UP_TAG, build_mirror_catch_up  # noqa: PLC0415
-    from dagster_defs.table_assets import MIRROR_TAG  # noqa: PLC0415
+    from dagster_defs.mirror_refresh import build_mirror_refresh  # noqa: PLC0415
+    from dagster_defs.table_assets import CHANGE_LOG_VERSION, MIRROR_TAG  # noqa: PLC0415
 
     tables = [AssetKey(["cdc", "a", "db", t]) for t in ("t1", "t2")]
-    now = [time.time() + 100]
-    sensor = build_mirror_catch_up(
-        {"a": tables}, grace_seconds=10, clock=lambda: now[0], minimum_interval_seconds=1
-    )
+    changes = AssetKey(["cdc", "a", "changes"])
+    sensor = build_mirror_refresh({"a": tables}, {"a": 3600.0}, minimum_interval_seconds=1)
 
     def tick() -> list[Any]:
         context = build_sensor_context(
@@ -348,23 +350,36 @@ def test_mirror_catch_up_requests_every_table_after_a_run_that_skipped_them(
         result = sensor(context)
         return list(result.run_requests or []) if isinstance(result, SensorResult) else []
 
-    instance.report_runless_asset_event(AssetMaterialization(AssetKey(["cdc", "a", "changes"])))
+    def commit(version: int) -> None:
+        instance.report_runless_asset_event(
+            AssetMaterialization(changes, metadata={"delta_version": version})
+        )
+
+    def mirrored(version: int) -> None:
+        for key in tables:
+            instance.report_runless_asset_event(
+                AssetMaterialization(key, metadata={CHANGE_LOG_VERSION: version})
+            )
+
+    assert tick() == []  # no change log yet
+    commit(3)
     (request,) = tick()  # never mirrored
     assert request.asset_selection == tables
-    assert request.tags == {CATCH_UP_TAG: "a"}
-    time.sleep(0.01)
+    assert request.tags[MIRROR_TAG] == "a"
+    assert request.asset_check_keys == []  # the reconciliation checks run on their own schedule
+    mirrored(3)
+    assert tick() == []
+    commit(4)  # e.g. while a run that had read version 3 was still writing
+    assert [r.asset_selection for r in tick()] == [tables]
     instance.add_run(
         DagsterRun(
-            job_name="__ASSET_JOB",
+            job_name="cdc_mirrors",
             run_id=str(uuid.uuid4()),
-            status=DagsterRunStatus.SUCCESS,
+            status=DagsterRunStatus.STARTED,
             tags={MIRROR_TAG: "a"},
         )
     )
-    assert tick() == []  # that run started after the newest commit
-    time.sleep(0.01)
-    instance.report_runless_asset_event(AssetMaterialization(AssetKey(["cdc", "a", "changes"])))
-    assert [r.asset_selection for r in tick()] == [tables]
+    assert tick() == []  # a mirrors run of the destination is under way
 
 
 def test_repair_notes_its_own_commits_instead_of_rereading_the_log() -> None:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckSeverity,
     AssetKey,
     AssetObservation,
     DagsterInstance,
@@ -215,8 +217,15 @@ def test_running_monitor_observes_each_change_log(instance: DagsterInstance, con
     add_run(instance, "a", DagsterRunStatus.STARTING)
     monitor = build_running_monitor(probe_factory=lambda _ctx: lambda *_: Liveness(True, "ok"))
     result = tick(monitor, instance, conf, None)
-    (observation,) = result.asset_events
+    observation, check = result.asset_events
     assert isinstance(observation, AssetObservation)
     assert observation.asset_key == AssetKey(["cdc", "a", "changes"])
     assert observation.metadata["holder"].value == "-"  # nobody holds the lease
     assert observation.metadata["live_runs"].value == 1
+    # ... and it evaluates the change log's lag check, without a run (no lag known: WARN)
+    assert isinstance(check, AssetCheckEvaluation)
+    assert check.check_name == "lag_within_budget"
+    assert not check.passed
+    assert check.severity == AssetCheckSeverity.WARN
+    # the next tick, with the same verdict within a minute, records nothing (no flood)
+    assert tick(monitor, instance, conf, result.cursor).asset_events == []
