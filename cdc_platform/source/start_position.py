@@ -165,7 +165,8 @@ def _after_gtid(server: BinlogServer, logs: list[str], gtid: str, oldest: str) -
     for domain, seq in first.items():
         if wanted.get(domain, 0) < seq:
             raise StartPositionError(
-                f"start gtid {gtid}: the transactions after it up to {domain}-?-{seq} were "
+                f"start gtid {gtid}: the transactions after it up to sequence {seq} of "
+                f"domain {domain} were "
                 f"purged; the oldest position the server has is {oldest} (GTID state "
                 f"{_format(first)})",
                 oldest=oldest,
@@ -354,7 +355,9 @@ def _holds_events(server: BinlogServer, file: str) -> bool:
 
 
 def _format(gtids: dict[int, int]) -> str:
-    return ",".join(f"{d}-?-{s}" for d, s in sorted(gtids.items()))
+    """A GTID state as a reader understands it: ``domain 0 up to sequence 40, ...`` (the
+    server ids of a state's last transactions are not known here)."""
+    return ", ".join(f"domain {d} up to sequence {s}" for d, s in sorted(gtids.items()))
 
 
 def _utc(seconds: int) -> str:

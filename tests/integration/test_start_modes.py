@@ -211,6 +211,7 @@ def test_bad_starts_are_refused_naming_the_oldest_position(
             resolve_start(server, start)
         assert caught.value.oldest == f"{oldest}:4", what
         assert f"{oldest}:4" in str(caught.value), what
+        assert "-?-" not in str(caught.value), what  # GTID states as a reader reads them
     # `config check --connect` finds it before a deploy
     conf = tmp_path / "conf"
     write_conf(
@@ -221,7 +222,9 @@ def test_bad_starts_are_refused_naming_the_oldest_position(
     with contextlib.redirect_stdout(out):
         code = main(["config", "check", "--conf", str(conf), "--connect"])
     assert code == 1, out.getvalue()
+    assert out.getvalue().startswith("d: ERROR"), out.getvalue()  # not "OK" then an error
     assert f"oldest position the server has is {oldest}:4" in out.getvalue()
+    assert "up to sequence" in out.getvalue()
     # through a run: the error ends it, nothing is written
     uri = str(lake_root / "d" / "changes")
     summary = DestinationRuntime(WriteTerm("d", config(db, bad["purged gtid"]), uri)).run()
