@@ -14,8 +14,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
+from cdc_platform.config.urls import redact_url, url_has_secret
 from cdc_platform.errors import ConfigError
 
 __all__ = [
@@ -43,8 +44,18 @@ _SECRET_OPTION = re.compile(
 
 
 def check_lake_root(value: str) -> str:
-    """``value`` if it is a local path or a supported URI; else why not (ValueError)."""
+    """``value`` if it is a local path or a supported URI; else why not (ValueError).
+
+    A URI with credentials (``s3://KEY:SECRET@bucket``, ``?token=...``) is refused like every
+    other URL with a secret, and no message quotes them.
+    """
     scheme = _scheme(value)
+    if scheme and (url_has_secret(value) or "@" in urlsplit(value).netloc):
+        raise ValueError(
+            f"{_without_credentials(value)!r} must not carry credentials: secrets never go in "
+            "files; set the standard AWS environment variables (AWS_ACCESS_KEY_ID, "
+            "AWS_SECRET_ACCESS_KEY) and write s3://bucket/prefix"
+        )
     if scheme in ("", "file") or scheme in REMOTE_SCHEMES:
         if scheme in REMOTE_SCHEMES and not urlsplit(value).netloc:
             raise ValueError(f"{value!r} names no bucket: write {scheme}://bucket/prefix")
@@ -64,6 +75,14 @@ def check_storage_options(options: Mapping[str, str]) -> Mapping[str, str]:
                 "AWS environment variable (e.g. AWS_SECRET_ACCESS_KEY) instead"
             )
     return options
+
+
+def _without_credentials(value: str) -> str:
+    """``value`` for a message: any user info and secret parameter replaced by ``***``."""
+    parts = urlsplit(value)
+    if "@" in parts.netloc:
+        value = urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
+    return redact_url(value)
 
 
 def _scheme(value: str) -> str:

@@ -150,3 +150,36 @@ def test_config_check_warns_when_the_lake_is_shared_but_the_lease_is_not(
     assert main(["config", "check", "--conf", str(conf)]) == 0  # a warning, not an error
     printed = capsys.readouterr().out
     assert printed.count("warning: ") == len(expected)
+
+
+@pytest.mark.parametrize(
+    "root",
+    [
+        "s3://AKIAKEY:Sup3r-Secret@lake/prod",
+        "s3://AKIAKEY:Sup3r-Secret@/prod",  # and no bucket: still no echo of the secret
+        "s3://lake/prod?aws_secret_access_key=Sup3r-Secret",
+        "s3://lake/prod?token=Sup3r-Secret",
+    ],
+)
+def test_a_lake_root_with_credentials_is_refused_without_the_secret(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], root: str
+) -> None:
+    with pytest.raises(ConfigError) as direct:
+        LakeLocation.resolve(root, tmp_path, environ={})
+    assert "Sup3r-Secret" not in str(direct.value)
+    assert "environment" in str(direct.value)
+    conf = tmp_path / "conf"
+    (conf / "destinations").mkdir(parents=True, exist_ok=True)
+    (conf / "platform.yaml").write_text(f"lake_root: '{root}'\n")
+    with pytest.raises(ConfigFileError) as caught:
+        load_config(conf)
+    assert caught.value.key == "lake_root"
+    assert "Sup3r-Secret" not in str(caught.value)
+    assert main(["config", "check", "--conf", str(conf)]) != 0
+    printed = capsys.readouterr()
+    assert "Sup3r-Secret" not in printed.out + printed.err
+
+
+def test_a_lake_root_with_a_user_only_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="credentials"):
+        LakeLocation.resolve("s3://AKIAKEY@lake/prod", tmp_path, environ={})
