@@ -11,7 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cdc_platform.config import ConfigSet, Destination, load_config
-from cdc_platform.config.deployment import deployment_warnings
+from cdc_platform.config.deployment import (
+    check_deployment,
+    deployment_errors,
+    deployment_warnings,
+)
 from cdc_platform.errors import CdcError, ConfigError
 from cdc_platform.infra.signals import stop_signals
 
@@ -58,11 +62,14 @@ def config_check_command(args: argparse.Namespace) -> int:
             print(f"{name}: ERROR {config.errors[name]}")
     for warning in deployment_warnings(config):
         print(f"warning: {warning}")
+    refused = deployment_errors(config)
+    for error in refused:
+        print(f"error: {error}")
     if args.connect:
         line, ok = _lake_check(config)
         print(line, flush=True)
         unreachable += not ok
-    return 1 if config.errors or unreachable else 0
+    return 1 if config.errors or unreachable or refused else 0
 
 
 def _start_drift(config: ConfigSet, dest: Destination) -> str | None:
@@ -182,6 +189,7 @@ def serve_command(args: argparse.Namespace) -> int:
 
     conf = Path(args.conf)
     config = load_config(conf)
+    check_deployment(config)
     platform = config.platform
     # One identity for every destination this process holds: `status` shows it as the holder.
     address = args.address or platform.lease.address or f"serve@{default_address()}"
@@ -308,6 +316,7 @@ def snapshot_command(args: argparse.Namespace) -> int:
     from cdc_platform.sink.term import WriteTerm  # noqa: PLC0415
 
     config, destination = _destination(args)
+    check_deployment(config)
     name = destination.name
     lease = open_lease(config.platform, config.conf_dir, name)
     lease.start()

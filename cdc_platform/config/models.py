@@ -405,6 +405,11 @@ class DatabaseLeaseConfig(_Model):
     """`sqlite:///path`, `mysql://user@host:port/db` or `postgresql://user@host:port/db`."""
     password_env: str | None = None
     """Environment variable holding the database password, if any."""
+    single_machine: bool = False
+    """Accept a SQLite lease with a lake on object storage: every process of these
+    destinations runs on this one machine. Without it such a pair is refused at `run`,
+    `serve` and the Dagster run: a process on another machine would take its own lease and
+    write the same change log."""
     renew_interval_seconds: float = Field(default=1.0, gt=0)
     """How often the holder renews."""
     expiry_seconds: float = Field(default=5.0, gt=0)
