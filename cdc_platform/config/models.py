@@ -183,7 +183,9 @@ class SourceConfig(_Model):
     """Processes decoding rows events: ``auto`` is the cores this process may run on (at most
     8); 1 decodes in the reader thread; N > 1 decodes in N worker processes (about 35 MB
     each), reassembled in binlog order, small rows events still in the reader thread (the
-    change log is the same either way; bench/throughput.py shows what it gains here)."""
+    change log is the same either way; bench/throughput.py shows what it gains here). The
+    workers are one pool per process, shared by all its destinations and sized by the first
+    that starts it."""
     mode: Literal["binlog", "id_watch"] = "binlog"
     """binlog: stream the binlog; id_watch: poll tables by id plus periodic full lists, for
     servers without binlog access (docs/id_watch.md)."""
