@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from cdc_platform.config import load_config
+from cdc_platform.infra.signals import SignalRoutes
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink.report import CommitReport
 from cdc_platform.sink.term import WriteTerm
@@ -191,58 +192,58 @@ def run_demo(
     stop = threading.Event()
     runtimes: list[DestinationRuntime] = []
 
-    def on_signal(signum: int, _frame: object) -> None:
+    def on_signal(signum: signal.Signals) -> None:
         stop.set()
         for runtime in runtimes:
-            runtime.request_stop(f"signal {signal.Signals(signum).name}")
+            runtime.request_stop(f"signal {signum.name}")
 
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-
-    server = MariaDBServer(work / "mariadb")
-    server.start()
-    workload = Workload(server, "shop", seed=int(time.time()))
-    try:
-        user = server.create_replication_user("cdc", DEMO_PASSWORD)
-        server.execute("CREATE DATABASE IF NOT EXISTS shop")
-        instance = yaml.safe_load(
-            (conf / "destinations" / destination / "instance.yaml").read_text()
-        )
-        os.environ[instance["source"]["password_env"]] = user.password
-        demo_conf = _demo_conf(conf, work, server, destination)
-        config = load_config(demo_conf)
-        if destination in config.errors:
-            raise config.errors[destination]
-        print(f"MariaDB (binlog on) at {server.host}:{server.port}, data in {server.datadir}")
-        print(f"change log: {config.table_uri(destination)}")
-        workload.create_schema()
-        workload.start(rate_per_second=rate)
-        if with_dagster:
-            return _serve_dagster(project, demo_conf, port, stop)
-        runtimes.append(
-            DestinationRuntime(
-                WriteTerm(
-                    destination,
-                    config.destinations[destination].config,
-                    config.table_uri(destination),
-                    on_commit=_print_commit,
-                ),
-                metrics_interval_seconds=30,
+    with SignalRoutes({signal.SIGINT: on_signal, signal.SIGTERM: on_signal}):
+        server = MariaDBServer(work / "mariadb")
+        server.start()
+        workload = Workload(server, "shop", seed=int(time.time()))
+        try:
+            user = server.create_replication_user("cdc", DEMO_PASSWORD)
+            server.execute("CREATE DATABASE IF NOT EXISTS shop")
+            instance = yaml.safe_load(
+                (conf / "destinations" / destination / "instance.yaml").read_text()
             )
-        )
-        if stop.is_set():
+            os.environ[instance["source"]["password_env"]] = user.password
+            demo_conf = _demo_conf(conf, work, server, destination)
+            config = load_config(demo_conf)
+            if destination in config.errors:
+                raise config.errors[destination]
+            print(f"MariaDB (binlog on) at {server.host}:{server.port}, data in {server.datadir}")
+            print(f"change log: {config.table_uri(destination)}")
+            workload.create_schema()
+            workload.start(rate_per_second=rate)
+            if with_dagster:
+                return _serve_dagster(project, demo_conf, port, stop)
+            runtimes.append(
+                DestinationRuntime(
+                    WriteTerm(
+                        destination,
+                        config.destinations[destination].config,
+                        config.table_uri(destination),
+                        on_commit=_print_commit,
+                    ),
+                    metrics_interval_seconds=30,
+                )
+            )
+            if stop.is_set():
+                return 0
+            print("streaming; press Ctrl-C to stop")
+            summary = runtimes[0].run()
+            print(
+                f"{destination}: {summary.reason}; {summary.rows} rows in {summary.batches} batches"
+            )
+            if summary.error is not None:
+                print(f"error: {summary.error}")
+                return 1
             return 0
-        print("streaming; press Ctrl-C to stop")
-        summary = runtimes[0].run()
-        print(f"{destination}: {summary.reason}; {summary.rows} rows in {summary.batches} batches")
-        if summary.error is not None:
-            print(f"error: {summary.error}")
-            return 1
-        return 0
-    finally:
-        workload.stop()
-        server.stop()
-        print("stopped")
+        finally:
+            workload.stop()
+            server.stop()
+            print("stopped")
 
 
 def _port_free(port: int) -> bool:

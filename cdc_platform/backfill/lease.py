@@ -15,15 +15,36 @@ import threading
 from collections.abc import Callable
 from dataclasses import replace
 
-from cdc_platform.errors import CdcError, LeaseLostError
+from cdc_platform.errors import CdcError, LeaseError, LeaseLostError
 from cdc_platform.ha.lease import Lease
 from cdc_platform.sink.delta import DeltaChangeLog
 from cdc_platform.sink.lake_check import check_lake_once
 from cdc_platform.sink.term import WriteTerm
 
-__all__ = ["epoch_floor", "lease_gate", "take_lease"]
+__all__ = ["MAX_EPOCH_GAP", "check_epoch", "epoch_floor", "lease_gate", "take_lease"]
 
 log = logging.getLogger(__name__)
+
+
+MAX_EPOCH_GAP = 10_000
+"""How far a new epoch may lie above the change log's before it is refused. Each acquisition
+adds one, so only a store written by someone else (a ZooKeeper without ACLs, a hand edit)
+gets that far in a destination's lifetime; the sink fences by epoch, so an epoch near the
+integer limit would leave no epoch for any later holder."""
+
+
+def check_epoch(destination: str, epoch: int, floor: int, backend: str) -> None:
+    """Refuse an epoch ``epoch`` from the lease store far above ``floor`` (the change log's
+    epoch + 1): it is not trusted (LeaseError saying what to check)."""
+    if epoch - floor > MAX_EPOCH_GAP:
+        raise LeaseError(
+            f"{destination}: the {backend} lease store handed out epoch {epoch}, more than "
+            f"{MAX_EPOCH_GAP} above the change log's next epoch {floor}: it was not written "
+            "by this platform's acquisitions (a lease store open to others, e.g. ZooKeeper "
+            "without ACLs, or a hand edit). Find out who wrote it, then set the destination's "
+            f"epoch in the lease store back to {floor - 1} (ZooKeeper: the node "
+            "<root>/destinations/<name>/epoch; database: the epoch column of its row)"
+        )
 
 
 def epoch_floor(term: WriteTerm) -> int:
@@ -66,10 +87,21 @@ def take_lease(
     The returned term carries the new epoch and, unless ``term`` brings its own gate, a gate
     that raises once the lease is lost (``doing`` names the work in that error). None when
     ``timeout`` passed or ``stop`` was set first. The lease must be started.
+
+    Raises:
+        LeaseError: the lease store handed out an epoch more than :data:`MAX_EPOCH_GAP` above
+            the change log's (the lease is released again): not trusted, see
+            :func:`check_epoch`.
     """
     check_lake_once(term.lake)  # once per process and lake: a store that is unsafe is refused
-    epoch = lease.acquire(timeout=timeout, min_epoch=epoch_floor(term), stop=stop)
+    floor = epoch_floor(term)
+    epoch = lease.acquire(timeout=timeout, min_epoch=floor, stop=stop)
     if epoch is None:
         return None
+    try:
+        check_epoch(term.destination, epoch, floor, lease.backend)
+    except LeaseError:
+        lease.release()
+        raise
     gate = term.commit_gate or lease_gate(lease, term.destination, epoch, doing)
     return replace(term, epoch=epoch, commit_gate=gate)

@@ -43,7 +43,13 @@ from cdc_platform.sink.start_record import StartRecord, start_record_file
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.filters import StatementKind, classify_statement
 
-__all__ = ["CapturedTables", "created_in_log", "current_batch", "snapshot_new_tables"]
+__all__ = [
+    "CapturedTables",
+    "created_in_log",
+    "current_batch",
+    "ddl_logged_after",
+    "snapshot_new_tables",
+]
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +182,37 @@ def created_in_log(
     return created
 
 
+def ddl_logged_after(
+    table_uri: str, after_batch: int, storage_options: dict[str, str] | None = None
+) -> bool:
+    """Whether the change log holds any DDL event in a batch after ``after_batch``."""
+    import pyarrow.compute as pc  # noqa: PLC0415 (a run without side work never needs it)
+
+    try:
+        dataset = DeltaTable(table_uri, storage_options=storage_options).to_pyarrow_dataset()
+    except TableNotFoundError:
+        return False
+    found = dataset.count_rows(
+        filter=(pc.field("op") == "ddl") & (pc.field("batch_seq") > after_batch)
+    )
+    return bool(found)
+
+
+def _nothing_new(term: WriteTerm, record: CapturedTables, state_file: LakeFile) -> bool:
+    """True when no table can have become captured since the tables were last listed, so
+    the source need not be asked (a term start then does not depend on the source).
+
+    A table that exists now was either listed then, or made captured later by a DDL (CREATE,
+    RENAME, ...): every DDL naming a captured table reaches the change log, so a DDL after
+    the listing's batch is either in the log (then the source is listed again) or not read
+    yet (then the stream captures the table from that DDL on). Filters changed since the
+    listing clear ``after_batch``, an interrupted snapshot keeps its state file: both list.
+    """
+    if not record.exists or record.after_batch is None or state_file.exists():
+        return False
+    return not ddl_logged_after(term.table_uri, record.after_batch, term.storage_options)
+
+
 def _record_start_or_adopt(
     term: WriteTerm,
     record: CapturedTables,
@@ -256,6 +293,9 @@ def snapshot_new_tables(  # noqa: PLR0913 (the term and lake; observers, stop an
         # Tables excluded until now may have changes the log lacks: no shortcut this time.
         record.after_batch, record.filters = None, filters
         record.save()
+    if _nothing_new(term, record, state_file):
+        log.info("%s: no DDL since the tables were listed: no new table to snapshot", name)
+        return None
 
     def runner(tables: Sequence[str] | None) -> SnapshotRunner:
         made = SnapshotRunner(

@@ -10,9 +10,14 @@ request and streams on from the checkpoint. The run itself never stops.
 
 A request stays in ``requests/`` until it is answered, and the snapshot keeps its progress in
 the usual state file: a holder that dies mid-way leaves both, and the next holder finishes the
-same snapshot (same tables) and answers. A request only makes the holder re-read source rows
-into the change log as ``r`` rows (the rows' current state: harmless if repeated), so it is
-not signed like a repair request; tables outside the destination's filters are refused.
+same snapshot (same tables) and answers.
+
+A request makes the holder read source rows into the change log, and a flood of them stalls
+the stream, so it is signed like a repair request
+(:mod:`cdc_platform.backfill.request_signing`, its own key kind): the holder refuses a request
+that is unsigned, wrongly signed, too old or names a table outside the destination's filters
+(answered with the error), and a copy of one already answered (a replay: removed, logged, the
+first answer kept).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cdc_platform.backfill.request_signing import request_key, sign_request, verify_request
 from cdc_platform.config.models import SourceConfig
 from cdc_platform.errors import SnapshotError
 from cdc_platform.sink.lake_files import LakeFile, join_uri
@@ -53,15 +59,17 @@ def snapshot_inbox(
     source: SourceConfig | None = None,
     storage_options: Mapping[str, str] | None = None,
 ) -> SnapshotInbox:
-    """The snapshot-request folder of ``destination``; with ``source``, tables outside its
-    filters are refused."""
+    """The snapshot-request folder of ``destination``; with ``source``, requests are signed
+    and checked with its key, and tables outside its filters are refused (without ``source``
+    no request can be submitted or served)."""
     root = join_uri(os.fspath(lake_root), destination, "_snapshot_requests")
-    allowed = (
-        None
-        if source is None
-        else TableFilter(source.include_tables, source.exclude_tables).matches
+    if source is None:
+        return SnapshotInbox(LakeFile(root, storage_options))
+    return SnapshotInbox(
+        LakeFile(root, storage_options),
+        key=request_key(source, destination, "snapshot"),
+        allowed=TableFilter(source.include_tables, source.exclude_tables).matches,
     )
-    return SnapshotInbox(LakeFile(root, storage_options), allowed=allowed)
 
 
 class SnapshotInbox:
@@ -71,10 +79,12 @@ class SnapshotInbox:
         self,
         root: LakeFile,
         *,
+        key: bytes | None = None,
         allowed: Callable[[str, str], bool] | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.root = root
+        self._key = key
         self._allowed = allowed
         self._wall_clock = wall_clock
 
@@ -104,20 +114,26 @@ class SnapshotInbox:
         """Queue a request for ``tables`` (``db.table``); returns its id.
 
         Raises:
-            SnapshotError: a table is not `db.table` or not captured by the destination.
+            SnapshotError: a table is not `db.table` or not captured by the destination, or
+                no key to sign with (the source password is unset or empty).
         """
         names = self._checked_tables(tables)
+        if self._key is None:
+            raise SnapshotError(
+                "cannot sign a snapshot request: the destination's source password (the key's "
+                "secret) is empty or not set"
+            )
         now = self._wall_clock()
         request_id = f"{int(now * 1000):015d}-{uuid.uuid4().hex[:8]}"
-        self.requests.child(f"{request_id}.json").write_json(
-            {
-                "format": _FORMAT,
-                "id": request_id,
-                "tables": names,
-                "requester": requester,
-                "submitted_at": now,
-            }
-        )
+        item: dict[str, Any] = {
+            "format": _FORMAT,
+            "id": request_id,
+            "tables": names,
+            "requester": requester,
+            "submitted_at": now,
+        }
+        item["signature"] = sign_request(self._key, item)
+        self.requests.child(f"{request_id}.json").write_json(item)
         return request_id
 
     def pending(self) -> bool:
@@ -126,15 +142,27 @@ class SnapshotInbox:
 
     def next(self) -> SnapshotRequest | None:
         """The oldest valid waiting request, or None. An invalid one is answered with its
-        error and removed."""
+        error and removed; a replayed copy of an answered one is removed."""
         for name in sorted(self.requests.list(".json")):
             request_id = name[: -len(".json")]
+            if self.results.child(name).exists():
+                log.error(
+                    "%s: snapshot request %s refused: answered already (a replayed copy); its "
+                    "answer is kept",
+                    self.root,
+                    request_id,
+                )
+                self.requests.child(name).delete()
+                continue
             item: Any = self.requests.child(name).read_json()
             if item is None:
                 continue  # answered meanwhile
             try:
                 if not isinstance(item, dict) or item.get("format") != _FORMAT:
                     raise SnapshotError("unknown request format")
+                why = verify_request(self._key, item, request_id, now=self._wall_clock())
+                if why is not None:
+                    raise SnapshotError(why)
                 tables = self._checked_tables(list(item.get("tables", [])))
             except SnapshotError as exc:
                 log.error("%s: snapshot request %s refused: %s", self.root, request_id, exc)

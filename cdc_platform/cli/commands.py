@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cdc_platform.config import ConfigSet, Destination, load_config
-from cdc_platform.config.deployment import deployment_warnings
+from cdc_platform.config.deployment import (
+    check_deployment,
+    deployment_errors,
+    deployment_warnings,
+)
 from cdc_platform.errors import CdcError, ConfigError
+from cdc_platform.infra.signals import stop_signals
 
 if TYPE_CHECKING:
     from cdc_platform.runtime.prometheus import PrometheusMetrics
@@ -74,11 +78,14 @@ def config_check_command(args: argparse.Namespace) -> int:
         failed += not ok
     for warning in deployment_warnings(config):
         print(f"warning: {warning}")
+    refused = deployment_errors(config)
+    for error in refused:
+        print(f"error: {error}")
     if args.connect:
         line, ok = _lake_check(config)
         print(line, flush=True)
         failed += not ok
-    return 1 if config.errors or failed else 0
+    return 1 if config.errors or failed or refused else 0
 
 
 def _start_drift(config: ConfigSet, dest: Destination) -> str | None:
@@ -172,20 +179,17 @@ def run_command(args: argparse.Namespace) -> int:
 
     config, destination = _destination(args)
     metrics = _metrics(args, config)
-    with supervised_destination(
-        config,
-        destination,
-        address=args.address,
-        metrics_interval_seconds=args.metrics_interval,
-        recorder=metrics.recorder(destination.name) if metrics is not None else NULL_RECORDER,
-        metrics_url=metrics.url if metrics is not None else None,
-    ) as supervisor:
-
-        def on_signal(signum: int, _frame: object) -> None:
-            supervisor.request_stop(f"signal {signal.Signals(signum).name}")
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+    with (
+        supervised_destination(
+            config,
+            destination,
+            address=args.address,
+            metrics_interval_seconds=args.metrics_interval,
+            recorder=metrics.recorder(destination.name) if metrics is not None else NULL_RECORDER,
+            metrics_url=metrics.url if metrics is not None else None,
+        ) as supervisor,
+        stop_signals(supervisor.request_stop),
+    ):
         summary = supervisor.run(exit_when_idle_seconds=args.exit_when_idle)
     print(
         f"{summary.destination}: {summary.reason}; {summary.batches} batches, {summary.rows} rows "
@@ -203,6 +207,7 @@ def serve_command(args: argparse.Namespace) -> int:
 
     conf = Path(args.conf)
     config = load_config(conf)
+    check_deployment(config)
     platform = config.platform
     # One identity for every destination this process holds: `status` shows it as the holder.
     address = args.address or platform.lease.address or f"serve@{default_address()}"
@@ -213,16 +218,8 @@ def serve_command(args: argparse.Namespace) -> int:
         metrics=_metrics(args, config),
     )
 
-    def on_stop(signum: int, _frame: object) -> None:
-        server.request_stop(f"signal {signal.Signals(signum).name}")
-
-    def on_hup(_signum: int, _frame: object) -> None:
-        server.rescan()
-
-    signal.signal(signal.SIGTERM, on_stop)
-    signal.signal(signal.SIGINT, on_stop)
-    signal.signal(signal.SIGHUP, on_hup)
-    left = server.run()
+    with stop_signals(server.request_stop, on_hup=server.rescan):
+        left = server.run()
     if left:
         print(f"error: not stopped in time: {', '.join(left)}", file=sys.stderr)
         return 1
@@ -372,6 +369,7 @@ def snapshot_command(args: argparse.Namespace) -> int:
     from cdc_platform.sink.term import WriteTerm  # noqa: PLC0415
 
     config, destination = _destination(args)
+    check_deployment(config)
     name = destination.name
     lease = open_lease(config.platform, config.conf_dir, name)
     lease.start()
@@ -418,12 +416,8 @@ def snapshot_command(args: argparse.Namespace) -> int:
             stop=stop,
         )
 
-        def on_signal(signum: int, _frame: object) -> None:
-            runner.request_stop()
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
-        result = runner.run()
+        with stop_signals(lambda _reason: runner.request_stop()):
+            result = runner.run()
         if tty:
             print(file=sys.stderr)
     finally:

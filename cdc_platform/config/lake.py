@@ -14,8 +14,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
+from cdc_platform.config.urls import redact_url, url_has_secret
 from cdc_platform.errors import ConfigError
 
 __all__ = [
@@ -47,15 +48,16 @@ def check_lake_root(value: str) -> str:
 
     Typos that would otherwise become local folders are refused: ``s3:/bucket`` or
     ``s3:bucket`` (a folder named ``s3:``), ``~/lake`` (a folder named ``~``: nothing expands
-    it), and a URI carrying credentials (they come from the environment only).
+    it). A URI with credentials (``s3://KEY:SECRET@bucket``, ``?token=...``) is refused like every
+    other URL with a secret, and no message quotes them.
     """
     near_uri = re.match(r"^([A-Za-z][A-Za-z0-9+.-]+):(?!//)", value)
     if near_uri is not None:
         scheme = near_uri.group(1).lower()
         hint = f"write {scheme}://bucket/prefix" if scheme in REMOTE_SCHEMES else "check it"
         raise ValueError(
-            f"{value!r} looks like a URI missing a slash after {scheme}: ({hint}); a local "
-            "path may not start with a scheme"
+            f"it looks like a URI missing a slash after {scheme}: ({hint}); a local path may "
+            "not start with a scheme"
         )
     if value == "~" or value.startswith(("~/", "~\\")) or re.match(r"^~[A-Za-z0-9_.-]+/", value):
         raise ValueError(
@@ -63,14 +65,12 @@ def check_lake_root(value: str) -> str:
             "'~'): write the absolute path, or one relative to the conf directory"
         )
     scheme = _scheme(value)
-    if scheme:
-        parts = urlsplit(value)
-        if parts.username is not None or parts.password is not None:
-            raise ValueError(
-                f"{scheme}://... carries credentials before '@': secrets never go "
-                "in files; put the bucket and prefix there and the keys in the standard AWS "
-                "environment variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)"
-            )
+    if scheme and (url_has_secret(value) or "@" in urlsplit(value).netloc):
+        raise ValueError(
+            f"{_without_credentials(value)!r} must not carry credentials: secrets never go in "
+            "files; set the standard AWS environment variables (AWS_ACCESS_KEY_ID, "
+            "AWS_SECRET_ACCESS_KEY) and write s3://bucket/prefix"
+        )
     if scheme in ("", "file") or scheme in REMOTE_SCHEMES:
         if scheme in REMOTE_SCHEMES and not urlsplit(value).netloc:
             raise ValueError(f"{value!r} names no bucket: write {scheme}://bucket/prefix")
@@ -90,6 +90,14 @@ def check_storage_options(options: Mapping[str, str]) -> Mapping[str, str]:
                 "AWS environment variable (e.g. AWS_SECRET_ACCESS_KEY) instead"
             )
     return options
+
+
+def _without_credentials(value: str) -> str:
+    """``value`` for a message: any user info and secret parameter replaced by ``***``."""
+    parts = urlsplit(value)
+    if "@" in parts.netloc:
+        value = urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
+    return redact_url(value)
 
 
 def _scheme(value: str) -> str:

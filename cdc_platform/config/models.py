@@ -203,7 +203,9 @@ class SourceConfig(_Model):
     """Processes decoding rows events: ``auto`` is the cores this process may run on (at most
     8); 1 decodes in the reader thread; N > 1 decodes in N worker processes (about 35 MB
     each), reassembled in binlog order, small rows events still in the reader thread (the
-    change log is the same either way; bench/throughput.py shows what it gains here)."""
+    change log is the same either way; bench/throughput.py shows what it gains here). The
+    workers are one pool per process, shared by all its destinations and sized by the first
+    that starts it."""
     mode: Literal["binlog", "id_watch"] = "binlog"
     """binlog: stream the binlog; id_watch: poll tables by id plus periodic full lists, for
     servers without binlog access (docs/id_watch.md)."""
@@ -434,6 +436,11 @@ class DatabaseLeaseConfig(_Model):
     """Environment variable holding the database password, if any."""
     tls: TlsConfig = TlsConfig()
     """TLS to a MySQL/MariaDB lease database (same modes as ``source.tls``)."""
+    single_machine: bool = False
+    """Accept a SQLite lease with a lake on object storage: every process of these
+    destinations runs on this one machine. Without it such a pair is refused at `run`,
+    `serve` and the Dagster run: a process on another machine would take its own lease and
+    write the same change log."""
     renew_interval_seconds: float = Field(default=1.0, gt=0)
     """How often the holder renews."""
     expiry_seconds: float = Field(default=5.0, gt=0)

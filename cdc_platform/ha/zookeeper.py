@@ -51,7 +51,7 @@ from cdc_platform.errors import ConfigError, LeaseBackendError
 from cdc_platform.ha.lease import HolderInfo, Lease, MemberInfo
 from cdc_platform.ha.running_node import UNKNOWN_HOLDER, RunningData, SwitchRules
 from cdc_platform.infra.clock import SYSTEM_CLOCK, Clock
-from cdc_platform.infra.zookeeper import CONNECTION_RETRY, stop_client
+from cdc_platform.infra.zookeeper import CONNECTION_RETRY, remote_hosts, stop_client
 
 __all__ = ["ZooKeeperLease"]
 
@@ -107,6 +107,16 @@ class ZooKeeperLease(Lease):
         self.connect_timeout = connect_timeout if connect_timeout is not None else session_timeout
         self._op_timeout = max(2.0, session_timeout)
         self._auth = auth
+        unprotected = remote_hosts(hosts) if auth is None else []
+        if unprotected:
+            log.warning(
+                "%s: ZooKeeper at %s is used WITHOUT ACLs (no lease.auth_env): anyone who can "
+                "reach %s can delete or fake this destination's lease and epoch; set "
+                "lease.auth_env to a variable holding 'user:password' (docs/ha.md)",
+                destination,
+                hosts,
+                ", ".join(unprotected),
+            )
         self._client_factory = client_factory
         self._client: Any = None
         self._connect_lock = threading.Lock()

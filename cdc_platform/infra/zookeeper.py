@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import threading
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-__all__ = ["CONNECTION_RETRY", "stop_client"]
+__all__ = ["CONNECTION_RETRY", "remote_hosts", "stop_client"]
 
 log = logging.getLogger("cdc_platform.infra")
 
@@ -47,3 +48,24 @@ def stop_client(client: Any, *, timeout: float = 10.0, what: str = "ZooKeeper cl
         )
         return False
     return True
+
+
+def remote_hosts(hosts: str) -> list[str]:
+    """The hosts of a kazoo connect string (``h1:2181,h2:2181/chroot``) that are not this
+    machine's loopback: reachable by others, so a lease there without ACLs can be faked."""
+    remote: list[str] = []
+    for part in hosts.split("/", 1)[0].split(","):
+        host = part.strip()
+        if host.startswith("["):  # [::1]:2181
+            host = host[1 : host.find("]")]
+        elif host.count(":") == 1:
+            host = host.rsplit(":", 1)[0]
+        if not host or host == "localhost":
+            continue
+        try:
+            if ipaddress.ip_address(host).is_loopback:
+                continue
+        except ValueError:
+            pass  # a name: not known to be loopback
+        remote.append(host)
+    return remote

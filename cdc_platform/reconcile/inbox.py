@@ -29,19 +29,16 @@ nothing more is expected) when they stop for :data:`STALE_AFTER_SECONDS` (the ho
 hangs) or when the request vanished. So no wait is unbounded, however long a repair takes.
 
 A request is an authority to write the change log, deletes included, so the holder honours
-only requests this platform's reconciliation wrote: each is signed with an HMAC-SHA256 whose
-key is derived from the destination's source password (a secret both sides already read from
-the environment and never write anywhere; see :func:`signing_key`). A request that is
-unreadable, unsigned, wrongly signed, too old, or names a table outside the destination's
-filters is refused: logged with the reason, answered with an error result, never applied.
+only requests this platform's reconciliation wrote: each is signed
+(:mod:`cdc_platform.backfill.request_signing`). A request that is unreadable, unsigned,
+wrongly signed, too old, or names a table outside the destination's filters is refused: logged
+with the reason, answered with an error result, never applied. A copy of a request already
+served (its result exists) is a replay: logged and removed, its first result kept.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import hmac
-import json
 import logging
 import os
 import threading
@@ -50,44 +47,34 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from pydantic import SecretStr
-
 from cdc_platform.backfill.repair import RepairResult, RepairTable
+from cdc_platform.backfill.request_signing import (
+    MAX_REQUEST_AGE_SECONDS,
+    request_key,
+    sign_request,
+    signing_key,
+    verify_request,
+)
 from cdc_platform.config.models import SourceConfig
-from cdc_platform.errors import ConfigError, ReconcileError, SinkError
+from cdc_platform.errors import ReconcileError, SinkError
 from cdc_platform.sink.lake_files import LakeFile, join_uri
 from cdc_platform.source.filters import TableFilter
 
 __all__ = ["RepairInbox", "destination_inbox", "inbox_path", "signing_key"]
+# signing_key stays importable from here (the reconciliation's tests and callers use it).
 
 log = logging.getLogger(__name__)
 
 _FORMAT = 1
-_KEY_CONTEXT = b"cdc-platform repair request v1\0"
-MAX_REQUEST_AGE_SECONDS = 24 * 3600.0
-"""A signed request older than this (by its signed submission time) is refused: a copy of an
-old request replayed later is not an order from a current reconciliation."""
-_MAX_CLOCK_AHEAD_SECONDS = 300.0
 HEARTBEAT_SECONDS = 5.0
 """How often the holder shows it still works on a claimed request."""
 STALE_AFTER_SECONDS = 60.0
 """A claimed request without a sign of life for this long is given up by its requester."""
-"""Tolerated skew between the requester's and the holder's wall clocks."""
 
 
 def inbox_path(lake_root: str | os.PathLike[str], destination: str) -> str:
     """``<lake_root>/<destination>/_reconcile`` (a local path or a URI)."""
     return join_uri(os.fspath(lake_root), destination, "_reconcile")
-
-
-def signing_key(secret: SecretStr | str, destination: str) -> bytes | None:
-    """The request key of ``destination``: HMAC-SHA256 of the destination's name under the
-    source password. None when the password is empty (nothing secret to derive from: then no
-    request can be signed or honoured)."""
-    text = secret.get_secret_value() if isinstance(secret, SecretStr) else secret
-    if not text:
-        return None
-    return hmac.new(text.encode(), _KEY_CONTEXT + destination.encode(), hashlib.sha256).digest()
 
 
 def destination_inbox(
@@ -98,19 +85,10 @@ def destination_inbox(
 ) -> RepairInbox:
     """The inbox of ``destination`` with its key and table filter, for requester and holder
     alike. An unset password variable leaves it without a key (every request refused)."""
-    try:
-        key = signing_key(source.password(), destination)
-    except ConfigError:
-        key = None
+    key = request_key(source, destination, "repair")
     captured = TableFilter(source.include_tables, source.exclude_tables)
     root = LakeFile(inbox_path(lake_root, destination), storage_options)
     return RepairInbox(root, key=key, allowed=captured.matches)
-
-
-def _signature(key: bytes, item: dict[str, Any]) -> str:
-    body = {k: v for k, v in item.items() if k != "signature"}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
-    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
 
 
 class RepairInbox:
@@ -169,7 +147,7 @@ class RepairInbox:
             "submitted_at": now,
             "tables": [t.to_json() for t in tables],
         }
-        item["signature"] = _signature(self._key, item)
+        item["signature"] = sign_request(self._key, item)
         self.requests.child(f"{request_id}.json").write_json(item)
         return request_id
 
@@ -177,18 +155,9 @@ class RepairInbox:
         """The request's id and tables; ReconcileError saying why it is refused."""
         if not isinstance(item, dict) or item.get("format") != _FORMAT:
             raise ReconcileError("unknown request format")
-        if self._key is None:
-            raise ReconcileError("this process has no key to verify requests with")
-        signature = item.get("signature")
-        if not isinstance(signature, str):
-            raise ReconcileError("the request is not signed")
-        if not hmac.compare_digest(signature, _signature(self._key, item)):
-            raise ReconcileError("wrong signature (not written by this platform's reconcile)")
-        if item.get("id") != name:
-            raise ReconcileError(f"the request's id {item.get('id')!r} is not its file name")
-        age = self._wall_clock() - float(item["submitted_at"])
-        if not -_MAX_CLOCK_AHEAD_SECONDS <= age <= self._max_age:
-            raise ReconcileError(f"submitted {age:.0f} s ago, outside the accepted age")
+        why = verify_request(self._key, item, name, now=self._wall_clock(), max_age=self._max_age)
+        if why is not None:
+            raise ReconcileError(why)
         try:
             tables = [RepairTable.from_json(t) for t in item["tables"]]
         except (KeyError, TypeError, ValueError) as exc:
@@ -214,6 +183,15 @@ class RepairInbox:
             if not self.requests.child(name).move_to(target):
                 continue  # withdrawn or claimed by someone else
             request_id = name[: -len(".json")]
+            if self.results.child(name).exists():
+                log.error(
+                    "%s: repair request %s refused: served already (a replayed copy); its "
+                    "result is kept",
+                    self.root,
+                    request_id,
+                )
+                target.delete()
+                continue
             try:
                 return self._check(request_id, target.read_json())
             except (SinkError, ValueError, KeyError, TypeError, ReconcileError) as exc:

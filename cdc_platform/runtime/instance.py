@@ -203,17 +203,23 @@ class DestinationRuntime:
 
         Terminal errors (bad source settings, purged binlog, fencing) end the run with the
         error in the summary and every committed batch intact; transient sink errors, and a
-        source that cannot be reached at start, are retried with backoff.
+        source that cannot be reached at start, are retried with backoff. A transient fault of
+        the change log before streaming (its recovery, the start's pin) ends the run with the
+        error, which says so (``transient``): the lease supervisor runs it again.
         """
-        checkpoint = self.sink.recover()
-        term_epoch = self.term.epoch
-        epoch = term_epoch if term_epoch is not None else (checkpoint.epoch if checkpoint else 0)
-        batch_seq = checkpoint.batch_seq if checkpoint else 0
-        resume = checkpoint.resume if checkpoint else None
-        self._server = resume.server if resume is not None else None
-        self._server_changes.clear()
-        self.source = self._open_source(resume)
+        batch_seq: int = 0
+        resume: ResumePosition | None = None
         try:
+            checkpoint = self.sink.recover()
+            term_epoch = self.term.epoch
+            epoch = (
+                term_epoch if term_epoch is not None else (checkpoint.epoch if checkpoint else 0)
+            )
+            batch_seq = checkpoint.batch_seq if checkpoint else 0
+            resume = checkpoint.resume if checkpoint else None
+            self._server = resume.server if resume is not None else None
+            self._server_changes.clear()
+            self.source = self._open_source(resume)
             if self._until_reachable(self.source.check) is None:
                 self.sink.close()
                 return RunSummary(self.name, self._stop_reason, 0, 0, batch_seq, resume)
@@ -251,7 +257,7 @@ class DestinationRuntime:
                     extra={"position": str(resume), "epoch": epoch, "batch_seq": batch_seq},
                 )
         except CdcError as exc:
-            log.error("%s: %s", self.name, exc)
+            log.log(logging.WARNING if exc.transient else logging.ERROR, "%s: %s", self.name, exc)
             self.sink.close()
             return RunSummary(self.name, "failed", 0, 0, batch_seq, resume, exc)
 

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 
 from cdc_platform.backfill.snapshot import SnapshotProgress
 from cdc_platform.backfill.snapshot_requests import snapshot_inbox
+from cdc_platform.config.deployment import check_deployment
 from cdc_platform.config.loader import ConfigSet, Destination
 from cdc_platform.coordination.factory import open_lease, open_registry, open_state_store
 from cdc_platform.infra.recorder import NULL_RECORDER, MetricsRecorder
@@ -39,11 +40,14 @@ def supervised_destination(  # noqa: PLR0913 (the CLI's and the Dagster run's op
     """A LeaseSupervisor wired from the platform config (lease, registry, state publisher).
 
     The one place that builds a lease-gated destination, for `cdc-platform run` and the Dagster
-    run alike; everything it opened is closed on exit. ``recorder`` hears the destination's
-    figures; ``metrics_url`` (where they are served) is published for `status`.
+    run alike; everything it opened is closed on exit. Settings no writer may start with (a
+    lake on object storage with a local SQLite lease) raise ConfigError before anything opens.
+    ``recorder`` hears the destination's figures; ``metrics_url`` (where they are served) is
+    published for `status`.
     """
     platform = config.platform
     lake = config.lake
+    check_deployment(config)  # a shared lake with a local lease: two writers, no fence
     check_lake(lake)  # bad input fails here, naming the URI and the cause
     registry = open_registry(platform, config.conf_dir)
     publisher: StatePublisher | None = None

@@ -3,16 +3,16 @@
 :class:`LeaseSupervisor` wraps :class:`~cdc_platform.runtime.instance.DestinationRuntime`:
 
 1. **Standby**: wait in :meth:`Lease.acquire` (no source connection, no table writes).
-2. **Claim**: on acquiring epoch E, write an empty commit with epoch E to the change log before
-   streaming. From then on the sink refuses every commit of an older epoch, so a holder that
-   was paused (SIGSTOP, a GC pause, a frozen VM) and wakes up after the take-over writes
-   nothing, even if it has not noticed yet that its lease is gone (docs/ha.md: fencing).
+2. **Claim** (:mod:`.claim`): on acquiring epoch E, write an empty commit with epoch E to the
+   change log before streaming, fencing off every older writer (docs/ha.md: fencing).
 3. **Gate**: the runtime calls the gate right before every Delta commit; it passes only while
    :meth:`Lease.is_held` is True. While the lease is unconfirmed (ZooKeeper SUSPENDED) it holds
    the commit; when the term is lost it raises LeaseLostError and the run ends.
 4. **Loss**: ``on_lost`` stops the runtime after its in-flight commit (and interrupts side
    work at once); the supervisor goes back to standby. A stop request, an idle exit or a
-   terminal error releases the lease and returns.
+   terminal error releases the lease and returns. A transient error (the source or the lake
+   unreachable at the term's start) is retried with the source's backoff while the lease
+   is held: it never ends the process.
 
 It also heartbeats the node registry (database backend), runs its bounded cleanup while
 holding the lease, and publishes lease, config and progress state to the state watch.
@@ -39,14 +39,15 @@ from cdc_platform.errors import (
     CdcError,
     LeaseError,
     LeaseLostError,
-    SinkError,
     StaleSideFileError,
 )
 from cdc_platform.ha.lease import Lease
 from cdc_platform.ha.registry import NodeRegistry
+from cdc_platform.infra.backoff import Backoff
+from cdc_platform.runtime.claim import claim_change_log
 from cdc_platform.runtime.instance import DestinationRuntime, RunSummary, RuntimeMetrics
 from cdc_platform.runtime.side_work import SideWork, StoppableRuntime
-from cdc_platform.sink import DeltaChangeLog, FencedCommitError
+from cdc_platform.sink import FencedCommitError
 from cdc_platform.sink.report import CommitReport
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.watch.keys import state_keys
@@ -69,7 +70,6 @@ class StreamingRuntime(StoppableRuntime, Protocol):
 RuntimeFactory = Callable[[WriteTerm], StreamingRuntime]
 """Builds the runtime of one lease term from the term (its epoch, gate and observer)."""
 
-_CLAIM_ATTEMPTS = 5
 _SAME_TERM_RESTARTS = 3
 _REGISTRY_MAINTENANCE_EVERY = 10
 """Registry heartbeats between two cleanups of dead nodes (by the active holder)."""
@@ -108,6 +108,8 @@ class LeaseSupervisor:
         self._stop = threading.Event()
         self._stop_reason = "stop requested"
         self._term_lost = threading.Event()
+        self._wake = threading.Event()
+        """Set by a stop request and a lost lease: ends a retry's wait at once."""
         self._runtime: StreamingRuntime | None = None
         self._gate_waiting = False
         self._epoch: int | None = None
@@ -127,6 +129,7 @@ class LeaseSupervisor:
             if not self._stop.is_set():
                 self._stop_reason = reason
             self._stop.set()
+            self._wake.set()
             runtime = self._runtime
         if runtime is not None:
             runtime.request_stop(reason)
@@ -150,6 +153,7 @@ class LeaseSupervisor:
     def _on_lost(self, error: LeaseLostError) -> None:
         """Lease callback (a lease thread): stop writing now."""
         self._term_lost.set()
+        self._wake.set()
         self.term.recorder.lease(held=False, epoch=self._epoch)
         with self._lock:
             runtime = self._runtime
@@ -191,62 +195,8 @@ class LeaseSupervisor:
                 return
 
     def _claim(self, epoch: int) -> None:
-        """Commit an empty batch with ``epoch``, fencing off every older writer from now on.
-
-        Storage trouble is retried (with back-off, while the lease is held); a newer epoch in
-        the table means the lease is already lost.
-        """
-        sink = self.term.open_change_log()
-        races = 0
-        delay = 0.5
-        try:
-            while True:
-                try:
-                    if self._claim_once(sink, epoch):
-                        return
-                    races += 1
-                    if races >= _CLAIM_ATTEMPTS:
-                        raise LeaseLostError(self.name, epoch, "could not claim the change log")
-                except SinkError as exc:
-                    if not exc.transient or self._stop.is_set():
-                        raise
-                    log.warning("%s: claim failed (%s); retrying in %.1f s", self.name, exc, delay)
-                    self._stop.wait(delay)
-                    delay = min(delay * 2, 10.0)
-                    self._gate()  # raises if the lease went meanwhile
-        finally:
-            sink.close()
-
-    def _claim_once(self, sink: DeltaChangeLog, epoch: int) -> bool:
-        """One try: True when claimed (or nothing to claim), False when a commit raced us."""
-        checkpoint = sink.recover()
-        if checkpoint is None:
-            return True  # the runtime's first commit pins the start and carries the epoch
-        if checkpoint.epoch > epoch:
-            raise LeaseLostError(
-                self.name,
-                epoch,
-                f"the change log already holds a commit of epoch {checkpoint.epoch}",
-            )
-        if checkpoint.epoch == epoch:
-            return True
-        self._gate()
-        try:
-            sink.commit(
-                (), batch_seq=checkpoint.batch_seq + 1, resume=checkpoint.resume, epoch=epoch
-            )
-        except FencedCommitError as exc:
-            if exc.table_epoch is not None and exc.table_epoch > epoch:
-                raise LeaseLostError(self.name, epoch, str(exc)) from exc
-            return False  # the previous holder's last batch landed meanwhile: re-read
-        log.info(
-            "%s: epoch %d claimed the change log at batch %d (previous epoch %d)",
-            self.name,
-            epoch,
-            checkpoint.batch_seq + 1,
-            checkpoint.epoch,
-        )
-        return True
+        """Fence off every older writer before this term writes (:mod:`.claim`)."""
+        claim_change_log(self.term, epoch, gate=self._gate)
 
     # -- state -----------------------------------------------------------------------------------
 
@@ -349,6 +299,9 @@ class LeaseSupervisor:
             while not self._stop.is_set():
                 self.role = "standby"
                 self._term_lost.clear()
+                self._wake.clear()
+                if self._stop.is_set():
+                    break
                 self._log_standby()
                 held = take_lease(
                     self.lease,
@@ -458,46 +411,48 @@ class LeaseSupervisor:
 
     def _run_term(self, term: WriteTerm, epoch: int, exit_when_idle: float | None) -> RunSummary:
         """Claim the change log, copy new tables, stream (pausing for repairs) until the term
-        ends; ``term`` carries ``epoch``, this supervisor's gate and its commit observer."""
+        ends; ``term`` carries ``epoch``, this supervisor's gate and its commit observer.
+
+        A transient fault (the source down during the start's snapshot, the lake unreachable
+        at recovery) does not end the term: it is retried with the source's backoff for as
+        long as the lease is held.
+        """
         summary = RunSummary(self.name, "not started", 0, 0, 0, None)
         restarts = 0
         batches = rows = 0
-        snapshot_checked = False
-        side = self._side
+        started = False
+        source = self.config.source
+        backoff = Backoff(source.reconnect_initial_seconds, source.reconnect_max_seconds)
         while restarts < _SAME_TERM_RESTARTS:
+            why = self._halted()
+            if why is not None:  # while waiting to retry
+                reason = self._stop_reason if why == "stopping" else why
+                return replace(summary, reason=reason, error=None)
             try:
                 self._claim(epoch)
-                if not snapshot_checked:
-                    snapshot_checked = True
+                if not started:
                     self._snapshot_new_tables(term)
                     self._reread(term)
+                    started = True
             except CdcError as exc:
-                return RunSummary(self.name, "failed", 0, 0, 0, None, exc)
-            runtime = self._factory(term)
-            with self._lock:
-                self._runtime = runtime
-                if self._stop.is_set():
-                    runtime.request_stop(self._stop_reason)
-            if self._term_lost.is_set():
-                runtime.request_stop("lease lost")
-            watch_stop = threading.Event()
-            watcher = side.start_inbox_watch(runtime, watch_stop)
-            try:
-                summary = runtime.run(exit_when_idle_seconds=exit_when_idle)
-            finally:
-                watch_stop.set()
-                if watcher is not None:
-                    watcher.join(timeout=10)
-                with self._lock:
-                    self._runtime = None
+                if self._retry_later(exc, backoff, "starting the term"):
+                    continue
+                return RunSummary(self.name, "failed", batches, rows, 0, None, exc)
+            summary = self._stream(term, exit_when_idle)
             batches, rows = batches + summary.batches, rows + summary.rows
             summary = replace(summary, batches=batches, rows=rows)
+            if summary.batches:
+                backoff.reset()
             error = summary.error
-            try:
-                if error is None and self._paused_for_side_work(term):
-                    continue  # stream again from the checkpoint, same term
-            except CdcError as exc:
-                return RunSummary(self.name, "failed", batches, rows, 0, None, exc)
+            if error is None:
+                try:
+                    if self._paused_for_side_work(term):
+                        continue  # stream again from the checkpoint, same term
+                except CdcError as exc:
+                    error = exc
+                    summary = replace(summary, reason="failed", error=exc)
+            if error is not None and self._retry_later(error, backoff, "streaming"):
+                continue  # e.g. the lake unreachable when the runtime recovered
             if (
                 isinstance(error, FencedCommitError)
                 and not _fenced(error, epoch)
@@ -511,6 +466,44 @@ class LeaseSupervisor:
                 summary = replace(summary, reason=self._stop_reason, error=None)
             return summary
         return summary
+
+    def _stream(self, term: WriteTerm, exit_when_idle: float | None) -> RunSummary:
+        """One runtime of this term, from the checkpoint until it stops (a stop, a lost lease,
+        a request for side work, a failure); an inbox watch beside it."""
+        runtime = self._factory(term)
+        with self._lock:
+            self._runtime = runtime
+            if self._stop.is_set():
+                runtime.request_stop(self._stop_reason)
+        if self._term_lost.is_set():
+            runtime.request_stop("lease lost")
+        watch_stop = threading.Event()
+        watcher = self._side.start_inbox_watch(runtime, watch_stop)
+        try:
+            return runtime.run(exit_when_idle_seconds=exit_when_idle)
+        finally:
+            watch_stop.set()
+            if watcher is not None:
+                watcher.join(timeout=10)
+            with self._lock:
+                self._runtime = None
+
+    def _retry_later(self, error: CdcError, backoff: Backoff, doing: str) -> bool:
+        """Wait out a transient ``error`` of this term (True: try again); False when it is
+        terminal or the term is ending (a stop or a lost lease ends the wait at once)."""
+        if not error.transient or self._halted() is not None:
+            return False
+        delay = backoff.next_delay()
+        log.warning(
+            "%s: %s failed (attempt %d): %s; retrying in %.1f s while the lease is held",
+            self.name,
+            doing,
+            backoff.attempts,
+            error,
+            delay,
+        )
+        self._wake.wait(delay)
+        return True
 
     def _snapshot_new_tables(self, term: WriteTerm) -> None:
         """Copy tables the destination has no copy of yet (config ``snapshot.new_tables``)."""

@@ -73,6 +73,7 @@ from cdc_platform.source.mysql import (
 from cdc_platform.source.rows_framing import FramingReader
 from cdc_platform.source.table_maps import JSON_VALID_CHECK, Catalog, TablePlans, enum_labels
 from cdc_platform.source.transactions import TransactionAssembler
+from cdc_platform.source.xa import aging_prepared
 
 __all__ = ["BinlogSource", "SourceInfo"]
 
@@ -295,9 +296,27 @@ class BinlogSource:
             filters=self._filters,
             heartbeats=self._heartbeats,
         )
+        if start.xa_prepared:
+            self._warn_aging(start.xa_prepared)
         for xa in start.xa_prepared:
             assembler.adopt_prepared(xa, self._read_prepared(xa))
         return assembler
+
+    def _warn_aging(self, prepared: tuple[PreparedXa, ...]) -> None:
+        """Say loudly when a prepared XA transaction's group is in the oldest retained binlog
+        (:func:`.xa.aging_prepared`): someone must commit or roll it back before it is purged."""
+        logs = [str(row[0]) for row in self.binlog_server.query("SHOW BINARY LOGS")]
+        for xa in aging_prepared(prepared, logs):
+            log.warning(
+                "XA transaction %s, prepared at %s:%s and still not committed or rolled back, "
+                "is in the oldest binlog %s retains: once it is purged this destination cannot "
+                "restart (its rows are read again from there); resolve it on the server (XA "
+                "RECOVER, then XA COMMIT or XA ROLLBACK) or keep the binlogs longer",
+                xa.xid,
+                xa.file,
+                xa.pos,
+                self._where(),
+            )
 
     def _until_reachable(self, step: Callable[[], _R]) -> _R | None:
         """``step`` (queries before a binlog read), retried with the reconnect backoff while

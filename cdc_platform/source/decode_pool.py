@@ -14,11 +14,11 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import pickle
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
-from threading import Event
 from typing import Any
 
 from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, XidEvent
@@ -41,6 +41,7 @@ __all__ = [
     "DEFAULT_BATCH_BYTES",
     "DEFAULT_INLINE_BYTES",
     "DEFAULT_IN_FLIGHT_BYTES",
+    "PROCESS_WORKERS",
     "DecodePool",
     "StreamHooks",
     "decode_frame",
@@ -62,10 +63,68 @@ worker takes a core from the reader and the Delta commits. A row of a wide table
 1 KiB) costs ten times as much to decode and still goes to a worker."""
 
 
+class _ProcessWorkers:
+    """The decode worker processes of this process: one pool that every binlog source in it
+    shares (``serve`` runs many destinations in one process, and ``auto`` per destination
+    would multiply the processes: 40 destinations, 320 workers). The first source to need
+    workers starts the pool with its own figure; later ones use it as it is. A pool that broke
+    (a worker killed) is replaced for the sources that start after; the ones that saw it break
+    end as before, and it stops once its last user left."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._current: ProcessPoolExecutor | None = None
+        self._users: dict[ProcessPoolExecutor, int] = {}
+
+    def acquire(self, workers: int) -> ProcessPoolExecutor:
+        with self._lock:
+            executor = self._current
+            if executor is None or _broken(executor):
+                context = multiprocessing.get_context("forkserver")
+                # The fork server imports only the worker's module (not the parent's
+                # ``__main__``, the default), so each worker holds what decoding needs.
+                context.set_forkserver_preload([decode_in_worker.__module__])
+                executor = ProcessPoolExecutor(workers, mp_context=context)
+                for _ in range(workers):
+                    executor.submit(worker_ready)
+                self._current = executor
+            self._users[executor] = self._users.get(executor, 0) + 1
+            return executor
+
+    def release(self, executor: ProcessPoolExecutor) -> None:
+        with self._lock:
+            left = self._users.get(executor, 1) - 1
+            if left > 0:
+                self._users[executor] = left
+                return
+            self._users.pop(executor, None)
+            if self._current is executor:
+                self._current = None
+        executor.shutdown(wait=True, cancel_futures=True)
+
+    def processes(self) -> int:
+        """Worker processes running now (of every pool still in use)."""
+        with self._lock:
+            return sum(len(getattr(e, "_processes", None) or ()) for e in self._users)
+
+
+def _broken(executor: ProcessPoolExecutor) -> bool:
+    return bool(getattr(executor, "_broken", False))
+
+
+PROCESS_WORKERS = _ProcessWorkers()
+"""The one decode worker pool of this process."""
+
+_KEYS = itertools.count(1)
+"""Decoder keys, unique in the process: the workers are shared by every source."""
+
+
 class DecodePool:
-    """``workers`` processes decoding rows events, in batches of up to ``batch_bytes`` row
-    bytes; at most ``max_in_flight_bytes`` row bytes are sent and not yet fed back. Events of
-    fewer than ``inline_bytes`` row bytes are decoded in the reader thread, in their place.
+    """One binlog source's use of the process's decode workers (:data:`PROCESS_WORKERS`,
+    started with ``workers`` processes by the first source that needs them): rows events in
+    batches of up to ``batch_bytes`` row bytes; at most ``max_in_flight_bytes`` row bytes are
+    sent and not yet fed back. Events of fewer than ``inline_bytes`` row bytes are decoded in
+    the reader thread, in their place.
 
     Workers are started with ``forkserver`` (never a fork of the multi-threaded reader
     process) by :meth:`start`, or at the first :meth:`submit`: a stream of small events only
@@ -86,18 +145,12 @@ class DecodePool:
         self.inline_bytes = inline_bytes
         self._executor: ProcessPoolExecutor | None = None
         self._keys: dict[int, tuple[int, bytes, RowDecoder]] = {}
-        self._next_key = itertools.count(1)
 
     def start(self) -> None:
-        """Start the workers now (they take a moment to import), not at the first rows."""
+        """Join the process's workers now (they take a moment to import), not at the first
+        rows."""
         if self._executor is None:
-            context = multiprocessing.get_context("forkserver")
-            # The fork server imports only the worker's module (not the parent's ``__main__``,
-            # the default), so each worker holds what decoding needs and no more.
-            context.set_forkserver_preload([decode_in_worker.__module__])
-            self._executor = ProcessPoolExecutor(self.workers, mp_context=context)
-            for _ in range(self.workers):
-                self._executor.submit(worker_ready)
+            self._executor = PROCESS_WORKERS.acquire(self.workers)
 
     def key(self, decoder: RowDecoder) -> tuple[int, bytes]:
         """The key workers know ``decoder`` by, and its pickled definition."""
@@ -106,7 +159,7 @@ class DecodePool:
             if len(self._keys) >= MAX_DECODERS:
                 self._keys.clear()
             # The decoder stays referenced here, so its id is not reused while keyed.
-            known = (next(self._next_key), pickle.dumps(decoder), decoder)
+            known = (next(_KEYS), pickle.dumps(decoder), decoder)
             self._keys[id(decoder)] = known
         return known[0], known[1]
 
@@ -119,11 +172,11 @@ class DecodePool:
         return self._executor.submit(decode_in_worker, specs, batch)
 
     def close(self) -> None:
-        """Stop the workers (pending work is cancelled)."""
+        """Leave the workers (the last source to leave stops them, pending work cancelled)."""
         executor, self._executor = self._executor, None
         self._keys.clear()
         if executor is not None:
-            executor.shutdown(wait=True, cancel_futures=True)
+            PROCESS_WORKERS.release(executor)
 
 
 @dataclass(frozen=True)
@@ -137,7 +190,7 @@ class StreamHooks:
     """
 
     fetch: Callable[[], Any]
-    stop: Event
+    stop: threading.Event
     on_event: Callable[[], None] = lambda: None
     more_waiting: Callable[[], bool] = lambda: False
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from cdc_platform.events import BinlogPosition, ChangeEvent, PreparedXa, Transaction
 
-__all__ = ["XaState", "xa_statement", "xid_of"]
+__all__ = ["XaState", "aging_prepared", "xa_statement", "xid_of"]
 
 
 def xid_of(text: str) -> str:
@@ -82,3 +82,12 @@ class XaState:
         return [
             replace(row, txn=txn, position=here, index=i) for i, row in enumerate(rows) if i >= skip
         ]
+
+
+def aging_prepared(prepared: tuple[PreparedXa, ...], logs: list[str]) -> list[PreparedXa]:
+    """The prepared transactions whose group lies in the oldest binlog the server still has
+    (``logs``, oldest first): the server's next purge takes it, and then a restart cannot read
+    their rows again (a gap) while they stay prepared."""
+    if not logs:
+        return []
+    return [xa for xa in prepared if xa.file == logs[0]]

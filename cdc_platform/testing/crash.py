@@ -111,7 +111,14 @@ def kill_cycle(
     conf = workdir / "conf"
     lake = lake_root if lake_root is not None else str(workdir / "lake")
     write_conf(
-        conf, destination=destination, server=server, user=user, database=database, lake_root=lake
+        conf,
+        destination=destination,
+        server=server,
+        user=user,
+        database=database,
+        lake_root=lake,
+        # the default SQLite lease: every run of this test is on this one machine
+        extra_platform="lease: {backend: database, single_machine: true}\n",
     )
     uri = f"{lake.rstrip('/')}/{destination}/changes"
     env = {**os.environ, PASSWORD_ENV: user.password}

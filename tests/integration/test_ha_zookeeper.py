@@ -8,15 +8,21 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 from pydantic import SecretStr
 
-from cdc_platform.errors import LeaseBackendError, LeaseLostError, TooFarBehindError
+from cdc_platform.backfill.lease import take_lease
+from cdc_platform.config.models import InstanceConfig, SourceConfig
+from cdc_platform.errors import LeaseBackendError, LeaseError, LeaseLostError, TooFarBehindError
+from cdc_platform.events import ResumePosition
 from cdc_platform.ha import ZooKeeperLease
 from cdc_platform.ha.running_node import RunningData
+from cdc_platform.sink import DeltaChangeLog
+from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.ha import wait_for
 from cdc_platform.testing.zookeeper import ZooKeeperServer
 from cdc_platform.watch import EventKind, ZooKeeperStateStore
@@ -26,6 +32,7 @@ pytestmark = pytest.mark.integration
 SESSION = 2.0
 
 MakeLease = Callable[..., ZooKeeperLease]
+RESUME = ResumePosition("mysql-bin.000001", 4)
 
 
 @pytest.fixture
@@ -314,3 +321,28 @@ def test_a_running_node_left_behind_by_an_unreachable_release_is_taken_back(
     data = RunningData.parse(raw)
     assert data is not None
     assert data.run_id == a.run_id
+
+
+def test_an_epoch_far_above_the_change_log_is_refused_not_trusted(
+    make_lease: MakeLease, admin: KazooClient, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Someone who can write the (ACL-less) ZooKeeper sets the epoch near the integer limit:
+    trusted, it would fence every later holder off for good. The holder refuses it."""
+    uri = str(tmp_path / "changes")
+    DeltaChangeLog(uri, "shop").commit((), batch_seq=1, resume=RESUME, epoch=3)
+    config = InstanceConfig(
+        source=SourceConfig(user="cdc", password_env="CDC_TEST_PASSWORD", server_id=7)
+    )
+    term = WriteTerm("shop", config, uri)
+    lease = make_lease("a")
+    lease.start()
+    admin.ensure_path(lease.epoch_path)
+    admin.set(lease.epoch_path, str(2**62).encode())
+    with pytest.raises(LeaseError, match="not written by this platform") as refused:
+        take_lease(lease, term, timeout=30)
+    assert "back to 3" in str(refused.value)
+    assert admin.exists(lease.running_path) is None, "the refused term was released"
+    admin.set(lease.epoch_path, b"40")  # an operator set it back (a plausible gap is fine)
+    held = take_lease(lease, term, timeout=30)
+    assert held is not None
+    assert held.epoch == 41

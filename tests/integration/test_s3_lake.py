@@ -31,7 +31,13 @@ from tests.integration.test_ha_failover import finish, start_active_and_standby
 pytestmark = pytest.mark.integration
 
 
-def _conf(mariadb: MariaDBDatabase, tmp_path: Path, lake_root: str, platform: str = "") -> Path:
+ONE_MACHINE = "lease: {backend: database, single_machine: true}\n"
+"""The default SQLite lease, accepted with the S3 lake: these tests run on one machine."""
+
+
+def _conf(
+    mariadb: MariaDBDatabase, tmp_path: Path, lake_root: str, platform: str = ONE_MACHINE
+) -> Path:
     conf = tmp_path / "conf"
     write_conf(
         conf,

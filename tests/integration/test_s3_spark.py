@@ -63,7 +63,7 @@ def s3_destination(
         lake_root=s3_lake.uri,
         server_id=3301,
         extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/lease.db', "
-        "renew_interval_seconds: 0.2, expiry_seconds: 1.5}\n",
+        "renew_interval_seconds: 0.2, expiry_seconds: 1.5, single_machine: true}\n",
     )
     config = load_config(conf)
     assert not config.errors, config.errors

@@ -4,6 +4,10 @@ fail-fast `config check --connect`, and resuming after the source primary was sw
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -12,9 +16,10 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
+from cdc_platform.backfill.new_tables import snapshot_new_tables
 from cdc_platform.cli import main
-from cdc_platform.config.models import InstanceConfig
-from cdc_platform.errors import SourceServerChangedError
+from cdc_platform.config.models import InstanceConfig, StartConfig
+from cdc_platform.errors import SourceConnectionError, SourceServerChangedError
 from cdc_platform.events import ResumePosition, ServerIdentity
 from cdc_platform.runtime import DestinationRuntime, RunSummary
 from cdc_platform.sink import DeltaChangeLog
@@ -22,7 +27,8 @@ from cdc_platform.sink.report import CommitReport
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source import BinlogSource
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
-from cdc_platform.testing.mariadb import MariaDBServer
+from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
+from cdc_platform.testing.processes import stop_process
 from cdc_platform.testing.replay import replay
 from tests.conftest import MariaDBDatabase
 
@@ -110,6 +116,100 @@ def test_a_run_started_while_the_source_is_down_waits_for_it(
     assert password not in caplog.text
     result = replay(uri)
     assert sorted(row["id"] for row in result.tables["shop.t"].values()) == [1, 2]
+
+
+def test_cli_run_with_start_initial_waits_for_a_stopped_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cdc-platform run` with the default `start: initial` against a source that is down:
+    the snapshot's side work at the term's start retries (with the source backoff) instead of
+    ending the process, then copies the table and streams once the database is back."""
+    server = MariaDBServer(tmp_path / "db")
+    password = _shop(server)
+    server.execute("INSERT INTO shop.t VALUES (1), (2)")
+    server.stop()
+    conf, lake = tmp_path / "conf", tmp_path / "lake"
+    write_conf(
+        conf,
+        destination="d",
+        server=server,
+        user=ReplicationUser("cdc", password),
+        database="shop",
+        lake_root=lake,
+        start="{mode: initial}",
+    )
+    log_file = tmp_path / "run.log"
+    address = f"{server.host}:{server.port}"
+    uri = str(lake / "d" / "changes")
+    with log_file.open("ab") as out:
+        command = [sys.executable, "-m", "cdc_platform.cli", "run", "--conf", str(conf)]
+        proc = subprocess.Popen(
+            [*command, "--destination", "d"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, PASSWORD_ENV: password},
+            start_new_session=True,
+        )
+    try:
+
+        def logged(text: str, times: int = 1) -> bool:
+            assert proc.poll() is None, log_file.read_text()[-3000:]
+            return log_file.read_text().count(text) >= times
+
+        _wait(lambda: logged(address, times=2), timeout=120)
+        server.start()  # the database is back (same address)
+        _wait(lambda: _ids_if_any(uri) == [1, 2], timeout=120)
+        server.execute("INSERT INTO shop.t VALUES (3)")
+        _wait(lambda: _ids_if_any(uri) == [1, 2, 3], timeout=120)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log_file.read_text()[-3000:]
+    finally:
+        stop_process(proc)
+        server.stop()
+    text = log_file.read_text()
+    print(text[-2000:])
+    assert password not in text
+
+
+def test_a_term_start_asks_the_source_for_new_tables_only_after_a_ddl(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The captured-tables probe of `start: initial` at a term's start is skipped while no
+    DDL reached the change log since the tables were listed (nothing can have changed): a
+    restart then does not need the source for it. After a CREATE TABLE it lists again."""
+    server = MariaDBServer(tmp_path / "db")
+    password = _shop(server)
+    monkeypatch.setenv(PASSWORD_ENV, password)
+    server.execute("INSERT INTO shop.t VALUES (1), (2)")
+    conf, lake = tmp_path / "conf", tmp_path / "lake"
+    write_conf(
+        conf, destination="d", server=server, user=ReplicationUser("cdc", password),
+        database="shop", lake_root=lake, start="{mode: initial}",
+    )  # fmt: skip
+    argv = ["run", "--conf", str(conf), "--destination", "d", "--exit-when-idle", "1"]
+    config = _config(server).model_copy(update={"start": StartConfig(mode="initial")})
+    term = WriteTerm("d", config, str(lake / "d" / "changes"))
+    try:
+        assert main(argv) == 0
+        server.stop()
+        assert snapshot_new_tables(term, str(lake)) is None  # the source is not asked
+        server.start()
+        server.execute("CREATE TABLE shop.u (id INT PRIMARY KEY)")
+        assert main(argv) == 0  # streams the CREATE TABLE into the change log
+        server.stop()
+        with pytest.raises(SourceConnectionError):  # now it must list the tables again
+            snapshot_new_tables(term, str(lake))
+    finally:
+        server.stop()
+    assert _ids_if_any(term.table_uri) == [1, 2]
+
+
+def _ids_if_any(uri: str) -> list[int]:
+    """The replayed ids of shop.t, [] while the change log has none yet."""
+    if not Path(uri, "_delta_log").exists():
+        return []
+    table = replay(uri).tables.get("shop.t")
+    return sorted(int(row["id"]) for row in table.values()) if table else []
 
 
 def test_config_check_connect_reports_each_destination(

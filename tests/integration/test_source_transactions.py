@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -267,6 +268,43 @@ def test_a_checkpoint_between_xa_prepare_and_commit_still_gets_the_rows(
     assert middle.skip_events == 1
     again = collect_events(_source(db, config, middle), _commits(1))
     assert [(e.kind, e.index) for e in again] == [(EventKind.ROW, 1), (EventKind.COMMIT, 2)]
+
+
+def test_a_prepared_xa_in_the_oldest_retained_binlog_is_said_loudly(
+    mariadb: MariaDBDatabase, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A prepared XA transaction is read again from its group at every restart: once the
+    server purges that binlog the destination cannot restart, so a restart whose prepared
+    group is in the oldest retained binlog warns (and one after its commit does not)."""
+    db = mariadb
+    db.server.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)", database=db.name)
+    config = _config(db)
+    start = _position(db, config)
+    _xa(db, "old", "INSERT INTO t VALUES (1, 1)", end="prepare")
+    try:
+        db.server.execute("INSERT INTO t VALUES (10, 10)", database=db.name)
+        checkpoint = collect_events(_source(db, config, start), _commits(1))[-1].resume_after()
+        assert [xa.file for xa in checkpoint.xa_prepared] == [start.file]
+        db.server.execute("FLUSH BINARY LOGS", f"PURGE BINARY LOGS TO '{start.file}'")
+        db.server.execute("INSERT INTO t VALUES (11, 11)", database=db.name)
+        with caplog.at_level(logging.WARNING):
+            again = collect_events(_source(db, config, checkpoint), _commits(1))
+        assert _ids(again) == [11]
+        warned = [r.getMessage() for r in caplog.records if "oldest binlog" in r.getMessage()]
+        assert len(warned) == 1
+        assert "X'6f6c64'" in warned[0]
+        assert "XA RECOVER" in warned[0]
+    finally:
+        db.server.execute("XA COMMIT 'old'", database=db.name)
+    resolved = collect_events(_source(db, config, again[-1].resume_after()), _commits(1))
+    assert _ids(resolved) == [1]  # the XA COMMIT's rows
+    assert resolved[-1].resume_after().xa_prepared == ()
+    db.server.execute("INSERT INTO t VALUES (12, 12)", database=db.name)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        later = collect_events(_source(db, config, resolved[-1].resume_after()), _commits(1))
+    assert _ids(later) == [12]
+    assert "oldest binlog" not in caplog.text
 
 
 # -- groups without an end -----------------------------------------------------------------------

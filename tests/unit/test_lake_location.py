@@ -12,6 +12,7 @@ from cdc_platform.config import load_config
 from cdc_platform.config.deployment import deployment_warnings
 from cdc_platform.config.lake import LakeLocation
 from cdc_platform.errors import ConfigError, ConfigFileError
+from cdc_platform.runtime.supervised import supervised_destination
 
 pytestmark = pytest.mark.unit
 
@@ -121,7 +122,10 @@ def test_configset_builds_table_uris_in_the_bucket(tmp_path: Path) -> None:
     ("platform", "expected"),
     [
         ("lake_root: var/lake\n", []),
-        ("lake_root: s3://lake/p\n", ["local SQLite file sqlite:///var/lease.db"]),
+        (
+            "lake_root: s3://lake/p\nlease: {backend: database, single_machine: true}\n",
+            [],
+        ),
         (
             "lake_root: s3://lake/p\nlease: {backend: zookeeper, hosts: 'zk:2181'}\n"
             "watch: {url: 'sqlite:///var/state.db'}\n",
@@ -134,7 +138,7 @@ def test_configset_builds_table_uris_in_the_bucket(tmp_path: Path) -> None:
         ),
     ],
 )
-def test_config_check_warns_when_the_lake_is_shared_but_the_lease_is_not(
+def test_config_check_warns_when_the_lake_is_shared_but_the_state_watch_is_not(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     platform: str,
@@ -153,3 +157,74 @@ def test_config_check_warns_when_the_lake_is_shared_but_the_lease_is_not(
     assert main(["config", "check", "--conf", str(conf)]) == 0  # a warning, not an error
     printed = capsys.readouterr().out
     assert printed.count("warning: ") == len(expected)
+
+
+@pytest.mark.parametrize("command", ["run", "serve", "snapshot", "dagster", "config check"])
+def test_a_local_sqlite_lease_with_a_lake_on_object_storage_is_refused(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    command: str,
+) -> None:
+    """Two machines would each take their own lease and write the same change log. The S3
+    endpoint does not exist: the refusal comes before anything is opened."""
+    conf = tmp_path / "conf"
+    (conf / "destinations" / "shop").mkdir(parents=True)
+    (conf / "platform.yaml").write_text("lake_root: s3://lake/p\n")
+    (conf / "destinations" / "shop" / "instance.yaml").write_text(
+        "source: {host: h, port: 3306, user: u, password_env: PW, server_id: 7}\n"
+    )
+    monkeypatch.setenv("PW", "x")
+    expected = "lease.single_machine: true"
+    if command == "dagster":  # the Dagster run wires its destination through this
+        config = load_config(conf)
+        with (
+            pytest.raises(ConfigError, match=expected),
+            supervised_destination(config, config.destinations["shop"]),
+        ):
+            pass
+        return
+    argv = {
+        "run": ["run", "--conf", str(conf), "--destination", "shop"],
+        "serve": ["serve", "--conf", str(conf)],
+        "snapshot": ["snapshot", "--conf", str(conf), "--destination", "shop"],
+        "config check": ["config", "check", "--conf", str(conf)],
+    }[command]
+    code = main(argv)
+    printed = capsys.readouterr()
+    assert code != 0
+    assert expected in printed.out + printed.err
+    assert not (tmp_path / "var").exists(), "no lease file, nothing opened"
+
+
+@pytest.mark.parametrize(
+    "root",
+    [
+        "s3://AKIAKEY:Sup3r-Secret@lake/prod",
+        "s3://AKIAKEY:Sup3r-Secret@/prod",  # and no bucket: still no echo of the secret
+        "s3://lake/prod?aws_secret_access_key=Sup3r-Secret",
+        "s3://lake/prod?token=Sup3r-Secret",
+    ],
+)
+def test_a_lake_root_with_credentials_is_refused_without_the_secret(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], root: str
+) -> None:
+    with pytest.raises(ConfigError) as direct:
+        LakeLocation.resolve(root, tmp_path, environ={})
+    assert "Sup3r-Secret" not in str(direct.value)
+    assert "environment" in str(direct.value)
+    conf = tmp_path / "conf"
+    (conf / "destinations").mkdir(parents=True, exist_ok=True)
+    (conf / "platform.yaml").write_text(f"lake_root: '{root}'\n")
+    with pytest.raises(ConfigFileError) as caught:
+        load_config(conf)
+    assert caught.value.key == "lake_root"
+    assert "Sup3r-Secret" not in str(caught.value)
+    assert main(["config", "check", "--conf", str(conf)]) != 0
+    printed = capsys.readouterr()
+    assert "Sup3r-Secret" not in printed.out + printed.err
+
+
+def test_a_lake_root_with_a_user_only_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="credentials"):
+        LakeLocation.resolve("s3://AKIAKEY@lake/prod", tmp_path, environ={})

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from cdc_platform.config.models import InstanceConfig, SourceConfig
-from cdc_platform.errors import LeaseLostError, StaleSideFileError
+from cdc_platform.errors import LeaseLostError, SinkError, StaleSideFileError
 from cdc_platform.events import ResumePosition
 from cdc_platform.runtime.instance import RunSummary, RuntimeMetrics
 from cdc_platform.runtime.supervisor import LeaseSupervisor
@@ -187,3 +187,57 @@ def test_a_refused_side_file_write_sends_the_holder_back_to_standby(tmp_path: Pa
         thread.join(timeout=30)
     assert result[0].reason == "test done"
     assert [r.epoch for r in FakeRuntime.instances] == [0, 1]
+
+
+class LakeDownOnce(FakeRuntime):
+    """The first runtime of a term finds the change log unreachable at its recovery."""
+
+    def run(self, *, exit_when_idle_seconds: float | None = None) -> RunSummary:
+        if len(FakeRuntime.instances) == 1:
+            error = SinkError("cannot reach the lake (connection refused)")
+            return RunSummary(self.name, "failed", 0, 0, 0, None, error)
+        return super().run(exit_when_idle_seconds=exit_when_idle_seconds)
+
+
+def test_a_transient_error_at_the_term_start_is_retried_while_the_lease_is_held(
+    tmp_path: Path,
+) -> None:
+    lease = InMemoryLease(InMemoryLeaseStore(), "shop", address="a", renew_interval=0.1)
+    FakeRuntime.instances.clear()
+    sup = supervisor(lease, str(tmp_path / "changes"), runtime_factory=LakeDownOnce)
+    result: list[RunSummary] = []
+    thread = threading.Thread(target=lambda: result.append(sup.run()), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: len(FakeRuntime.instances) == 2, "a second runtime in the same term")
+        wait_for(lambda: FakeRuntime.instances[1].commits > 0, "commits after the retry")
+        assert [r.epoch for r in FakeRuntime.instances] == [0, 0]
+        assert sup.terms == 1
+    finally:
+        sup.request_stop("test done")
+        thread.join(timeout=30)
+    assert result[0].error is None
+    assert result[0].reason == "test done"
+
+
+def test_a_stop_ends_the_wait_of_a_retry_at_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    slow = CONFIG.model_copy(
+        update={"source": CONFIG.source.model_copy(update={"reconnect_initial_seconds": 3600})}
+    )
+    lease = InMemoryLease(InMemoryLeaseStore(), "shop", address="a", renew_interval=0.1)
+    FakeRuntime.instances.clear()
+    sup = LeaseSupervisor(
+        WriteTerm("shop", slow, str(tmp_path / "changes")), lease, runtime_factory=LakeDownOnce
+    )
+    result: list[RunSummary] = []
+    thread = threading.Thread(target=lambda: result.append(sup.run()), daemon=True)
+    thread.start()
+    wait_for(lambda: "retrying in 3600.0 s" in caplog.text, "the retry's wait")
+    sup.request_stop("test done")
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert result[0].error is None
+    assert result[0].reason == "test done"
+    assert len(FakeRuntime.instances) == 1
