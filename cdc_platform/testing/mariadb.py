@@ -8,6 +8,7 @@ start-up (measured here): install-db ~1 s, ready ~1 s, restart on an existing da
 from __future__ import annotations
 
 import subprocess
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -45,6 +46,19 @@ BINLOG_ARGS: tuple[str, ...] = (
 settings pass their own."""
 
 
+_SOCKET_PATH_MAX = 107
+"""The server refuses a Unix socket path longer than this (``sun_path``)."""
+
+
+def _socket_path(base_dir: Path) -> Path:
+    """``base_dir/mysqld.sock``, or one in a short private temporary directory when that path
+    is too long (deep test directories, e.g. under parallel pytest workers)."""
+    path = base_dir / "mysqld.sock"
+    if len(str(path).encode()) <= _SOCKET_PATH_MAX:
+        return path
+    return Path(tempfile.mkdtemp(prefix="cdc-mariadb-")) / "mysqld.sock"
+
+
 @dataclass(frozen=True)
 class ReplicationUser:
     """A user with only the grants CDC needs: SELECT, REPLICATION SLAVE, REPLICATION CLIENT."""
@@ -73,7 +87,7 @@ class MariaDBServer:
         (``require_secure_transport``), so a plain-text connection cannot pass unnoticed."""
         self.base_dir = base_dir
         self.datadir = base_dir / "data"
-        self.socket = base_dir / "mysqld.sock"
+        self.socket = _socket_path(base_dir)
         self.error_log_path = base_dir / "error.log"
         # A private temporary directory: servers bootstrapping at once in a shared /tmp collided
         # on their temporary table files ("Could not remove temporary table", install aborted).
