@@ -34,6 +34,7 @@ __all__ = [
     "TablePlans",
     "catalog_mismatch",
     "changed_after",
+    "definition_differs",
     "enum_labels",
 ]
 
@@ -53,20 +54,31 @@ class Catalog:
     rows event written before it was written under an older definition."""
 
 
-def catalog_mismatch(catalog: Catalog, names: tuple[str, ...]) -> str | None:
-    """Why ``catalog`` (today's information_schema) certainly describes another definition
-    than a table map of ``names``, or None.
+def catalog_mismatch(
+    catalog: Catalog, names: tuple[str, ...], needed: tuple[str, ...] = ()
+) -> str | None:
+    """Why ``catalog`` (today's information_schema) certainly cannot describe the columns
+    ``needed`` of a table map of ``names``, or None.
 
     The catalog says what the binlog cannot (a MariaDB UUID/INET/JSON column is BINARY or
-    LONGTEXT in the table map, ENUM labels in other charsets are lost): read during a
-    catch-up across an ALTER, it describes the new definition, and old rows would be
-    decoded with the new type."""
-    if catalog.columns and catalog.columns != names:
+    LONGTEXT in the table map, ENUM labels in other charsets are lost), by column name. Read
+    during a catch-up across an ALTER it describes the new definition: a needed column it
+    no longer has (renamed or dropped since) cannot be decoded from it. Other columns added
+    or dropped leave the needed columns' facts usable (see :func:`definition_differs`)."""
+    if not catalog.columns:
+        return None
+    gone = [name for name in needed if name not in catalog.columns]
+    if gone:
         return (
-            f"its columns are ({', '.join(catalog.columns)}) in information_schema but "
-            f"({', '.join(names)}) in the binlog"
+            f"its column(s) {', '.join(gone)} are not in information_schema, whose columns "
+            f"are ({', '.join(catalog.columns)}); the binlog has ({', '.join(names)})"
         )
     return None
+
+
+def definition_differs(catalog: Catalog, names: tuple[str, ...]) -> bool:
+    """Whether today's columns differ from the table map's (an ALTER since the event)."""
+    return bool(catalog.columns) and catalog.columns != names
 
 
 def changed_after(catalog: Catalog, event_time: int) -> bool:
@@ -192,12 +204,17 @@ class TablePlans:
         self._by_id[event.table_id] = (signature, self._build(event, schema, table))
 
     def _check_catalog(
-        self, catalog: Catalog, names: tuple[str, ...], event_time: int, key: tuple[str, str]
+        self,
+        catalog: Catalog,
+        names: tuple[str, ...],
+        needed: tuple[str, ...],
+        event_time: int,
+        key: tuple[str, str],
     ) -> None:
         """Refuse a catalog of another definition; warn when it may be one (see
         :func:`catalog_mismatch`, :func:`changed_after`)."""
         schema, table = key
-        why = catalog_mismatch(catalog, names)
+        why = catalog_mismatch(catalog, names, needed)
         if why is not None:
             raise SourceError(
                 f"{schema}.{table}: the binlog cannot say how to decode some of its columns "
@@ -208,33 +225,38 @@ class TablePlans:
                 "the reader is past the change, then snapshot it (cdc-platform snapshot "
                 "--table), or restore the old definition while the reader catches up"
             )
-        if changed_after(catalog, event_time) and key not in self._warned:
+        suspect = changed_after(catalog, event_time) or definition_differs(catalog, names)
+        if suspect and key not in self._warned:
             self._warned.add(key)
-            assert catalog.defined_at is not None
+            changed = _utc(catalog.defined_at) if catalog.defined_at is not None else "?"
             log.warning(
-                "%s.%s: its definition changed at %s, after this rows event (%s): if the "
-                "change made a column UUID/INET4/INET6/JSON (or stopped it being one), rows "
-                "before it are decoded with today's type; check the table's mirror after the "
-                "catch-up (cdc-platform reconcile), or snapshot the table",
+                "%s.%s: its definition changed (at %s) after this rows event (%s): the "
+                "UUID/INET4/INET6/JSON columns and ENUM/SET labels are taken from today's "
+                "definition by name; if the change made a column one of those (or stopped it "
+                "being one), rows before it are decoded with today's type: check the table's "
+                "mirror after the catch-up (cdc-platform reconcile), or snapshot the table",
                 schema,
                 table,
-                _utc(catalog.defined_at),
+                changed,
                 _utc(event_time),
             )
 
     def _build(self, event: Any, schema: str, table: str) -> RowDecoder:
         catalog = Catalog()
         charsets = _charsets(event, self._mariadb, schema, table)
-        if any(
-            (self._mariadb and _may_be_logical(c)) or _labels_lost(c, charsets[i])
+        needed = tuple(
+            str(c.name)
             for i, c in enumerate(event.columns)
-        ):
+            if (self._mariadb and _may_be_logical(c)) or _labels_lost(c, charsets[i])
+        )
+        if needed:
             key = (schema, table)
             if key not in self._catalogs:
                 self._catalogs[key] = self._lookup(schema, table)
             catalog = self._catalogs[key]
             names = tuple(str(c.name) for c in event.columns)
-            self._check_catalog(catalog, names, int(getattr(event, "timestamp", 0)), key)
+            event_time = int(getattr(event, "timestamp", 0))
+            self._check_catalog(catalog, names, needed, event_time, key)
         specs = [
             _column_spec(c, catalog, schema, table, charsets[i])
             for i, c in enumerate(event.columns)
