@@ -26,6 +26,7 @@ from dagster import (
     AssetSpec,
     DagsterInvalidDefinitionError,
     DataVersion,
+    Failure,
     FreshnessPolicy,
     MaterializeResult,
     MetadataValue,
@@ -169,6 +170,7 @@ def mirror_assets(
             (t.db, t.table): (k, t) for k, t in by_key.items() if k in context.selected_asset_keys
         }
         # A full run also applies tables the change log gained since the definitions loaded.
+        without_table: list[str] = []
         for applied in platform.apply_mirrors(
             spark.session(),
             destination,
@@ -184,6 +186,19 @@ def mirror_assets(
                 continue
             key, table = selected[(applied.db, applied.table)]
             context.log.info(f"{table.name}: {applied.result.metadata()}")
+            if applied.result.mirror_version is None and applied.result.dropped is None:
+                without_table.append(table.name)  # nothing to read: never reported as done
+                continue
             yield _result(key, table, applied)
+        if without_table:
+            raise Failure(
+                description=(
+                    f"no mirror table yet for {', '.join(without_table)}: the change log holds "
+                    "no row and no definition of it (a destination started with `start: "
+                    "latest` and no change since?). Its mirror appears with its first change; "
+                    "to copy its rows now: cdc-platform snapshot --request --table <db.table>"
+                ),
+                allow_retries=False,
+            )
 
     return mirrors
