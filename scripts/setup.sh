@@ -9,12 +9,14 @@ say() { printf 'setup: %s\n' "$*" >&2; }
 
 # --- Debian packages --------------------------------------------------------------------------
 # mariadb-server/-client: private binlog servers for tests and the demo (never the system one).
-# zookeeper: the HA backend's server jar. A Java runtime runs ZooKeeper (and classic Spark).
+# zookeeper: the HA backend's server jar. A Java runtime runs ZooKeeper and Apache Spark;
+# maven fetches Spark's Delta and S3 jars (below).
 need=()
 for pkg in mariadb-server mariadb-client zookeeper; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
+command -v mvn >/dev/null 2>&1 || need+=(maven)
 if [ "${#need[@]}" -gt 0 ]; then
   say "installing Debian packages: ${need[*]}"
   sudo_cmd=""
@@ -56,3 +58,10 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c 'import
     || { say "the virtualenv is incomplete; see the pip output above"; exit 1; }
   echo "$want" > "$stamp"
 fi
+
+# --- Apache Spark jars -------------------------------------------------------------------------
+# delta-spark for the pinned pyspark and hadoop-aws with its AWS SDK (~690 MB), fetched once from
+# Maven Central into Maven's own repository (~/.m2, outside the work tree), leaving out what
+# pyspark ships; the list of files goes to ${CDC_PLATFORM_CACHE:-~/.cache/cdc-platform}. Later runs
+# only check that list (offline, quiet). cdc_platform/spark/jars.py, docs/spark.md.
+.venv/bin/python -m cdc_platform.spark.jars
