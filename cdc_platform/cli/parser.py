@@ -240,5 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the pipeline in this process, without Dagster",
     )
     demo.add_argument("--port", type=int, default=3000, help="Dagster UI port (default: 3000)")
+    demo.add_argument(
+        "--spark",
+        choices=["embedded", "classic"],
+        default=None,
+        help="engine of the Spark assets (default: spark.mode of the conf); classic: Apache "
+        "Spark with delta-spark on the jars scripts/setup.sh installed",
+    )
     demo.set_defaults(handler=demo_command)
     return parser

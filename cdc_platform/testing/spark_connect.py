@@ -26,9 +26,25 @@ from cdc_platform.testing.processes import (
     wait_until,
 )
 
-__all__ = ["SERVER_CLASS", "SparkConnectServer", "spark_submit"]
+__all__ = ["SERVER_CLASS", "SMALL_LOCAL_CONF", "SparkConnectServer", "spark_submit"]
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+
+SMALL_LOCAL_CONF: dict[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.log.level": "WARN",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.sql.catalogImplementation": "in-memory",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
+}
+"""A local JVM engine for small tables on a small machine: no UI, two partitions instead of
+Spark's 200 shuffle and Delta's 50 snapshot partitions, and a JVM tuned for a quick start
+(serial GC, the C1 compiler only), all on 127.0.0.1 with an in-memory catalog."""
 
 
 def spark_submit() -> Path:
@@ -85,16 +101,11 @@ class SparkConnectServer:
         scratch = self.base_dir / "scratch"
         settings = {
             **DELTA_SQL_CONF,
+            **SMALL_LOCAL_CONF,
             "spark.connect.grpc.binding.address": self.host,
             "spark.connect.grpc.binding.port": str(self.port),
-            "spark.driver.host": self.host,
-            "spark.driver.bindAddress": self.host,
-            "spark.ui.enabled": "false",
-            "spark.log.level": "WARN",
-            "spark.sql.catalogImplementation": "in-memory",
             "spark.sql.warehouse.dir": str(self.base_dir / "warehouse"),
             "spark.local.dir": str(scratch),
-            "spark.sql.shuffle.partitions": "4",
             "spark.sql.session.timeZone": "UTC",
             **self.conf,
         }

@@ -26,7 +26,7 @@ from cdc_platform.config.models import SparkConfig
 from cdc_platform.spark.session import CONNECT_MARK, SparkSessionFactory, stop_embedded_server
 from cdc_platform.spark.storage import s3a_conf
 from cdc_platform.testing.seaweedfs import SeaweedFSServer
-from cdc_platform.testing.spark_connect import SparkConnectServer
+from cdc_platform.testing.spark_connect import SMALL_LOCAL_CONF, SparkConnectServer
 from cdc_platform.testing.spark_engines import SparkEngine
 
 
@@ -66,12 +66,7 @@ def classic_factory(
         mode="classic",
         master="local[2]",
         conf={
-            "spark.sql.shuffle.partitions": "4",
-            "spark.ui.enabled": "false",
-            "spark.log.level": "WARN",
-            "spark.driver.host": "127.0.0.1",
-            "spark.driver.bindAddress": "127.0.0.1",
-            "spark.sql.catalogImplementation": "in-memory",
+            **SMALL_LOCAL_CONF,
             "spark.sql.warehouse.dir": str(work / "warehouse"),
             "spark.local.dir": str(work),
         },
