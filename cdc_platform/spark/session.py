@@ -125,6 +125,13 @@ def _stop_session(session: SparkSession) -> None:
         logger.debug("stopping a Spark session failed: %s", exc)
 
 
+def _stopped(session: SparkSession) -> bool:
+    """A classic session whose SparkContext was stopped (e.g. by another factory of the same
+    process: classic sessions share one context) cannot run anything; it is made again."""
+    context = getattr(session, "_sc", None)
+    return context is not None and getattr(context, "_jsc", None) is None
+
+
 _EMBEDDED = _EmbeddedServer()
 
 
@@ -232,8 +239,9 @@ class SparkSessionFactory:
         """
         with self._lock:
             url = self._url()
-            if self._session is not None and url == self._session_url:
-                return self._session
+            session = self._session
+            if session is not None and url == self._session_url and not _stopped(session):
+                return session
             if url is None and CONNECT_MARK in os.environ:
                 raise SparkSessionError(
                     "spark.mode is classic but this process already runs Spark Connect "
