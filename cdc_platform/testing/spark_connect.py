@@ -126,7 +126,7 @@ class SparkConnectServer:
             cmd += ["--conf", f"{key}={value}"]
         return [*cmd, "spark-internal"]
 
-    def start(self, timeout: float = 180.0) -> None:
+    def start(self, timeout: float = 300.0) -> None:
         """Start the server and wait until its gRPC port accepts connections."""
         if self.running:
             return
