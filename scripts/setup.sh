@@ -64,4 +64,4 @@ fi
 # Maven Central into Maven's own repository (~/.m2, outside the work tree), leaving out what
 # pyspark ships; the list of files goes to ${CDC_PLATFORM_CACHE:-~/.cache/cdc-platform}. Later runs
 # only check that list (offline, quiet). cdc_platform/spark/jars.py, docs/spark.md.
-.venv/bin/python -m cdc_platform.spark.jars
+.venv/bin/python -c 'import sys; from cdc_platform.spark.jars import main; sys.exit(main())'

@@ -2,7 +2,7 @@
 
 Classic PySpark and a Spark Connect server started from pyspark's own jars lack two things:
 delta-spark (MERGE INTO, ``VERSION AS OF`` on Delta tables) and hadoop-aws with the AWS SDK
-(S3 through ``s3a``). ``scripts/setup.sh`` runs ``python -m cdc_platform.spark.jars`` once:
+(S3 through ``s3a``). ``scripts/setup.sh`` runs :func:`main` once:
 Maven resolves :data:`ARTIFACTS` into its own local repository (``~/.m2``, outside the work
 tree, so a second clone on the same machine reuses it), leaving out every jar pyspark already
 ships, and the list of resolved files is written to a small manifest in the platform's cache
@@ -111,7 +111,7 @@ def installed_jars() -> list[str]:
         raise SparkSessionError(
             f"the Apache Spark jars ({', '.join(ARTIFACTS)}) are not installed (no complete "
             f"list at {manifest}): run scripts/setup.sh, which fetches them from Maven Central "
-            "once, or `python -m cdc_platform.spark.jars`"
+            "once"
         )
     return jars
 
@@ -194,7 +194,7 @@ def fetch() -> tuple[list[str], bool]:
 
 
 def main() -> int:
-    """``python -m cdc_platform.spark.jars``: fetch if needed; quiet when nothing to do."""
+    """What scripts/setup.sh runs: fetch if needed; quiet when nothing to do."""
     try:
         jars, fetched = fetch()
     except SparkSessionError as exc:
@@ -208,7 +208,3 @@ def main() -> int:
             file=sys.stderr,
         )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
