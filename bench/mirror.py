@@ -1,26 +1,24 @@
-"""Time to merge N changes into a mirror: embedded Sail on Delta vs. Apache Spark on Parquet.
+"""Time and peak memory to merge N changes into a mirror on each engine: embedded, classic, connect.
 
-    .venv/bin/python bench/mirror.py [--changes 1000000] [--base 200000] [--seed 1]
+    .venv/bin/python bench/mirror.py [--changes 1000000] [--base 200000] [--wide-changes 100000]
+                                     [--wide-base 20000] [--wide-columns 100] [--seed 1]
 
-Builds one change log of a table like the workload's ``orders`` (bigint key, int, varchar,
-decimal, text, datetime(6); ~200-byte images): ``--base`` inserts, then ``--changes`` changes
-(30 % inserts, 45 % updates, 10 % primary-key updates, 15 % deletes), written once as a Delta
-change log and once as plain Parquet with the same rows. Then, each engine in its own process
-(PySpark picks Spark Connect or classic per process):
+Builds two change logs (Delta, written by delta-rs as the sink writes them): a table like the
+workload's ``orders`` (bigint key, int, varchar, decimal, text, datetime(6); ~200-byte images):
+``--base`` inserts, then ``--changes`` changes (30 % inserts, 45 % updates, 10 % primary-key
+updates, 15 % deletes); and a wide table (``--wide-columns`` int columns) with
+``--wide-base`` / ``--wide-changes``. Each engine then runs the platform's ``apply_changes``
+(the rebuild of the base, timed as the initial load, then one merge of all the changes with
+``MERGE INTO``), in its own process (PySpark picks Spark Connect or classic per process):
 
-* **sail-merge**: the embedded engine (Sail, Spark Connect, in process) runs
-  ``apply_changes``: the mirror holds the base; the N changes are reduced to the newest per
-  key and merged with one ``MERGE INTO`` on Delta (plus the two small queries of the schema
-  timeline, the net counts and the state commit). This is the figure the platform delivers.
-* **sail-plan**: the same engine runs the DataFrame plan (newest change per key, anti-join
-  of the old mirror, union, overwrite) on Delta, the form of the merge without MERGE INTO.
-* **spark-plan**: Apache Spark 4.2, classic, ``local[2]``, without Delta (its jars are not
-  reachable here, and Spark has no MERGE INTO on Parquet): the same DataFrame plan, the same
-  ``cdc_platform.spark.plan`` code, reading Parquet and overwriting Parquet. The reference.
+* **embedded**: Sail, Spark Connect in the process, no JVM;
+* **classic**: Apache Spark 4.2 with delta-spark, ``local[2]``, on the installed jars;
+* **connect**: a private Apache Spark 4.2 Spark Connect server with delta-spark, ``local[2]``.
 
-Each timed run ends with the mirror's row count checked against the Python model of the
-table. The JVM start of Apache Spark (~6 s) and Sail's (~1 s) are not in the timings; the
-initial load of the base is timed separately. Prints figures only.
+Each merge ends with the mirror's row count checked against the Python model. Engine start
+(Sail ~1 s, a JVM several seconds) is not in the times. Peak memory is the largest sum of the
+resident sets of every process of the run (the client process, its JVM, the Connect server),
+sampled every 0.2 s. Prints figures only.
 """
 
 # ruff: noqa: PLC0415 (each engine runs in its own process and imports only what it needs)
@@ -34,32 +32,48 @@ import random
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-DB, TABLE = "bench", "orders"
-COLUMNS = json.dumps(
-    [
-        {"name": "id", "type": "bigint", "unsigned": False, "precision": None, "scale": None,
-         "length": None, "pk": True, "values": None},
-        {"name": "customer_id", "type": "int", "unsigned": False, "precision": None,
-         "scale": None, "length": None, "pk": False, "values": None},
-        {"name": "status", "type": "varchar", "unsigned": False, "precision": None,
-         "scale": None, "length": 64, "pk": False, "values": None},
-        {"name": "amount", "type": "decimal", "unsigned": False, "precision": 12, "scale": 2,
-         "length": None, "pk": False, "values": None},
-        {"name": "note", "type": "text", "unsigned": False, "precision": None, "scale": None,
-         "length": None, "pk": False, "values": None},
-        {"name": "updated", "type": "datetime", "unsigned": False, "precision": None,
-         "scale": 6, "length": None, "pk": False, "values": None},
-    ],
-    separators=(",", ":"),
-)  # fmt: skip
+DB = "bench"
+ENGINES = ("embedded", "classic", "connect")
+
+
+def columns_json(width: int) -> str:
+    """The ``columns`` document: the orders table, or ``width`` int columns after the key."""
+
+    def col(name: str, kind: str, **extra: Any) -> dict[str, Any]:
+        spec = {
+            "name": name,
+            "type": kind,
+            "unsigned": False,
+            "precision": None,
+            "scale": None,
+            "length": None,
+            "pk": name == "id",
+            "values": None,
+        }
+        return spec | extra
+
+    if width:
+        cols = [col("id", "bigint")] + [col(f"c{i}", "int") for i in range(1, width)]
+    else:
+        cols = [
+            col("id", "bigint"),
+            col("customer_id", "int"),
+            col("status", "varchar", length=64),
+            col("amount", "decimal", precision=12, scale=2),
+            col("note", "text"),
+            col("updated", "datetime", scale=6),
+        ]
+    return json.dumps(cols, separators=(",", ":"))
+
+
 _STATUSES = ("new", "paid", "shipped", "returned", "cancelled")
 _COMMIT_ROWS = 100_000
 
@@ -67,8 +81,9 @@ _COMMIT_ROWS = 100_000
 class Model:
     """The table's live keys and rows, to make valid changes and to check the result."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, width: int = 0) -> None:
         self.rng = random.Random(seed)
+        self.width = width
         self.rows: dict[int, str] = {}
         self.keys: list[int] = []
         self.index: dict[int, int] = {}
@@ -76,6 +91,9 @@ class Model:
 
     def _image(self, key: int) -> str:
         rng = self.rng
+        if self.width:
+            values = ",".join(f'"c{i}":{rng.randint(0, 10**6)}' for i in range(1, self.width))
+            return f'{{"id":{key},{values}}}'
         note = "n" * rng.randint(20, 80)
         micros = rng.randint(0, 999_999)
         return (
@@ -124,7 +142,9 @@ class Model:
         return "d", f'{{"id":{key}}}', before, None
 
 
-def _commit_table(rows: list[tuple[str, str, str | None, str | None]], first_seq: int) -> pa.Table:
+def _commit_table(
+    rows: list[tuple[str, str, str | None, str | None]], first_seq: int, table: str, columns: str
+) -> pa.Table:
     from cdc_platform.sink.schema import CHANGE_LOG_SCHEMA
 
     n = len(rows)
@@ -132,12 +152,12 @@ def _commit_table(rows: list[tuple[str, str, str | None, str | None]], first_seq
     data: dict[str, Any] = {
         "op": [r[0] for r in rows],
         "db": [DB] * n,
-        "table": [TABLE] * n,
+        "table": [table] * n,
         "pk": [r[1] for r in rows],
         "before": [r[2] for r in rows],
         "after": [r[3] for r in rows],
         "ddl": [None] * n,
-        "columns": [COLUMNS] * n,
+        "columns": [columns] * n,
         "binlog_file": ["mysql-bin.000001"] * n,
         "binlog_pos": list(range(first_seq, first_seq + n)),
         "txn_index": [0] * n,
@@ -155,182 +175,193 @@ def _commit_table(rows: list[tuple[str, str, str | None, str | None]], first_seq
     )
 
 
-def generate(work: Path, base: int, changes: int, seed: int) -> dict[str, Any]:
-    """Write the base and the changes as Delta change logs and Parquet; return the truth."""
+def generate(
+    work: Path, table: str, *, width: int, base: int, changes: int, seed: int
+) -> dict[str, Any]:
+    """Write the base and the changes as Delta change logs; return the truth."""
     from deltalake import write_deltalake
 
-    model = Model(seed)
+    model = Model(seed, width)
+    columns = columns_json(width)
     seq = 1
+    base_rows = 0
     for name, count, inserts_only in (("base", base, True), ("changes", changes, False)):
         done = 0
         while done < count:
             size = min(_COMMIT_ROWS, count - done)
             rows = [model.change(inserts_only) for _ in range(size)]
-            table = _commit_table(rows, seq)
-            write_deltalake(str(work / f"log_{name}"), table, mode="append",
-                            partition_by=["db", "table"])  # fmt: skip
-            pq.write_table(table, str(work / f"parquet_{name}" / f"part-{seq:012d}.parquet"))
+            write_deltalake(str(work / f"{table}_{name}"), _commit_table(rows, seq, table, columns),
+                            mode="append", partition_by=["db", "table"])  # fmt: skip
             seq += size
             done += size
         if name == "base":
             base_rows = len(model.rows)
-    return {"base_rows": base_rows, "final_rows": len(model.rows), "last_seq": seq - 1}
+    return {"table": table, "base_rows": base_rows, "final_rows": len(model.rows),
+            "last_seq": seq - 1, "changes": changes, "base": base}  # fmt: skip
 
 
 # -- the engines (each in its own process) -----------------------------------------------------
 
 
-def run_sail(work: Path, truth: dict[str, Any]) -> dict[str, float]:
+def run_engine(
+    mode: str, url: str | None, work: Path, truths: list[dict[str, Any]]
+) -> list[dict[str, float]]:
+    """Rebuild each table's base, then merge all its changes, with ``apply_changes``."""
     import shutil
 
     from deltalake import DeltaTable, write_deltalake
 
-    from cdc_platform.spark.locations import mirror_uri
+    from cdc_platform.config.models import SparkConfig
     from cdc_platform.spark.mirror import apply_changes
-    from cdc_platform.spark.plan import (
-        apply_plan,
-        change_rows,
-        key_events,
-        latest_per_key,
-        read_change_log,
-        timeline,
-    )
     from cdc_platform.spark.session import SparkSessionFactory
+    from cdc_platform.testing.spark_connect import SMALL_LOCAL_CONF
 
-    spark = SparkSessionFactory().session()
-    log = str(work / "sail_log")
-    shutil.copytree(work / "log_base", log)
-    root = str(work / "sail_mirror")
-    started = time.perf_counter()
-    first = apply_changes(spark, log, root, DB, TABLE)
-    load = time.perf_counter() - started
-    assert first.mirror_rows == truth["base_rows"], first
-    base_version = DeltaTable(mirror_uri(root, DB, TABLE)).version()
-    changes = DeltaTable(str(work / "log_changes")).to_pyarrow_table()
-    write_deltalake(log, changes, mode="append", partition_by=["db", "table"])
-    started = time.perf_counter()
-    result = apply_changes(spark, log, root, DB, TABLE)
-    merge = time.perf_counter() - started
-    assert result.mode == "merge", result
-    assert result.mirror_rows == truth["final_rows"], result
-    assert result.last_seq == truth["last_seq"]
-
-    started = time.perf_counter()
-    frame = read_change_log(spark, log)
-    line = timeline(frame, DB, TABLE, lo=first.last_seq)
-    assert line.target is not None
-    latest = latest_per_key(key_events(change_rows(frame, DB, TABLE, line.lo, line.hi), line),
-                            line.target)  # fmt: skip
-    mirror = spark.read.format("delta").option("versionAsOf", base_version)
-    out = str(work / "sail_plan")
-    apply_plan(mirror.load(mirror_uri(root, DB, TABLE)), latest, line.target).write.format(
-        "delta"
-    ).mode("overwrite").save(out)
-    plan = time.perf_counter() - started
-    assert spark.read.format("delta").load(out).count() == truth["final_rows"]
-    return {"load": load, "merge": merge, "plan": plan}
-
-
-def run_spark(work: Path, truth: dict[str, Any]) -> dict[str, float]:
-    from pyspark.sql import SparkSession
-
-    from cdc_platform.spark.plan import (
-        apply_plan,
-        change_rows,
-        key_events,
-        latest_per_key,
-        timeline,
-    )
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("bench-mirror")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-
-    def state(source: str, base: str | None, out: str, lo: int) -> float:
+    conf = {**SMALL_LOCAL_CONF, "spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "4",
+            "spark.driver.extraJavaOptions": "-XX:+UseParallelGC"}  # fmt: skip
+    config = {
+        "embedded": SparkConfig(),
+        "classic": SparkConfig(mode="classic", master="local[2]", conf=conf),
+        "connect": SparkConfig(mode="connect", connect_url=url),
+    }[mode]
+    spark = SparkSessionFactory(config).session()
+    results = []
+    for truth in truths:
+        table = truth["table"]
+        log = str(work / f"{mode}_{table}_log")
+        shutil.copytree(work / f"{table}_base", log)
+        root = str(work / f"{mode}_mirror")
         started = time.perf_counter()
-        frame = spark.read.parquet(str(work / source))
-        line = timeline(frame, DB, TABLE, lo=lo)
-        assert line.target is not None
-        rows = change_rows(frame, DB, TABLE, line.lo, line.hi)
-        latest = latest_per_key(key_events(rows, line), line.target)
-        mirror = spark.read.parquet(base) if base else None
-        apply_plan(mirror, latest, line.target).write.mode("overwrite").parquet(out)
-        return time.perf_counter() - started
-
-    load = state("parquet_base", None, str(work / "spark_base"), 0)
-    assert spark.read.parquet(str(work / "spark_base")).count() == truth["base_rows"]
-    plan = state("parquet_changes", str(work / "spark_base"), str(work / "spark_final"), 0)
-    assert spark.read.parquet(str(work / "spark_final")).count() == truth["final_rows"]
+        first = apply_changes(spark, log, root, DB, table)
+        load = time.perf_counter() - started
+        assert first.mirror_rows == truth["base_rows"], first
+        changes = DeltaTable(str(work / f"{table}_changes")).to_pyarrow_table()
+        write_deltalake(log, changes, mode="append", partition_by=["db", "table"])
+        started = time.perf_counter()
+        result = apply_changes(spark, log, root, DB, table)
+        merge = time.perf_counter() - started
+        assert result.mode == "merge", result
+        assert result.mirror_rows == truth["final_rows"], result
+        assert result.last_seq == truth["last_seq"]
+        results.append({"load": load, "merge": merge})
     spark.stop()
-    return {"load": load, "plan": plan}
+    return results
 
 
-def _child(engine: str, work: Path, truth: dict[str, Any]) -> dict[str, float]:
-    done = subprocess.run(
-        [
-            sys.executable,
-            __file__,
-            "--engine",
-            engine,
-            "--work",
-            str(work),
-            "--truth",
-            json.dumps(truth),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
-    )
-    if done.returncode != 0:
-        sys.stderr.write(done.stderr[-5000:])
-        raise SystemExit(f"{engine} run failed")
-    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+def _tree_rss(pids: list[int]) -> int:
+    """Resident bytes of these processes and all their descendants."""
+    seen: set[int] = set()
+    todo = list(pids)
+    total = 0
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            total += next(int(line.split()[1]) * 1024 for line in status.splitlines()
+                          if line.startswith("VmRSS:"))  # fmt: skip
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, StopIteration):
+            continue
+    return total
+
+
+def _child(
+    mode: str, url: str | None, work: Path, truths: list[dict[str, Any]], extra_pids: list[int]
+) -> tuple[list[dict[str, float]], int]:
+    """Run one engine in its own process; its results and the peak memory of the run."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
+    }
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    args = [sys.executable, __file__, "--engine", mode, "--work", str(work),
+            "--truth", json.dumps(truths), *(["--url", url] if url else [])]  # fmt: skip
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)  # fmt: skip
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _tree_rss([proc.pid, *extra_pids]))
+            time.sleep(0.2)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, err = proc.communicate()
+    done.set()
+    sampler.join()
+    if proc.returncode != 0:
+        sys.stderr.write(err[-5000:])
+        raise SystemExit(f"{mode} run failed")
+    results: list[dict[str, float]] = json.loads(out.strip().splitlines()[-1])
+    return results, peak
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--changes", type=int, default=1_000_000)
     parser.add_argument("--base", type=int, default=200_000)
+    parser.add_argument("--wide-changes", type=int, default=100_000)
+    parser.add_argument("--wide-base", type=int, default=20_000)
+    parser.add_argument("--wide-columns", type=int, default=100)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--engine", choices=["sail", "spark"], help=argparse.SUPPRESS)
+    parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--engine", choices=ENGINES, help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
     parser.add_argument("--truth", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.engine:
-        runner = run_sail if args.engine == "sail" else run_spark
-        print(json.dumps(runner(Path(args.work), json.loads(args.truth))))
+        print(json.dumps(run_engine(args.engine, args.url, Path(args.work),
+                                    json.loads(args.truth))))  # fmt: skip
         return
     with tempfile.TemporaryDirectory(prefix="bench-mirror-") as tmp:
         work = Path(tmp)
-        (work / "parquet_base").mkdir()
-        (work / "parquet_changes").mkdir()
         started = time.perf_counter()
-        truth = generate(work, args.base, args.changes, args.seed)
-        print(f"generated {args.base:,} base rows + {args.changes:,} changes "
-              f"in {time.perf_counter() - started:.1f} s; mirror rows "
-              f"{truth['base_rows']:,} -> {truth['final_rows']:,}")  # fmt: skip
-        sail = _child("sail", work, truth)
-        spark = _child("spark", work, truth)
-    n = args.changes
-    print(f"initial load of {args.base:,} rows: sail {sail['load']:.1f} s, "
-          f"spark local[2] {spark['load']:.1f} s")  # fmt: skip
-    print(f"sail-merge  (embedded, Delta, MERGE INTO): {sail['merge']:7.1f} s  "
-          f"{n / sail['merge']:10,.0f} changes/s")  # fmt: skip
-    print(f"sail-plan   (embedded, Delta, DataFrame plan): {sail['plan']:7.1f} s  "
-          f"{n / sail['plan']:10,.0f} changes/s")  # fmt: skip
-    print(f"spark-plan  (Apache Spark local[2], Parquet, DataFrame plan): {spark['plan']:7.1f} s  "
-          f"{n / spark['plan']:10,.0f} changes/s")  # fmt: skip
-    print(f"ratio spark-plan / sail-merge: {spark['plan'] / sail['merge']:.2f}; "
-          f"spark-plan / sail-plan: {spark['plan'] / sail['plan']:.2f}")  # fmt: skip
+        truths = [
+            generate(work, "orders", width=0, base=args.base, changes=args.changes,
+                     seed=args.seed),
+            generate(work, "wide", width=args.wide_columns, base=args.wide_base,
+                     changes=args.wide_changes, seed=args.seed),
+        ]  # fmt: skip
+        print(f"generated in {time.perf_counter() - started:.1f} s: " + "; ".join(
+            f"{t['table']}: {t['base']:,} base rows + {t['changes']:,} changes, mirror rows "
+            f"{t['base_rows']:,} -> {t['final_rows']:,}" for t in truths))  # fmt: skip
+        figures: dict[str, tuple[list[dict[str, float]], int]] = {}
+        for mode in args.engines.split(","):
+            server = None
+            if mode == "connect":
+                from cdc_platform.testing.spark_connect import SparkConnectServer
+
+                server = SparkConnectServer(work / "connect", driver_memory="2g",
+                                            conf={"spark.sql.shuffle.partitions": "4",
+                                                  "spark.driver.extraJavaOptions":
+                                                  "-XX:+UseParallelGC"})  # fmt: skip
+                server.start()
+            try:
+                figures[mode] = _child(mode, server.url if server else None, work, truths,
+                                       [server.pid] if server and server.pid else [])  # fmt: skip
+            finally:
+                if server is not None:
+                    server.stop()
+    print(f"{'engine':<10} {'table':<7} {'load s':>8} {'merge s':>8} {'changes/s':>10} "
+          f"{'peak MiB':>9}")  # fmt: skip
+    for mode, (results, peak) in figures.items():
+        for truth, result in zip(truths, results, strict=True):
+            print(f"{mode:<10} {truth['table']:<7} {result['load']:8.1f} {result['merge']:8.1f} "
+                  f"{truth['changes'] / result['merge']:10,.0f} {peak / 2**20:9.0f}")  # fmt: skip
+    if "embedded" in figures:
+        base = figures["embedded"][0]
+        for mode, (results, _) in figures.items():
+            ratios = ", ".join(f"{t['table']} {r['merge'] / b['merge']:.2f}"
+                               for t, r, b in zip(truths, results, base, strict=True))  # fmt: skip
+            print(f"merge time {mode} / embedded: {ratios}")
 
 
 if __name__ == "__main__":

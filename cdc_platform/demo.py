@@ -41,7 +41,9 @@ log = logging.getLogger("cdc_platform.demo")
 DEMO_PASSWORD = "demo-cdc-password"  # noqa: S105 (a private, local demo server)
 
 
-def _demo_conf(conf: Path, work: Path, server: MariaDBServer, destination: str) -> Path:
+def _demo_conf(
+    conf: Path, work: Path, server: MariaDBServer, destination: str, spark_mode: str | None
+) -> Path:
     demo_conf = work / "conf"
     if demo_conf.exists():
         shutil.rmtree(demo_conf)
@@ -49,6 +51,8 @@ def _demo_conf(conf: Path, work: Path, server: MariaDBServer, destination: str) 
     platform_path = demo_conf / "platform.yaml"
     platform: dict[str, Any] = yaml.safe_load(platform_path.read_text()) or {}
     platform["lake_root"] = str(work / "lake")
+    if spark_mode is not None:  # e.g. classic: the Spark assets on Apache Spark + delta-spark
+        platform["spark"] = {**(platform.get("spark") or {}), "mode": spark_mode}
     platform_path.write_text(yaml.safe_dump(platform, sort_keys=False))
     instance_path = demo_conf / "destinations" / destination / "instance.yaml"
     instance: dict[str, Any] = yaml.safe_load(instance_path.read_text())
@@ -177,15 +181,18 @@ def _print_commit(report: CommitReport) -> None:
         )
 
 
-def run_demo(
+def run_demo(  # noqa: PLR0913 (one keyword-only argument per demo flag)
     conf: Path,
     *,
     destination: str = "shop",
     rate: float = 20.0,
     with_dagster: bool = True,
     port: int = 3000,
+    spark_mode: str | None = None,
 ) -> int:
-    """Start MariaDB + workload + the destination (under Dagster by default); block until Ctrl-C."""
+    """Start MariaDB + workload + the destination (under Dagster by default); block until Ctrl-C.
+
+    ``spark_mode`` overrides ``spark.mode`` of the demo's copy of the configuration."""
     project = conf.resolve().parent
     work = project / "var" / "demo"
     work.mkdir(parents=True, exist_ok=True)
@@ -208,7 +215,7 @@ def run_demo(
                 (conf / "destinations" / destination / "instance.yaml").read_text()
             )
             os.environ[instance["source"]["password_env"]] = user.password
-            demo_conf = _demo_conf(conf, work, server, destination)
+            demo_conf = _demo_conf(conf, work, server, destination, spark_mode)
             config = load_config(demo_conf)
             if destination in config.errors:
                 raise config.errors[destination]

@@ -9,7 +9,8 @@ say() { printf 'setup: %s\n' "$*" >&2; }
 
 # --- Debian packages --------------------------------------------------------------------------
 # mariadb-server/-client: private binlog servers for tests and the demo (never the system one).
-# zookeeper: the HA backend's server jar. A Java runtime runs ZooKeeper (and classic Spark).
+# zookeeper: the HA backend's server jar. A Java runtime runs ZooKeeper and Apache Spark;
+# maven fetches Spark's Delta and S3 jars (below).
 # postgresql: initdb/postgres for the private server of the PostgreSQL lease tests.
 # chromium: headless screenshots of the Dagster UI (`python -m cdc_platform.testing.demo_check`).
 need=()
@@ -17,6 +18,7 @@ for pkg in mariadb-server mariadb-client zookeeper postgresql chromium; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
+command -v mvn >/dev/null 2>&1 || need+=(maven)
 if [ "${#need[@]}" -gt 0 ]; then
   say "installing Debian packages: ${need[*]}"
   sudo_cmd=""
@@ -58,3 +60,10 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c 'import
     || { say "the virtualenv is incomplete; see the pip output above"; exit 1; }
   echo "$want" > "$stamp"
 fi
+
+# --- Apache Spark jars -------------------------------------------------------------------------
+# delta-spark for the pinned pyspark and hadoop-aws with its AWS SDK (~690 MB), fetched once from
+# Maven Central into Maven's own repository (~/.m2, outside the work tree), leaving out what
+# pyspark ships; the list of files goes to ${CDC_PLATFORM_CACHE:-~/.cache/cdc-platform}. Later runs
+# only check that list (offline, quiet). cdc_platform/spark/jars.py, docs/spark.md.
+.venv/bin/python -c 'import sys; from cdc_platform.spark.jars import main; sys.exit(main())'

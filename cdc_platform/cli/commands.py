@@ -515,5 +515,9 @@ def demo_command(args: argparse.Namespace) -> int:
     from cdc_platform.demo import run_demo  # noqa: PLC0415 (only the demo needs the test servers)
 
     return run_demo(
-        Path(args.conf), rate=args.rate, with_dagster=not args.no_dagster, port=args.port
+        Path(args.conf),
+        rate=args.rate,
+        with_dagster=not args.no_dagster,
+        port=args.port,
+        spark_mode=args.spark,
     )

@@ -134,6 +134,17 @@ def _add_operations_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_tables_parser(commands: Any) -> None:
+    """`tables` (its own function: the parser builder is long enough)."""
+    tables = commands.add_parser(
+        "tables",
+        help="the source tables a destination captures and the ones its filters skip, and why",
+    )
+    _add_destination_args(tables)
+    tables.add_argument("--json", action="store_true", help="machine-readable output")
+    tables.set_defaults(handler=tables_command)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; each subcommand stores its handler in `handler`."""
     parser = argparse.ArgumentParser(
@@ -189,13 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(handler=status_command)
 
-    tables = commands.add_parser(
-        "tables",
-        help="the source tables a destination captures and the ones its filters skip, and why",
-    )
-    _add_destination_args(tables)
-    tables.add_argument("--json", action="store_true", help="machine-readable output")
-    tables.set_defaults(handler=tables_command)
+    _add_tables_parser(commands)
 
     release = commands.add_parser(
         "release", help="manual switch-over: ask the lease holder to step aside"
@@ -249,5 +254,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the pipeline in this process, without Dagster",
     )
     demo.add_argument("--port", type=int, default=3000, help="Dagster UI port (default: 3000)")
+    demo.add_argument(
+        "--spark",
+        choices=["embedded", "classic"],
+        default=None,
+        help="engine of the Spark assets (default: spark.mode of the conf); classic: Apache "
+        "Spark with delta-spark on the jars scripts/setup.sh installed",
+    )
     demo.set_defaults(handler=demo_command)
     return parser

@@ -501,10 +501,11 @@ class SparkConfig(_Model):
     """Address the embedded Sail server listens on, for mode=embedded."""
     embedded_port: int = Field(default=0, ge=0, le=65535)
     """Port of the embedded Sail server; 0 picks a free one."""
-    delta_pip: bool = True
-    """mode=classic: add delta-spark's Maven package with `configure_spark_with_delta_pip`.
-    Set false when the Delta jars come another way (`spark.jars` in `conf`, a cluster image),
-    e.g. where Maven Central is unreachable."""
+    jars: Literal["installed", "maven", "provided"] = "installed"
+    """mode=classic: where delta-spark and hadoop-aws come from. `installed`: the files
+    `scripts/setup.sh` fetched once (`spark.jars`, nothing resolved when a session starts);
+    `maven`: Spark resolves them from Maven Central at start (`spark.jars.packages`);
+    `provided`: neither (a cluster image, or `spark.jars` in `conf`)."""
 
     @field_validator("connect_url")
     @classmethod

@@ -4,15 +4,16 @@
   lazily, once per process, by whichever thread asks first, and stopped at interpreter exit, so
   Dagster step processes and tests pay its ~1 s start once.
 * ``connect``: a Spark Connect URL (`sc://host:15002`), e.g. Apache Spark with Delta.
-* ``classic``: a PySpark session with delta-spark's ``configure_spark_with_delta_pip`` and a
-  master URL. It needs Maven Central (or ``delta_pip: false`` plus jars provided in ``conf``).
+* ``classic``: a PySpark session with a master URL, on the delta-spark and hadoop-aws jars
+  ``scripts/setup.sh`` installed (:mod:`.jars`; ``spark.jars: maven`` resolves them at start
+  instead, ``provided`` leaves them to the cluster or to ``conf``).
 
 Every session runs in UTC (``spark.sql.session.timeZone``): day boundaries of the history
 figures and the TIMESTAMP / DATETIME conversions of the mirrors must not depend on the
 machine. PySpark decides per process whether ``pyspark.sql.functions`` talk Spark Connect or
 classic Spark, so one process uses either a connect-style mode (embedded, connect) or classic;
 it also marks the environment (``SPARK_CONNECT_MODE_ENABLED``), which a child process must not
-inherit if it is to run classic Spark.
+inherit if it is to run classic Spark, and a classic session is refused while the mark is set.
 
 Given the lake (``config.lake``), a factory makes the engine read and write a lake on S3 with
 the same settings as delta-rs (:mod:`.storage`): Sail through the AWS environment,
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 import weakref
 from typing import Any
@@ -33,9 +35,11 @@ from cdc_platform.config.lake import LakeLocation
 from cdc_platform.config.models import SparkConfig
 from cdc_platform.config.urls import redact_url
 from cdc_platform.errors import SparkSessionError
+from cdc_platform.spark.jars import ARTIFACTS, installed_jars
 from cdc_platform.spark.storage import export_sail_environment, s3a_conf
 
 __all__ = [
+    "CONNECT_MARK",
     "DELTA_SQL_CONF",
     "SESSION_CONF",
     "SparkSessionFactory",
@@ -55,6 +59,10 @@ DELTA_SQL_CONF: dict[str, str] = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
 """What classic Apache Spark needs for `delta.`path`` tables, MERGE INTO and VERSION AS OF."""
+
+CONNECT_MARK = "SPARK_CONNECT_MODE_ENABLED"
+"""Set by PySpark once the process has a Spark Connect session; from then on its
+``pyspark.sql.functions`` build Spark Connect columns, which classic Spark cannot run."""
 
 
 class _EmbeddedServer:
@@ -117,6 +125,13 @@ def _stop_session(session: SparkSession) -> None:
         logger.debug("stopping a Spark session failed: %s", exc)
 
 
+def _stopped(session: SparkSession) -> bool:
+    """A classic session whose SparkContext was stopped (e.g. by another factory of the same
+    process: classic sessions share one context) cannot run anything; it is made again."""
+    context = getattr(session, "_sc", None)
+    return context is not None and getattr(context, "_jsc", None) is None
+
+
 _EMBEDDED = _EmbeddedServer()
 
 
@@ -157,20 +172,21 @@ def connect_builder(
 def classic_builder(config: SparkConfig, lake: LakeLocation | None = None) -> SparkSession.Builder:
     """A classic PySpark builder with Delta configured; creating it starts no JVM.
 
-    With a ``lake`` on S3 it also has the ``spark.hadoop.fs.s3a.*`` settings of
-    :func:`.storage.s3a_conf` (the hadoop-aws jars must be on the class path).
-
-    With ``delta_pip`` the delta-spark Maven coordinates matching the installed delta-spark
-    are added (``spark.jars.packages``); Spark resolves them from Maven Central when the
-    session starts, which fails where Maven Central is unreachable (as on the build machines).
+    With ``jars: installed`` (the default) the jars ``scripts/setup.sh`` fetched go into
+    ``spark.jars`` ahead of any the user's ``conf`` gives (raises SparkSessionError when they
+    were never fetched); with ``maven`` Spark resolves :data:`.jars.ARTIFACTS` when the
+    session starts. With a ``lake`` on S3 it also has the ``spark.hadoop.fs.s3a.*`` settings
+    of :func:`.storage.s3a_conf`.
     """
+    settings = {**DELTA_SQL_CONF, **_settings(config, lake)}
+    if config.jars == "installed":
+        given = config.conf.get("spark.jars")
+        settings["spark.jars"] = ",".join([*installed_jars(), *([given] if given else [])])
+    elif config.jars == "maven":
+        settings["spark.jars.packages"] = ",".join(ARTIFACTS)
     builder = SparkSession.Builder().master(config.master).appName(config.app_name)
-    for key, value in {**DELTA_SQL_CONF, **_settings(config, lake)}.items():
+    for key, value in settings.items():
         builder = builder.config(key, value)
-    if config.delta_pip:
-        from delta import configure_spark_with_delta_pip  # noqa: PLC0415 (classic only)
-
-        builder = configure_spark_with_delta_pip(builder)
     return builder
 
 
@@ -223,8 +239,15 @@ class SparkSessionFactory:
         """
         with self._lock:
             url = self._url()
-            if self._session is not None and url == self._session_url:
-                return self._session
+            session = self._session
+            if session is not None and url == self._session_url and not _stopped(session):
+                return session
+            if url is None and CONNECT_MARK in os.environ:
+                raise SparkSessionError(
+                    "spark.mode is classic but this process already runs Spark Connect "
+                    "sessions (PySpark then builds Spark Connect columns only): run classic "
+                    "Spark in a process of its own"
+                )
             builder = self._builder(url)
             try:
                 session = builder.getOrCreate() if url is None else builder.create()
@@ -252,9 +275,9 @@ class SparkSessionFactory:
         if self.config.mode != "classic" or not packages:
             return ""
         return (
-            f" (classic mode fetches {packages} from Maven Central when the session starts; "
-            "where that is unreachable, set spark.delta_pip: false and give the Delta jars "
-            "in spark.conf spark.jars)"
+            f" (spark.jars: maven fetches {packages} from Maven Central when the session "
+            "starts; where that is unreachable, run scripts/setup.sh once and use the default "
+            "spark.jars: installed)"
         )
 
     def stop(self) -> None:

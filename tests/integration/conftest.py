@@ -1,14 +1,33 @@
-"""Fixtures shared by the integration tests: one embedded Spark engine (Sail) per session."""
+"""Fixtures shared by the integration tests: the Spark engines, each started once per session.
+
+* ``spark`` / ``spark_factory``: the embedded engine (Sail), in this process.
+* ``spark_engine`` (parametrise it indirectly with
+  :data:`cdc_platform.testing.spark_engines.ENGINES`): the same test on Sail, on
+  classic Apache Spark with delta-spark (one JVM per test process) and on a real Apache Spark
+  Connect server (one private server per test process, 127.0.0.1, a free port). Both JVM
+  engines start on first use and know the session's S3 server (SeaweedFS), so a test can put
+  its lake on S3 too.
+
+PySpark's functions speak either classic or Spark Connect, chosen by the process environment
+(``SPARK_CONNECT_MODE_ENABLED``): ``spark_engine`` sets or clears that mark for the test's
+duration, so the three engines take turns in one test process.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
+from cdc_platform.config.lake import LakeLocation
 from cdc_platform.config.models import SparkConfig
-from cdc_platform.spark.session import SparkSessionFactory, stop_embedded_server
+from cdc_platform.spark.session import CONNECT_MARK, SparkSessionFactory, stop_embedded_server
+from cdc_platform.spark.storage import s3a_conf
+from cdc_platform.testing.seaweedfs import SeaweedFSServer
+from cdc_platform.testing.spark_connect import SMALL_LOCAL_CONF, SparkConnectServer
+from cdc_platform.testing.spark_engines import SparkEngine
 
 
 @pytest.fixture(scope="session")
@@ -37,3 +56,88 @@ def spark(spark_factory: SparkSessionFactory) -> SparkSession:
         spark_factory.stop()
         session = spark_factory.session()
     return session
+
+
+def _s3_lake(seaweedfs: SeaweedFSServer) -> LakeLocation:
+    """A lake on the session's S3 server: what gives a JVM engine its ``fs.s3a`` settings."""
+    return LakeLocation.resolve(
+        f"s3://{seaweedfs.bucket}/engine", Path("/"), environ=seaweedfs.environment()
+    )
+
+
+@pytest.fixture(scope="session")
+def classic_factory(
+    tmp_path_factory: pytest.TempPathFactory, seaweedfs: SeaweedFSServer
+) -> Iterator[SparkSessionFactory]:
+    """Classic Apache Spark with delta-spark on the installed jars; the JVM starts on the
+    first ``session()`` (under :func:`spark_engine`, with the S3 server's AWS variables)."""
+    work = tmp_path_factory.mktemp("spark-classic")
+    config = SparkConfig(
+        mode="classic",
+        master="local[2]",
+        conf={
+            **SMALL_LOCAL_CONF,
+            "spark.sql.warehouse.dir": str(work / "warehouse"),
+            "spark.local.dir": str(work),
+        },
+    )
+    factory = SparkSessionFactory(config, _s3_lake(seaweedfs))
+    try:
+        yield factory
+    finally:
+        factory.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_connect_server(
+    tmp_path_factory: pytest.TempPathFactory, seaweedfs: SeaweedFSServer
+) -> Iterator[SparkConnectServer]:
+    """A private Apache Spark Connect server with Delta and S3A (the S3 server's settings and
+    credentials in its own environment)."""
+    server = SparkConnectServer(
+        tmp_path_factory.mktemp("spark-connect"),
+        conf=s3a_conf(_s3_lake(seaweedfs), environ=seaweedfs.environment()),
+        environment=seaweedfs.environment(),
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_factory(spark_connect_server: SparkConnectServer) -> Iterator[SparkSessionFactory]:
+    """Mode ``connect`` pointed at the private Apache Spark Connect server."""
+    factory = SparkSessionFactory(SparkConfig(mode="connect", connect_url=spark_connect_server.url))
+    try:
+        yield factory
+    finally:
+        factory.stop()
+
+
+@pytest.fixture
+def spark_engine(
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+    seaweedfs: SeaweedFSServer,
+) -> Iterator[SparkEngine]:
+    """The engine named by the test's parameter, with PySpark's mode mark set to match."""
+    name: str = request.param
+    if name == "classic":
+        monkeypatch.delenv(CONNECT_MARK, raising=False)
+        factory: SparkSessionFactory = request.getfixturevalue("classic_factory")
+        with monkeypatch.context() as launch:  # the JVM inherits the S3 credentials
+            for key, value in seaweedfs.environment().items():
+                launch.setenv(key, value)
+            factory.session()
+    else:
+        monkeypatch.setenv(CONNECT_MARK, "1")
+        fixture = "spark_factory" if name == "embedded" else "connect_factory"
+        factory = request.getfixturevalue(fixture)
+    engine = SparkEngine(name, factory.config, factory)
+    yield engine
+    if name == "connect" and getattr(getattr(request.node, "rep_call", None), "failed", False):
+        server: SparkConnectServer = request.getfixturevalue("spark_connect_server")
+        print(f"\n--- Spark Connect server log ({server.log_path}) ---")
+        print(server.log_tail())

@@ -1,6 +1,7 @@
 """The Dagster Spark assets: three daily partitions and the per-table mirrors, for real."""
 
 import contextlib
+import json
 import os
 import random
 import signal
@@ -30,6 +31,7 @@ from cdc_platform.config import load_config
 from cdc_platform.spark.session import SparkSessionFactory
 from cdc_platform.testing.processes import die_with_parent, stop_process
 from cdc_platform.testing.spark_changes import ChangeLogWriter, SourceTable, column
+from cdc_platform.testing.spark_engines import ENGINES, SparkEngine
 from dagster_defs import build_definitions
 from dagster_defs.resources import SparkResource
 
@@ -51,6 +53,46 @@ def run_assets(
     return merged.resolve_job_def("materialize").execute_in_process(
         instance=instance, partition_key=partition_key
     )
+
+
+@pytest.mark.parametrize("spark_engine", ENGINES, indirect=True)
+def test_mirror_asset_materializes_on_each_engine(
+    spark_engine: SparkEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The per-table mirror asset on Sail, classic Apache Spark and an Apache Spark Connect
+    server, chosen by `spark:` in platform.yaml alone."""
+    monkeypatch.setenv("CDC_SOURCE_PASSWORD", "unused")
+    conf = tmp_path / "conf"
+    (conf / "destinations" / "shop").mkdir(parents=True)
+    spark_yaml = json.dumps(spark_engine.config.model_dump(exclude_defaults=True))
+    (conf / "platform.yaml").write_text(f"lake_root: {tmp_path / 'lake'}\nspark: {spark_yaml}\n")
+    (conf / "destinations" / "shop" / "instance.yaml").write_text(
+        "source: {user: cdc, password_env: CDC_SOURCE_PASSWORD, server_id: 7}\n"
+    )
+    configset = load_config(conf)
+    assert configset.platform.spark.mode == spark_engine.name
+    orders = SourceTable(
+        "shop", "orders", [column("id", "bigint", pk=True), column("status", "varchar", length=16)]
+    )
+    log = ChangeLogWriter(configset.table_uri("shop"))
+    now = datetime.now(UTC)
+    log.commit(
+        [orders.insert({"id": i, "status": "new"}) for i in range(1, 6)], ts=now, committed_at=now
+    )
+    log.commit(
+        [orders.update((2,), status="paid"), orders.update((3,), id=30), orders.delete((4,))],
+        ts=now,
+        committed_at=now,
+    )
+    key = AssetKey(["cdc", "shop", "shop", "orders"])
+    with instance_for_test() as instance:
+        result = run_assets(build_definitions(str(conf)), [key], instance)
+        assert result.success
+        (event,) = result.get_asset_materialization_events()
+        assert event.materialization.metadata["dagster/row_count"].value == len(orders.rows)
+    mirror = DeltaTable(str(tmp_path / "lake" / "shop" / "mirror" / "shop.orders"))
+    rows = {r["id"]: r["status"] for r in mirror.to_pyarrow_table().to_pylist()}
+    assert rows == {k[0]: row["status"] for k, row in orders.rows.items()}
 
 
 def test_daily_partitions_and_mirrors(

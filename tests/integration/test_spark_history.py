@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 from deltalake import DeltaTable
-from pyspark.sql import SparkSession
 
 from cdc_platform.spark.history import daily_change_stats, mirror_as_of, seq_bound
 from cdc_platform.spark.mirror import apply_changes
 from cdc_platform.spark.mirror_state import state_history
 from cdc_platform.testing.spark_changes import ChangeLogWriter, SourceTable, column, expected_row
+from cdc_platform.testing.spark_engines import ENGINES, SparkEngine
 
 pytestmark = pytest.mark.integration
 
@@ -49,7 +49,10 @@ def independent_stats(uri: str) -> dict[tuple[date, str | None, str | None], dic
     return figures
 
 
-def test_three_days_of_figures_and_as_of_mirrors(spark: SparkSession, tmp_path: Path) -> None:
+@pytest.mark.parametrize("spark_engine", ENGINES, indirect=True)
+def test_three_days_of_figures_and_as_of_mirrors(spark_engine: SparkEngine, tmp_path: Path) -> None:
+    """On every engine: daily figures, and as-of tables by replay and by ``versionAsOf``."""
+    spark = spark_engine.spark
     rng = random.Random(3)
     orders = SourceTable(
         "shop",

@@ -1,7 +1,9 @@
-"""Mirrors from hand-made change logs on the embedded engine (Sail) with real Delta tables.
+"""Mirrors from hand-made change logs with real Delta tables.
 
 A source table is modelled in Python (cdc_platform.testing.spark_changes); after every apply
-the mirror must equal the model row for row and column for column, typed.
+the mirror must equal the model row for row and column for column, typed. The merge with DDL
+and the keyless / composite-key tables run on every engine (Sail, classic Apache Spark with
+delta-spark, an Apache Spark Connect server); the rest on the embedded engine.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from cdc_platform.spark.locations import mirror_tables, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
 from cdc_platform.spark.mirror_state import read_state, state_history
 from cdc_platform.testing.spark_changes import ChangeLogWriter, SourceTable, column, expected_row
+from cdc_platform.testing.spark_engines import ENGINES, SparkEngine
 
 pytestmark = pytest.mark.integration
 
@@ -146,9 +149,11 @@ class RandomChanges:
         return events
 
 
+@pytest.mark.parametrize("spark_engine", ENGINES, indirect=True)
 def test_random_changes_with_pk_updates_and_ddl_match_the_model(
-    spark: SparkSession, tmp_path: Path
+    spark_engine: SparkEngine, tmp_path: Path
 ) -> None:
+    spark = spark_engine.spark
     source = items_table()
     log = ChangeLogWriter(str(tmp_path / "changes"))
     root = str(tmp_path / "mirror")
@@ -289,7 +294,11 @@ def test_ddl_after_the_last_row_evolves_the_mirror(spark: SparkSession, tmp_path
     assert_mirror_equals(spark, root, source)
 
 
-def test_table_without_primary_key_and_composite_keys(spark: SparkSession, tmp_path: Path) -> None:
+@pytest.mark.parametrize("spark_engine", ENGINES, indirect=True)
+def test_table_without_primary_key_and_composite_keys(
+    spark_engine: SparkEngine, tmp_path: Path
+) -> None:
+    spark = spark_engine.spark
     nopk = SourceTable("s", "nopk", [column("x", "int"), column("y", "text")])
     pairs = SourceTable(
         "s",

@@ -1,12 +1,12 @@
-"""The mirror plan and the daily figures give the same results on Apache Spark as on Sail.
+"""The DataFrame form of the merge and the daily figures give the same results on Apache Spark
+without Delta as on Sail.
 
-Apache Spark 4.2 runs here only classic and without Delta (its jars come from Maven Central,
-unreachable here), so the change log is handed to it as Parquet and it runs the DataFrame form
-of the merge (``cdc_platform.spark.plan``) and the figures query in a child process (PySpark
-chooses classic or Spark Connect once per process). Its rows and figures must equal what the
-embedded engine produces from the Delta change log with ``apply_changes`` (MERGE INTO) and
-``daily_change_stats``. What cannot be shown here: MERGE INTO and VERSION AS OF on Apache
-Spark with delta-spark.
+The change log is handed to classic Apache Spark 4.2 as plain Parquet, and it runs the
+DataFrame form of the merge (``cdc_platform.spark.plan``) and the figures query in a child
+process (PySpark chooses classic or Spark Connect once per process). Its rows and figures must
+equal what the embedded engine produces from the Delta change log with ``apply_changes``
+(MERGE INTO) and ``daily_change_stats``. ``apply_changes`` itself (MERGE INTO, VERSION AS OF)
+runs on Apache Spark with delta-spark in the engine-parametrised tests.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Session configuration of the three modes, built without starting any engine.
 
-The classic mode cannot start here: its delta-spark jars come from Maven Central, which these
-machines cannot reach, so only the builder's configuration is checked. The connect
-mode runs for real against the embedded engine in tests/integration/test_spark_session.py.
+The engines run for real in tests/integration/test_spark_session.py and in the
+engine-parametrised integration tests.
 """
 
 from __future__ import annotations
@@ -14,7 +13,9 @@ import pytest
 from cdc_platform.config.lake import LakeLocation
 from cdc_platform.config.models import PlatformConfig, SparkConfig
 from cdc_platform.errors import SparkSessionError
+from cdc_platform.spark.jars import manifest_path
 from cdc_platform.spark.session import (
+    CONNECT_MARK,
     DELTA_SQL_CONF,
     SparkSessionFactory,
     classic_builder,
@@ -25,29 +26,68 @@ from cdc_platform.spark.storage import S3A_FILESYSTEM, s3a_conf, sail_environmen
 pytestmark = pytest.mark.unit
 
 
-def test_classic_builder_has_delta_and_utc() -> None:
+def _installed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
+    """A fake installed jar set: a manifest in a private cache naming existing files."""
+    monkeypatch.setenv("CDC_PLATFORM_CACHE", str(tmp_path / "cache"))
+    jars = [tmp_path / "delta-spark.jar", tmp_path / "hadoop-aws.jar"]
+    for jar in jars:
+        jar.write_bytes(b"")
+    manifest = manifest_path()
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text("".join(f"{j}\n" for j in jars))
+    return [str(j) for j in jars]
+
+
+def test_classic_builder_has_delta_the_installed_jars_and_utc(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    jars = _installed(monkeypatch, tmp_path)
     config = SparkConfig(
-        mode="classic", master="local[2]", conf={"spark.sql.shuffle.partitions": "4"}
+        mode="classic",
+        master="local[2]",
+        conf={"spark.sql.shuffle.partitions": "4", "spark.jars": "/opt/extra.jar"},
     )
     options = classic_builder(config)._options
     assert options["spark.master"] == "local[2]"
     assert options["spark.app.name"] == "cdc-platform"
     for key, value in DELTA_SQL_CONF.items():
         assert options[key] == value
-    assert options["spark.jars.packages"].startswith("io.delta:delta-spark_")
-    assert options["spark.jars.packages"].endswith(":4.4.1")
+    assert options["spark.jars"] == ",".join([*jars, "/opt/extra.jar"])
+    assert "spark.jars.packages" not in options, "nothing is resolved when a session starts"
     assert options["spark.sql.session.timeZone"] == "UTC"
     assert options["spark.sql.shuffle.partitions"] == "4"
 
 
-def test_classic_builder_without_maven_uses_given_jars() -> None:
+def test_classic_without_installed_jars_says_to_run_setup(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("CDC_PLATFORM_CACHE", str(tmp_path / "empty"))
+    with pytest.raises(SparkSessionError, match=r"not installed.*scripts/setup\.sh"):
+        SparkSessionFactory(SparkConfig(mode="classic")).builder()
+
+
+def test_classic_builder_with_maven_or_provided_jars() -> None:
+    maven = classic_builder(SparkConfig(mode="classic", jars="maven"))._options
+    assert (
+        maven["spark.jars.packages"]
+        == "io.delta:delta-spark_4.2_2.13:4.4.0,org.apache.hadoop:hadoop-aws:3.5.0"
+    )
     config = SparkConfig(
-        mode="classic", delta_pip=False, conf={"spark.jars": "/opt/delta/delta-spark.jar"}
+        mode="classic", jars="provided", conf={"spark.jars": "/opt/delta/delta-spark.jar"}
     )
     options = SparkSessionFactory(config).builder()._options
     assert "spark.jars.packages" not in options
     assert options["spark.jars"] == "/opt/delta/delta-spark.jar"
     assert options["spark.sql.extensions"] == DELTA_SQL_CONF["spark.sql.extensions"]
+
+
+def test_classic_is_refused_in_a_process_that_went_spark_connect(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(CONNECT_MARK, "1")
+    factory = SparkSessionFactory(SparkConfig(mode="classic", jars="provided"))
+    with pytest.raises(SparkSessionError, match="process of its own"):
+        factory.session()
 
 
 def test_connect_builder_and_settings_that_cannot_be_overridden() -> None:
@@ -71,10 +111,10 @@ def test_connect_builder_and_settings_that_cannot_be_overridden() -> None:
 def test_platform_defaults_stay_backward_compatible() -> None:
     spark = PlatformConfig().spark
     assert (spark.mode, spark.connect_url, spark.master) == ("embedded", None, "local[2]")
-    assert (spark.delta_pip, spark.conf, spark.embedded_port) == (True, {}, 0)
-    parsed = PlatformConfig.model_validate({"spark": {"mode": "classic", "delta_pip": False}})
+    assert (spark.jars, spark.conf, spark.embedded_port) == ("installed", {}, 0)
+    parsed = PlatformConfig.model_validate({"spark": {"mode": "classic", "jars": "provided"}})
     assert parsed.spark.mode == "classic"
-    assert not parsed.spark.delta_pip
+    assert parsed.spark.jars == "provided"
 
 
 def _s3_lake(options: dict[str, str] | None = None) -> LakeLocation:
@@ -101,7 +141,7 @@ def test_connect_and_classic_get_the_lakes_s3a_settings_without_secrets(
     assert options["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
     assert options["spark.hadoop.fs.s3a.endpoint.region"] == "eu-west-3"
     assert options["spark.hadoop.fs.s3a.path.style.access"] == "false"  # the user's conf wins
-    classic = classic_builder(SparkConfig(mode="classic", delta_pip=False), lake)._options
+    classic = classic_builder(SparkConfig(mode="classic", jars="provided"), lake)._options
     assert classic["spark.hadoop.fs.s3a.path.style.access"] == "true"
     assert classic["spark.hadoop.fs.s3a.endpoint.region"] == "eu-west-3"
     for built in (options, classic):
