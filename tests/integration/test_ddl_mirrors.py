@@ -26,6 +26,7 @@ from cdc_platform.spark.locations import mirror_root, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from dagster_defs.assets import change_log_specs
+from dagster_defs.io_manager import MIRROR_IO_MANAGER, MirrorIOManager
 from dagster_defs.resources import PlatformResource, SparkResource
 from dagster_defs.table_assets import mirror_assets
 from tests.conftest import MariaDBDatabase, S3Lake
@@ -178,6 +179,7 @@ def test_mirrors_equal_the_source_after_each_ddl(
     resources = {
         "platform": PlatformResource(conf_dir=str(conf)),
         "spark": SparkResource(conf_dir=str(conf)),
+        MIRROR_IO_MANAGER: MirrorIOManager(conf_dir=str(conf)),
     }
     built = materialize([*change_log_specs(config), mirrors], resources=resources)
     assert built.success

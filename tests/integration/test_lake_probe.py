@@ -79,7 +79,8 @@ def test_the_snapshot_cli_refuses_an_unsafe_store(
         lake_root=s3_lake.uri,
         extra_platform=(
             "lake_storage_options: {aws_conditional_put: disabled}\n"
-            f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/l.db'}}\n"
+            f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/l.db', "
+            "single_machine: true}\n"
         ),
     )
     code = main(["snapshot", "--conf", str(conf), "--destination", "d", "--lease-timeout", "5"])

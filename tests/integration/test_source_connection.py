@@ -243,7 +243,8 @@ def test_config_check_connect_reports_each_destination(
         f"  source {mariadb.server.host}:{mariadb.server.port} (binlog): connected, "
     )
     assert "server_id 1, binlog at mysql-bin." in lines[up + 1]
-    dn = lines.index(next(line for line in lines if line.startswith("down: OK")))
+    # the unreachable one says ERROR on its first line, not OK then an error below it
+    dn = lines.index(next(line for line in lines if line.startswith("down: ERROR")))
     assert lines[dn + 1].startswith(
         f"  source {down.host}:{down.port} (binlog): ERROR cannot reach"
     )
