@@ -21,6 +21,7 @@ from cdc_platform.sink.term import WriteTerm
 from cdc_platform.spark.locations import mirror_root, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
+from cdc_platform.testing.ha import fast_database_lease
 from tests.conftest import MariaDBDatabase
 
 pytestmark = pytest.mark.integration
@@ -42,8 +43,7 @@ def destination(
         database=mariadb.name,
         lake_root=lake_root,
         server_id=3501,
-        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/lease.db', "
-        "renew_interval_seconds: 0.2, expiry_seconds: 1.5}\n",
+        extra_platform=fast_database_lease(f"sqlite:///{tmp_path}/lease.db"),
     )
     config = load_config(conf)
     assert not config.errors, config.errors

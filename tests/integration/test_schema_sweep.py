@@ -24,6 +24,7 @@ from cdc_platform.runtime.supervised import supervised_destination
 from cdc_platform.spark.locations import mirror_root, mirror_tables
 from cdc_platform.spark.mirror import apply_changes
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
+from cdc_platform.testing.ha import fast_database_lease
 from tests.conftest import MariaDBDatabase
 
 pytestmark = pytest.mark.integration
@@ -225,8 +226,8 @@ def config(
         database=mariadb.name,
         lake_root=lake_root,
         server_id=3601,
-        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/l.db', "
-        "renew_interval_seconds: 0.2, expiry_seconds: 1.5}\nreconcile: {chunk_size: 5}\n",
+        extra_platform=fast_database_lease(f"sqlite:///{tmp_path}/l.db")
+        + "reconcile: {chunk_size: 5}\n",
         start="{mode: initial}",
     )
     instance = conf / "destinations" / "d" / "instance.yaml"
