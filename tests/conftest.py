@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
+from xdist.scheduler import LoadScopeScheduling
 
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
 from cdc_platform.testing.postgresql import PostgreSQLServer
@@ -57,7 +58,7 @@ def _rendered(record: logging.LogRecord) -> str:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test is marked unit or integration: CI selects by marker, so an unmarked test
-    would silently never run."""
+    would silently never run. In a parallel run, the longest units of work go first."""
     unmarked = [
         item.nodeid
         for item in items
@@ -101,12 +102,47 @@ from starting last and running alone. Files not named keep their order after the
 list costs only balance, never a test."""
 
 
+_APACHE_SPARK_PARAM = re.compile(r"\[(classic|connect)[\]-]")
+"""A test id parametrised with an Apache Spark engine (``[classic]``, ``[connect-s3]``: the
+ids of :data:`cdc_platform.testing.spark_engines.ENGINES` lead the parameter id).
+
+Each such engine is a JVM (a classic driver, a Spark Connect server) started once per worker
+process on first use, several seconds of both cores each time: the tests of one engine form
+one unit of work, so each JVM starts once per run instead of once per worker, and the two
+engines' units run on two workers side by side."""
+
+
+def _work_unit(nodeid: str) -> str:
+    """The scheduling unit of a test: its Apache Spark engine's unit, or its file."""
+    engine = _APACHE_SPARK_PARAM.search(nodeid)
+    if engine is not None:
+        return f"apache-spark-{engine.group(1)}"
+    return nodeid.split("::", 1)[0]
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Whole files to one worker each (as ``--dist loadfile``), except that the tests on an
+    Apache Spark engine form one unit of their own. (pytest-xdist's ``loadgroup`` marks do
+    not take on pytest 9, whose test ids are no longer writable.)"""
+    return FileOrEngineScheduling(config, log)
+
+
+class FileOrEngineScheduling(LoadScopeScheduling):
+    """pytest-xdist's scope scheduling with :func:`_work_unit` as the scope."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return _work_unit(nodeid)
+
+
 def _slowest_files_first(items: list[pytest.Item]) -> None:
-    """Reorder whole files (a stable sort: each file's tests stay together, in order)."""
+    """Reorder whole files (a stable sort: each file's tests stay together, in order), the
+    tests on an Apache Spark engine before all of them (the longest units of work)."""
     here = Path(__file__).parent
     rank = {name: n for n, name in enumerate(SLOWEST_FILES)}
 
     def key(item: pytest.Item) -> int:
+        if _APACHE_SPARK_PARAM.search(item.nodeid):
+            return -1
         try:
             name = item.path.relative_to(here).as_posix()
         except ValueError:
