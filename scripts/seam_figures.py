@@ -57,15 +57,18 @@ def _spells_lake_path(node: ast.AST, docstrings: set[int]) -> bool:
             inner = owner.func if isinstance(owner, ast.Call) else owner
             text = ast.unparse(inner)
             return "uri" in text
-    if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+    if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+    ):
         value = node.value.strip("/")
         return value in LAYOUT_NAMES or any(value.endswith("/" + n) for n in LAYOUT_NAMES)
     return False
 
 
-def main() -> None:
-    """Print the four figures (``--list``: and where they are)."""
-    listing = "--list" in sys.argv
+def _engine_figures() -> tuple[list[str], list[str], list[str]]:
+    """Long modules, wide constructors and lake path spellings of the engine and Dagster face."""
     long_modules: list[str] = []
     wide_inits: list[str] = []
     spellings: list[str] = []
@@ -83,22 +86,32 @@ def main() -> None:
                     count = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) - 1
                     if count > 7:
                         wide_inits.append(f"{path}:{node.lineno} ({count})")
-                if _spells_lake_path(node, docstrings):
-                    place = f"{path}:{getattr(node, 'lineno', 0)}"
-                    if place not in spellings:  # one place a line
-                        spellings.append(place)
-    bare: list[str] = []
-    for root in NOQA_ROOTS:
-        for path in sorted(Path(root).rglob("*.py")):
-            for number, line in enumerate(path.read_text().splitlines(), 1):
-                if _BARE_NOQA.search(line):
-                    bare.append(f"{path}:{number}")
+                place = f"{path}:{getattr(node, 'lineno', 0)}"
+                if place not in spellings and _spells_lake_path(node, docstrings):
+                    spellings.append(place)  # one place a line
+    return long_modules, wide_inits, spellings
+
+
+def _bare_noqa() -> list[str]:
+    return [
+        f"{path}:{number}"
+        for root in NOQA_ROOTS
+        for path in sorted(Path(root).rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if _BARE_NOQA.search(line)
+    ]
+
+
+def main() -> None:
+    """Print the four figures (``--list``: and where they are)."""
+    long_modules, wide_inits, spellings = _engine_figures()
+    bare = _bare_noqa()
     modules = {s.rsplit(":", 1)[0] for s in spellings}
     print(f"modules over 500 lines: {len(long_modules)}")
     print(f"constructors over 7 parameters: {len(wide_inits)}")
     print(f"places that spell a lake path: {len(spellings)} in {len(modules)} modules")
     print(f"bare noqa: {len(bare)}")
-    if listing:
+    if "--list" in sys.argv:
         for title, items in (
             ("modules over 500 lines", long_modules),
             ("constructors over 7 parameters", wide_inits),

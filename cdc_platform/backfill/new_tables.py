@@ -39,7 +39,7 @@ from cdc_platform.backfill.snapshot import (
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.errors import SnapshotError
 from cdc_platform.sink.lake_files import LakeFile
-from cdc_platform.sink.start_record import StartRecord, start_record_file
+from cdc_platform.sink.start_record import StartRecord
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.filters import StatementKind, classify_statement
 
@@ -227,7 +227,7 @@ def _record_start_or_adopt(
     began = current_batch(term.table_uri, name, storage)
     chosen_start = config.start.mode not in ("initial", "latest")
     if began == 0 and not chosen_start:
-        file = start_record_file(term.table_uri, storage)
+        file = term.layout.start_record
         StartRecord.write(file, config.start, None, epoch=term.epoch)
         return False
     if not (adopt_existing or began == 0) or record.exists or state_file.exists():

@@ -16,7 +16,8 @@ from typing import Any
 
 from cdc_platform.errors import SnapshotError
 from cdc_platform.events import ChangeEvent
-from cdc_platform.sink.lake_files import LakeFile, join_uri
+from cdc_platform.sink.destination_lake import DestinationLake
+from cdc_platform.sink.lake_files import LakeFile
 from cdc_platform.sink.report import ddl_rows
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.ddl_effects import ddl_effects
@@ -40,8 +41,7 @@ def reread_path(
     lake_root: str | os.PathLike[str], destination: str, storage_options: Any = None
 ) -> LakeFile:
     """Where the tables waiting for a re-read are listed (in the lake)."""
-    uri = join_uri(os.fspath(lake_root), destination, "_reread_tables.json")
-    return LakeFile(uri, storage_options)
+    return DestinationLake.at(lake_root, destination, storage_options).reread_tables
 
 
 def tables_to_reread(statements: Iterable[tuple[str, str, str]]) -> list[str]:
@@ -134,6 +134,6 @@ def note_rereads(term: WriteTerm, events: Sequence[ChangeEvent]) -> tuple[str, .
     tables = tables_to_reread(ddl_rows(events))
     if not tables:
         return ()
-    RereadRecord(reread_path(term.lake.uri, term.destination, term.storage_options)).add(tables)
+    RereadRecord(term.layout.reread_tables).add(tables)
     log.info("%s: %s changed by DDL; listed for a re-read", term.destination, tables)
     return tuple(tables)

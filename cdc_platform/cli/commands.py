@@ -40,7 +40,7 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def config_check_command(args: argparse.Namespace) -> int:
-    from cdc_platform.config.replica_ids import replica_id_conflicts  # noqa: PLC0415
+    from cdc_platform.config.replica_ids import replica_id_conflicts  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
 
     config = load_config(Path(args.conf))
     names = sorted({*config.destinations, *config.errors})
@@ -119,9 +119,9 @@ def _lake_check(config: ConfigSet) -> tuple[str, bool]:
 def _connect_check(config: ConfigSet, dest: Destination) -> tuple[str, bool]:
     """Connect to one destination's source once (no retries: fail fast before a deploy) and
     check its settings and grants; one line for the report and whether it passed."""
-    from cdc_platform.sink.start_record import StartRecord, start_record_file  # noqa: PLC0415
+    from cdc_platform.sink.start_record import StartRecord, start_record_file  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
     from cdc_platform.source.binlog import SourceInfo  # noqa: PLC0415 (keep `config check` light)
-    from cdc_platform.source.factory import open_source, start_position  # noqa: PLC0415
+    from cdc_platform.source.factory import open_source, start_position  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
 
     source, start = dest.config.source, dest.config.start
     where = f"source {source.host}:{source.port} ({source.mode})"
@@ -175,7 +175,7 @@ def _metrics(args: argparse.Namespace, config: ConfigSet) -> PrometheusMetrics |
 
 def run_command(args: argparse.Namespace) -> int:
     from cdc_platform.infra.recorder import NULL_RECORDER  # noqa: PLC0415 (light CLI)
-    from cdc_platform.runtime.supervised import supervised_destination  # noqa: PLC0415
+    from cdc_platform.runtime.supervised import supervised_destination  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
 
     config, destination = _destination(args)
     metrics = _metrics(args, config)
@@ -203,7 +203,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 def serve_command(args: argparse.Namespace) -> int:
     from cdc_platform.ha.lease import default_address  # noqa: PLC0415 (light CLI)
-    from cdc_platform.runtime.serve import ServeProcess  # noqa: PLC0415
+    from cdc_platform.runtime.serve import ServeProcess  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
 
     conf = Path(args.conf)
     config = load_config(conf)
@@ -228,7 +228,7 @@ def serve_command(args: argparse.Namespace) -> int:
 
 
 def status_command(args: argparse.Namespace) -> int:
-    from cdc_platform.coordination.status import collect_status, format_status  # noqa: PLC0415
+    from cdc_platform.coordination.status import collect_status, format_status  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
 
     # `status` never connects to a source: it needs no source password.
     config = load_config(Path(args.conf), check_secrets=False)
@@ -282,7 +282,7 @@ def tables_command(args: argparse.Namespace) -> int:
 
 
 def release_command(args: argparse.Namespace) -> int:
-    from cdc_platform.coordination.factory import open_lease  # noqa: PLC0415
+    from cdc_platform.coordination.factory import open_lease  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
 
     config, destination = _destination(args)
     lease = open_lease(config.platform, config.conf_dir, destination.name)
@@ -326,7 +326,7 @@ def checkpoint_show_command(args: argparse.Namespace) -> int:
 
 def _snapshot_request(args: argparse.Namespace) -> int:
     """`snapshot --request`: a request in the lake, served by the running node."""
-    from cdc_platform.backfill.snapshot_requests import snapshot_inbox  # noqa: PLC0415
+    from cdc_platform.backfill.snapshot_requests import snapshot_inbox  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
 
     config, destination = _destination(args)
     if not args.table:
@@ -357,16 +357,16 @@ def snapshot_command(args: argparse.Namespace) -> int:
     if args.request:
         return _snapshot_request(args)
     # Imported here to keep `config check` light.
-    from cdc_platform.backfill.lease import take_lease  # noqa: PLC0415
-    from cdc_platform.backfill.snapshot import (  # noqa: PLC0415
+    from cdc_platform.backfill.lease import take_lease  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
+    from cdc_platform.backfill.snapshot import (  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
         SnapshotProgress,
         SnapshotRunner,
         state_path,
     )
-    from cdc_platform.backfill.stop import SideWorkStop  # noqa: PLC0415
-    from cdc_platform.coordination.factory import open_lease  # noqa: PLC0415
-    from cdc_platform.errors import SnapshotError  # noqa: PLC0415
-    from cdc_platform.sink.term import WriteTerm  # noqa: PLC0415
+    from cdc_platform.backfill.stop import SideWorkStop  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
+    from cdc_platform.coordination.factory import open_lease  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
+    from cdc_platform.errors import SnapshotError  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
+    from cdc_platform.sink.term import WriteTerm  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
 
     config, destination = _destination(args)
     check_deployment(config)
@@ -434,8 +434,8 @@ def snapshot_command(args: argparse.Namespace) -> int:
 
 def reconcile_command(args: argparse.Namespace) -> int:
     from cdc_platform.reconcile.compare import ChunkProgress  # noqa: PLC0415 (Spark is heavy)
-    from cdc_platform.reconcile.service import reconcile_destination  # noqa: PLC0415
-    from cdc_platform.spark.session import SparkSessionFactory  # noqa: PLC0415
+    from cdc_platform.reconcile.service import reconcile_destination  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
+    from cdc_platform.spark.session import SparkSessionFactory  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
 
     config, destination = _destination(args)
 
@@ -492,7 +492,7 @@ def reconcile_command(args: argparse.Namespace) -> int:
 
 
 def import_canal_command(args: argparse.Namespace) -> int:
-    from cdc_platform.config.canal_import import import_canal  # noqa: PLC0415
+    from cdc_platform.config.canal_import import import_canal  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
 
     result = import_canal(Path(args.canal_dir), Path(args.out))
     for warning in result.warnings:

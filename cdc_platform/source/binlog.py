@@ -246,7 +246,7 @@ class BinlogSource:
             if self.reconnects:
                 # The address may lead to another server now (a switched primary).
                 checked = self._until_reachable(
-                    lambda: self._same_server(position, self.server)  # noqa: B023
+                    lambda: self._same_server(position, self.server)  # noqa: B023 (called at once, within this iteration)
                 )
                 if checked is None:
                     return
