@@ -53,7 +53,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -88,9 +87,9 @@ from cdc_platform.source.row_reader import (
     decode_key,
     describe_table,
     encode_key,
+    estimated_rows,
     read_chunk,
 )
-from cdc_platform.source.sql import qualified_name
 from cdc_platform.source.table_names import split_table_name
 
 __all__ = [
@@ -422,13 +421,13 @@ class SnapshotRunner:
         conn, result = ctx.conn, ctx.result
         gone = f"table {spec.name} does not exist (dropped or renamed during its snapshot)"
         try:
-            estimated = _count(conn, spec)
+            estimated = estimated_rows(conn, spec)
         except pymysql.MySQLError as exc:
             if not is_missing_table(exc):
                 raise
             self._end(state, spec.name, gone, result)
             return
-        tally = _tally(state, spec.name, estimated)
+        tally = SnapshotProgress.of_table(state, spec.name, estimated)
         if not spec.primary_key:
             self._copy_whole(ctx, spec, state, tally)
             return
@@ -473,7 +472,7 @@ class SnapshotRunner:
                 [image for _, image in kept],
             )
             ctx.batch_seq += 1
-            pending = _pending(ctx.batch_seq, next_index, next_after)
+            pending = PendingChunk.new(ctx.batch_seq, next_index, next_after)
             state.pending = pending
             self._save_state(state)
             self._commit(ctx, events, read.cut, rows, pending.chunk)
@@ -602,39 +601,3 @@ class _Chunking:
     started: float
     batch_seq: int
     resume: ResumePosition
-
-
-def _pending(batch_seq: int, index: int, after: list[Any] | None) -> PendingChunk:
-    """The state's record of a chunk about to commit, with the chunk's unique mark (a random
-    62-bit number: no other commit carries it)."""
-    return PendingChunk(batch_seq, secrets.randbits(62), index, after)
-
-
-def _tally(state: SnapshotState, table: str, estimated: int) -> SnapshotProgress:
-    """The progress of ``table`` so far: what the state kept from before an interruption
-    (``progress``, read by :mod:`cdc_platform.sink.snapshot_progress`), with the new
-    estimate."""
-    tally = SnapshotProgress(table, state.index, len(state.tables), *[0] * 7)
-    kept = state.progress.setdefault(table, TableCounts())
-    tally.rows_read = kept.rows_read
-    tally.chunks = kept.chunks
-    tally.estimated_rows = kept.estimated_rows = estimated
-    return tally
-
-
-def _count(conn: pymysql.connections.Connection[Any], spec: SnapshotTable) -> int:
-    """The table's estimated row count, for progress only: ``TABLE_ROWS`` of
-    information_schema (InnoDB's estimate, read without scanning the table, unlike COUNT(*));
-    a missing table raises the server's "doesn't exist" error like a read would."""
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT TABLE_ROWS FROM information_schema.TABLES "
-            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
-            (spec.db, spec.table),
-        )
-        row = cur.fetchone()
-        if row is None:
-            # The same error a read of a dropped table gets, so one path handles both.
-            cur.execute(f"SELECT 1 FROM {qualified_name(spec.db, spec.table)} LIMIT 0")  # noqa: S608 (identifiers quoted by the source's quoting, values bound as parameters)
-            return 0
-    return int(row[0] or 0)

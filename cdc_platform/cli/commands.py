@@ -91,13 +91,13 @@ def config_check_command(args: argparse.Namespace) -> int:
 def _start_drift(config: ConfigSet, dest: Destination) -> str | None:
     """Whether ``start:`` differs from the start the destination began with (reported, never
     applied: its checkpoint rules)."""
+    from cdc_platform.sink.destination_lake import DestinationLake  # noqa: PLC0415 (keep `config check` light)
     from cdc_platform.sink.start_record import (  # noqa: PLC0415 (keep `config check` light)
         StartRecord,
         start_drift,
-        start_record_file,
     )
 
-    file = start_record_file(config.table_uri(dest.name), config.lake.delta_options())
+    file = DestinationLake.of(config.lake, dest.name, dest.config).start_record
     try:
         return start_drift(dest.config.start, StartRecord.load(file))
     except CdcError as exc:
@@ -119,13 +119,15 @@ def _lake_check(config: ConfigSet) -> tuple[str, bool]:
 def _connect_check(config: ConfigSet, dest: Destination) -> tuple[str, bool]:
     """Connect to one destination's source once (no retries: fail fast before a deploy) and
     check its settings and grants; one line for the report and whether it passed."""
-    from cdc_platform.sink.start_record import StartRecord, start_record_file  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
+    from cdc_platform.sink.destination_lake import DestinationLake  # noqa: PLC0415 (keep `config check` light)
+    from cdc_platform.sink.start_record import StartRecord  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
     from cdc_platform.source.binlog import SourceInfo  # noqa: PLC0415 (keep `config check` light)
     from cdc_platform.source.factory import open_source, start_position  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
 
     source, start = dest.config.source, dest.config.start
     where = f"source {source.host}:{source.port} ({source.mode})"
-    table_uri, options = config.table_uri(dest.name), config.lake.delta_options()
+    layout = DestinationLake.of(config.lake, dest.name, dest.config)
+    table_uri, options = layout.change_log, layout.storage_options
     try:
         opened = open_source(source, resume=None, table_uri=table_uri, storage_options=options)
         found = opened.check()
@@ -133,7 +135,7 @@ def _connect_check(config: ConfigSet, dest: Destination) -> tuple[str, bool]:
         if (
             source.mode == "binlog"
             and start.mode not in ("initial", "latest")
-            and StartRecord.load(start_record_file(table_uri, options)) is None
+            and StartRecord.load(layout.start_record) is None
         ):
             where += f", start {start.describe()} at {start_position(opened, start)}"
     except CdcError as exc:
@@ -361,7 +363,6 @@ def snapshot_command(args: argparse.Namespace) -> int:
     from cdc_platform.backfill.snapshot import (  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
         SnapshotProgress,
         SnapshotRunner,
-        state_path,
     )
     from cdc_platform.backfill.stop import SideWorkStop  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
     from cdc_platform.coordination.factory import open_lease  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
@@ -408,7 +409,7 @@ def snapshot_command(args: argparse.Namespace) -> int:
 
         runner = SnapshotRunner(
             term,
-            state_path(config.lake.uri, name, term.storage_options),
+            term.layout.snapshot_state,
             tables=args.table or None,
             chunk_size=args.chunk_size or settings.chunk_size,
             chunk_seconds=args.chunk_seconds or settings.chunk_seconds,

@@ -11,6 +11,7 @@ the missing parts are empty (a pending chunk without a mark is read again, which
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,12 @@ class PendingChunk:
     chunk: int | None
     index: int
     after: list[Any] | None
+
+    @classmethod
+    def new(cls, batch_seq: int, index: int, after: list[Any] | None) -> PendingChunk:
+        """A chunk about to commit as batch ``batch_seq``, with its unique mark (a random
+        62-bit number: no other commit carries it)."""
+        return cls(batch_seq, secrets.randbits(62), index, after)
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON."""
