@@ -63,7 +63,7 @@ def snapshot_inbox(
     """The snapshot-request folder of ``destination``; with ``source``, requests are signed
     and checked with its key, and tables outside its filters are refused (without ``source``
     no request can be submitted or served)."""
-    root = DestinationLake.at(lake_root, destination, storage_options).snapshot_inbox
+    root = LakeFile(DestinationLake.at(lake_root, destination).snapshot_inbox, storage_options)
     if source is None:
         return SnapshotInbox(root)
     return SnapshotInbox(

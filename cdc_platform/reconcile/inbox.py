@@ -75,7 +75,7 @@ STALE_AFTER_SECONDS = 60.0
 
 def inbox_path(lake_root: str | os.PathLike[str], destination: str) -> str:
     """``<lake_root>/<destination>/_reconcile`` (a local path or a URI)."""
-    return DestinationLake.at(lake_root, destination).repair_inbox.uri
+    return DestinationLake.at(lake_root, destination).repair_inbox
 
 
 def destination_inbox(

@@ -120,11 +120,11 @@ class DestinationLake:
         return self._file("_start.json")
 
     @property
-    def snapshot_inbox(self) -> LakeFile:
+    def snapshot_inbox(self) -> str:
         """The folder of snapshot requests and their results."""
-        return self._file("_snapshot_requests")
+        return self.lake.join(self.destination, "_snapshot_requests")
 
     @property
-    def repair_inbox(self) -> LakeFile:
+    def repair_inbox(self) -> str:
         """The folder of repair requests and their results (and the reconciliation's staging)."""
-        return self._file("_reconcile")
+        return self.lake.join(self.destination, "_reconcile")
