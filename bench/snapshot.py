@@ -131,10 +131,10 @@ def reconcile(
     server: MariaDBServer, user: object, root: Path, lake: Path, differences: int
 ) -> None:
     from cdc_platform.config import load_config  # noqa: PLC0415 (only with --reconcile)
-    from cdc_platform.reconcile.service import reconcile_destination  # noqa: PLC0415
-    from cdc_platform.spark import SparkSessionFactory, apply_changes  # noqa: PLC0415
-    from cdc_platform.spark.locations import mirror_root, mirror_uri  # noqa: PLC0415
-    from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf  # noqa: PLC0415
+    from cdc_platform.reconcile.service import reconcile_destination  # noqa: PLC0415 (only with --reconcile)
+    from cdc_platform.spark import SparkSessionFactory, apply_changes  # noqa: PLC0415 (only with --reconcile)
+    from cdc_platform.spark.locations import mirror_root, mirror_uri  # noqa: PLC0415 (only with --reconcile)
+    from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf  # noqa: PLC0415 (only with --reconcile)
 
     os.environ[PASSWORD_ENV] = os.environ["BENCH_CDC_PASSWORD"]
     conf = root / "conf"

@@ -142,7 +142,7 @@ def compare_workers(
         rates["N"].append(timed("(b) N", rows, lambda: source_decode(many, user, start, rows)))
         every = DecodePool(workers, inline_bytes=0)
         rates["N, all"].append(
-            timed("(b) N, all", rows, lambda: source_decode(many, user, start, rows, every))  # noqa: B023
+            timed("(b) N, all", rows, lambda: source_decode(many, user, start, rows, every))  # noqa: B023 (called at once, within this iteration)
         )
     for label, values in rates.items():
         rate = statistics.median(values)

@@ -26,12 +26,12 @@ from cdc_platform.infra.recorder import NULL_RECORDER
 from cdc_platform.runtime.prometheus import open_metrics
 from cdc_platform.runtime.supervised import supervised_destination
 from cdc_platform.runtime.supervisor import LeaseSupervisor
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.report import CommitReport
 from cdc_platform.spark import (
     MirrorResult,
     SparkSessionFactory,
     apply_changes,
-    mirror_root,
     mirror_tables,
     mirror_uri,
 )
@@ -52,7 +52,7 @@ __all__ = [
 
 def destination_root(configset: ConfigSet, destination: str) -> str:
     """Everything the destination writes, under the lake root (a local path or ``s3://``)."""
-    return configset.lake.join(destination)
+    return DestinationLake(configset.lake, destination).root
 
 
 def change_log_uri(configset: ConfigSet, destination: str) -> str:
@@ -62,7 +62,7 @@ def change_log_uri(configset: ConfigSet, destination: str) -> str:
 
 def mirrors_root(configset: ConfigSet, destination: str) -> str:
     """Directory of the destination's mirror tables (one per captured table)."""
-    return mirror_root(configset.lake.uri, destination)
+    return DestinationLake(configset.lake, destination).mirrors_root
 
 
 def mirror_location(configset: ConfigSet, destination: str, db: str, table: str) -> str:
@@ -72,7 +72,7 @@ def mirror_location(configset: ConfigSet, destination: str, db: str, table: str)
 
 def history_root(configset: ConfigSet, destination: str, day: date) -> str:
     """The destination's tables as of the end of ``day``."""
-    return configset.lake.join(destination, "history", day.isoformat())
+    return DestinationLake(configset.lake, destination).history_root(day)
 
 
 @dataclass(frozen=True, slots=True)

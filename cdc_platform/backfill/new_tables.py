@@ -23,8 +23,6 @@ import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
@@ -37,9 +35,9 @@ from cdc_platform.backfill.snapshot import (
     state_path,
 )
 from cdc_platform.backfill.stop import SideWorkStop
-from cdc_platform.errors import SnapshotError
 from cdc_platform.sink.lake_files import LakeFile
-from cdc_platform.sink.start_record import StartRecord, start_record_file
+from cdc_platform.sink.start_record import StartRecord
+from cdc_platform.sink.table_records import CapturedTables
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.filters import StatementKind, classify_statement
 
@@ -53,69 +51,12 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-RECORD_VERSION = 2
-
 _PLAIN_CREATE = re.compile(
     r"\s*CREATE\s+(?:OR\s+REPLACE\s+)?TABLE\s+(?!IF\s+NOT\s+EXISTS\b)", re.IGNORECASE
 )
 """A CREATE TABLE that always makes a new table (not TEMPORARY, not IF NOT EXISTS)."""
 _KEEPS_TABLE = re.compile(r"\s*(?:ALTER|TRUNCATE)\b", re.IGNORECASE)
 _RENAME = re.compile(r"\bRENAME\b", re.IGNORECASE)
-
-
-@dataclass
-class CapturedTables:
-    """The record; see the module docstring."""
-
-    path: LakeFile
-    tables: set[str] = field(default_factory=set)
-    ended: dict[str, str] = field(default_factory=dict)
-    after_batch: int | None = None
-    filters: list[list[str]] | None = None
-    exists: bool = False
-
-    @classmethod
-    def load(cls, path: LakeFile) -> CapturedTables:
-        """The record at ``path`` (an empty one if there is none; v1 files are read too)."""
-        try:
-            data: dict[str, Any] | None = path.read_json()
-        except ValueError as exc:
-            raise SnapshotError(f"{path}: unreadable record of captured tables: {exc}") from None
-        if data is None:
-            return cls(path)
-        version = data.get("v", 1)
-        if version not in (1, RECORD_VERSION):
-            raise SnapshotError(f"{path}: unknown record version {version!r}")
-        after = data.get("after_batch")
-        return cls(
-            path,
-            set(data.get("tables", [])),
-            dict(data.get("ended", {})),
-            None if after is None else int(after),
-            data.get("filters"),
-            exists=True,
-        )
-
-    def save(self) -> None:
-        """Write the whole record at once (see :class:`LakeFile`)."""
-        data = {
-            "v": RECORD_VERSION,
-            "tables": sorted(self.tables),
-            "ended": dict(sorted(self.ended.items())),
-            "after_batch": self.after_batch,
-            "filters": self.filters,
-        }
-        self.path.write_json(data)
-        self.exists = True
-
-    def done(self, table: str, reason: str | None = None) -> None:
-        """Record that ``table`` needs no more copying (``reason``: it was not copied)."""
-        self.tables.add(table)
-        if reason is not None:
-            self.ended[table] = reason
-        else:
-            self.ended.pop(table, None)
-        self.save()
 
 
 def current_batch(
@@ -227,7 +168,7 @@ def _record_start_or_adopt(
     began = current_batch(term.table_uri, name, storage)
     chosen_start = config.start.mode not in ("initial", "latest")
     if began == 0 and not chosen_start:
-        file = start_record_file(term.table_uri, storage)
+        file = term.layout.start_record
         StartRecord.write(file, config.start, None, epoch=term.epoch)
         return False
     if not (adopt_existing or began == 0) or record.exists or state_file.exists():

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cdc_platform.events import ResumePosition
+from cdc_platform.sink.snapshot_state import SnapshotState, TableCounts
 
 __all__ = ["SnapshotProgress", "SnapshotResult"]
 
@@ -29,6 +30,18 @@ class SnapshotProgress:
     seconds: float
     chunk_rows: int = 0
     """Rows the last chunk read (its size adapts to a time per chunk unless fixed)."""
+
+    @classmethod
+    def of_table(cls, state: SnapshotState, table: str, estimated: int) -> SnapshotProgress:
+        """The progress of ``table`` so far: what ``state`` kept from before an interruption
+        (its ``progress``, read by :mod:`cdc_platform.sink.snapshot_progress`), with the new
+        estimate (kept in ``state`` too)."""
+        tally = cls(table, state.index, len(state.tables), *[0] * 7)
+        kept = state.progress.setdefault(table, TableCounts())
+        tally.rows_read = kept.rows_read
+        tally.chunks = kept.chunks
+        tally.estimated_rows = kept.estimated_rows = estimated
+        return tally
 
     @property
     def done_fraction(self) -> float:

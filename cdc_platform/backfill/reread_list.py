@@ -16,8 +16,10 @@ from typing import Any
 
 from cdc_platform.errors import SnapshotError
 from cdc_platform.events import ChangeEvent
-from cdc_platform.sink.lake_files import LakeFile, join_uri
+from cdc_platform.sink.destination_lake import DestinationLake
+from cdc_platform.sink.lake_files import LakeFile
 from cdc_platform.sink.report import ddl_rows
+from cdc_platform.sink.table_records import RereadList
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.ddl_effects import ddl_effects
 
@@ -31,7 +33,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-RECORD_VERSION = 1
 _LOCK = threading.Lock()
 """One writer of a list at a time in this process (the commit observer, the re-read)."""
 
@@ -40,8 +41,7 @@ def reread_path(
     lake_root: str | os.PathLike[str], destination: str, storage_options: Any = None
 ) -> LakeFile:
     """Where the tables waiting for a re-read are listed (in the lake)."""
-    uri = join_uri(os.fspath(lake_root), destination, "_reread_tables.json")
-    return LakeFile(uri, storage_options)
+    return DestinationLake.at(lake_root, destination, storage_options).reread_tables
 
 
 def tables_to_reread(statements: Iterable[tuple[str, str, str]]) -> list[str]:
@@ -67,7 +67,7 @@ def pending_rereads(
 
 
 class RereadRecord:
-    """The waiting list in the lake: ``{"v": 1, "tables": {name: mark}, "next": n}``.
+    """The waiting list in the lake (:class:`~cdc_platform.sink.table_records.RereadList`).
 
     Each addition gets a new mark, so a table listed again while its copy runs (a second DDL
     the copy's own stream passed) stays listed when that copy's entry is removed.
@@ -78,45 +78,29 @@ class RereadRecord:
 
     def load(self) -> dict[str, int]:
         """The tables waiting, oldest first, with their marks."""
-        data = self._read()
-        return {str(t): int(m) for t, m in data.get("tables", {}).items()}
+        return dict(self._read().tables)
 
-    def _read(self) -> dict[str, Any]:
+    def _read(self) -> RereadList:
         try:
             data: dict[str, Any] | None = self.path.read_json()
         except ValueError as exc:
             raise SnapshotError(
                 f"{self.path}: unreadable list of tables to re-read: {exc}"
             ) from None
-        if data is None:
-            return {}
-        if data.get("v") != RECORD_VERSION:
-            raise SnapshotError(f"{self.path}: unknown record version {data.get('v')!r}")
-        return data
+        return RereadList.from_json(self.path, data)
 
     def add(self, tables: Iterable[str]) -> None:
         """List ``tables`` (again: with a new mark)."""
         with _LOCK:
-            data = self._read()
-            waiting = {str(t): int(m) for t, m in data.get("tables", {}).items()}
-            mark = int(data.get("next", 1))
-            for table in tables:
-                waiting.pop(table, None)
-                waiting[table] = mark
-                mark += 1
-            self.path.write_json({"v": RECORD_VERSION, "tables": waiting, "next": mark})
+            self.path.write_json(self._read().listing(tables).to_json())
 
     def remove(self, done: dict[str, int]) -> None:
         """Remove the entries ``done`` (name and mark as loaded); a table listed again since
         keeps its newer entry."""
         with _LOCK:
-            data = self._read()
-            waiting = {str(t): int(m) for t, m in data.get("tables", {}).items()}
-            left = {t: m for t, m in waiting.items() if done.get(t) != m}
-            if left:
-                self.path.write_json(
-                    {"v": RECORD_VERSION, "tables": left, "next": int(data.get("next", 1))}
-                )
+            left = self._read().without(done)
+            if left.tables:
+                self.path.write_json(left.to_json())
             else:
                 self.path.delete()
 
@@ -134,6 +118,6 @@ def note_rereads(term: WriteTerm, events: Sequence[ChangeEvent]) -> tuple[str, .
     tables = tables_to_reread(ddl_rows(events))
     if not tables:
         return ()
-    RereadRecord(reread_path(term.lake.uri, term.destination, term.storage_options)).add(tables)
+    RereadRecord(term.layout.reread_tables).add(tables)
     log.info("%s: %s changed by DDL; listed for a re-read", term.destination, tables)
     return tuple(tables)

@@ -51,10 +51,8 @@ with LeaseLostError instead of at the read timeout.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -74,8 +72,10 @@ from cdc_platform.backfill.whole_copy import copy_whole_table
 from cdc_platform.errors import CdcError, SnapshotError, SourceTableMissingError
 from cdc_platform.events import BinlogPosition, ChangeEvent, ResumePosition
 from cdc_platform.sink import DeltaChangeLog
-from cdc_platform.sink.lake_files import LakeFile, join_uri
+from cdc_platform.sink.destination_lake import DestinationLake
+from cdc_platform.sink.lake_files import LakeFile
 from cdc_platform.sink.schema import RowsAtCut
+from cdc_platform.sink.snapshot_state import PendingChunk, SnapshotState, TableCounts
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.binlog import BinlogSource
 from cdc_platform.source.binlog_server import binlog_end
@@ -87,9 +87,9 @@ from cdc_platform.source.row_reader import (
     decode_key,
     describe_table,
     encode_key,
+    estimated_rows,
     read_chunk,
 )
-from cdc_platform.source.sql import qualified_name
 from cdc_platform.source.table_names import split_table_name
 
 __all__ = [
@@ -103,7 +103,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-STATE_VERSION = 1
 DEFAULT_SEGMENT_EVENTS = 20_000
 """Binlog events held at most per segment part (and read ahead): a longer segment is
 committed in parts, at transaction boundaries."""
@@ -118,8 +117,7 @@ def state_path(
 ) -> LakeFile:
     """Where a destination's snapshot progress is kept: in the lake (a local path or a URI),
     so any node can finish a snapshot another one began."""
-    uri = join_uri(os.fspath(lake_root), destination, "_snapshot_state.json")
-    return LakeFile(uri, storage_options)
+    return DestinationLake.at(lake_root, destination, storage_options).snapshot_state
 
 
 def captured_tables_path(
@@ -128,8 +126,7 @@ def captured_tables_path(
     storage_options: Mapping[str, str] | None = None,
 ) -> LakeFile:
     """Where the tables a destination already has a copy of are recorded (in the lake)."""
-    uri = join_uri(os.fspath(lake_root), destination, "_captured_tables.json")
-    return LakeFile(uri, storage_options)
+    return DestinationLake.at(lake_root, destination, storage_options).captured_tables
 
 
 class SnapshotRunner:
@@ -192,17 +189,11 @@ class SnapshotRunner:
 
     # -- state ---------------------------------------------------------------------------------
 
-    def _load_state(self) -> dict[str, Any] | None:
-        text = self.state_file.read_text()
-        if text is None:
-            return None
-        state: dict[str, Any] = json.loads(text)
-        if state.get("v") != STATE_VERSION or state.get("destination") != self.name:
-            raise SnapshotError(f"{self.state_file}: not a snapshot state of {self.name!r}")
-        return state
+    def _load_state(self) -> SnapshotState | None:
+        return SnapshotState.load(self.state_file, self.name)
 
-    def _save_state(self, state: dict[str, Any]) -> None:
-        self.state_file.write_json(state)  # the whole object at once
+    def _save_state(self, state: SnapshotState) -> None:
+        state.save(self.state_file)  # the whole object at once
 
     # -- run -----------------------------------------------------------------------------------
 
@@ -292,38 +283,29 @@ class SnapshotRunner:
             resumed = state is not None
             if state is None:
                 tables = self._discover(conn)
-                state = {
-                    "v": STATE_VERSION,
-                    "destination": self.name,
-                    "tables": tables,
-                    "index": 0,
-                    "after": None,
-                    "pending": None,
-                    "ended": {},
-                }
+                state = SnapshotState(self.name, tables)
             else:
-                if self.requested and list(self.requested) != list(state["tables"]):
+                if self.requested and list(self.requested) != list(state.tables):
                     raise SnapshotError(
-                        f"{self.name}: a snapshot of {', '.join(state['tables'])} is in progress "
+                        f"{self.name}: a snapshot of {', '.join(state.tables)} is in progress "
                         f"({self.state_file}); run it to the end first (without --table, or with "
                         "the same tables), or delete that file to abandon it"
                     )
-                pending = state.get("pending")
+                pending = state.pending
                 if pending is not None:
                     if self._landed(sink, pending):
-                        state["index"], state["after"] = pending["index"], pending["after"]
-                    state["pending"] = None
+                        state.index, state.after = pending.index, pending.after
+                    state.pending = None
                 log.info(
                     "%s: resuming the snapshot at table %d of %d after key %s",
                     self.name,
-                    state["index"] + 1,
-                    len(state["tables"]),
-                    state["after"],
+                    state.index + 1,
+                    len(state.tables),
+                    state.after,
                 )
-            state.setdefault("ended", {})
             specs = [
-                self._describe(conn, name, pending=resumed or i < state["index"])
-                for i, name in enumerate(state["tables"])
+                self._describe(conn, name, pending=resumed or i < state.index)
+                for i, name in enumerate(state.tables)
             ]
             source_config = self.config.source.model_copy(
                 update={"heartbeat_seconds": _SNAPSHOT_HEARTBEAT_SECONDS}
@@ -333,21 +315,21 @@ class SnapshotRunner:
             resume = checkpoint.resume if checkpoint else probe.current_position()
             source = BinlogSource(source_config, resume=resume, password=self.term.password)
             stream = SegmentStream(source, read_ahead=self.segment_events)
-            result = SnapshotResult(tables=list(state["tables"]), resumed=resumed)
+            result = SnapshotResult(tables=list(state.tables), resumed=resumed)
             tail = SegmentTail(self.segment_events)
             ctx = _Chunking(
                 conn, probe, stream, tail, sink, epoch, result, started, batch_seq, resume
             )
-            while state["index"] < len(specs) and not self._stop.is_set():
-                spec = specs[state["index"]]
+            while state.index < len(specs) and not self._stop.is_set():
+                spec = specs[state.index]
                 if isinstance(spec, str):
-                    self._end(state, state["tables"][state["index"]], spec, result)
+                    self._end(state, state.tables[state.index], spec, result)
                     continue
                 self._table(ctx, spec, state)
             result.last_batch_seq = ctx.batch_seq
             result.resume = ctx.resume
             result.seconds = time.perf_counter() - started
-            if state["index"] >= len(specs):
+            if state.index >= len(specs):
                 self.state_file.delete()
             return result
         finally:
@@ -367,17 +349,16 @@ class SnapshotRunner:
                 raise
             return str(exc)
 
-    def _end(self, state: dict[str, Any], name: str, reason: str, result: SnapshotResult) -> None:
+    def _end(self, state: SnapshotState, name: str, reason: str, result: SnapshotResult) -> None:
         """End one table's snapshot without copying the rest of it; the others go on."""
         log.warning("%s: ending the snapshot of %s: %s", self.name, name, reason)
-        state["ended"][name] = reason
-        state.update(index=state["index"] + 1, after=None, pending=None)
+        state.end(name, reason)
         self._save_state(state)
         result.ended[name] = reason
         if self._on_table_done is not None:
             self._on_table_done(name, reason)
 
-    def _landed(self, sink: DeltaChangeLog, pending: Mapping[str, Any]) -> bool:
+    def _landed(self, sink: DeltaChangeLog, pending: PendingChunk) -> bool:
         """Whether the interrupted chunk's commit is in the change log.
 
         Only the chunk's own mark counts (app transaction ``<destination>#chunk``, kept by
@@ -386,8 +367,7 @@ class SnapshotRunner:
         (a state written before marks) the chunk is read again, which is always safe (its `r`
         rows land later, with the newer state); skipping it would lose rows.
         """
-        mark = pending.get("chunk")
-        return mark is not None and sink.chunk_mark() == int(mark)
+        return pending.chunk is not None and sink.chunk_mark() == pending.chunk
 
     def _commit(
         self,
@@ -436,25 +416,25 @@ class SnapshotRunner:
         ctx.result.streamed_events += segment.streamed
         return segment
 
-    def _table(self, ctx: _Chunking, spec: SnapshotTable, state: dict[str, Any]) -> None:  # noqa: PLR0915 (one chunk's steps, in order)
+    def _table(self, ctx: _Chunking, spec: SnapshotTable, state: SnapshotState) -> None:  # noqa: PLR0915 (one chunk's steps, in order)
         """Chunks of one table until it is done, ended, or a stop is requested."""
         conn, result = ctx.conn, ctx.result
         gone = f"table {spec.name} does not exist (dropped or renamed during its snapshot)"
         try:
-            estimated = _count(conn, spec)
+            estimated = estimated_rows(conn, spec)
         except pymysql.MySQLError as exc:
             if not is_missing_table(exc):
                 raise
             self._end(state, spec.name, gone, result)
             return
-        tally = _tally(state, spec.name, estimated)
+        tally = SnapshotProgress.of_table(state, spec.name, estimated)
         if not spec.primary_key:
             self._copy_whole(ctx, spec, state, tally)
             return
         while not self._stop.is_set():
             self._interrupt.check()
             began = self._clock()
-            chunk, asked = self._read(conn, spec, state["after"], self.sizer.rows)
+            chunk, asked = self._read(conn, spec, state.after, self.sizer.rows)
             if chunk is None:
                 # Nothing of the segment was read: the DROP lands with the next table's chunks.
                 self._end(state, spec.name, gone, result)
@@ -465,9 +445,7 @@ class SnapshotRunner:
             kept = [(pk, image) for pk, image in chunk.rows if pk not in read.touched]
             done = len(chunk.rows) < asked
             next_index, next_after = (
-                (state["index"] + 1, None)
-                if done
-                else (state["index"], encode_key(chunk.last_key or []))
+                (state.index + 1, None) if done else (state.index, encode_key(chunk.last_key or []))
             )
             counted = len(chunk.rows)
             ended: str | None = None
@@ -479,7 +457,7 @@ class SnapshotRunner:
                 spec, ended = self._reshaped(conn, spec)
                 done = ended is not None
                 next_index, next_after = (
-                    (state["index"] + 1, None) if done else (state["index"], state["after"])
+                    (state.index + 1, None) if done else (state.index, state.after)
                 )
             events = list(read.events)
             if done and not chunk.rows and tally.chunks == 0 and not read.altered:  # empty
@@ -494,23 +472,22 @@ class SnapshotRunner:
                 [image for _, image in kept],
             )
             ctx.batch_seq += 1
-            state["pending"] = _pending(ctx.batch_seq, next_index, next_after)
+            pending = PendingChunk.new(ctx.batch_seq, next_index, next_after)
+            state.pending = pending
             self._save_state(state)
-            self._commit(ctx, events, read.cut, rows, state["pending"]["chunk"])
+            self._commit(ctx, events, read.cut, rows, pending.chunk)
             if ended is not None:
                 log.warning("%s: ending the snapshot of %s: %s", self.name, spec.name, ended)
-                state["ended"][spec.name] = ended
+                state.ended[spec.name] = ended
                 result.ended[spec.name] = ended
-            state["progress"][spec.name] = {
-                "rows_read": tally.rows_read + counted,
-                "estimated_rows": tally.estimated_rows,
-                "chunks": tally.chunks + 1,
-            }
-            state.update(index=next_index, after=next_after, pending=None)
+            state.progress[spec.name] = TableCounts(
+                tally.rows_read + counted, tally.estimated_rows, tally.chunks + 1
+            )
+            state.advance(next_index, next_after)
             self._save_state(state)
             self.sizer.observe(asked, len(chunk.rows), self._clock() - began)
             tally.chunk_rows = len(chunk.rows)
-            table_index = state["index"] if not done else state["index"] - 1
+            table_index = state.index if not done else state.index - 1
             self._account(ctx, tally, table_index, counted=counted, kept=len(kept))
             log.debug(
                 "%s: %s chunk %d: high %s cut %s, %d rows, %d dropped",
@@ -528,7 +505,7 @@ class SnapshotRunner:
                 break
 
     def _copy_whole(
-        self, ctx: _Chunking, spec: SnapshotTable, state: dict[str, Any], tally: SnapshotProgress
+        self, ctx: _Chunking, spec: SnapshotTable, state: SnapshotState, tally: SnapshotProgress
     ) -> None:
         """A table without a primary key, copied in one consistent read (:mod:`.whole_copy`);
         an interrupted copy starts over (its truncate row replaces the partial one)."""
@@ -554,15 +531,11 @@ class SnapshotRunner:
             return
         finally:
             self._interrupt.attach(ctx.conn)  # the copy's own connection is closed
-        state["progress"][spec.name] = {
-            "rows_read": copied,
-            "estimated_rows": tally.estimated_rows,
-            "chunks": 1,
-        }
-        state.update(index=state["index"] + 1, after=None, pending=None)
+        state.progress[spec.name] = TableCounts(copied, tally.estimated_rows, 1)
+        state.advance(state.index + 1, None)
         self._save_state(state)
         tally.chunk_rows = copied
-        self._account(ctx, tally, state["index"] - 1, counted=copied, kept=copied)
+        self._account(ctx, tally, state.index - 1, counted=copied, kept=copied)
         if self._on_table_done is not None:
             self._on_table_done(spec.name, None)
 
@@ -628,39 +601,3 @@ class _Chunking:
     started: float
     batch_seq: int
     resume: ResumePosition
-
-
-def _pending(batch_seq: int, index: int, after: Any) -> dict[str, Any]:
-    """The state's record of a chunk about to commit, with the chunk's unique mark (a random
-    62-bit number: no other commit carries it)."""
-    return {"batch_seq": batch_seq, "chunk": secrets.randbits(62), "index": index, "after": after}
-
-
-def _tally(state: dict[str, Any], table: str, estimated: int) -> SnapshotProgress:
-    """The progress of ``table`` so far: what the state kept from before an interruption
-    (``progress``, read by :mod:`cdc_platform.sink.snapshot_progress`), with the new
-    estimate."""
-    tally = SnapshotProgress(table, state["index"], len(state["tables"]), *[0] * 7)
-    kept = state.setdefault("progress", {}).setdefault(table, {})
-    tally.rows_read = int(kept.get("rows_read", 0))
-    tally.chunks = int(kept.get("chunks", 0))
-    tally.estimated_rows = kept["estimated_rows"] = estimated
-    return tally
-
-
-def _count(conn: pymysql.connections.Connection[Any], spec: SnapshotTable) -> int:
-    """The table's estimated row count, for progress only: ``TABLE_ROWS`` of
-    information_schema (InnoDB's estimate, read without scanning the table, unlike COUNT(*));
-    a missing table raises the server's "doesn't exist" error like a read would."""
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT TABLE_ROWS FROM information_schema.TABLES "
-            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
-            (spec.db, spec.table),
-        )
-        row = cur.fetchone()
-        if row is None:
-            # The same error a read of a dropped table gets, so one path handles both.
-            cur.execute(f"SELECT 1 FROM {qualified_name(spec.db, spec.table)} LIMIT 0")  # noqa: S608
-            return 0
-    return int(row[0] or 0)

@@ -33,7 +33,8 @@ from typing import Any
 from cdc_platform.backfill.request_signing import request_key, sign_request, verify_request
 from cdc_platform.config.models import SourceConfig
 from cdc_platform.errors import SnapshotError
-from cdc_platform.sink.lake_files import LakeFile, join_uri
+from cdc_platform.sink.destination_lake import DestinationLake
+from cdc_platform.sink.lake_files import LakeFile
 from cdc_platform.source.filters import TableFilter
 
 __all__ = ["SnapshotInbox", "SnapshotRequest", "snapshot_inbox"]
@@ -62,11 +63,11 @@ def snapshot_inbox(
     """The snapshot-request folder of ``destination``; with ``source``, requests are signed
     and checked with its key, and tables outside its filters are refused (without ``source``
     no request can be submitted or served)."""
-    root = join_uri(os.fspath(lake_root), destination, "_snapshot_requests")
+    root = LakeFile(DestinationLake.at(lake_root, destination).snapshot_inbox, storage_options)
     if source is None:
-        return SnapshotInbox(LakeFile(root, storage_options))
+        return SnapshotInbox(root)
     return SnapshotInbox(
-        LakeFile(root, storage_options),
+        root,
         key=request_key(source, destination, "snapshot"),
         allowed=TableFilter(source.include_tables, source.exclude_tables).matches,
     )

@@ -18,6 +18,7 @@ from typing import Any
 import pymysql
 
 from cdc_platform.errors import LeaseLostError
+from cdc_platform.source.library_internals import socket_of
 
 __all__ = ["SideWorkStop"]
 
@@ -70,7 +71,7 @@ class SideWorkStop:
 
 def _cut(conn: pymysql.connections.Connection[Any]) -> None:
     """Shut a connection's socket down: a read blocked on it returns with an error."""
-    sock = getattr(conn, "_sock", None)
+    sock = socket_of(conn)
     if sock is not None:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)

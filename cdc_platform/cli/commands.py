@@ -40,7 +40,7 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def config_check_command(args: argparse.Namespace) -> int:
-    from cdc_platform.config.replica_ids import replica_id_conflicts  # noqa: PLC0415
+    from cdc_platform.config.replica_ids import replica_id_conflicts  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
 
     config = load_config(Path(args.conf))
     names = sorted({*config.destinations, *config.errors})
@@ -91,13 +91,13 @@ def config_check_command(args: argparse.Namespace) -> int:
 def _start_drift(config: ConfigSet, dest: Destination) -> str | None:
     """Whether ``start:`` differs from the start the destination began with (reported, never
     applied: its checkpoint rules)."""
+    from cdc_platform.sink.destination_lake import DestinationLake  # noqa: PLC0415 (keep `config check` light)
     from cdc_platform.sink.start_record import (  # noqa: PLC0415 (keep `config check` light)
         StartRecord,
         start_drift,
-        start_record_file,
     )
 
-    file = start_record_file(config.table_uri(dest.name), config.lake.delta_options())
+    file = DestinationLake.of(config.lake, dest.name, dest.config).start_record
     try:
         return start_drift(dest.config.start, StartRecord.load(file))
     except CdcError as exc:
@@ -119,13 +119,15 @@ def _lake_check(config: ConfigSet) -> tuple[str, bool]:
 def _connect_check(config: ConfigSet, dest: Destination) -> tuple[str, bool]:
     """Connect to one destination's source once (no retries: fail fast before a deploy) and
     check its settings and grants; one line for the report and whether it passed."""
-    from cdc_platform.sink.start_record import StartRecord, start_record_file  # noqa: PLC0415
+    from cdc_platform.sink.destination_lake import DestinationLake  # noqa: PLC0415 (keep `config check` light)
+    from cdc_platform.sink.start_record import StartRecord  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
     from cdc_platform.source.binlog import SourceInfo  # noqa: PLC0415 (keep `config check` light)
-    from cdc_platform.source.factory import open_source, start_position  # noqa: PLC0415
+    from cdc_platform.source.factory import open_source, start_position  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
 
     source, start = dest.config.source, dest.config.start
     where = f"source {source.host}:{source.port} ({source.mode})"
-    table_uri, options = config.table_uri(dest.name), config.lake.delta_options()
+    layout = DestinationLake.of(config.lake, dest.name, dest.config)
+    table_uri, options = layout.change_log, layout.storage_options
     try:
         opened = open_source(source, resume=None, table_uri=table_uri, storage_options=options)
         found = opened.check()
@@ -133,7 +135,7 @@ def _connect_check(config: ConfigSet, dest: Destination) -> tuple[str, bool]:
         if (
             source.mode == "binlog"
             and start.mode not in ("initial", "latest")
-            and StartRecord.load(start_record_file(table_uri, options)) is None
+            and StartRecord.load(layout.start_record) is None
         ):
             where += f", start {start.describe()} at {start_position(opened, start)}"
     except CdcError as exc:
@@ -175,7 +177,7 @@ def _metrics(args: argparse.Namespace, config: ConfigSet) -> PrometheusMetrics |
 
 def run_command(args: argparse.Namespace) -> int:
     from cdc_platform.infra.recorder import NULL_RECORDER  # noqa: PLC0415 (light CLI)
-    from cdc_platform.runtime.supervised import supervised_destination  # noqa: PLC0415
+    from cdc_platform.runtime.supervised import supervised_destination  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
 
     config, destination = _destination(args)
     metrics = _metrics(args, config)
@@ -203,7 +205,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 def serve_command(args: argparse.Namespace) -> int:
     from cdc_platform.ha.lease import default_address  # noqa: PLC0415 (light CLI)
-    from cdc_platform.runtime.serve import ServeProcess  # noqa: PLC0415
+    from cdc_platform.runtime.serve import ServeProcess  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
 
     conf = Path(args.conf)
     config = load_config(conf)
@@ -228,7 +230,7 @@ def serve_command(args: argparse.Namespace) -> int:
 
 
 def status_command(args: argparse.Namespace) -> int:
-    from cdc_platform.coordination.status import collect_status, format_status  # noqa: PLC0415
+    from cdc_platform.coordination.status import collect_status, format_status  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
 
     # `status` never connects to a source: it needs no source password.
     config = load_config(Path(args.conf), check_secrets=False)
@@ -282,7 +284,7 @@ def tables_command(args: argparse.Namespace) -> int:
 
 
 def release_command(args: argparse.Namespace) -> int:
-    from cdc_platform.coordination.factory import open_lease  # noqa: PLC0415
+    from cdc_platform.coordination.factory import open_lease  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
 
     config, destination = _destination(args)
     lease = open_lease(config.platform, config.conf_dir, destination.name)
@@ -326,7 +328,7 @@ def checkpoint_show_command(args: argparse.Namespace) -> int:
 
 def _snapshot_request(args: argparse.Namespace) -> int:
     """`snapshot --request`: a request in the lake, served by the running node."""
-    from cdc_platform.backfill.snapshot_requests import snapshot_inbox  # noqa: PLC0415
+    from cdc_platform.backfill.snapshot_requests import snapshot_inbox  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
 
     config, destination = _destination(args)
     if not args.table:
@@ -357,16 +359,15 @@ def snapshot_command(args: argparse.Namespace) -> int:
     if args.request:
         return _snapshot_request(args)
     # Imported here to keep `config check` light.
-    from cdc_platform.backfill.lease import take_lease  # noqa: PLC0415
-    from cdc_platform.backfill.snapshot import (  # noqa: PLC0415
+    from cdc_platform.backfill.lease import take_lease  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
+    from cdc_platform.backfill.snapshot import (  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
         SnapshotProgress,
         SnapshotRunner,
-        state_path,
     )
-    from cdc_platform.backfill.stop import SideWorkStop  # noqa: PLC0415
-    from cdc_platform.coordination.factory import open_lease  # noqa: PLC0415
-    from cdc_platform.errors import SnapshotError  # noqa: PLC0415
-    from cdc_platform.sink.term import WriteTerm  # noqa: PLC0415
+    from cdc_platform.backfill.stop import SideWorkStop  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
+    from cdc_platform.coordination.factory import open_lease  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
+    from cdc_platform.errors import SnapshotError  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
+    from cdc_platform.sink.term import WriteTerm  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
 
     config, destination = _destination(args)
     check_deployment(config)
@@ -408,7 +409,7 @@ def snapshot_command(args: argparse.Namespace) -> int:
 
         runner = SnapshotRunner(
             term,
-            state_path(config.lake.uri, name, term.storage_options),
+            term.layout.snapshot_state,
             tables=args.table or None,
             chunk_size=args.chunk_size or settings.chunk_size,
             chunk_seconds=args.chunk_seconds or settings.chunk_seconds,
@@ -434,8 +435,8 @@ def snapshot_command(args: argparse.Namespace) -> int:
 
 def reconcile_command(args: argparse.Namespace) -> int:
     from cdc_platform.reconcile.compare import ChunkProgress  # noqa: PLC0415 (Spark is heavy)
-    from cdc_platform.reconcile.service import reconcile_destination  # noqa: PLC0415
-    from cdc_platform.spark.session import SparkSessionFactory  # noqa: PLC0415
+    from cdc_platform.reconcile.service import reconcile_destination  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
+    from cdc_platform.spark.session import SparkSessionFactory  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
 
     config, destination = _destination(args)
 
@@ -492,7 +493,7 @@ def reconcile_command(args: argparse.Namespace) -> int:
 
 
 def import_canal_command(args: argparse.Namespace) -> int:
-    from cdc_platform.config.canal_import import import_canal  # noqa: PLC0415
+    from cdc_platform.config.canal_import import import_canal  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
 
     result = import_canal(Path(args.canal_dir), Path(args.out))
     for warning in result.warnings:

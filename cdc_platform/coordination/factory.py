@@ -14,7 +14,12 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from cdc_platform.config.models import DatabaseLeaseConfig, PlatformConfig, ZooKeeperLeaseConfig
+from cdc_platform.config.models import (
+    DatabaseLeaseConfig,
+    PlatformConfig,
+    ZooKeeperLeaseConfig,
+    read_secret,
+)
 from cdc_platform.errors import WatchError
 from cdc_platform.ha.db_lease import DatabaseLease
 from cdc_platform.ha.lease import Lease
@@ -111,6 +116,5 @@ def open_state_store(platform: PlatformConfig, conf_dir: Path) -> StateStore:
 
 
 def _secret(env: str | None) -> SecretStr | None:
-    from cdc_platform.config.models import read_secret  # noqa: PLC0415
 
     return read_secret(env) if env else None

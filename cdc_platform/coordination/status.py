@@ -26,9 +26,9 @@ from cdc_platform.errors import CdcError
 from cdc_platform.ha.lease import HolderInfo, MemberInfo
 from cdc_platform.ha.registry import NodeRegistry
 from cdc_platform.sink import DeltaChangeLog
-from cdc_platform.sink.lake_files import LakeFile
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.snapshot_progress import TableProgress, read_snapshot_progress
-from cdc_platform.sink.start_record import StartRecord, start_drift, start_record_file
+from cdc_platform.sink.start_record import StartRecord, start_drift
 from cdc_platform.watch.keys import status_key
 
 __all__ = ["DestinationStatus", "collect_status", "format_status"]
@@ -137,9 +137,9 @@ def _lease_state(
 
 def _lake_state(config: ConfigSet, name: str, status: DestinationStatus) -> None:
     """The start record and a snapshot's progress, both in the destination's lake folder."""
-    options = config.lake.delta_options()
+    layout = DestinationLake.of(config.lake, name, config.destinations[name].config)
     try:
-        record = StartRecord.load(start_record_file(config.table_uri(name), options))
+        record = StartRecord.load(layout.start_record)
         if record is not None:
             status.start = record.start.describe() + (
                 f" at {record.position}" if record.position else ""
@@ -147,9 +147,7 @@ def _lake_state(config: ConfigSet, name: str, status: DestinationStatus) -> None
             destination = config.destinations.get(name)
             if destination is not None:
                 status.start_changed = start_drift(destination.config.start, record)
-        status.snapshot = read_snapshot_progress(
-            LakeFile(config.lake.join(name, "_snapshot_state.json"), options)
-        )
+        status.snapshot = read_snapshot_progress(layout.snapshot_state)
     except CdcError as exc:
         status.errors.append(f"lake: {exc}")
 

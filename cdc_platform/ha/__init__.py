@@ -32,7 +32,7 @@ def __getattr__(name: str) -> object:
     """``ZooKeeperLease`` on first use: it imports kazoo (about 6 MB), which
     a process that does not use ZooKeeper never needs."""
     if name == "ZooKeeperLease":
-        from cdc_platform.ha.zookeeper import ZooKeeperLease  # noqa: PLC0415
+        from cdc_platform.ha.zookeeper import ZooKeeperLease  # noqa: PLC0415 (kazoo only on first use, see the docstring)
 
         return ZooKeeperLease
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

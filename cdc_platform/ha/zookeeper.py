@@ -268,7 +268,7 @@ class ZooKeeperLease(Lease):
         with self._lock:
             return self._rules.grab_at
 
-    def try_acquire(self, *, min_epoch: int = 0) -> int | None:  # noqa: PLR0911
+    def try_acquire(self, *, min_epoch: int = 0) -> int | None:  # noqa: PLR0911 (one return per outcome of the ZooKeeper transaction)
         """Create the running node if it is absent and the switch rules allow it."""
         with self._lock:
             if self._term is not None:
@@ -335,7 +335,7 @@ class ZooKeeperLease(Lease):
             self._rules.observe(data or UNKNOWN_HOLDER)
         return False
 
-    def renew(self) -> bool:  # noqa: PLR0911
+    def renew(self) -> bool:  # noqa: PLR0911 (one return per outcome of the ZooKeeper transaction)
         """Re-confirm the running node is ours (no write; ZooKeeper keeps it with the session)."""
         with self._lock:
             term = self._term

@@ -229,7 +229,7 @@ class Database:
         password = self._password.get_secret_value() if self._password is not None else ""
         if dialect is MYSQL:
             import pymysql  # noqa: PLC0415 (only when a MySQL lease is configured)
-            from pymysql.constants import CLIENT  # noqa: PLC0415
+            from pymysql.constants import CLIENT  # noqa: PLC0415 (only when a MySQL lease is configured)
 
             conn = pymysql.connect(
                 host=self.url.host,

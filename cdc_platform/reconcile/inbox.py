@@ -57,7 +57,8 @@ from cdc_platform.backfill.request_signing import (
 )
 from cdc_platform.config.models import SourceConfig
 from cdc_platform.errors import ReconcileError, SinkError
-from cdc_platform.sink.lake_files import LakeFile, join_uri
+from cdc_platform.sink.destination_lake import DestinationLake
+from cdc_platform.sink.lake_files import LakeFile
 from cdc_platform.source.filters import TableFilter
 
 __all__ = ["RepairInbox", "destination_inbox", "inbox_path", "signing_key"]
@@ -74,7 +75,7 @@ STALE_AFTER_SECONDS = 60.0
 
 def inbox_path(lake_root: str | os.PathLike[str], destination: str) -> str:
     """``<lake_root>/<destination>/_reconcile`` (a local path or a URI)."""
-    return join_uri(os.fspath(lake_root), destination, "_reconcile")
+    return DestinationLake.at(lake_root, destination).repair_inbox
 
 
 def destination_inbox(

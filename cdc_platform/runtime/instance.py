@@ -21,7 +21,7 @@ from cdc_platform.errors import CdcError, CommitRefusedError, SinkError, SourceE
 from cdc_platform.events import ChangeEvent, EventKind, ResumePosition, ServerIdentity
 from cdc_platform.sink import Checkpoint, FencedCommitError
 from cdc_platform.sink.report import CommitReport, count_ops
-from cdc_platform.sink.start_record import StartRecord, start_record_file
+from cdc_platform.sink.start_record import StartRecord
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source import BinlogSource  # noqa: F401 - tests patch it through this module
 from cdc_platform.source.factory import Source, open_source, start_position
@@ -234,7 +234,7 @@ class DestinationRuntime:
                 batch_seq += 1
                 self._gate()
                 StartRecord.write(
-                    start_record_file(self.table_uri, self.term.storage_options),
+                    self.term.layout.start_record,
                     start,
                     resume,
                     epoch=epoch,

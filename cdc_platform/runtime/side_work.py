@@ -30,7 +30,7 @@ from typing import Protocol
 from cdc_platform.backfill.new_tables import snapshot_new_tables
 from cdc_platform.backfill.repair import RepairResult, repair_keys
 from cdc_platform.backfill.reread import reread_tables
-from cdc_platform.backfill.snapshot import SnapshotProgress, SnapshotRunner, state_path
+from cdc_platform.backfill.snapshot import SnapshotProgress, SnapshotRunner
 from cdc_platform.backfill.snapshot_requests import SnapshotInbox
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.config.models import InstanceConfig
@@ -163,7 +163,7 @@ class SideWork:
         assert inbox is not None
         assert lake_root is not None
         name, config = term.destination, term.config
-        state_file = state_path(lake_root, name, term.storage_options)
+        state_file = term.layout.snapshot_state
         while halted() is None:
             try:
                 request = inbox.next()

@@ -235,7 +235,7 @@ class CompactionRows:
         self.schema = _with_dictionaries(pa.schema(table.schema().to_arrow()))  # arro3 -> pyarrow
         self._plan = plan
         self._query = QueryBuilder().register("changes", table)
-        sql = f"SELECT count(*) AS n FROM changes WHERE {plan.predicate()}"  # noqa: S608
+        sql = f"SELECT count(*) AS n FROM changes WHERE {plan.predicate()}"  # noqa: S608 (SQL over the local change-log table, predicates built from typed values)
         counted = self._sql(sql)
         self.num_rows: int = counted.column("n")[0].as_py()
 
@@ -286,7 +286,7 @@ class CompactionRows:
         try:
             for part in self._plan.ranges:
                 for where in part.pieces():
-                    sql = f"SELECT {names} FROM changes WHERE {where} ORDER BY seq"  # noqa: S608
+                    sql = f"SELECT {names} FROM changes WHERE {where} ORDER BY seq"  # noqa: S608 (SQL over the local change-log table, predicates built from typed values)
                     for batch in self._query.execute(sql):
                         if not put(pa.record_batch(batch).cast(self.schema)):
                             return

@@ -1,7 +1,8 @@
 """A snapshot's progress per table, as anyone may read it: `status`, metrics, Dagster.
 
-The snapshot runner (:mod:`cdc_platform.backfill.snapshot`) keeps its state in
-``<lake_root>/<destination>/_snapshot_state.json`` and writes it at every chunk; its
+The snapshot runner (:mod:`cdc_platform.backfill.snapshot`) keeps its state
+(:class:`~.snapshot_state.SnapshotState`) in the destination's ``_snapshot_state.json``
+(:class:`~.destination_lake.DestinationLake`) and writes it at every chunk; its
 ``progress`` part holds, per table, the rows read so far, the estimate
 (``information_schema.TABLES.TABLE_ROWS``, an InnoDB estimate that may be off by tens of
 percent, so the percent is capped at 99 until the table is done) and the chunks committed.
@@ -11,10 +12,12 @@ one format. No file: no snapshot in progress.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from cdc_platform.sink.lake_files import LakeFile
+from cdc_platform.sink.snapshot_state import SnapshotState, TableCounts
 
 __all__ = ["TableProgress", "progress_of_state", "read_snapshot_progress"]
 
@@ -46,15 +49,13 @@ class TableProgress:
         return {**asdict(self), "percent": round(self.percent, 1)}
 
 
-def progress_of_state(state: dict[str, Any]) -> list[TableProgress]:
-    """The per-table progress in a snapshot state (see the module docstring)."""
-    tables = [str(t) for t in state.get("tables", [])]
-    index = int(state.get("index", 0))
-    ended = state.get("ended", {})
-    progress = state.get("progress", {})
+def progress_of_state(stored: Mapping[str, Any]) -> list[TableProgress]:
+    """The per-table progress in a stored snapshot state (see the module docstring)."""
+    state = SnapshotState.from_json(stored)
+    index, ended = state.index, state.ended
     out: list[TableProgress] = []
-    for position, table in enumerate(tables):
-        counts = progress.get(table, {})
+    for position, table in enumerate(state.tables):
+        counts = state.progress.get(table, TableCounts())
         table_state: TableState
         if table in ended:
             table_state = "ended"
@@ -66,11 +67,7 @@ def progress_of_state(state: dict[str, Any]) -> list[TableProgress]:
             table_state = "waiting"
         out.append(
             TableProgress(
-                table,
-                table_state,
-                int(counts.get("rows_read", 0)),
-                int(counts.get("estimated_rows", 0)),
-                int(counts.get("chunks", 0)),
+                table, table_state, counts.rows_read, counts.estimated_rows, counts.chunks
             )
         )
     return out

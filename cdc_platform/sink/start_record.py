@@ -22,6 +22,7 @@ from typing import Any
 from cdc_platform.config.models import StartConfig
 from cdc_platform.errors import SinkError, StaleSideFileError
 from cdc_platform.events import ResumePosition
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.lake_files import LakeFile
 
 __all__ = ["StartRecord", "start_drift", "start_record_file"]
@@ -31,8 +32,7 @@ RECORD_VERSION = 1
 
 def start_record_file(table_uri: str, storage_options: Mapping[str, str] | None = None) -> LakeFile:
     """``_start.json`` in the destination's folder (the change log's parent)."""
-    parent = table_uri.rstrip("/").rsplit("/", 1)[0]
-    return LakeFile(f"{parent}/_start.json", storage_options)
+    return DestinationLake.beside(table_uri, storage_options).start_record
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from cdc_platform.config.lake import LakeLocation
 from cdc_platform.config.models import InstanceConfig
 from cdc_platform.infra.recorder import NULL_RECORDER, MetricsRecorder
 from cdc_platform.sink.delta import DeltaChangeLog
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.maintenance import MaintenancePolicy
 from cdc_platform.sink.report import CommitReport
 
@@ -70,7 +71,7 @@ class WriteTerm:
         return cls(
             destination,
             config,
-            lake.join(destination, config.sink.table),
+            DestinationLake.of(lake, destination, config).change_log,
             epoch=epoch,
             on_commit=on_commit,
             storage_options=lake.delta_options(),
@@ -78,6 +79,14 @@ class WriteTerm:
             maintenance=maintenance,
             recorder=recorder,
         )
+
+    @property
+    def layout(self) -> DestinationLake:
+        """Where the destination's files are: in the lake, or (a term given only its table)
+        beside the change log."""
+        if self.lake is not None:
+            return DestinationLake.of(self.lake, self.destination, self.config)
+        return DestinationLake.beside(self.table_uri, self.storage_options)
 
     def open_change_log(self) -> DeltaChangeLog:
         """The destination's change log with this term's storage options and maintenance."""

@@ -110,7 +110,9 @@ class BinlogSource:
     was lost and re-established from the last fully emitted transaction boundary. ``server``
     is the identity of the server the events come from, set before the first event of each
     connection: a file/position resume on another server is refused
-    (SourceServerChangedError), a GTID resume continues there.
+    (SourceServerChangedError), a GTID resume continues there. ``decode_pool``: the worker
+    pool to decode rows events in (None: one of ``decode_workers`` processes, or none for 1);
+    the source closes it when it ends.
     """
 
     def __init__(  # noqa: PLR0913 (the config, then keyword-only options)
@@ -122,6 +124,7 @@ class BinlogSource:
         clock: Callable[[], float] = time.monotonic,
         heartbeats: bool = False,
         lean_framing: bool = True,
+        decode_pool: DecodePool | None = None,
     ) -> None:
         self.config = config
         self._heartbeats = heartbeats
@@ -142,7 +145,9 @@ class BinlogSource:
         self.server: ServerIdentity | None = None
         self._lean_framing = lean_framing
         workers = config.decode_processes()
-        self._pool = DecodePool(workers) if workers > 1 else None
+        if decode_pool is None and workers > 1:
+            decode_pool = DecodePool(workers)
+        self._pool = decode_pool
         """Rows events decoded in worker processes (lean framing only), or in this thread."""
         if not lean_framing:
             self._pool = None
@@ -246,7 +251,7 @@ class BinlogSource:
             if self.reconnects:
                 # The address may lead to another server now (a switched primary).
                 checked = self._until_reachable(
-                    lambda: self._same_server(position, self.server)  # noqa: B023
+                    lambda: self._same_server(position, self.server)  # noqa: B023 (called at once, within this iteration)
                 )
                 if checked is None:
                     return

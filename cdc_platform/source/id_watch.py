@@ -478,7 +478,7 @@ class IdWatchSource:
                 target = f"{quote_identifier(spec.db)}.{quote_identifier(spec.table)}"
                 with conn.cursor() as cur:
                     cur.execute(
-                        f"SELECT {key_sql} FROM {target} WHERE {where} "  # noqa: S608
+                        f"SELECT {key_sql} FROM {target} WHERE {where} "  # noqa: S608 (identifiers quoted by the source's quoting, values bound as parameters)
                         f"ORDER BY {key_sql} LIMIT {int(expire.batch_size)}",
                         (cutoff,),
                     )
@@ -489,7 +489,7 @@ class IdWatchSource:
                     in_list = ", ".join([marks] * len(keys))
                     # The expiry condition again: a row refreshed since the SELECT stays.
                     deleted = cur.execute(
-                        f"DELETE FROM {target} WHERE {where} "  # noqa: S608
+                        f"DELETE FROM {target} WHERE {where} "  # noqa: S608 (identifiers quoted by the source's quoting, values bound as parameters)
                         f"AND ({key_sql}) IN ({in_list})",
                         (cutoff, *(v for key in keys for v in key)),
                     )

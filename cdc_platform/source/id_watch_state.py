@@ -238,7 +238,7 @@ def load_known_state(
     for name in tables:
         db, table = name.split(".", 1)
         sql = (
-            "SELECT pk, h FROM (SELECT pk, op, h, ROW_NUMBER() OVER "  # noqa: S608
+            "SELECT pk, h FROM (SELECT pk, op, h, ROW_NUMBER() OVER "  # noqa: S608 (identifiers quoted by the source's quoting, values bound as parameters)
             "(PARTITION BY pk ORDER BY seq DESC) AS rn FROM "
             "(SELECT pk, seq, op, digest(\"after\", 'md5') AS h FROM changes "
             f'WHERE db = {_sql_text(db)} AND "table" = {_sql_text(table)} AND pk IS NOT NULL)) '

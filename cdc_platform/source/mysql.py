@@ -23,7 +23,7 @@ import ssl
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any, TypeAlias
 
 import pymysql
 from pydantic import SecretStr
@@ -42,6 +42,7 @@ from cdc_platform.errors import (
     SourceTableMissingError,
 )
 from cdc_platform.events import ResumePosition
+from cdc_platform.source.library_internals import LibraryTlsConnection
 
 __all__ = [
     "GAP_ADVICE",
@@ -75,13 +76,8 @@ Connection: TypeAlias = "pymysql.connections.Connection[Any]"
 
 _preferred_tls: ssl.SSLContext | None = None
 
-if TYPE_CHECKING:
-    _PymysqlConnection = pymysql.connections.Connection[Any]
-else:
-    _PymysqlConnection = pymysql.connections.Connection
 
-
-class _SourceConnection(_PymysqlConnection):
+class _SourceConnection(LibraryTlsConnection):
     """pymysql's connection, knowing the :class:`SourceServer` that opened it, with one TLS
     context per process for its default mode.
 
@@ -94,17 +90,14 @@ class _SourceConnection(_PymysqlConnection):
 
     source_server: SourceServer | None = None
 
-    def _create_ssl_ctx(self, sslp: Any) -> ssl.SSLContext:
+    def tls_context(self, sslp: Any) -> ssl.SSLContext:
+        """The shared context for the default mode, pymysql's own for any other."""
         global _preferred_tls  # noqa: PLW0603 (built once, on the first connection)
         if isinstance(sslp, dict) and not sslp:
             if _preferred_tls is None:
-                _preferred_tls = self._pymysql_ssl_ctx(sslp)
+                _preferred_tls = self.library_tls_context(sslp)
             return _preferred_tls
-        return self._pymysql_ssl_ctx(sslp)
-
-    def _pymysql_ssl_ctx(self, sslp: Any) -> ssl.SSLContext:
-        created: ssl.SSLContext = super()._create_ssl_ctx(sslp)  # type: ignore[misc]
-        return created
+        return self.library_tls_context(sslp)
 
 
 def mysql_connection(**settings: Any) -> Connection:

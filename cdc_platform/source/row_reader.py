@@ -39,6 +39,7 @@ __all__ = [
     "decode_key",
     "describe_table",
     "encode_key",
+    "estimated_rows",
     "read_chunk",
     "read_keys",
     "select_rows",
@@ -443,7 +444,7 @@ def select_rows(
     if extra:
         select += ", " + extra
     table = format_safe(qualified_name(spec.db, spec.table))
-    sql = f"SELECT {select} FROM {table} {tail}"  # noqa: S608
+    sql = f"SELECT {select} FROM {table} {tail}"  # noqa: S608 (identifiers quoted by the source's quoting, values bound as parameters)
     width = len(spec.columns)
     names = [c.name for c in spec.columns]
     converted = [
@@ -551,3 +552,21 @@ def read_keys(
     tail = f"WHERE ({key_sql}) IN ({', '.join([row_marks] * len(keys))}) ORDER BY {key_sql}"
     args = tuple(value for key in keys for value in key)
     return _chunk(select_rows(conn, spec, spec.key_select(), tail, args))
+
+
+def estimated_rows(conn: pymysql.connections.Connection[Any], spec: SnapshotTable) -> int:
+    """The table's estimated row count, for progress only: ``TABLE_ROWS`` of
+    information_schema (InnoDB's estimate, read without scanning the table, unlike COUNT(*));
+    a missing table raises the server's "doesn't exist" error like a read would."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT TABLE_ROWS FROM information_schema.TABLES "
+            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+            (spec.db, spec.table),
+        )
+        row = cur.fetchone()
+        if row is None:
+            # The same error a read of a dropped table gets, so one path handles both.
+            cur.execute(f"SELECT 1 FROM {qualified_name(spec.db, spec.table)} LIMIT 0")  # noqa: S608 (identifiers quoted by the source's quoting, values bound as parameters)
+            return 0
+    return int(row[0] or 0)

@@ -28,6 +28,13 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from cdc_platform.errors import SourceError
+from cdc_platform.source.library_internals import (
+    PacketRead,
+    reader_checksum,
+    reader_connection,
+    reader_post_header_lengths,
+    wrap_packet_reads,
+)
 
 __all__ = [
     "DELETE",
@@ -196,9 +203,9 @@ class FramingReader(BinLogStreamReader):  # type: ignore[misc]
     description, rotations and table maps (and keeps its table map for them); it reads every
     packet too, through the stream connection's ``_read_packet``, which this reader wraps:
     a rows packet of a known table is framed there and carried out of the library's loop by
-    an exception, before the library parses it. Relies on mysql-replication 1.0.17's reader
-    internals (pinned in pyproject.toml): ``_stream_connection``, the checksum and
-    post-header settings it learned at connect.
+    an exception, before the library parses it. The reader internals this needs (the stream
+    connection, the checksum and post-header settings it learned at connect) are reached
+    through :mod:`.library_internals`.
     """
 
     def __init__(self, *args: Any, known: Callable[[int], bool], **kwargs: Any) -> None:
@@ -207,12 +214,8 @@ class FramingReader(BinLogStreamReader):  # type: ignore[misc]
         self._framed_connection: Any = None
 
     def fetchone(self) -> Any:
-        conn = getattr(self, "_stream_connection", None)
-        if (
-            conn is not None
-            and conn is not self._framed_connection
-            and self._BinLogStreamReader__connected_stream
-        ):
+        conn = reader_connection(self)
+        if conn is not None and conn is not self._framed_connection:
             self._frame_through(conn)
         try:
             return super().fetchone()
@@ -222,22 +225,24 @@ class FramingReader(BinLogStreamReader):  # type: ignore[misc]
 
     def _frame_through(self, conn: Any) -> None:
         """Wrap ``conn``'s packet reads: known rows events leave the library framed."""
-        read = conn._read_packet
         known = self._known
 
-        def read_packet(packet_type: type = MysqlPacket) -> Any:
-            packet = read(packet_type)
-            data: bytes = packet.get_all_data()
-            table_id = rows_table_id(data)
-            if table_id is not None and known(table_id):
-                raise _Framed(
-                    frame_rows(
-                        data,
-                        checksum=self._BinLogStreamReader__use_checksum,
-                        post_header_lengths=self._BinLogStreamReader__post_header_lengths,
+        def framing(read: PacketRead) -> PacketRead:
+            def read_packet(packet_type: type = MysqlPacket) -> Any:
+                packet = read(packet_type)
+                data: bytes = packet.get_all_data()
+                table_id = rows_table_id(data)
+                if table_id is not None and known(table_id):
+                    raise _Framed(
+                        frame_rows(
+                            data,
+                            checksum=reader_checksum(self),
+                            post_header_lengths=reader_post_header_lengths(self),
+                        )
                     )
-                )
-            return packet
+                return packet
 
-        conn._read_packet = read_packet
+            return read_packet
+
+        wrap_packet_reads(conn, framing)
         self._framed_connection = conn

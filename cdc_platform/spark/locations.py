@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark idiom)
 
 from cdc_platform.errors import MirrorError, SinkError
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.lake_files import LakeFile, join_uri
 from cdc_platform.spark.names import location_name, quote_identifier
 from cdc_platform.spark.plan import read_change_log
@@ -52,7 +53,7 @@ STAGING_DIR = "_cdc_staging"
 
 def mirror_root(lake_root: str | os.PathLike[str], destination: str) -> str:
     """``<lake_root>/<destination>/mirror``."""
-    return join_uri(os.fspath(lake_root), destination, "mirror")  # a URI: no Path arithmetic
+    return DestinationLake.at(lake_root, destination).mirrors_root
 
 
 def mirror_uri(root: str, db: str, table: str) -> str:

@@ -487,7 +487,7 @@ def _merge_sql(uri: str, view: str, target: TableSchema) -> str:
     columns = ", ".join(quote_identifier(n) for n in names)
     values = ", ".join(f"s.{quote_identifier(n)}" for n in names)
     # every name is a quoted identifier; no value is spliced into the statement
-    insert = f"INSERT ({columns}) VALUES ({values})"  # noqa: S608
+    insert = f"INSERT ({columns}) VALUES ({values})"  # noqa: S608 (Spark SQL of quoted identifiers, no user values)
     clauses.append(f"WHEN NOT MATCHED AND NOT s.{deleted} THEN {insert}")
     head = f"MERGE INTO {delta_ref(uri)} AS t USING {quote_identifier(view)} AS s "
     return head + f"ON {key_condition(target, 't', 's')} " + " ".join(clauses)

@@ -107,7 +107,7 @@ def merge_sql(table_ref: str, view: str, target: TableSchema) -> str:
     values = ", ".join(f"s.{q(n)}" for n in names)
     # every name is a quoted identifier; no value is spliced into the statement
     return (
-        f"MERGE INTO {table_ref} AS t USING {q(view)} AS s "  # noqa: S608
+        f"MERGE INTO {table_ref} AS t USING {q(view)} AS s "  # noqa: S608 (Spark SQL of quoted identifiers, no user values)
         f"ON s.{deleted} AND {same} "
         "WHEN MATCHED THEN DELETE "
         f"WHEN NOT MATCHED AND NOT s.{deleted} THEN INSERT ({columns}) VALUES ({values})"

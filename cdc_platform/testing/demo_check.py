@@ -64,7 +64,7 @@ def _graphql(url: str, query: str) -> dict[str, Any]:
         data=json.dumps({"query": query}).encode(),
         headers={"Content-Type": "application/json"},
     )
-    with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+    with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 (an http(s) URL of the operator's own config)
         data: dict[str, Any] = json.loads(response.read())
     return data
 
@@ -89,7 +89,7 @@ def take_screenshots(url: str, directory: Path) -> list[Path]:
     if chromium is None:
         return []
     from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: PLC0415 (dev only)
-    from playwright.sync_api import sync_playwright  # noqa: PLC0415
+    from playwright.sync_api import sync_playwright  # noqa: PLC0415 (dev only)
 
     directory.mkdir(parents=True, exist_ok=True)
     taken = []

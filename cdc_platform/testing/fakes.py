@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, replace
 
+from cdc_platform.errors import LeaseBackendError
 from cdc_platform.ha.lease import HolderInfo, Lease, MemberInfo
 from cdc_platform.infra.clock import SYSTEM_CLOCK, Clock
 
@@ -94,8 +95,6 @@ class InMemoryLeaseStore:
 
     def _check(self) -> None:
         if not self.available:
-            from cdc_platform.errors import LeaseBackendError  # noqa: PLC0415
-
             raise LeaseBackendError("in-memory lease store is unavailable (test)")
 
     def record(self, destination: str) -> _Record | None:

@@ -37,7 +37,7 @@ def __getattr__(name: str) -> object:
     """``ZooKeeperStateStore`` on first use: it imports kazoo (about 6 MB), which
     a process that does not use ZooKeeper never needs."""
     if name == "ZooKeeperStateStore":
-        from cdc_platform.watch.zookeeper import ZooKeeperStateStore  # noqa: PLC0415
+        from cdc_platform.watch.zookeeper import ZooKeeperStateStore  # noqa: PLC0415 (kazoo only on first use, see the docstring)
 
         return ZooKeeperStateStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -248,7 +248,7 @@ def test_every_collation_id_of_the_server_resolves_to_its_charset(
     mariadb: MariaDBDatabase,
 ) -> None:
     """The collation-id table is complete for this server (uca1400 ids included)."""
-    from cdc_platform.source.charsets import charset_of_collation  # noqa: PLC0415
+    from cdc_platform.source.charsets import charset_of_collation  # noqa: PLC0415 (this test's subject, imported where it is used)
 
     rows = mariadb.server.query(
         "SELECT ID, CHARACTER_SET_NAME "

@@ -289,9 +289,9 @@ def test_nothing_is_written_where_the_lease_is_not_held(
 def test_dagster_asset_check_reports_what_it_found_and_fixed(
     spark: SparkSession, destination: ConfigSet, mariadb: MariaDBDatabase
 ) -> None:
-    from dagster import AssetCheckSeverity  # noqa: PLC0415
+    from dagster import AssetCheckSeverity  # noqa: PLC0415 (Dagster only for this test's checks)
 
-    from dagster_defs import build_definitions  # noqa: PLC0415
+    from dagster_defs import build_definitions  # noqa: PLC0415 (Dagster only for this test's checks)
 
     apply_mirrors(spark, destination, mariadb.name)
     inject(spark, destination, mariadb)
@@ -365,7 +365,7 @@ def test_reconciliation_fills_in_rows_from_before_the_start(
 ) -> None:
     """A destination started without a snapshot lacks the older rows: the reconciliation
     finds them all missing and the repair copies them (a snapshot by other means)."""
-    from cdc_platform.testing.workload import Workload  # noqa: PLC0415
+    from cdc_platform.testing.workload import Workload  # noqa: PLC0415 (this test's subject, imported where it is used)
 
     monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
     conf = tmp_path / "conf"
@@ -512,9 +512,9 @@ def test_a_source_refusal_fails_the_checks_not_the_dagster_step(
     """A server error during the keyset read (here: a user who may see `items` but not
     SELECT it) comes out of the one MySQL boundary as the engine's error, so the Dagster
     checks report it (ERROR, not run) instead of a raw pymysql error failing the step."""
-    from dagster import AssetCheckSeverity  # noqa: PLC0415
+    from dagster import AssetCheckSeverity  # noqa: PLC0415 (Dagster only for this test's checks)
 
-    from dagster_defs import build_definitions  # noqa: PLC0415
+    from dagster_defs import build_definitions  # noqa: PLC0415 (Dagster only for this test's checks)
 
     monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
     db = mariadb.name

@@ -43,11 +43,10 @@ def _read(
         resume=start,  # type: ignore[arg-type]
         password=user.password,
         lean_framing=lean,
+        decode_pool=pool,  # None: the configured workers; else the same reader, other bounds
         # Every quiet COMMIT (a transaction with nothing captured) comes out, whatever the timing.
         clock=itertools.count(0, 10).__next__,
     )
-    if pool is not None:
-        source._pool = pool  # the same reader with other bounds
     return collect_events(
         source,
         lambda evs: any(e.kind is EventKind.DDL and "the_end" in (e.ddl or "") for e in evs),

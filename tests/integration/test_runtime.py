@@ -7,6 +7,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pymysql
@@ -32,13 +33,12 @@ def instance(db: MariaDBDatabase, **store: object) -> InstanceConfig:
 
 
 class Running:
-    """A runtime in a background thread, with its commit reports."""
+    """The runtime of ``term`` in a background thread, with its commit reports."""
 
-    def __init__(self, runtime: DestinationRuntime) -> None:
-        self.runtime = runtime
+    def __init__(self, term: WriteTerm) -> None:
         self.reports: list[CommitReport] = []
+        self.runtime = DestinationRuntime(replace(term, on_commit=self.reports.append))
         self.summary: RunSummary | None = None
-        runtime._on_commit = self.reports.append
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
@@ -84,7 +84,7 @@ def test_changes_land_in_order_with_positions(mariadb: MariaDBDatabase, lake_roo
     server, db = mariadb.server, mariadb.name
     server.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))", database=db)
     uri = str(lake_root / "d" / "changes")
-    running = Running(DestinationRuntime(WriteTerm("d", instance(mariadb), uri)))
+    running = Running(WriteTerm("d", instance(mariadb), uri))
     running.wait_for(lambda: Path(uri, "_delta_log").exists())
     with server.connect(db, autocommit=False) as conn, conn.cursor() as cur:
         cur.execute("INSERT INTO t VALUES (1, 'a'), (2, 'b')")
@@ -129,7 +129,7 @@ def test_transaction_larger_than_the_buffer_commits_in_chunks(
     server.execute("CREATE TABLE big (id INT PRIMARY KEY, pad VARCHAR(50))", database=db)
     uri = str(lake_root / "d" / "changes")
     config = instance(mariadb, buffer_size=16, batch_mode="ITEMSIZE", batch_size=8)
-    running = Running(DestinationRuntime(WriteTerm("d", config, uri)))
+    running = Running(WriteTerm("d", config, uri))
     running.wait_for(lambda: Path(uri, "_delta_log").exists())
     with server.connect(db, autocommit=False) as conn, conn.cursor() as cur:
         cur.executemany("INSERT INTO big VALUES (%s, 'x')", [(i,) for i in range(100)])
@@ -158,7 +158,7 @@ def test_purged_binlog_fails_loudly_and_keeps_the_log(
     server, db = mariadb.server, mariadb.name
     server.execute("CREATE TABLE t (id INT PRIMARY KEY)", database=db)
     uri = str(lake_root / "d" / "changes")
-    running = Running(DestinationRuntime(WriteTerm("d", instance(mariadb), uri)))
+    running = Running(WriteTerm("d", instance(mariadb), uri))
     running.wait_for(lambda: Path(uri, "_delta_log").exists())
     server.execute("INSERT INTO t VALUES (1)", database=db)
     running.wait_for(lambda: sum(r.rows for r in running.reports) >= 1)
@@ -227,7 +227,7 @@ def test_rows_describe_their_table_columns(mariadb: MariaDBDatabase, lake_root: 
         database=db,
     )
     uri = str(lake_root / "d" / "changes")
-    running = Running(DestinationRuntime(WriteTerm("d", instance(mariadb), uri)))
+    running = Running(WriteTerm("d", instance(mariadb), uri))
     running.wait_for(lambda: Path(uri, "_delta_log").exists())
     server.execute("INSERT INTO typed VALUES (1, 2.50, 'x', NOW(3), 'a', X'00')", database=db)
     running.wait_for(lambda: sum(r.rows for r in running.reports) >= 1)

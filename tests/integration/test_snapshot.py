@@ -304,9 +304,9 @@ def test_destination_run_snapshots_new_tables_itself(
 ) -> None:
     """`snapshot.new_tables`: the lease holder copies existing rows at its first start while
     the workload writes, and later a table the filters start to match; nothing twice."""
-    from cdc_platform.backfill.snapshot import captured_tables_path  # noqa: PLC0415
-    from cdc_platform.config import load_config  # noqa: PLC0415
-    from cdc_platform.runtime.supervised import supervised_destination  # noqa: PLC0415
+    from cdc_platform.backfill.snapshot import captured_tables_path  # noqa: PLC0415 (this test's subject, imported where it is used)
+    from cdc_platform.config import load_config  # noqa: PLC0415 (this test's subject, imported where it is used)
+    from cdc_platform.runtime.supervised import supervised_destination  # noqa: PLC0415 (this test's subject, imported where it is used)
 
     monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
     workload = Workload(mariadb.server, mariadb.name, seed=11)

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -36,13 +37,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 
 class Running:
-    """A runtime in a background thread, with its commit reports."""
+    """The runtime of ``term`` in a background thread, with its commit reports."""
 
-    def __init__(self, runtime: DestinationRuntime) -> None:
-        self.runtime = runtime
+    def __init__(self, term: WriteTerm) -> None:
         self.reports: list[CommitReport] = []
+        self.runtime = DestinationRuntime(replace(term, on_commit=self.reports.append))
         self.summary: RunSummary | None = None
-        runtime._on_commit = self.reports.append
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
@@ -94,7 +94,7 @@ def test_a_run_started_while_the_source_is_down_waits_for_it(
     address = f"{server.host}:{server.port}"
     try:
         with caplog.at_level(logging.INFO):
-            running = Running(DestinationRuntime(WriteTerm("d", _config(server), uri)))
+            running = Running(WriteTerm("d", _config(server), uri))
 
             def retried() -> bool:
                 warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
@@ -300,7 +300,7 @@ def test_a_switched_primary_refuses_file_positions_and_continues_by_gtid(
         _replicate(b, a, password)
         monkeypatch.setenv(PASSWORD_ENV, password)
         uri = str(tmp_path / "lake" / "d" / "changes")
-        running = Running(DestinationRuntime(WriteTerm("d", _config(a), uri)))
+        running = Running(WriteTerm("d", _config(a), uri))
         running.wait_for(lambda: Path(uri, "_delta_log").exists())
         a.execute("INSERT INTO shop.t VALUES (1), (2)", "INSERT INTO shop.t VALUES (3)")
         running.wait_for(lambda: running.rows() >= 3)
@@ -330,7 +330,7 @@ def test_a_switched_primary_refuses_file_positions_and_continues_by_gtid(
         assert DeltaTable(uri).version() == version, "a refused start must not write"
         assert recorded.server == ServerIdentity(11, gtid_domain_id=0)
 
-        running = Running(DestinationRuntime(WriteTerm("d", _by_gtid(_config(b)), uri)))
+        running = Running(WriteTerm("d", _by_gtid(_config(b)), uri))
         b.execute("INSERT INTO shop.t VALUES (4)")
         running.wait_for(lambda: running.rows() >= 1)
         assert running.stop().error is None

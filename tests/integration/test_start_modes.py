@@ -237,8 +237,8 @@ def test_initial_default_over_a_busy_database_then_a_changed_start_is_reported(
 ) -> None:
     """No `start:` at all: every existing row is copied while the workload writes, and the
     change log replays to the source; editing `start:` later is reported, not applied."""
-    from cdc_platform.config import load_config  # noqa: PLC0415
-    from cdc_platform.runtime.supervised import supervised_destination  # noqa: PLC0415
+    from cdc_platform.config import load_config  # noqa: PLC0415 (this test's subject, imported where it is used)
+    from cdc_platform.runtime.supervised import supervised_destination  # noqa: PLC0415 (this test's subject, imported where it is used)
 
     workload = Workload(db.server, db.name, seed=14)
     workload.create_schema()

@@ -87,9 +87,9 @@ def test_touch_and_modified(tmp_path: Path) -> None:
 
 
 def test_state_locations_are_uris_under_the_lake_root() -> None:
-    from cdc_platform.backfill.snapshot import captured_tables_path, state_path  # noqa: PLC0415
-    from cdc_platform.reconcile.inbox import inbox_path  # noqa: PLC0415
-    from cdc_platform.spark.locations import mirror_root  # noqa: PLC0415
+    from cdc_platform.backfill.snapshot import captured_tables_path, state_path  # noqa: PLC0415 (this test's subject, imported where it is used)
+    from cdc_platform.reconcile.inbox import inbox_path  # noqa: PLC0415 (this test's subject, imported where it is used)
+    from cdc_platform.spark.locations import mirror_root  # noqa: PLC0415 (this test's subject, imported where it is used)
 
     root = "s3://lake/prefix"
     assert state_path(root, "d").uri == "s3://lake/prefix/d/_snapshot_state.json"
@@ -100,8 +100,8 @@ def test_state_locations_are_uris_under_the_lake_root() -> None:
 
 
 def test_parquet_staging_round_trips(tmp_path: Path) -> None:
-    import pyarrow as pa  # noqa: PLC0415
-    import pyarrow.parquet as pq  # noqa: PLC0415
+    import pyarrow as pa  # noqa: PLC0415 (pyarrow only for this test)
+    import pyarrow.parquet as pq  # noqa: PLC0415 (pyarrow only for this test)
 
     staging = LakeFile(str(tmp_path)).child("_cdc_staging", "reconcile-x")
     staging.child("part-00000.parquet").write_parquet(pa.table({"n": [1, 2]}))
@@ -113,8 +113,8 @@ def test_parquet_staging_round_trips(tmp_path: Path) -> None:
 
 def test_unreachable_store_is_a_sink_error_naming_the_uri_without_secrets() -> None:
     """Nothing listens on the endpoint (a real refused connection, no mock)."""
-    from cdc_platform.errors import SinkError  # noqa: PLC0415
-    from cdc_platform.testing.processes import free_port  # noqa: PLC0415
+    from cdc_platform.errors import SinkError  # noqa: PLC0415 (this test's subject, imported where it is used)
+    from cdc_platform.testing.processes import free_port  # noqa: PLC0415 (this test's subject, imported where it is used)
 
     secret = "lake-files-unit-secret-value"
     options = {

@@ -110,7 +110,7 @@ def test_renewal_failure_is_not_a_loss_until_the_deadline(
 
 
 def test_stop_event_ends_a_waiting_acquire(store: InMemoryLeaseStore, clock: FakeClock) -> None:
-    import threading  # noqa: PLC0415
+    import threading  # noqa: PLC0415 (this test's subject, imported where it is used)
 
     a, b = lease(store, "a"), lease(store, "b")
     assert a.try_acquire() == 0

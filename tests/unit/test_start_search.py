@@ -18,7 +18,7 @@ END = ResumePosition("b.000004", 999)
 
 
 def stamp(seconds: int) -> str:
-    import time  # noqa: PLC0415
+    import time  # noqa: PLC0415 (this test's subject, imported where it is used)
 
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
