@@ -64,6 +64,7 @@ from cdc_platform.source.rows_framing import UPDATE, RowsFrame, frame_library_ev
 from cdc_platform.source.table_maps import TablePlans
 from cdc_platform.source.values import RowDecoder
 from cdc_platform.source.xa import XaState, xa_statement
+from cdc_platform.source.xa_rows import XaBudget, XaRows
 
 log = logging.getLogger("cdc_platform.source")
 
@@ -103,6 +104,7 @@ class TransactionAssembler:
         filters: str | None = None,
         wall_clock: Callable[[], float] = time.time,
         heartbeats: bool = False,
+        xa_budget: XaBudget | None = None,
     ) -> None:
         self._tables = tables
         self._plans = plans
@@ -117,7 +119,7 @@ class TransactionAssembler:
         self._expect: ResumePosition | None = start if start.skip_events else None
         """The transaction a non-zero skip belongs to, until the stream shows it."""
         check_resume_filters(start, filters)
-        self._xa = XaState(start.xa_prepared)
+        self._xa = XaState(start.xa_prepared, xa_budget)
         self._held = HeldRows()
         self._txn: Transaction | None = None
         self._index = 0
@@ -182,14 +184,20 @@ class TransactionAssembler:
         self._plans.clear()
         return position
 
-    def adopt_prepared(self, xa: PreparedXa, rows: list[ChangeEvent]) -> None:
+    def adopt_prepared(self, xa: PreparedXa, rows: XaRows, prepared_at: int) -> None:
         """Rows of a prepared XA transaction read before the stream's start (after a restart
         from a checkpoint that lists it); they come out at its XA COMMIT."""
-        self._xa.adopt(xa, rows)
+        self._xa.adopt(xa, rows, prepared_at)
 
-    def prepared_rows(self, xid: str) -> list[ChangeEvent] | None:
-        """The held rows of a prepared XA transaction seen by this assembler, if any."""
-        return self._xa.rows_of(xid)
+    def prepared_rows(self, xid: str) -> tuple[XaRows, int] | None:
+        """The held rows of a prepared XA transaction seen by this assembler and the binlog
+        time of its prepared group, if any."""
+        rows, at = self._xa.rows_of(xid), self._xa.prepared_at(xid)
+        return None if rows is None or at is None else (rows, at)
+
+    def oldest_prepared(self) -> tuple[str, int] | None:
+        """(XID, binlog time) of the longest-prepared XA transaction held, if any."""
+        return self._xa.oldest()
 
     def feed(self, event: Any) -> list[ChangeEvent]:
         """The change events one library event produces (mostly none or one rows event's)."""
