@@ -120,7 +120,7 @@ class TransactionAssembler:
         """The transaction a non-zero skip belongs to, until the stream shows it."""
         check_resume_filters(start, filters)
         self._xa = XaState(start.xa_prepared, xa_budget)
-        self._held = HeldRows()
+        self._held = HeldRows(spill=lambda: XaRows(self._xa.budget))
         self._txn: Transaction | None = None
         self._index = 0
         self._standalone = False
@@ -152,8 +152,8 @@ class TransactionAssembler:
         """
         txn = self._txn
         if txn is not None:
-            held = self._held.events
-            emitted = held[0].index if held else self._index
+            first = self._held.first_index()
+            emitted = first if first is not None else self._index
             position = ResumePosition(
                 txn.start.file,
                 txn.start.pos,
@@ -270,7 +270,7 @@ class TransactionAssembler:
             "binlog; its %d captured events are dropped",
             txn_name(txn.gtid, txn.start),
             next_start,
-            len(self._held.events),
+            self._held.count(),
         )
         self._held.drop()
         self._xa.hold = False
@@ -561,7 +561,7 @@ class TransactionAssembler:
                 f"XA transaction {txn_name(txn.gtid, txn.start)} was prepared at "
                 f"{self._here(event)} after its rows were passed on as committed"
             )
-        self._xa.prepare(txn, self._held.take(), str(event.xid))
+        self._xa.prepare(txn, self._held.take_held(), str(event.xid))
         self._close(self._here(event), txn)
         return []
 

@@ -83,13 +83,14 @@ class XaState:
         if found is not None:
             found[1].close()
 
-    def prepare(self, txn: Transaction, rows: list[ChangeEvent], event_xid: str) -> None:
+    def prepare(self, txn: Transaction, rows: list[ChangeEvent] | XaRows, event_xid: str) -> None:
         """The open group ``txn`` ended with XA PREPARE: hold ``rows`` under its XID (from its
         XA END, else the event's) and list it as pending from here on."""
         xid = self.xid if self.xid is not None else xid_of(event_xid)
         entry = PreparedXa(xid, txn.start.file, txn.start.pos, txn.gtid)
         self._drop(xid)
-        self._prepared[xid] = (entry, XaRows(self.budget, rows), txn.timestamp)
+        held = rows if isinstance(rows, XaRows) else XaRows(self.budget, rows)
+        self._prepared[xid] = (entry, held, txn.timestamp)
         self.pending = (*(x for x in txn.xa_prepared if x.xid != xid), entry)
 
     def boundary(self, txn: Transaction) -> None:

@@ -64,6 +64,7 @@ class XaRows:
                 continue
             if self._file is None:
                 self._file = _spill_file(self._budget.spill_dir)
+            self._file.seek(0, 2)  # a read may have stopped midway
             pickle.dump(row, self._file, protocol=pickle.HIGHEST_PROTOCOL)
             self._spilled += 1
 
@@ -71,6 +72,10 @@ class XaRows:
     def spilled(self) -> int:
         """How many rows are in the spill file."""
         return self._spilled
+
+    def first_index(self) -> int | None:
+        """The index (in its transaction) of the first row held, None when empty."""
+        return next((row.index for row in self), None)
 
     def __len__(self) -> int:
         return len(self._memory) + self._spilled
@@ -83,7 +88,6 @@ class XaRows:
         self._file.seek(0)
         for _ in range(self._spilled):
             yield pickle.load(self._file)  # noqa: S301 (our own file, written above)
-        self._file.seek(0, 2)
 
     def close(self) -> None:
         """Give back the memory and remove the spill file (the transaction was resolved)."""
