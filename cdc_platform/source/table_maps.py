@@ -3,6 +3,9 @@
 Built from the binlog's table-map events (with `binlog_row_metadata=FULL`) plus, where the
 metadata cannot say, the catalog (information_schema); used by the transaction assembler
 to turn rows events into row images (docs/types.md lists what the library alone gets wrong).
+The catalog describes today's definition: a fact the event's own column type cannot carry is
+not used, and one the event cannot confirm is refused when later DDL in the binlog names its
+column (:mod:`.ddl_history`).
 """
 
 from __future__ import annotations
