@@ -119,16 +119,21 @@ def aging_prepared(prepared: tuple[PreparedXa, ...], logs: list[str]) -> list[Pr
     return [xa for xa in prepared if xa.file == logs[0]]
 
 
+_RETENTION_RETRY_SECONDS = 60.0
+
+
 class XaAge:
     """How long the oldest held prepared transaction has waited, with a warning once per
     transaction when it has lived half the server's binlog retention: after the purge of its
     group a restart cannot read its rows again."""
 
     def __init__(self, retention: Callable[[], float | None], where: Callable[[], str]) -> None:
-        """``retention``: the server's binlog retention in seconds (0 or None: unknown or
-        for ever), asked when a transaction is first held and cached once known."""
+        """``retention``: the server's binlog retention in seconds (0: for ever; None: it
+        could not be asked), asked when a transaction is first held, cached once known and
+        asked again at most once a minute until then (the server may be down)."""
         self._retention = retention
         self._known: float | None = None
+        self._asked_at = float("-inf")
         self._where = where
         self._warned: set[str] = set()
 
@@ -138,7 +143,8 @@ class XaAge:
             return None
         xid, prepared_at = oldest
         age = max(0.0, now - prepared_at)
-        if self._known is None:
+        if self._known is None and now - self._asked_at >= _RETENTION_RETRY_SECONDS:
+            self._asked_at = now
             self._known = self._retention()
         retention = self._known
         if retention and age >= retention / 2 and xid not in self._warned:
