@@ -499,3 +499,18 @@ def test_a_prepared_xa_beyond_the_memory_budget_is_spilled_and_comes_out_exact(
     assert _ids(again) == expected[1:]
     images = [json.loads(e.after or "{}") for e in again if e.kind is EventKind.ROW]
     assert {row["id"]: row["v"] for row in images[:-1]} == values
+
+
+def test_the_binlog_retention_is_read_from_the_server(mariadb: MariaDBDatabase) -> None:
+    """What the prepared-XA age is compared with: binlog_expire_logs_seconds, else
+    expire_logs_days (a whole day here, far above this test's binlogs' age)."""
+    server = mariadb.server
+    before = server.query("SELECT @@GLOBAL.binlog_expire_logs_seconds")[0][0]
+    source = _source(mariadb, _config(mariadb), ResumePosition("x", 4))
+    try:
+        server.execute("SET GLOBAL binlog_expire_logs_seconds = 86400")
+        assert source.binlog_server.retention_seconds() == 86400
+        server.execute("SET GLOBAL binlog_expire_logs_seconds = 0")
+        assert source.binlog_server.retention_seconds() == 0  # kept for ever
+    finally:
+        server.execute(f"SET GLOBAL binlog_expire_logs_seconds = {int(before)}")
