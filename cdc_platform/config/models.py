@@ -206,6 +206,9 @@ class SourceConfig(_Model):
     change log is the same either way; bench/throughput.py shows what it gains here). The
     workers are one pool per process, shared by all its destinations and sized by the first
     that starts it."""
+    xa_memory_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
+    """What the rows of prepared, not yet committed XA transactions keep in memory together;
+    the rest waits in a local temporary file until their ``XA COMMIT`` (docs/source.md)."""
     mode: Literal["binlog", "id_watch"] = "binlog"
     """binlog: stream the binlog; id_watch: poll tables by id plus periodic full lists, for
     servers without binlog access (docs/id_watch.md)."""

@@ -36,6 +36,10 @@ class MetricsRecorder:
     def lease(self, *, held: bool, epoch: int | None) -> None:
         """This process holds (or no longer holds) the destination's lease at ``epoch``."""
 
+    def xa_prepared(self, age_seconds: float | None) -> None:
+        """The oldest prepared, not yet committed XA transaction held has waited
+        ``age_seconds`` (None: none is held)."""
+
     def snapshot(self, progress: float) -> None:
         """A running snapshot's progress, 0..1 (tables done plus the current table's share
         of its estimated rows); 1 when it finished."""

@@ -25,6 +25,7 @@ from pyspark.sql import SparkSession
 from cdc_platform.backfill.lease import take_lease
 from cdc_platform.backfill.repair import RepairResult, RepairTable, repair_keys
 from cdc_platform.backfill.stop import SideWorkStop
+from cdc_platform.config.deployment import check_deployment
 from cdc_platform.config.loader import ConfigSet
 from cdc_platform.errors import ReconcileError, SnapshotError
 from cdc_platform.ha.lease import Lease
@@ -232,7 +233,10 @@ def _repair_with_own_lease(
     """Nobody streams the destination: take its lease for the repair, then release it.
 
     Returns the result (None: the lease could not be taken) and who repaired, or why not.
+    Refuses, as `run` and `serve` do, a lake on object storage with a local SQLite lease:
+    another machine's process would hold its own lease and write the same change log.
     """
+    check_deployment(config)
     term = take_lease(
         lease,
         WriteTerm.in_lake(destination, config.destinations[destination].config, config.lake),

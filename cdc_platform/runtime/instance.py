@@ -60,6 +60,8 @@ class RuntimeMetrics:
     buffer_fill: float = 0.0
     """How full the ring buffer is, 0..1 (the larger of items and bytes)."""
     source_reconnects: int = 0
+    xa_prepared_age_seconds: float | None = None
+    """How long the oldest prepared, uncommitted XA transaction held has waited."""
     commit_failures: int = 0
     idle_checkpoints: int = 0
     """Empty commits that moved the checkpoint to where an idle server's heartbeat was."""
@@ -171,6 +173,9 @@ class DestinationRuntime:
                 buffer_capacity_bytes=stats.capacity_bytes,
                 buffer_fill=min(1.0, fill),
                 source_reconnects=source.reconnects if source is not None else 0,
+                xa_prepared_age_seconds=(
+                    source.oldest_prepared_xa_age() if source is not None else None
+                ),
                 lag_seconds=None if source_time is None else max(0.0, time.time() - source_time),
             )
 
@@ -178,6 +183,7 @@ class DestinationRuntime:
         """Hand the recorder the figures measured elsewhere (buffer fill, reconnects)."""
         m = self.metrics()
         self._recorder.buffer(m.buffer_fill)
+        self._recorder.xa_prepared(m.xa_prepared_age_seconds)
         if m.source_reconnects > self._reconnects_seen:
             self._recorder.reconnected(m.source_reconnects - self._reconnects_seen)
             self._reconnects_seen = m.source_reconnects

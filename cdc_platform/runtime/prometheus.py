@@ -104,6 +104,13 @@ class PrometheusMetrics:
             by_destination,
             registry=r,
         )
+        self.xa_prepared_age = Gauge(
+            "cdc_xa_prepared_oldest_age_seconds",
+            "Seconds the oldest prepared, not yet committed XA transaction held has waited "
+            "(0 when none)",
+            by_destination,
+            registry=r,
+        )
         self._lock = threading.Lock()
         self._recorders: dict[str, PrometheusRecorder] = {}
         self._server: WSGIServer | None = None
@@ -135,6 +142,7 @@ class PrometheusMetrics:
             self.lease_epoch,
             self.reconnects,
             self.snapshot,
+            self.xa_prepared_age,
         ):
             family.remove(destination)
         for op in _OPS:
@@ -202,6 +210,7 @@ class PrometheusRecorder(MetricsRecorder):
         self._reconnects = metrics.reconnects.labels(destination)
         self._snapshot = metrics.snapshot.labels(destination)
         self._snapshot.set(1.0)
+        self._xa_age = metrics.xa_prepared_age.labels(destination)
         metrics.lag.labels(destination).set_function(self.lag_seconds)
 
     def lag_seconds(self) -> float:
@@ -244,6 +253,9 @@ class PrometheusRecorder(MetricsRecorder):
 
     def snapshot(self, progress: float) -> None:
         self._snapshot.set(progress)
+
+    def xa_prepared(self, age_seconds: float | None) -> None:
+        self._xa_age.set(age_seconds or 0.0)
 
 
 def open_metrics(

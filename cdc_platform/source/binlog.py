@@ -60,6 +60,7 @@ from cdc_platform.events import (
     ServerIdentity,
 )
 from cdc_platform.source.binlog_server import BinlogServer, SourceInfo
+from cdc_platform.source.ddl_history import LaterStatement, statements_after
 from cdc_platform.source.decode_pool import DecodePool, StreamHooks, ordered_events
 from cdc_platform.source.filters import TableFilter, filter_fingerprint
 from cdc_platform.source.mysql import (
@@ -73,7 +74,8 @@ from cdc_platform.source.mysql import (
 from cdc_platform.source.rows_framing import FramingReader
 from cdc_platform.source.table_maps import JSON_VALID_CHECK, Catalog, TablePlans, enum_labels
 from cdc_platform.source.transactions import TransactionAssembler
-from cdc_platform.source.xa import aging_prepared
+from cdc_platform.source.xa import XaAge, aging_prepared
+from cdc_platform.source.xa_rows import XaBudget, XaRows
 
 __all__ = ["BinlogSource", "SourceInfo"]
 
@@ -144,6 +146,9 @@ class BinlogSource:
         self._delay = config.reconnect_initial_seconds
         self.server: ServerIdentity | None = None
         self._lean_framing = lean_framing
+        self._xa_budget = XaBudget(config.xa_memory_bytes)
+        self._assembling: TransactionAssembler | None = None
+        self._xa_age = XaAge(self.binlog_server.retention_seconds, self._where)
         workers = config.decode_processes()
         if decode_pool is None and workers > 1:
             decode_pool = DecodePool(workers)
@@ -243,7 +248,9 @@ class BinlogSource:
             return
         if self.config.resume_by == "gtid" and not self._use_gtid(start):
             log.warning("no GTID state to resume from; resuming by file/position from %s", start)
-        plans = TablePlans(self._tables, self._catalog, is_mariadb=self._mariadb())
+        plans = TablePlans(
+            self._tables, self._catalog, is_mariadb=self._mariadb(), later=self._later
+        )
         assembler = self._assembler(start, plans)
         self._delay = self.config.reconnect_initial_seconds
         position = start
@@ -300,11 +307,13 @@ class BinlogSource:
             clock=self._clock,
             filters=self._filters,
             heartbeats=self._heartbeats,
+            xa_budget=self._xa_budget,
         )
         if start.xa_prepared:
             self._warn_aging(start.xa_prepared)
         for xa in start.xa_prepared:
-            assembler.adopt_prepared(xa, self._read_prepared(xa))
+            assembler.adopt_prepared(xa, *self._read_prepared(xa))
+        self._assembling = assembler
         return assembler
 
     def _warn_aging(self, prepared: tuple[PreparedXa, ...]) -> None:
@@ -322,6 +331,19 @@ class BinlogSource:
                 xa.pos,
                 self._where(),
             )
+
+    @property
+    def xa_memory_bytes(self) -> int:
+        """What the held rows of prepared XA transactions keep in memory now (the rest is
+        spilled, :mod:`.xa_rows`)."""
+        return self._xa_budget.in_memory
+
+    def oldest_prepared_xa_age(self) -> float | None:
+        """Seconds since the longest-prepared XA transaction this stream holds was prepared,
+        None when none is held; warns as it ages toward the binlog retention
+        (:class:`.xa.XaAge`)."""
+        assembler = self._assembling
+        return self._xa_age.age(assembler.oldest_prepared() if assembler else None, time.time())
 
     def _until_reachable(self, step: Callable[[], _R]) -> _R | None:
         """``step`` (queries before a binlog read), retried with the reconnect backoff while
@@ -372,14 +394,16 @@ class BinlogSource:
             return False
         return bool(readable)
 
-    def _read_prepared(self, xa: PreparedXa) -> list[ChangeEvent]:
+    def _read_prepared(self, xa: PreparedXa) -> tuple[XaRows, int]:
         """The rows of an XA transaction prepared before the resume position and committed
         after it: its group is read again from its start, up to its XA PREPARE."""
         start = ResumePosition(xa.file, xa.pos)
-        plans = TablePlans(self._tables, self._catalog, is_mariadb=self._mariadb())
+        plans = TablePlans(
+            self._tables, self._catalog, is_mariadb=self._mariadb(), later=self._later
+        )
         assembler = TransactionAssembler(
             start, self._tables, plans, clock=self._clock,
-            filters=self._filters,
+            filters=self._filters, xa_budget=self._xa_budget,
         )  # fmt: skip
         try:
             reader = self._reader(start, plans)
@@ -394,9 +418,9 @@ class BinlogSource:
                 if event is None:
                     break
                 assembler.feed(event)
-                rows = assembler.prepared_rows(xa.xid)
-                if rows is not None:
-                    return rows
+                held = assembler.prepared_rows(xa.xid)
+                if held is not None:
+                    return held
                 if isinstance(event, (XidEvent, XAPrepareEvent)):
                     break  # the group at that position ended without preparing this XID
         except STREAM_ERRORS as exc:
@@ -522,6 +546,12 @@ class BinlogSource:
         heartbeat: until then it pins its binlog file against PURGE BINARY LOGS. A user may
         always kill its own connections; failures only mean the thread is gone already."""
         self.binlog_server.end_connection(thread_id)
+
+    def _later(self, file: str, pos: int) -> Iterator[LaterStatement]:
+        """The binlog's statements after ``file``:``pos`` (see :mod:`.ddl_history`)."""
+        if self._control is None:
+            self._control = self.binlog_server.connect()
+        return statements_after(self._control, file, pos)
 
     def _catalog(self, db: str, table: str) -> Catalog:
         """What the binlog's table map cannot say about a table, from information_schema."""

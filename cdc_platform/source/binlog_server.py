@@ -87,6 +87,21 @@ class BinlogServer:
             except MYSQL_ERRORS as exc:
                 raise self.mysql.error(exc, "querying") from None
 
+    def retention_seconds(self) -> float | None:
+        """How long the server keeps binlogs (``binlog_expire_logs_seconds``, else
+        ``expire_logs_days``), 0 for ever; None when it cannot be asked now (retried later)."""
+        try:
+            rows = self.query(
+                "SHOW GLOBAL VARIABLES WHERE Variable_name IN "
+                "('binlog_expire_logs_seconds', 'expire_logs_days')"
+            )
+        except SourceError as exc:
+            log.debug("cannot read the binlog retention: %s", exc)
+            return None
+        values = {str(name): float(value or 0) for name, value in rows}
+        seconds = values.get("binlog_expire_logs_seconds", 0.0)
+        return seconds or values.get("expire_logs_days", 0.0) * 86400
+
     def is_mariadb(self) -> bool:
         if self._is_mariadb is None:
             version = self.query("SELECT VERSION()")[0][0]

@@ -46,6 +46,10 @@ class Source(Protocol):
         """End :meth:`events` promptly, from any thread."""
         ...
 
+    def oldest_prepared_xa_age(self) -> float | None:
+        """Seconds the longest-prepared XA transaction held has waited (None: none held)."""
+        ...
+
 
 def open_source(  # noqa: PLR0913 (the config; the rest keyword-only, as each source needs)
     config: SourceConfig,

@@ -258,6 +258,10 @@ class IdWatchSource:
         the watch copies the tables' existing rows first, as inserts."""
         return WatchPosition({t.table: 0 for t in self.watch.tables}, 0).to_resume()
 
+    def oldest_prepared_xa_age(self) -> float | None:
+        """Tables read by id hold no XA transactions."""
+        return None
+
     def stop(self) -> None:
         """End :meth:`events` promptly (after the statement in flight), from any thread."""
         self._stop.set()

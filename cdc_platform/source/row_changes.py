@@ -9,7 +9,7 @@ size: they are not committed before the server's ``XA COMMIT``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from cdc_platform.events import (
     EVENT_OVERHEAD_BYTES,
@@ -21,6 +21,7 @@ from cdc_platform.events import (
 )
 from cdc_platform.source.rows_framing import UPDATE, WRITE, RowsFrame
 from cdc_platform.source.values import RowDecoder
+from cdc_platform.source.xa_rows import XaRows
 
 __all__ = ["HeldRows", "row_changes"]
 
@@ -77,12 +78,18 @@ def row_changes(  # noqa: PLR0913 (one rows event and where its rows go in their
 
 
 class HeldRows:
-    """The rows of the open transaction not yet passed on, and whether it streams."""
+    """The rows of the open transaction not yet passed on, and whether it streams.
 
-    def __init__(self) -> None:
+    An XA group's rows (``hold_all``) are held whatever their size until its XA PREPARE:
+    with ``spill``, they go into its held-rows container (:mod:`.xa_rows`), bounded in memory
+    from the first row on, and pass to the prepared transaction as they are."""
+
+    def __init__(self, spill: Callable[[], XaRows] | None = None) -> None:
         self.events: list[ChangeEvent] = []
         self.streaming = False
         self._bytes = 0
+        self._spill = spill
+        self._spilled: XaRows | None = None
 
     def add(self, rows: list[ChangeEvent], *, hold_all: bool) -> list[ChangeEvent]:
         """What of ``rows`` (and of the rows held before them) to pass on now: nothing while
@@ -90,6 +97,13 @@ class HeldRows:
         outgrows it (the transaction streams from then on), and ``rows`` while it streams."""
         if self.streaming:
             return rows
+        if hold_all and self._spill is not None:
+            if self._spilled is None:
+                self._spilled = self._spill()
+                self._spilled.extend(self.events)
+                self.events, self._bytes = [], 0
+            self._spilled.extend(rows)
+            return []
         events = self.events
         events.extend(rows)
         self._bytes += sum(e.size for e in rows)
@@ -101,11 +115,36 @@ class HeldRows:
 
     def take(self) -> list[ChangeEvent]:
         """The held rows, to be passed on with the transaction's end event; empties the hold."""
-        events = self.events
-        self.events, self._bytes = [], 0
+        held = self.take_held()
+        if isinstance(held, list):
+            return held
+        events = list(held)
+        held.close()
         return events
+
+    def take_held(self) -> list[ChangeEvent] | XaRows:
+        """The held rows as they are held (an XA group's container, handed on to its prepared
+        transaction without a copy); empties the hold."""
+        held: list[ChangeEvent] | XaRows = self.events
+        if self._spilled is not None:
+            held, self._spilled = self._spilled, None
+        self.events, self._bytes = [], 0
+        return held
+
+    def first_index(self) -> int | None:
+        """The index of the first row held (None: nothing held)."""
+        if self.events:
+            return self.events[0].index
+        return None if self._spilled is None else self._spilled.first_index()
+
+    def count(self) -> int:
+        """How many rows are held."""
+        return len(self.events) + (len(self._spilled) if self._spilled is not None else 0)
 
     def drop(self) -> None:
         """Forget the held rows and the streaming state (a new transaction or a restart)."""
         self.events, self._bytes = [], 0
         self.streaming = False
+        if self._spilled is not None:
+            self._spilled.close()
+            self._spilled = None

@@ -22,7 +22,7 @@ from __future__ import annotations
 import calendar
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +42,16 @@ from cdc_platform.events import ResumePosition
 from cdc_platform.source.binlog_server import BinlogServer, _parse_gtids
 from cdc_platform.source.mysql import MYSQL_ERRORS, STREAM_ERRORS, library_connection
 
-__all__ = ["BinlogFiles", "TransactionHead", "find_time", "resolve_start", "utc_seconds"]
+__all__ = [
+    "HEAD_EVENTS",
+    "BinlogFiles",
+    "TransactionHead",
+    "find_time",
+    "resolve_start",
+    "server_binlog",
+    "transaction_heads",
+    "utc_seconds",
+]
 
 log = logging.getLogger("cdc_platform.source")
 
@@ -196,16 +205,16 @@ def _after_gtid(server: BinlogServer, logs: list[str], gtid: str, oldest: str) -
 def _at_time(server: BinlogServer, logs: list[str], timestamp: str, oldest: str) -> ResumePosition:
     """The first transaction whose event time is at or after ``timestamp`` (whole seconds: the
     binlog keeps no fraction)."""
-    return find_time(
-        logs,
-        timestamp,
-        oldest,
-        BinlogFiles(
-            created=lambda file: _file_created(server, file),
-            heads=lambda file: _transactions(server, file),
-            holds_events=lambda file: _holds_events(server, file),
-            end=server.current_position,
-        ),
+    return find_time(logs, timestamp, oldest, server_binlog(server))
+
+
+def server_binlog(server: BinlogServer) -> BinlogFiles:
+    """What the time search asks, answered by ``server``'s binlog."""
+    return BinlogFiles(
+        created=lambda file: _file_created(server, file),
+        heads=lambda file: _transactions(server, file),
+        holds_events=lambda file: _holds_events(server, file),
+        end=server.current_position,
     )
 
 
@@ -309,25 +318,35 @@ def _reader(server: BinlogServer, file: str, events: list[type[Any]]) -> BinLogS
     )
 
 
-def _transactions(server: BinlogServer, file: str) -> Iterator[TransactionHead]:
-    """Every transaction's first event (MariaDB GTID, MySQL GTID or anonymous GTID) from the
-    start of ``file`` to the binlog's end, reading headers only: other events are skipped
-    undecoded."""
-    reader = _reader(server, file, [MariadbGtidEvent, GtidEvent, RotateEvent, NotImplementedEvent])
+HEAD_EVENTS: list[type[Any]] = [MariadbGtidEvent, GtidEvent, RotateEvent, NotImplementedEvent]
+"""What the header scan asks the library for: transaction heads and rotations (MySQL's
+anonymous GTID event is unknown to the library and comes as a NotImplementedEvent)."""
+
+
+def transaction_heads(events: Iterable[Any], file: str) -> Iterator[TransactionHead]:
+    """The transaction heads (MariaDB GTID, MySQL GTID or anonymous GTID) among the library's
+    events of :data:`HEAD_EVENTS` read from the start of ``file``, following rotations."""
     current = file
-    try:
-        for event in reader:
-            if isinstance(event, RotateEvent):
-                current = event.next_binlog
+    for event in events:
+        if isinstance(event, RotateEvent):
+            current = event.next_binlog
+            continue
+        if isinstance(event, NotImplementedEvent):
+            if event.packet.event_type != ANONYMOUS_GTID_LOG_EVENT:
                 continue
-            if isinstance(event, NotImplementedEvent):
-                if event.packet.event_type != ANONYMOUS_GTID_LOG_EVENT:
-                    continue
-                gtid = None
-            else:
-                gtid = str(event.gtid)
-            start = int(event.packet.log_pos) - int(event.packet.event_size)
-            yield TransactionHead(current, start, int(event.timestamp), gtid)
+            gtid = None
+        else:
+            gtid = str(event.gtid)
+        start = int(event.packet.log_pos) - int(event.packet.event_size)
+        yield TransactionHead(current, start, int(event.timestamp), gtid)
+
+
+def _transactions(server: BinlogServer, file: str) -> Iterator[TransactionHead]:
+    """Every transaction's first event from the start of ``file`` to the binlog's end,
+    reading headers only: other events are skipped undecoded."""
+    reader = _reader(server, file, HEAD_EVENTS)
+    try:
+        yield from transaction_heads(reader, file)
     except STREAM_ERRORS + MYSQL_ERRORS as exc:
         raise server.mysql.error(exc, "scanning the binlog of") from None
     finally:

@@ -3,6 +3,9 @@
 Built from the binlog's table-map events (with `binlog_row_metadata=FULL`) plus, where the
 metadata cannot say, the catalog (information_schema); used by the transaction assembler
 to turn rows events into row images (docs/types.md lists what the library alone gets wrong).
+The catalog describes today's definition: a fact the event's own column type cannot carry is
+not used, and one the event cannot confirm is refused when later DDL in the binlog names its
+column (:mod:`.ddl_history`).
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +25,7 @@ from cdc_platform.errors import (
     SourceSettingsError,
 )
 from cdc_platform.source.charsets import charset_of_collation, text_decoder
+from cdc_platform.source.ddl_history import LaterStatement, touched_columns
 from cdc_platform.source.filters import TableFilter
 from cdc_platform.source.values import ColumnSpec, FieldType, RowDecoder
 
@@ -74,6 +78,15 @@ def catalog_mismatch(
             f"are ({', '.join(catalog.columns)}); the binlog has ({', '.join(names)})"
         )
     return None
+
+
+def may_predate_change(catalog: Catalog, names: tuple[str, ...], event_time: int) -> bool:
+    """Whether today's definition may be newer than an event's: the column lists differ, or
+    the definition time is unknown, later or in the same second (``CREATE_TIME`` has whole
+    seconds)."""
+    if definition_differs(catalog, names) or catalog.defined_at is None:
+        return True
+    return event_time <= catalog.defined_at
 
 
 def definition_differs(catalog: Catalog, names: tuple[str, ...]) -> bool:
@@ -152,9 +165,14 @@ class TablePlans:
         catalog: Callable[[str, str], Catalog],
         *,
         is_mariadb: bool,
+        later: Callable[[str, int], Iterable[LaterStatement]] | None = None,
     ) -> None:
+        """``later(file, pos)``: the binlog's statements after a position (see
+        :mod:`.ddl_history`); without it a possible type change is only warned about."""
         self._tables = tables
         self._lookup = catalog
+        self._later = later
+        self._unchanged: set[tuple[str, str]] = set()
         self._mariadb = is_mariadb
         self._by_id: dict[int, tuple[tuple[Any, ...], RowDecoder] | None] = {}
         self._catalogs: dict[tuple[str, str], Catalog] = {}
@@ -189,6 +207,7 @@ class TablePlans:
         """After DDL: table definitions (and the MariaDB type lookups) may have changed."""
         self.clear()
         self._catalogs.clear()
+        self._unchanged.clear()
 
     def table_map(self, event: Any) -> None:
         schema: str = event.schema
@@ -208,11 +227,9 @@ class TablePlans:
         catalog: Catalog,
         names: tuple[str, ...],
         needed: tuple[str, ...],
-        event_time: int,
         key: tuple[str, str],
     ) -> None:
-        """Refuse a catalog of another definition; warn when it may be one (see
-        :func:`catalog_mismatch`, :func:`changed_after`)."""
+        """Refuse a catalog of another definition (see :func:`catalog_mismatch`)."""
         schema, table = key
         why = catalog_mismatch(catalog, names, needed)
         if why is not None:
@@ -225,6 +242,12 @@ class TablePlans:
                 "the reader is past the change, then snapshot it (cdc-platform snapshot "
                 "--table), or restore the old definition while the reader catches up"
             )
+
+    def _warn_changed(
+        self, catalog: Catalog, names: tuple[str, ...], event_time: int, key: tuple[str, str]
+    ) -> None:
+        """Say once per table that today's facts describe a newer definition than the event's
+        (the checks above found nothing that stops the reader)."""
         suspect = changed_after(catalog, event_time) or definition_differs(catalog, names)
         if suspect and key not in self._warned:
             self._warned.add(key)
@@ -232,14 +255,39 @@ class TablePlans:
             log.warning(
                 "%s.%s: its definition changed (at %s) after this rows event (%s): the "
                 "UUID/INET4/INET6/JSON columns and ENUM/SET labels are taken from today's "
-                "definition by name; if the change made a column one of those (or stopped it "
-                "being one), rows before it are decoded with today's type: check the table's "
-                "mirror after the catch-up (cdc-platform reconcile), or snapshot the table",
-                schema,
-                table,
+                "definition by name where the event's own column types can carry them and "
+                "no later DDL in the binlog names those columns; check the table's mirror "
+                "after the catch-up (cdc-platform reconcile) if in doubt",
+                key[0],
+                key[1],
                 changed,
                 _utc(event_time),
             )
+
+    def _check_later_ddl(self, event: Any, needed: tuple[str, ...], key: tuple[str, str]) -> None:
+        """Refuse when a statement after this table map may have changed a column whose
+        facts come from today's catalog: the binlog cannot say what its type was then
+        (BINARY(16) or UUID or INET6, BINARY(4) or INET4, which ENUM labels)."""
+        file = getattr(self._reader, "log_file", None)
+        pos = getattr(getattr(event, "packet", None), "log_pos", None)
+        if self._later is None or key in self._unchanged or not file or not pos:
+            return
+        schema, table = key
+        for statement in self._later(str(file), int(pos)):
+            touched = touched_columns(statement.text, table, needed)
+            if touched:
+                raise SourceError(
+                    f"{schema}.{table}: column(s) {', '.join(touched)} may have changed type "
+                    f"after this rows event ({file}:{pos}), by the statement at "
+                    f"{statement.file}:{statement.pos}: {statement.text[:200]!r}. The binlog "
+                    "cannot say what such a column was then (BINARY(16), UUID or INET6; "
+                    "BINARY(4) or INET4; ENUM/SET labels outside UTF-8) and information_schema "
+                    "only knows today's type, so the reader stops rather than decode old rows "
+                    "with it. Exclude the table (exclude_tables) until the reader is past that "
+                    "statement, then snapshot it (cdc-platform snapshot --table); or start the "
+                    "destination after that statement"
+                )
+        self._unchanged.add(key)
 
     def _build(self, event: Any, schema: str, table: str) -> RowDecoder:
         catalog = Catalog()
@@ -256,7 +304,18 @@ class TablePlans:
             catalog = self._catalogs[key]
             names = tuple(str(c.name) for c in event.columns)
             event_time = int(getattr(event, "timestamp", 0))
-            self._check_catalog(catalog, names, needed, event_time, key)
+            self._check_catalog(catalog, names, needed, key)
+            # BINARY(n) or UUID/INET, which labels: what the table map cannot tell. (LONGTEXT
+            # or JSON is the same text either way; only the type's name may be today's.)
+            unsure = tuple(
+                str(c.name)
+                for i, c in enumerate(event.columns)
+                if (self._mariadb and c.type == FieldType.STRING and _may_be_logical(c))
+                or _labels_lost(c, charsets[i])
+            )
+            if unsure and may_predate_change(catalog, names, event_time):
+                self._check_later_ddl(event, unsure, key)
+            self._warn_changed(catalog, names, event_time, key)
         specs = [
             _column_spec(c, catalog, schema, table, charsets[i])
             for i, c in enumerate(event.columns)
@@ -267,6 +326,10 @@ class TablePlans:
             primary_key = list((getattr(metadata, "primary_keys_with_prefix", None) or {}).keys())
         return RowDecoder(schema, table, specs, primary_key, mysql_json=_mysql_json)
 
+
+_BLOB_TYPES = frozenset(
+    {FieldType.BLOB, FieldType.TINY_BLOB, FieldType.MEDIUM_BLOB, FieldType.LONG_BLOB}
+)
 
 _COLLATED_TEXT = frozenset(
     {FieldType.STRING, FieldType.VAR_STRING, FieldType.VARCHAR, FieldType.BLOB}
@@ -372,5 +435,18 @@ def _column_spec(
         size=getattr(column, "size", 0),
         enum_values=enum_values,
         set_values=set_values,
-        logical=catalog.logical.get(column.name),
+        logical=_logical_fitting(column, encoding, catalog.logical.get(column.name)),
     )
+
+
+def _logical_fitting(column: Any, encoding: str | None, logical: str | None) -> str | None:
+    """The catalog's logical type of a column if the table map's own type can carry it, else
+    None: the event's metadata wins (CHAR(36) then, UUID today: the old rows are CHAR)."""
+    if logical in ("uuid", "inet6", "inet4"):
+        size = 4 if logical == "inet4" else 16
+        fits = column.type == FieldType.STRING and encoding is None
+        return logical if fits and getattr(column, "max_length", 0) == size else None
+    if logical == "json":
+        fits = column.type in _BLOB_TYPES and getattr(column, "length_size", 0) == 4
+        return logical if fits and encoding is not None else None
+    return logical

@@ -64,6 +64,7 @@ from cdc_platform.source.rows_framing import UPDATE, RowsFrame, frame_library_ev
 from cdc_platform.source.table_maps import TablePlans
 from cdc_platform.source.values import RowDecoder
 from cdc_platform.source.xa import XaState, xa_statement
+from cdc_platform.source.xa_rows import XaBudget, XaRows
 
 log = logging.getLogger("cdc_platform.source")
 
@@ -103,6 +104,7 @@ class TransactionAssembler:
         filters: str | None = None,
         wall_clock: Callable[[], float] = time.time,
         heartbeats: bool = False,
+        xa_budget: XaBudget | None = None,
     ) -> None:
         self._tables = tables
         self._plans = plans
@@ -117,8 +119,8 @@ class TransactionAssembler:
         self._expect: ResumePosition | None = start if start.skip_events else None
         """The transaction a non-zero skip belongs to, until the stream shows it."""
         check_resume_filters(start, filters)
-        self._xa = XaState(start.xa_prepared)
-        self._held = HeldRows()
+        self._xa = XaState(start.xa_prepared, xa_budget)
+        self._held = HeldRows(spill=lambda: XaRows(self._xa.budget))
         self._txn: Transaction | None = None
         self._index = 0
         self._standalone = False
@@ -150,8 +152,8 @@ class TransactionAssembler:
         """
         txn = self._txn
         if txn is not None:
-            held = self._held.events
-            emitted = held[0].index if held else self._index
+            first = self._held.first_index()
+            emitted = first if first is not None else self._index
             position = ResumePosition(
                 txn.start.file,
                 txn.start.pos,
@@ -182,14 +184,20 @@ class TransactionAssembler:
         self._plans.clear()
         return position
 
-    def adopt_prepared(self, xa: PreparedXa, rows: list[ChangeEvent]) -> None:
+    def adopt_prepared(self, xa: PreparedXa, rows: XaRows, prepared_at: int) -> None:
         """Rows of a prepared XA transaction read before the stream's start (after a restart
         from a checkpoint that lists it); they come out at its XA COMMIT."""
-        self._xa.adopt(xa, rows)
+        self._xa.adopt(xa, rows, prepared_at)
 
-    def prepared_rows(self, xid: str) -> list[ChangeEvent] | None:
-        """The held rows of a prepared XA transaction seen by this assembler, if any."""
-        return self._xa.rows_of(xid)
+    def prepared_rows(self, xid: str) -> tuple[XaRows, int] | None:
+        """The held rows of a prepared XA transaction seen by this assembler and the binlog
+        time of its prepared group, if any."""
+        rows, at = self._xa.rows_of(xid), self._xa.prepared_at(xid)
+        return None if rows is None or at is None else (rows, at)
+
+    def oldest_prepared(self) -> tuple[str, int] | None:
+        """(XID, binlog time) of the longest-prepared XA transaction held, if any."""
+        return self._xa.oldest()
 
     def feed(self, event: Any) -> list[ChangeEvent]:
         """The change events one library event produces (mostly none or one rows event's)."""
@@ -262,7 +270,7 @@ class TransactionAssembler:
             "binlog; its %d captured events are dropped",
             txn_name(txn.gtid, txn.start),
             next_start,
-            len(self._held.events),
+            self._held.count(),
         )
         self._held.drop()
         self._xa.hold = False
@@ -553,7 +561,7 @@ class TransactionAssembler:
                 f"XA transaction {txn_name(txn.gtid, txn.start)} was prepared at "
                 f"{self._here(event)} after its rows were passed on as committed"
             )
-        self._xa.prepare(txn, self._held.take(), str(event.xid))
+        self._xa.prepare(txn, self._held.take_held(), str(event.xid))
         self._close(self._here(event), txn)
         return []
 

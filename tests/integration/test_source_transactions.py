@@ -431,3 +431,86 @@ def test_kill_nine_inside_a_chunked_transaction_then_losses_while_re_reading(
     assert not result.seq_gaps
     assert not result.problems
     assert result.tables[f"{db.name}.big"] == source_rows(db.server, db.name, "big")
+
+
+def _spill_files() -> list[str]:
+    """This process's open spill files (anonymous: removed from the directory at once)."""
+    out = []
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if "cdc-xa-" in target:
+                out.append(target)
+    return out
+
+
+def test_a_prepared_xa_beyond_the_memory_budget_is_spilled_and_comes_out_exact(
+    mariadb: MariaDBDatabase,
+) -> None:
+    """A prepared XA transaction's rows beyond ``xa_memory_bytes`` wait in a local file, while
+    the source says how long it has waited; at its XA COMMIT, and after a restart that reads
+    it again, every row comes out exactly, in order."""
+    db = mariadb
+    db.server.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(300))", database=db.name)
+    config = _config(db, xa_memory_bytes=2000)
+    start = _position(db, config)
+    values = {i: f"{i:03d}-" + "é" * 150 for i in range(1, 41)}
+    _xa(
+        db, "big", *(f"INSERT INTO t VALUES ({i}, '{v}')" for i, v in values.items()), end="prepare"
+    )
+    committed = False
+    try:
+        db.server.execute("INSERT INTO t VALUES (100, 'plain')", database=db.name)
+        source = _source(db, config, start)
+        seen: dict[str, Any] = {}
+
+        def until(events: list[ChangeEvent]) -> bool:
+            nonlocal committed
+            if events[-1].kind is EventKind.COMMIT and not seen:
+                seen.update(
+                    age=source.oldest_prepared_xa_age(),
+                    memory=source.xa_memory_bytes,
+                    spills=_spill_files(),
+                    checkpoint=events[-1].resume_after(),
+                )
+                db.server.execute("XA COMMIT 'big'", database=db.name)
+                committed = True
+                db.server.execute("INSERT INTO t VALUES (101, 'after')", database=db.name)
+            return sum(e.kind is EventKind.COMMIT for e in events) >= 3
+
+        events = collect_events(source, until)
+    finally:
+        if not committed:
+            db.server.execute("XA ROLLBACK 'big'", database=db.name)
+    assert seen["age"] is not None
+    assert seen["age"] >= 0
+    assert 0 < seen["memory"] <= 2000, "the held rows beyond the budget are not in memory"
+    assert len(seen["spills"]) == 1
+    assert source.oldest_prepared_xa_age() is None  # resolved
+    expected = [100, *values, 101]
+    assert _ids(events) == expected
+    images = [json.loads(e.after or "{}") for e in events if e.kind is EventKind.ROW]
+    assert {row["id"]: row["v"] for row in images[1:-1]} == values
+    # A restart from the checkpoint that lists the prepared transaction reads it again,
+    # spilled the same way, and emits it at its XA COMMIT.
+    checkpoint = seen["checkpoint"]
+    assert [xa.xid for xa in checkpoint.xa_prepared] == ["X'626967',X'',1"]
+    again = collect_events(_source(db, config, checkpoint), _commits(2))
+    assert _ids(again) == expected[1:]
+    images = [json.loads(e.after or "{}") for e in again if e.kind is EventKind.ROW]
+    assert {row["id"]: row["v"] for row in images[:-1]} == values
+
+
+def test_the_binlog_retention_is_read_from_the_server(mariadb: MariaDBDatabase) -> None:
+    """What the prepared-XA age is compared with: binlog_expire_logs_seconds, else
+    expire_logs_days (a whole day here, far above this test's binlogs' age)."""
+    server = mariadb.server
+    before = server.query("SELECT @@GLOBAL.binlog_expire_logs_seconds")[0][0]
+    source = _source(mariadb, _config(mariadb), ResumePosition("x", 4))
+    try:
+        server.execute("SET GLOBAL binlog_expire_logs_seconds = 86400")
+        assert source.binlog_server.retention_seconds() == 86400
+        server.execute("SET GLOBAL binlog_expire_logs_seconds = 0")
+        assert source.binlog_server.retention_seconds() == 0  # kept for ever
+    finally:
+        server.execute(f"SET GLOBAL binlog_expire_logs_seconds = {int(before)}")

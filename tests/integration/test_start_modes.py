@@ -5,6 +5,7 @@ database, and a changed start reported instead of applied."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import threading
 import time
@@ -23,7 +24,7 @@ from cdc_platform.sink.snapshot_progress import TableProgress, read_snapshot_pro
 from cdc_platform.sink.start_record import StartRecord, start_drift, start_record_file
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.binlog_server import BinlogServer
-from cdc_platform.source.start_position import resolve_start
+from cdc_platform.source.start_position import find_time, resolve_start, server_binlog
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
 from cdc_platform.testing.replay import replay
@@ -181,6 +182,34 @@ def test_timestamp_search_is_not_misled_by_a_long_statement_at_a_file_head(
     insert(db, 40, at=base + 30)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(base + 15))
     assert ids(run(db, lake_root, StartConfig(mode="timestamp", timestamp=stamp))) == [15, 30, 40]
+
+
+def test_a_binlog_with_events_but_no_recognised_head_is_an_error_never_now(
+    db: MariaDBDatabase,
+) -> None:
+    """The search over this server's real binlog, its transaction heads withheld (as a reader
+    that does not know the server's head event would see it: MySQL's anonymous GTID before
+    it was recognised): the binlog holds events, so the search refuses instead of starting
+    at the current end and silently skipping them. The same search with the heads finds
+    the transaction."""
+    base = int(time.time()) - 100
+    fresh_binlog(db.server)
+    db.server.execute(
+        f"SET timestamp = {base}", "CREATE TABLE t (id INT PRIMARY KEY)", database=db.name
+    )
+    insert(db, 1, at=base + 10)
+    insert(db, 2, at=base + 20)
+    server = binlog_server(db)
+    logs = [str(row[0]) for row in server.query("SHOW BINARY LOGS")]
+    oldest = f"{logs[0]}:4"
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(base + 15))
+    real = server_binlog(server)
+    found = find_time(logs, stamp, oldest, real)
+    assert found != server.current_position()
+    blind = dataclasses.replace(real, heads=lambda file: iter(()))
+    with pytest.raises(StartPositionError, match="no transaction start") as caught:
+        find_time(logs, stamp, oldest, blind)
+    assert caught.value.oldest == oldest
 
 
 def test_bad_starts_are_refused_naming_the_oldest_position(
