@@ -2,8 +2,9 @@
 
 The engine's runtime runs in a worker thread; the op's own thread waits on it, forwards commit
 reports to Dagster as materializations of the destination's change-log asset (throttled) and
-turns Dagster's termination (DagsterExecutionInterruptedError) into a clean stop: the in-flight
-commit finishes, the source and store close, then the run ends as CANCELED.
+turns Dagster's termination (DagsterExecutionInterruptedError: Terminate in the UI, or SIGTERM /
+SIGINT sent straight to the run worker) into a clean stop: the in-flight commit finishes, the
+source and store close, then the run ends as CANCELED.
 """
 
 import os
@@ -18,6 +19,7 @@ from dagster import (
     AssetObservation,
     Config,
     DagsterExecutionInterruptedError,
+    DagsterRunStatus,
     Failure,
     JobDefinition,
     OpExecutionContext,
@@ -231,11 +233,40 @@ def _supervise(
             f"{supervisor.name}: termination requested; finishing the in-flight commit"
         )
         supervisor.request_stop("run terminated")
-        worker.join()
+        _own_the_stop(context)
+        _join_through_signals(worker)
         reporter.flush(force=True)
         raise
     reporter.flush(force=True)
     return outcome[0] if outcome else None
+
+
+def _own_the_stop(context: OpExecutionContext) -> None:
+    """Mark the run CANCELING when the interrupt came straight to this process.
+
+    Dagster's Terminate marks the run CANCELING before it signals the worker; a SIGTERM from
+    anyone else (an operator's ``kill``, a container or machine shutdown) arrives with the run
+    still STARTED, and Dagster would end it FAILURE, "interrupted unexpectedly", and alert.
+    Either way it is a requested stop that ends cleanly: the run ends CANCELED.
+    """
+    run = context.instance.get_run_by_id(context.run_id)
+    if run is not None and run.status not in (
+        DagsterRunStatus.CANCELING,
+        DagsterRunStatus.CANCELED,
+    ):
+        context.instance.report_run_canceling(
+            run, message="Stop signal received by the run worker; stopping cleanly."
+        )
+
+
+def _join_through_signals(worker: threading.Thread) -> None:
+    """Wait for the pipeline thread to stop; a repeated signal must not cut the in-flight
+    commit short (only SIGKILL does)."""
+    while worker.is_alive():
+        try:
+            worker.join(timeout=0.5)
+        except DagsterExecutionInterruptedError:
+            continue
 
 
 def build_cdc_destination_job(translator: CdcTranslator = DEFAULT_TRANSLATOR) -> JobDefinition:

@@ -1,10 +1,11 @@
 """Scheduled full-list reconciliation: an asset check per destination, its job and schedule.
 
-The check ``reconciled`` on each table's mirror ``cdc/<destination>/<db>/<table>`` runs
-:func:`cdc_platform.reconcile.service.reconcile_destination` for the selected tables (one
-destination's checks run together, one reconciliation): it compares each table with its mirror
-and has the lease holder write repair events into the change log (the mirrors then converge
-through their normal, eager materialization). Its result says what was found and fixed.
+The check ``reconciled`` on each table's mirror ``cdc/<destination>/<db>/<table>`` asks
+:meth:`CdcResource.reconcile <dagster_defs.resources.CdcResource.reconcile>` for the selected
+tables (one destination's checks run together, one reconciliation): it compares each table
+with its mirror and has the lease holder write repair events into the change log (the mirrors
+then converge with their next run, requested by ``mirror_refresh``). Its result says what
+was found and fixed.
 
 ``reconcile_schedule`` is a sensor rather than a cron schedule because each destination's next
 run is due after a *random* 15-30 minutes (``reconcile.interval_minutes``), like SOFARegistry's
@@ -42,9 +43,9 @@ from dagster import (
 from cdc_platform.config import ConfigSet
 from cdc_platform.errors import CdcError, ConfigError
 from cdc_platform.reconcile.schedule import DueState
-from cdc_platform.reconcile.service import ReconcileReport, reconcile_destination
+from cdc_platform.reconcile.service import ReconcileReport
 from cdc_platform.spark.catalog import Catalog
-from dagster_defs.resources import PlatformResource, SparkResource
+from dagster_defs.resources import CdcResource, SparkResource
 from dagster_defs.sensors import LIVE_STATUSES, live_runs
 from dagster_defs.table_assets import op_name
 from dagster_defs.table_checks import table_checks
@@ -169,15 +170,11 @@ def _checks(destination: str, catalog: Catalog, translator: CdcTranslator) -> As
         tables=catalog.tables,
     )
     def reconciled(
-        context: OpExecutionContext, platform: PlatformResource, spark: SparkResource
+        context: OpExecutionContext, platform: CdcResource, spark: SparkResource
     ) -> Iterator[AssetCheckResult]:
         selected = [k for k in keys if k in context.selected_asset_check_keys]
-        configset = platform.load()
-        session = spark.session()
         try:
-            report = reconcile_destination(
-                configset, destination, session, tables=[names[k] for k in selected]
-            )
+            report = platform.reconcile(spark.session(), destination, [names[k] for k in selected])
         except CdcError as exc:
             # A source or lake that cannot be reached fails the checks, not the run: a mirror
             # materialized with its checks (the CLI, the UI) still counts as materialized.
@@ -245,7 +242,7 @@ def build_reconcile_schedule(
         "(reconcile.interval_minutes), where its lease is held.",
     )
     def reconcile_schedule(
-        context: SensorEvaluationContext, platform: PlatformResource
+        context: SensorEvaluationContext, platform: CdcResource
     ) -> SensorResult | SkipReason:
         try:
             configset = platform.load()

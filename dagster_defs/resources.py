@@ -1,5 +1,5 @@
-"""Resources: ``CdcResource`` over the engine (configuration, lake locations, mirror applies)
-and the Spark session.
+"""Resources: ``CdcResource`` over the engine (configuration, lake locations, the long-lived
+pipeline, mirror applies, daily history, reconciliation) and the Spark session.
 
 The asset and op bodies stay thin: they ask ``CdcResource`` (resource key ``platform``) and turn
 its answers into Dagster events. Where a destination's tables live is the engine's layout,
@@ -23,15 +23,19 @@ from cdc_platform.backfill.reread import pending_rereads
 from cdc_platform.config import ConfigSet, Destination, load_config, load_platform
 from cdc_platform.config.loader import resolve_lake
 from cdc_platform.infra.recorder import NULL_RECORDER
+from cdc_platform.reconcile.service import ReconcileReport, reconcile_destination
 from cdc_platform.runtime.prometheus import open_metrics
 from cdc_platform.runtime.supervised import supervised_destination
 from cdc_platform.runtime.supervisor import LeaseSupervisor
 from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.report import CommitReport
 from cdc_platform.spark import (
+    DailyTableStats,
     MirrorResult,
     SparkSessionFactory,
     apply_changes,
+    daily_change_stats,
+    mirror_as_of,
     mirror_tables,
     mirror_uri,
 )
@@ -39,6 +43,7 @@ from cdc_platform.spark import (
 __all__ = [
     "AppliedMirror",
     "CdcResource",
+    "DailyHistory",
     "PlatformResource",
     "SparkResource",
     "change_log_uri",
@@ -84,6 +89,18 @@ class AppliedMirror:
     result: MirrorResult
     held: bool
     """A re-read after DDL is under way: the mirror stays before that DDL."""
+
+
+@dataclass(frozen=True, slots=True)
+class DailyHistory:
+    """One table's day: its state at the end of the day and the day's change figures."""
+
+    db: str
+    table: str
+    result: MirrorResult
+    """The as-of-day table written (``mirror_uri``, ``mirror_rows``)."""
+    stats: DailyTableStats | None
+    """The day's change-log rows of the table by kind (None: none that day)."""
 
 
 def default_conf_dir() -> str:
@@ -150,6 +167,40 @@ class CdcResource(ConfigurableResource):  # type: ignore[type-arg]
                 session, log, root, db, table, storage_options=options, held=held
             )
             yield AppliedMirror(db, table, result, held)
+
+    def daily_history(
+        self,
+        session: SparkSession,
+        destination: str,
+        day: date,
+        tables: Sequence[tuple[str, str]],
+    ) -> Iterator[DailyHistory]:
+        """Write each ``(db, table)``'s state as of the end of ``day`` (UTC) under the
+        destination's history root, with the day's figures (one pass over the change log)."""
+        configset = self.load()
+        log = change_log_uri(configset, destination)
+        stats = {(s.db, s.table): s for s in daily_change_stats(session, log, day)}
+        day_root = history_root(configset, destination, day)
+        root = mirrors_root(configset, destination)
+        for db, table in tables:
+            result = mirror_as_of(
+                session,
+                log,
+                db,
+                table,
+                day,
+                mirror_uri(day_root, db, table),
+                mirror_root=root,
+                storage_options=configset.lake.storage_options,
+            )
+            yield DailyHistory(db, table, result, stats.get((db, table)))
+
+    def reconcile(
+        self, session: SparkSession, destination: str, tables: Sequence[str]
+    ) -> ReconcileReport:
+        """Compare the ``db.table`` names with their mirrors and have the lease holder
+        repair what differs (raises CdcError when the source or lake cannot be reached)."""
+        return reconcile_destination(self.load(), destination, session, tables=list(tables))
 
 
 PlatformResource = CdcResource

@@ -2,12 +2,14 @@
 partitioned by UTC day (one subsettable multi-asset per destination, like the mirrors in
 ``table_assets``: one Spark pass over a day of the change log serves every selected table).
 
-Thin adapters: every computation is `cdc_platform.spark`; these only pick the paths, call it
-and turn its results into Dagster metadata (numeric values, which the UI charts over time).
+Thin adapters: :meth:`CdcResource.daily_history <dagster_defs.resources.CdcResource.daily_history>`
+does the work; the body turns its results into Dagster metadata (numeric values, which the UI
+charts over time).
 """
 
 from collections.abc import Iterator, Mapping
 from datetime import date
+from typing import Any
 
 from dagster import (
     AssetExecutionContext,
@@ -20,15 +22,8 @@ from dagster import (
 )
 
 from cdc_platform.config import ConfigSet
-from cdc_platform.spark import daily_change_stats, mirror_as_of, mirror_uri
 from cdc_platform.spark.catalog import Catalog, CatalogTable
-from dagster_defs.resources import (
-    PlatformResource,
-    SparkResource,
-    change_log_uri,
-    history_root,
-    mirrors_root,
-)
+from dagster_defs.resources import CdcResource, DailyHistory, SparkResource
 from dagster_defs.table_assets import op_name, table_outs
 from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator
 
@@ -66,6 +61,23 @@ def _history_spec(
     )
 
 
+def _history_metadata(done: DailyHistory) -> dict[str, Any]:
+    figures = done.stats
+    return {
+        "dagster/uri": MetadataValue.path(done.result.mirror_uri),
+        "dagster/row_count": done.result.mirror_rows,
+        "inserts": figures.inserts if figures else 0,
+        "updates": figures.updates if figures else 0,
+        "deletes": figures.deletes if figures else 0,
+        "snapshots": figures.snapshots if figures else 0,
+        "ddl": figures.ddl if figures else 0,
+        "rows": figures.rows if figures else 0,
+        "bytes": figures.bytes if figures else 0,
+        "max_lag_seconds": figures.max_lag_seconds if figures else 0.0,
+        "as_of_rows": done.result.mirror_rows,
+    }
+
+
 def _history_asset(
     destination: str,
     catalog: Catalog,
@@ -83,45 +95,13 @@ def _history_asset(
         pool=f"cdc-mirror-{destination}",
     )
     def daily_history(
-        context: AssetExecutionContext, platform: PlatformResource, spark: SparkResource
+        context: AssetExecutionContext, platform: CdcResource, spark: SparkResource
     ) -> Iterator[MaterializeResult[None]]:
-        configset = platform.load()
-        session = spark.session()
-        change_log = change_log_uri(configset, destination)
+        keys = {(t.db, t.table): k for k, t in by_key.items() if k in context.selected_asset_keys}
         day = date.fromisoformat(context.partition_key)
-        stats = {(s.db, s.table): s for s in daily_change_stats(session, change_log, day)}
-        day_root = history_root(configset, destination, day)
-        root = mirrors_root(configset, destination)
-        options = configset.lake.storage_options
-        for key in [k for k in by_key if k in context.selected_asset_keys]:
-            table = by_key[key]
-            target = mirror_uri(day_root, table.db, table.table)
-            result = mirror_as_of(
-                session,
-                change_log,
-                table.db,
-                table.table,
-                day,
-                target,
-                mirror_root=root,
-                storage_options=options,
-            )
-            figures = stats.get((table.db, table.table))
+        for done in platform.daily_history(spark.session(), destination, day, list(keys)):
             yield MaterializeResult(
-                asset_key=key,
-                metadata={
-                    "dagster/uri": MetadataValue.path(target),
-                    "dagster/row_count": result.mirror_rows,
-                    "inserts": figures.inserts if figures else 0,
-                    "updates": figures.updates if figures else 0,
-                    "deletes": figures.deletes if figures else 0,
-                    "snapshots": figures.snapshots if figures else 0,
-                    "ddl": figures.ddl if figures else 0,
-                    "rows": figures.rows if figures else 0,
-                    "bytes": figures.bytes if figures else 0,
-                    "max_lag_seconds": figures.max_lag_seconds if figures else 0.0,
-                    "as_of_rows": result.mirror_rows,
-                },
+                asset_key=keys[(done.db, done.table)], metadata=_history_metadata(done)
             )
 
     return daily_history

@@ -37,11 +37,14 @@ MATERIALIZATIONS_QUERY = """{ assetOrError(assetKey: {path: ["cdc", "shop", "cha
 MIRROR_QUERY = """{ assetOrError(assetKey: {path: ["cdc", "shop", "shop", "orders"]}) {
   ... on Asset { assetMaterializations(limit: 10) { timestamp } } } }"""
 PAGES = [
-    # (file, path under the webserver, text to wait for)
-    ("asset_graph.png", "/locations/cdc_platform/asset-groups/cdc", "orders"),
-    ("mirror_page.png", "/assets/cdc/shop/shop/orders", "Freshness"),
-    ("automation.png", "/automation", "mirror_refresh"),
+    # (file, path under the webserver, text to wait for, times it must show)
+    ("asset_graph.png", "/locations/cdc_platform/asset-groups/cdc", "orders", 1),
+    ("mirror_page.png", "/assets/cdc/shop/shop/orders", "Freshness", 1),
+    # every sensor's row rendered, not only the first ones (the rest were still skeletons)
+    ("automation.png", "/automation", "Standard sensor", 4),
 ]
+SETTLE_MS = 5_000
+"""After the text shows and the network is idle: the rows' tick histories load lazily."""
 
 
 @dataclass
@@ -108,14 +111,19 @@ def take_screenshots(url: str, directory: Path) -> list[Path]:
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             modal_wait = 20_000  # the modal shows once per browser profile
-            for name, path, text in PAGES:
+            for name, path, text, times in PAGES:
                 page.goto(f"{url}{path}", wait_until="networkidle", timeout=60_000)
                 with contextlib.suppress(PlaywrightTimeout):  # no modal this time
                     page.get_by_role("button", name="Skip").first.click(timeout=modal_wait)
                     modal_wait = 2_000
                 with contextlib.suppress(PlaywrightTimeout):  # shoot what is there anyway
-                    page.get_by_text(text).first.wait_for(timeout=30_000)
-                page.wait_for_timeout(1500)
+                    page.wait_for_function(
+                        "([text, times]) => document.body.innerText.split(text).length > times",
+                        arg=[text, times],
+                        timeout=30_000,
+                    )
+                    page.wait_for_load_state("networkidle", timeout=30_000)
+                page.wait_for_timeout(SETTLE_MS)
                 page.screenshot(path=str(directory / name))
                 taken.append(directory / name)
         finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import shutil
@@ -19,7 +20,9 @@ __all__ = [
     "die_with_parent",
     "find_binary",
     "free_port",
+    "group_members",
     "stop_process",
+    "stop_process_group",
     "wait_until",
 ]
 
@@ -81,6 +84,54 @@ def stop_process(proc: subprocess.Popen[bytes], *, timeout: float = 15.0) -> Non
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=timeout)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Pids of the live processes of process group ``pgid`` (zombies excluded), from /proc."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue  # ended while we looked
+        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
+        fields = text[text.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
+def stop_process_group(
+    proc: subprocess.Popen[bytes], *, grace: float = 15.0, timeout: float = 15.0
+) -> list[int]:
+    """Stop the process group ``proc`` leads (it was started with ``start_new_session``):
+    SIGTERM to the group, ``grace`` seconds to end, then SIGKILL to whatever is left.
+
+    Children a leader started without a session of their own are in its group; some ignore
+    SIGTERM (Dagster's code servers map it to an interrupt they only record) and would
+    outlive the test. Returns the pids still alive after ``timeout`` more seconds (none
+    normally), for the caller to assert on.
+    """
+    pgid = proc.pid
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        proc.poll()  # reap the leader: a zombie would otherwise count as alive
+        if not group_members(pgid):
+            break
+        time.sleep(0.1)
+    if group_members(pgid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        proc.poll()
+        left = group_members(pgid)
+        if not left:
+            return []
+        time.sleep(0.1)
+    return group_members(pgid)
 
 
 def die_with_parent() -> None:

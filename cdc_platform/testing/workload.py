@@ -22,20 +22,21 @@ __all__ = ["SCHEMA", "Workload", "WorkloadStats", "source_rows"]
 
 SCHEMA: tuple[str, ...] = (
     """CREATE TABLE IF NOT EXISTS customers (
-        id INT PRIMARY KEY,
-        name VARCHAR(64) NOT NULL,
-        email VARCHAR(128),
-        balance DECIMAL(12, 2) NOT NULL DEFAULT 0
-    ) ENGINE=InnoDB""",
+        id INT PRIMARY KEY COMMENT 'customer number',
+        name VARCHAR(64) NOT NULL COMMENT 'full name',
+        email VARCHAR(128) COMMENT 'contact address; NULL when unknown',
+        balance DECIMAL(12, 2) NOT NULL DEFAULT 0 COMMENT 'account balance in EUR'
+    ) ENGINE=InnoDB COMMENT 'shop customers'""",
     """CREATE TABLE IF NOT EXISTS orders (
-        id BIGINT PRIMARY KEY,
-        customer_id INT NOT NULL,
-        status VARCHAR(16) NOT NULL,
-        amount DECIMAL(12, 2) NOT NULL,
-        note TEXT
-    ) ENGINE=InnoDB""",
+        id BIGINT PRIMARY KEY COMMENT 'order number',
+        customer_id INT NOT NULL COMMENT 'customers.id of the buyer',
+        status VARCHAR(16) NOT NULL COMMENT 'new, paid, shipped, returned or cancelled',
+        amount DECIMAL(12, 2) NOT NULL COMMENT 'order total in EUR',
+        note TEXT COMMENT 'free text from the buyer'
+    ) ENGINE=InnoDB COMMENT 'shop orders'""",
 )
-"""The demo and test schema: two tables, integer primary keys, decimals and text."""
+"""The demo and test schema: two tables, integer primary keys, decimals and text; every column
+commented, as a real source's are (the comments become the mirrors' column descriptions)."""
 
 _STATUSES = ("new", "paid", "shipped", "returned", "cancelled")
 

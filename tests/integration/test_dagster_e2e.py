@@ -3,6 +3,7 @@
 Add a destination directory -> a run starts and rows arrive; edit it -> the old run is
 cancelled and a new one continues; kill -9 the run worker -> a new run takes over from the
 checkpoint; delete it -> the run is cancelled. The change log then replays to the source.
+SIGTERM to the run worker is a stop (CANCELED, no alert), kill -9 a failure (alerted once).
 """
 
 from __future__ import annotations
@@ -35,12 +36,14 @@ from dagster._core.scheduler.instigation import InstigatorStatus, TickStatus
 from deltalake import DeltaTable
 
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
-from cdc_platform.testing.processes import die_with_parent, stop_process
+from cdc_platform.testing.processes import die_with_parent, stop_process_group
 from cdc_platform.testing.replay import replay
 from cdc_platform.testing.workload import Workload, source_rows
+from dagster_defs.alerts import ALERTED_TAG, WEBHOOK_ENV
 from dagster_defs.cdc_job import DESTINATION_TAG, METRICS_TAG, PID_TAG
 from dagster_defs.reconcile import CHECK_NAME
 from tests.conftest import MariaDBDatabase
+from tests.integration.test_dagster_alerts import Webhook
 
 pytestmark = pytest.mark.integration
 
@@ -101,13 +104,15 @@ class Daemon:
             if pid:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(pid), signal.SIGKILL)
+        left: list[int] = []
         if self.proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            stop_process(self.proc)
+            # The daemon's group holds its code servers (`dagster api grpc`, which ignore
+            # SIGTERM) and their run workers: all of it ends here.
+            left = stop_process_group(self.proc)
         instance.dispose()
         if self.log_path.exists():
             print(self.log_path.read_text(errors="replace")[-6000:])
+        assert left == [], f"processes of the daemon's group outlived it: {left}"
 
 
 @pytest.fixture
@@ -286,6 +291,79 @@ def test_destination_lifecycle_under_a_real_daemon(
     metadata = materializations[0].asset_materialization.metadata  # type: ignore[union-attr]
     assert metadata["rows_per_second"].value >= 0  # charted beside lag_seconds
     assert "lag_seconds" in metadata
+
+
+def test_a_sigterm_to_the_run_worker_is_a_stop_not_a_failure(
+    dagster_daemon: Daemon, mariadb: MariaDBDatabase, tmp_path: Path
+) -> None:
+    """SIGTERM straight to the live run's worker (an operator's kill, a host shutdown): the
+    in-flight commit finishes and the run ends CANCELED, not FAILURE, and nothing is alerted;
+    a kill -9 of the next run is a real failure and is alerted, once."""
+    hook = Webhook()
+    dagster_daemon.env[WEBHOOK_ENV] = hook.url
+    instance = dagster_daemon.start()
+    conf = dagster_daemon.conf
+    name = "sig"
+    workload = Workload(mariadb.server, mariadb.name, seed=7)
+    workload.create_schema()
+    write_conf(
+        conf.parent / "staging",
+        destination=name,
+        server=mariadb.server,
+        user=mariadb.user,
+        database=mariadb.name,
+        lake_root=tmp_path / "lake",
+    )
+    uri = str(tmp_path / "lake" / name / "changes")
+    try:
+        shutil.copytree(
+            conf.parent / "staging" / "destinations" / name, conf / "destinations" / name
+        )
+        first = wait_for("first run STARTED", lambda: started_run(instance, name, set()))
+        assert isinstance(first, DagsterRun)
+        wait_for("change log created", lambda: Path(uri, "_delta_log").exists())
+        workload.run_transactions(20)
+        wait_for("rows in the change log", lambda: change_rows(uri) > 0)
+
+        os.kill(int(first.tags[PID_TAG]), signal.SIGTERM)
+        ended = wait_for(
+            "SIGTERMed run finished",
+            lambda: status(instance, first.run_id) in FINISHED and status(instance, first.run_id),
+        )
+        assert ended == DagsterRunStatus.CANCELED
+
+        # The monitors start the destination again; a kill -9 of that run is a failure.
+        second = wait_for(
+            "second run STARTED",
+            lambda: started_run(instance, name, {first.run_id}),
+            timeout=240,  # running_monitor waits two of its intervals first
+        )
+        assert isinstance(second, DagsterRun)
+        os.kill(int(second.tags[PID_TAG]), signal.SIGKILL)
+        wait_for(
+            "killed run FAILURE",
+            lambda: status(instance, second.run_id) == DagsterRunStatus.FAILURE,
+        )
+        wait_for("the failure posted", lambda: hook.received, timeout=180)
+        posted_at = time.time()
+        # Two alert-sensor evaluations after the post have seen both runs ended.
+        wait_for(
+            "two cdc_run_failure_alert ticks after the post",
+            lambda: finished_ticks(instance, "cdc_run_failure_alert", after=posted_at) >= 2,
+            timeout=180,
+        )
+        assert [p["run_id"] for p in hook.received] == [second.run_id]
+        stopped = instance.get_run_by_id(first.run_id)
+        assert stopped is not None
+        assert ALERTED_TAG not in stopped.tags
+        result = replay(uri)
+        assert not result.duplicates
+        assert not result.seq_gaps
+    finally:
+        hook.close()
+
+
+FINISHED = (DagsterRunStatus.CANCELED, DagsterRunStatus.FAILURE, DagsterRunStatus.SUCCESS)
 
 
 def check_evaluations(

@@ -1,8 +1,8 @@
 """The platform inside a user's own Dagster project: a separate code location in a temporary
 directory merges ``build_definitions(...)`` with its own asset on ``cdc/shop/shop/orders``;
 the ``dagster`` CLI materializes the mirror and the user's asset, which finds the table
-through the mirror's ``dagster/uri``; two more take the mirror as an input (pyarrow, pandas),
-loaded by the platform's IO manager."""
+through the mirror's ``dagster/uri``; four more take the mirror as an input (pyarrow, pandas,
+polars, a Spark DataFrame from the embedded engine), loaded by the platform's IO manager."""
 
 from __future__ import annotations
 
@@ -28,7 +28,9 @@ import os
 
 import dagster as dg
 import pandas
+import polars
 import pyarrow
+import pyspark.sql
 from deltalake import DeltaTable
 
 from dagster_defs import build_definitions
@@ -62,6 +64,22 @@ def closed_count(orders: pandas.DataFrame) -> dg.MaterializeResult:
     return dg.MaterializeResult()
 
 
+@dg.asset(ins={"orders": dg.AssetIn(ORDERS)})
+def open_count(orders: polars.DataFrame) -> dg.MaterializeResult:
+    """The same mirror as a polars frame."""
+    _record("polars_type", type(orders).__module__ + "." + type(orders).__name__)
+    _record("polars_open", sorted(orders.filter(polars.col("status") == "open")["id"].to_list()))
+    return dg.MaterializeResult()
+
+
+@dg.asset(ins={"orders": dg.AssetIn(ORDERS)})
+def spark_ids(orders: pyspark.sql.DataFrame) -> dg.MaterializeResult:
+    """The same mirror as a Spark DataFrame (the session platform.yaml's spark: chooses)."""
+    _record("spark_type", isinstance(orders, pyspark.sql.DataFrame))
+    _record("spark_ids", sorted(row["id"] for row in orders.select("id").collect()))
+    return dg.MaterializeResult()
+
+
 def _record(name, value):
     path = os.environ["USER_OUTPUT"] + "." + name
     with open(path, "w") as out:
@@ -70,7 +88,7 @@ def _record(name, value):
 
 defs = dg.Definitions.merge(
     build_definitions(os.environ["USER_CDC_CONF"]),
-    dg.Definitions(assets=[open_orders, order_ids, closed_count]),
+    dg.Definitions(assets=[open_orders, order_ids, closed_count, open_count, spark_ids]),
 )
 '''
 
@@ -116,7 +134,8 @@ def test_a_users_project_materializes_a_mirror_and_its_own_asset_on_it(
     }
     done = subprocess.run(
         [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "user_defs",
-         "--select", "cdc/shop/shop/orders,open_orders,order_ids,closed_count"],
+         "--select", "cdc/shop/shop/orders,open_orders,order_ids,closed_count,open_count,"
+         "spark_ids"],
         cwd=project, env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
@@ -131,3 +150,8 @@ def test_a_users_project_materializes_a_mirror_and_its_own_asset_on_it(
     assert arrow_ids == sorted(key[0] for key in orders.rows)
     closed = sum(1 for row in orders.rows.values() if row["status"] == "closed")
     assert json.loads(Path(f"{output}.pandas_closed").read_text()) == closed
+    polars_type = json.loads(Path(f"{output}.polars_type").read_text())
+    assert polars_type == "polars.dataframe.frame.DataFrame"
+    assert json.loads(Path(f"{output}.polars_open").read_text()) == expected
+    assert json.loads(Path(f"{output}.spark_type").read_text()) is True
+    assert json.loads(Path(f"{output}.spark_ids").read_text()) == arrow_ids

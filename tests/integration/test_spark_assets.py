@@ -1,10 +1,8 @@
 """The Dagster Spark assets: three daily partitions and the per-table mirrors, for real."""
 
-import contextlib
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -29,7 +27,7 @@ from deltalake import DeltaTable
 
 from cdc_platform.config import load_config
 from cdc_platform.spark.session import SparkSessionFactory
-from cdc_platform.testing.processes import die_with_parent, stop_process
+from cdc_platform.testing.processes import die_with_parent, stop_process_group
 from cdc_platform.testing.spark_changes import ChangeLogWriter, SourceTable, column
 from cdc_platform.testing.spark_engines import ENGINES, SparkEngine
 from dagster_defs import build_definitions
@@ -278,7 +276,6 @@ def test_cli_backfill_of_three_days_under_a_daemon(
             day = date.fromisoformat(str(record.partition_key))
             assert materialization.metadata["inserts"].value == DAYS.index(day) + 1
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(daemon.pid, signal.SIGTERM)
-        stop_process(daemon)
+        left = stop_process_group(daemon)  # also its code servers, which ignore SIGTERM
         instance.dispose()
+    assert left == [], f"processes of the daemon's group outlived it: {left}"
