@@ -40,7 +40,7 @@ class _ChangeLogTrigger(BaseTrigger):
         storage_options: dict[str, str] | None = None,
         poll_seconds: float = 5.0,
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # BaseTrigger is untyped
         self.table_uri = table_uri
         self.destination = destination
         self.storage_options = storage_options
@@ -124,7 +124,7 @@ class ChangeLogLagTrigger(BaseTrigger):
     def __init__(
         self, conf_dir: str, destination: str, *, budget_seconds: float, poll_seconds: float = 5.0
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # BaseTrigger is untyped
         self.conf_dir = conf_dir
         self.destination = destination
         self.budget_seconds = budget_seconds
