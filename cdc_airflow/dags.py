@@ -6,7 +6,8 @@
 * ``cdc_<destination>_reconcile``: :class:`CdcReconcileOperator` every random 15-30 minutes
   (``reconcile.interval_minutes``; Dagster: ``reconcile_schedule``);
 * ``cdc_<destination>_daily_history``: one :class:`CdcDailyHistoryOperator` per table, daily
-  from ``dagster.history_start_date``; past days by ``airflow backfill create``.
+  (each run after midnight UTC builds the day that ended) from
+  ``dagster.history_start_date``; past days by ``airflow backfill create``.
 
 The catalog is read when the DAG file is parsed (the source's captured tables and the change
 log's; a source that is down costs only its tables not yet in the change log).
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from airflow.sdk import DAG, Asset, AssetWatcher
+from airflow.sdk import DAG, Asset, AssetWatcher, CronDataIntervalTimetable
 
 from cdc_airflow.assets import change_log_asset
 from cdc_airflow.hooks import CdcHook
@@ -94,7 +95,8 @@ def destination_dags(
 
     with DAG(
         f"cdc_{destination}_daily_history",
-        schedule="@daily",
+        # Data intervals: the run after midnight covers the day that just ended.
+        schedule=CronDataIntervalTimetable("@daily", timezone="UTC"),
         start_date=start,
         catchup=False,
         tags=TAGS,

@@ -31,7 +31,7 @@ if [ "$airflow_rc" -ne 0 ]; then
   echo "--- tests/airflow (.venv-airflow) FAILED (exit $airflow_rc) ---"
   cat "$airflow_log"
 else
-  echo "--- tests/airflow (.venv-airflow): $(tail -n 1 "$airflow_log")"
+  echo "--- tests/airflow (.venv-airflow): $(grep -E '[0-9]+ passed' "$airflow_log" | tail -n 1)"
 fi
 rm -f "$airflow_log"
 [ "$main_rc" -eq 0 ] && [ "$airflow_rc" -eq 0 ]

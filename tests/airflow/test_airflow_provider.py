@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -249,16 +250,33 @@ def test_mirrors_dag_runs_on_change_log_asset_event_and_mirror_equals_source(
     (operator,) = mirrors.tasks
     assert _mirror_rows(operator.mirror.uri.removeprefix("file://")) == source
 
+    newest_extra = _event_extra(f"cdc/{DESTINATION}/{mariadb.name}/items")
+    assert newest_extra["row_count"] == len(source)
+    assert newest_extra["change_log_version"] >= event.payload["change_log_version"]
+
+    # Daily history of today: a run whose data interval is today (UTC) builds today's table.
+    history = dags[f"cdc_{DESTINATION}_daily_history"]
+    tomorrow = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    tomorrow += timedelta(days=1)
+    assert history.test(logical_date=tomorrow).state == DagRunState.SUCCESS
+    extra = _event_extra(f"cdc/{DESTINATION}/{mariadb.name}/items/daily_history")
+    assert extra["day"] == (tomorrow - timedelta(days=1)).date().isoformat()
+    assert extra["row_count"] == len(source)
+    assert extra["inserts"] == len(source)
+    assert _mirror_rows(str(extra["uri"])) == source
+
+
+def _event_extra(asset_name: str) -> dict[str, Any]:
+    """The extra of the newest event of the asset named ``asset_name``."""
     with create_session() as session:
         newest = session.scalars(
             select(AssetEvent)
             .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
-            .where(AssetModel.name == f"cdc/{DESTINATION}/{mariadb.name}/items")
+            .where(AssetModel.name == asset_name)
             .order_by(AssetEvent.id.desc())
         ).first()
-        assert newest is not None
-        assert newest.extra["row_count"] == len(source)
-        assert newest.extra["change_log_version"] >= event.payload["change_log_version"]
+        assert newest is not None, f"no event of {asset_name}"
+        return dict(newest.extra)
 
 
 def test_deferred_sensor_completes_when_the_change_log_passes_a_position(
