@@ -254,6 +254,12 @@ def test_mirrors_dag_runs_on_change_log_asset_event_and_mirror_equals_source(
     assert newest_extra["row_count"] == len(source)
     assert newest_extra["change_log_version"] >= event.payload["change_log_version"]
 
+    # Reconciliation (the source password reaches the engine from the connection only).
+    assert dags[f"cdc_{DESTINATION}_reconcile"].test().state == DagRunState.SUCCESS
+    report = _event_extra(f"cdc/{DESTINATION}/changes")
+    assert (report["status"], report["differences"]) == ("clean", 0)
+    assert report["source_rows"] == len(source)
+
     # Daily history of today: a run whose data interval is today (UTC) builds today's table.
     history = dags[f"cdc_{DESTINATION}_daily_history"]
     tomorrow = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
