@@ -1,37 +1,51 @@
 #!/usr/bin/env bash
 # Set up (idempotent), then lint, type-check and run every test: unit and integration, the
-# integration tests against private MariaDB and ZooKeeper servers and real Delta tables.
+# integration tests against private MariaDB and ZooKeeper servers and real Delta tables; the
+# Airflow provider's tests (tests/airflow) in .venv-airflow, beside the main suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 # The static checks (ruff, mypy --strict, the import contracts) run beside the tests, on the
 # same two cores: mypy's minute of one core is otherwise a minute of wall time before them.
-static_log=$(mktemp)
+static_log="$(mktemp "${TMPDIR:-/tmp}/cdc-static-checks.XXXXXX")"
 (
   set -e
   .venv/bin/ruff check --quiet .
   .venv/bin/ruff format --check --quiet .
   .venv/bin/mypy --strict cdc_platform dagster_defs
+  .venv-airflow/bin/mypy --strict cdc_airflow
   .venv/bin/lint-imports --no-cache
-) > "$static_log" 2>&1 &
+) >"$static_log" 2>&1 &
 static_pid=$!
+# The Airflow tests (their own environment: Airflow's pins fight Dagster's) run at the same
+# time in the background, so they add nothing to the wall time; every exit code counts.
+airflow_log="$(mktemp "${TMPDIR:-/tmp}/cdc-airflow-tests.XXXXXX")"
+.venv-airflow/bin/pytest -q -p no:cacheprovider -m "unit or integration" tests/airflow \
+  >"$airflow_log" 2>&1 &
+airflow_pid=$!
+trap 'kill "$airflow_pid" "$static_pid" 2>/dev/null || true' INT TERM
 # Test files run in parallel worker processes, each file whole on one worker, the longest
-# first (tests/conftest.py SLOWEST_FILES), and every test on an Apache Spark engine on one
-# worker (its JVMs start once): most integration time is waiting on servers and
-# subprocesses, so three workers share two cores well. Each worker starts its own private
-# servers (session fixtures) on free ports in its own temporary directory.
+# first (tests/conftest.py SLOWEST_FILES); the tests on each Apache Spark engine form one
+# unit of their own (each JVM starts once per run). Most integration time is waiting on
+# servers and subprocesses, so three workers share two cores well. Each worker starts its
+# own private servers (session fixtures) on free ports in its own temporary directory.
 # CDC_TEST_WORKERS=0 runs in one process.
-tests_status=0
+main_rc=0
 .venv/bin/pytest -n "${CDC_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder \
-  -m "unit or integration" "$@" || tests_status=$?
-static_status=0
-wait "$static_pid" || static_status=$?
-if [ "$static_status" -ne 0 ]; then
-  echo "static checks failed (ruff, ruff format, mypy --strict, lint-imports):"
-  cat "$static_log"
+  -m "unit or integration" "$@" || main_rc=$?
+airflow_rc=0
+wait "$airflow_pid" || airflow_rc=$?
+if [ "$airflow_rc" -ne 0 ]; then
+  echo "--- tests/airflow (.venv-airflow) FAILED (exit $airflow_rc) ---"
+  cat "$airflow_log"
+else
+  echo "--- tests/airflow (.venv-airflow): $(grep -E '[0-9]+ passed' "$airflow_log" | tail -n 1)"
 fi
-rm -f "$static_log"
-if [ "$tests_status" -ne 0 ]; then
-  exit "$tests_status"
+static_rc=0
+wait "$static_pid" || static_rc=$?
+if [ "$static_rc" -ne 0 ]; then
+  echo "--- static checks FAILED (ruff, ruff format, mypy --strict, lint-imports) ---"
 fi
-exit "$static_status"
+cat "$static_log"
+rm -f "$airflow_log" "$static_log"
+[ "$main_rc" -eq 0 ] && [ "$airflow_rc" -eq 0 ] && [ "$static_rc" -eq 0 ]

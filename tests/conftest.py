@@ -7,6 +7,7 @@ When a test fails, the server's log tail is printed in its report.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import re
@@ -25,6 +26,9 @@ from cdc_platform.testing.postgresql import PostgreSQLServer
 from cdc_platform.testing.seaweedfs import SeaweedFSServer
 from cdc_platform.testing.secrets import REPLICATION_PASSWORD, leaked_secrets
 from cdc_platform.testing.zookeeper import ZooKeeperServer
+
+collect_ignore = [] if importlib.util.find_spec("airflow") else ["airflow"]
+"""tests/airflow/ runs in .venv-airflow (scripts/test.sh): the main environment has no Airflow."""
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

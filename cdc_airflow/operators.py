@@ -1,0 +1,248 @@
+"""Operators for the batch units: mirror apply per table, reconciliation, ad-hoc snapshot
+request, daily history for ``data_interval_start``.
+
+Each declares its Airflow asset outlets (:mod:`cdc_airflow.assets`, named by the lake's URIs)
+when the DAG is parsed, and attaches its figures (row counts, change-log versions and
+positions) to the asset event it emits; the same figures are its XCom return value. Every
+computation is the engine's, the same calls ``dagster_defs`` makes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import Asset, BaseOperator, Context
+from airflow.sdk.exceptions import AirflowException
+
+from cdc_airflow.assets import change_log_asset, history_asset, history_uri, mirror_asset
+from cdc_airflow.hooks import CdcHook
+from cdc_platform.backfill.reread import pending_rereads
+from cdc_platform.backfill.snapshot_requests import snapshot_inbox
+from cdc_platform.reconcile.service import reconcile_destination
+from cdc_platform.spark import apply_changes, daily_change_stats, mirror_as_of, mirror_root
+
+__all__ = [
+    "CdcDailyHistoryOperator",
+    "CdcMirrorOperator",
+    "CdcReconcileOperator",
+    "CdcSnapshotRequestOperator",
+    "split_table",
+]
+
+
+def split_table(name: str) -> tuple[str, str]:
+    """``db.table`` -> (db, table), split at the first dot (a database name holding a dot
+    cannot be named this way)."""
+    db, sep, table = name.partition(".")
+    if not sep or not db or not table:
+        raise ValueError(f"not a db.table name: {name!r}")
+    return db, table
+
+
+def _emit(context: Context, asset: Asset, extra: dict[str, Any]) -> None:
+    """Attach ``extra`` to the event this task emits for ``asset``."""
+    context["outlet_events"][asset].extra = extra
+
+
+def _change_log(kwargs: dict[str, Any]) -> Asset:
+    """The change-log asset of the operator's destination and connection."""
+    hook = CdcHook(kwargs.get("cdc_conn_id", CdcHook.default_conn_name))
+    return change_log_asset(hook.load(), kwargs["destination"])
+
+
+class _CdcOperator(BaseOperator):
+    """A task on one destination of the deployment the connection names."""
+
+    def __init__(
+        self, *, destination: str, cdc_conn_id: str = CdcHook.default_conn_name, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.destination = destination
+        self.cdc_conn_id = cdc_conn_id
+
+
+class CdcMirrorOperator(_CdcOperator):
+    """Apply the change log to the mirror of one table (``db.table``); outlet: the mirror."""
+
+    def __init__(self, *, table: str, **kwargs: Any) -> None:
+        db, name = split_table(table)
+        hook = CdcHook(kwargs.get("cdc_conn_id", CdcHook.default_conn_name))
+        mirror = mirror_asset(hook.load(), kwargs["destination"], db, name)
+        super().__init__(outlets=[mirror], **kwargs)
+        self.db, self.table, self.mirror = db, name, mirror
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        """One apply; fails when the change log has nothing of the table yet."""
+        hook = CdcHook(self.cdc_conn_id)
+        configset = hook.load()
+        hook.destination(configset, self.destination)
+        lake = configset.lake
+        held = f"{self.db}.{self.table}" in pending_rereads(
+            lake.uri, self.destination, lake.storage_options
+        )
+        with hook.spark_session(configset) as session:
+            result = apply_changes(
+                session,
+                configset.table_uri(self.destination),
+                mirror_root(lake.uri, self.destination),
+                self.db,
+                self.table,
+                storage_options=lake.storage_options,
+                held=held,
+            )
+        if result.mirror_version is None and result.dropped is None:
+            raise AirflowException(
+                f"no mirror table yet for {self.db}.{self.table}: the change log holds no row "
+                "and no definition of it. Its mirror appears with its first change; to copy "
+                "its rows now, run a CdcSnapshotRequestOperator for it"
+            )
+        extra = {
+            **result.metadata(),
+            "row_count": result.mirror_rows,
+            "uri": result.mirror_uri,
+            "rereading": held,
+        }
+        _emit(context, self.mirror, extra)
+        return extra
+
+
+class CdcReconcileOperator(_CdcOperator):
+    """Full-list reconciliation of the destination (or of ``tables``): differences are
+    repaired through the change log by the lease holder, so the outlet is the change log
+    (``change_log``: that asset as the DAG file declares it elsewhere, with its watcher:
+    Airflow keeps one definition of an asset per file, the last it sees). Fails when
+    differences were found and could not be repaired."""
+
+    def __init__(
+        self,
+        *,
+        tables: Sequence[str] | None = None,
+        change_log: Asset | None = None,
+        **kwargs: Any,
+    ) -> None:
+        change_log = change_log or _change_log(kwargs)
+        super().__init__(outlets=[change_log], **kwargs)
+        self.change_log = change_log
+        self.tables = list(tables) if tables is not None else None
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        """Compare and repair; the report's figures are the event's extra."""
+        hook = CdcHook(self.cdc_conn_id)
+        configset = hook.load()
+        with hook.spark_session(configset) as session:
+            report = reconcile_destination(configset, self.destination, session, tables=self.tables)
+        extra = report.metadata()
+        _emit(context, self.change_log, extra)
+        if report.status == "not_repaired" and report.differences:
+            raise AirflowException(
+                f"{self.destination}: {report.differences} differences found, not repaired: "
+                f"{report.message}"
+            )
+        return extra
+
+
+class CdcSnapshotRequestOperator(_CdcOperator):
+    """Ask the destination's running node (the lease holder) for an ad-hoc snapshot of
+    ``tables``; waits up to ``wait_seconds`` for its answer (0: submit only). The rows land in
+    the change log, its outlet (``change_log`` as for :class:`CdcReconcileOperator`)."""
+
+    template_fields: Sequence[str] = ("tables",)
+
+    def __init__(
+        self,
+        *,
+        tables: Sequence[str],
+        wait_seconds: float = 3600.0,
+        change_log: Asset | None = None,
+        **kwargs: Any,
+    ) -> None:
+        change_log = change_log or _change_log(kwargs)
+        super().__init__(outlets=[change_log], **kwargs)
+        self.change_log = change_log
+        self.tables = list(tables)
+        self.wait_seconds = wait_seconds
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        """Submit, then wait for the answer; fails on a refusal or no answer in time."""
+        hook = CdcHook(self.cdc_conn_id)
+        configset = hook.load()
+        destination = hook.destination(configset, self.destination)
+        inbox = snapshot_inbox(
+            configset.lake.uri,
+            destination.name,
+            destination.config.source,
+            configset.lake.storage_options,
+        )
+        run_id = context["run_id"]
+        request_id = inbox.submit(self.tables, requester=f"airflow:{run_id}")
+        self.log.info("snapshot request %s for %s", request_id, ", ".join(self.tables))
+        extra: dict[str, Any] = {"request_id": request_id, "tables": self.tables}
+        if self.wait_seconds > 0:
+            answer = inbox.wait(request_id, self.wait_seconds)
+            if answer is None:
+                raise AirflowException(
+                    f"no answer to snapshot request {request_id} within {self.wait_seconds:g} "
+                    f"s: is {destination.name} running (cdc-platform run / serve)?"
+                )
+            if answer.get("error"):
+                raise AirflowException(f"snapshot request {request_id} failed: {answer['error']}")
+            extra["rows"] = dict(answer.get("rows") or {})
+        _emit(context, self.change_log, extra)
+        return extra
+
+
+class CdcDailyHistoryOperator(_CdcOperator):
+    """``db.table`` as of the end of the UTC day of ``data_interval_start`` (a daily DAG's
+    run, or each day of ``airflow dags backfill``), with the day's change figures."""
+
+    def __init__(self, *, table: str, **kwargs: Any) -> None:
+        db, name = split_table(table)
+        history = history_asset(kwargs["destination"], db, name)
+        super().__init__(outlets=[history], **kwargs)
+        self.db, self.table, self.history = db, name, history
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        """Build the day's table; its row count and the day's counts are the event's extra."""
+        start = context.get("data_interval_start")
+        if start is None:
+            raise AirflowException("daily history needs a run with a data interval (a schedule)")
+        day = start.date()
+        hook = CdcHook(self.cdc_conn_id)
+        configset = hook.load()
+        hook.destination(configset, self.destination)
+        change_log = configset.table_uri(self.destination)
+        target = history_uri(configset, self.destination, self.db, self.table, day.isoformat())
+        with hook.spark_session(configset) as session:
+            stats = [
+                s
+                for s in daily_change_stats(session, change_log, day)
+                if (s.db, s.table) == (self.db, self.table)
+            ]
+            result = mirror_as_of(
+                session,
+                change_log,
+                self.db,
+                self.table,
+                day,
+                target,
+                mirror_root=mirror_root(configset.lake.uri, self.destination),
+                storage_options=configset.lake.storage_options,
+            )
+        figures = stats[0] if stats else None
+        extra: dict[str, Any] = {
+            "day": day.isoformat(),
+            "uri": target,
+            "row_count": result.mirror_rows,
+            "last_seq": result.last_seq,
+            "inserts": figures.inserts if figures else 0,
+            "updates": figures.updates if figures else 0,
+            "deletes": figures.deletes if figures else 0,
+            "snapshots": figures.snapshots if figures else 0,
+            "ddl": figures.ddl if figures else 0,
+            "rows": figures.rows if figures else 0,
+            "bytes": figures.bytes if figures else 0,
+            "max_lag_seconds": figures.max_lag_seconds if figures else 0.0,
+        }
+        _emit(context, self.history, extra)
+        return extra
