@@ -39,7 +39,7 @@ class ReaderResult:
         return (self.rows - 1) / drain if drain > 0 and self.rows > 1 else 0.0
 
 
-class ResultLineMissing(ValueError):
+class ResultLineMissingError(ValueError):
     """A reader's output had no ``PEER_RESULT`` line (it failed before the end)."""
 
 
@@ -47,7 +47,7 @@ def parse_result(reader: str, stdout: str, peak_rss_mb: float = 0.0) -> ReaderRe
     """The last ``PEER_RESULT`` line of ``stdout``."""
     lines = [line for line in stdout.splitlines() if line.startswith(PREFIX)]
     if not lines:
-        raise ResultLineMissing(f"{reader}: no {PREFIX.strip()} line in its output")
+        raise ResultLineMissingError(f"{reader}: no {PREFIX.strip()} line in its output")
     fields = json.loads(lines[-1][len(PREFIX) :])
     return ReaderResult(
         reader=reader,

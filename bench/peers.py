@@ -30,6 +30,7 @@ needed for them, and nothing of them for the project's tests.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -42,7 +43,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from peer_results import ReaderResult, ResultLineMissing, parse_result, table
+import throughput
+from peer_results import ReaderResult, ResultLineMissingError, parse_result, table
+
+from cdc_platform.testing.mariadb import MariaDBServer
 
 HERE = Path(__file__).resolve().parent
 PEERS = HERE / "peers"
@@ -55,6 +59,9 @@ class JvmHarness:
 
     directory: str
     main_class: str
+    first: tuple[str, ...] = ()
+    """Jars of target/lib/ put before the others: Flink CDC's connector carries patched copies
+    of Debezium classes that must win over Debezium's own jars."""
 
     @property
     def target(self) -> Path:
@@ -62,6 +69,8 @@ class JvmHarness:
 
     def classpath(self) -> str:
         jars = sorted(self.target.glob("peer-*.jar"))
+        for pattern in self.first:
+            jars += sorted((self.target / "lib").glob(pattern))
         return os.pathsep.join([*map(str, jars), str(self.target / "lib" / "*")])
 
     def built(self) -> bool:
@@ -69,7 +78,9 @@ class JvmHarness:
 
 
 DEBEZIUM = JvmHarness("debezium", "bench.peers.DebeziumPeer")
-FLINK_CDC = JvmHarness("flink-cdc", "bench.peers.FlinkCdcPeer")
+FLINK_CDC = JvmHarness(
+    "flink-cdc", "bench.peers.FlinkCdcPeer", first=("flink-connector-mysql-cdc-*.jar",)
+)
 READERS = ("debezium-count", "debezium-file", "flink-cdc", "cdc-decode", "cdc-delta")
 JAVA_OPTS = (
     "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
@@ -78,9 +89,11 @@ JAVA_OPTS = (
 # Flink 1.18 on Java 17 needs the JDK's internals opened (Flink's own start scripts add these).
 FLINK_OPENS = tuple(
     f"--add-opens=java.base/{package}=ALL-UNNAMED"
-    for package in ("java.lang", "java.util", "java.lang.reflect", "java.io", "java.net", "java.nio",
-                    "java.util.concurrent", "java.util.concurrent.atomic", "java.time", "java.text",
-                    "sun.nio.ch")
+    for package in (
+        "java.lang", "java.util", "java.lang.reflect", "java.io", "java.net", "java.nio",
+        "java.util.concurrent", "java.util.concurrent.atomic", "java.time", "java.text",
+        "sun.nio.ch",
+    )
 )  # fmt: skip
 
 
@@ -163,13 +176,11 @@ def run_reader(name: str, command: Sequence[str], timeout: float) -> ReaderResul
     finally:
         finished.set()
         sampler.join()
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     try:
         result = parse_result(name, stdout, peak[0])
-    except ResultLineMissing:
+    except ResultLineMissingError:
         print(f"{name} failed (exit {process.returncode}):\n{stderr[-3000:]}", file=sys.stderr)
         return ReaderResult(name, 0, time.monotonic() - began, 0.0, False, peak[0])
     if not result.complete:
@@ -187,7 +198,7 @@ class Pin:
 
 
 def reader_command(
-    name: str, pin: Pin, host: str, port: int, user: str, rows: int, work: Path, timeout: float
+    name: str, pin: Pin, *, host: str, port: int, user: str, rows: int, work: Path, timeout: float
 ) -> list[str]:
     common = [
         "--host", host, "--port", str(port), "--user", user, "--password-env", PASSWORD_ENV,
@@ -207,7 +218,13 @@ def reader_command(
         ]  # fmt: skip
     mode = name.split("-", 1)[1]
     return [
-        sys.executable, str(PEERS / "cdc_reader.py"), "--mode", mode, *common, "--work", str(work)
+        sys.executable,
+        str(PEERS / "cdc_reader.py"),
+        "--mode",
+        mode,
+        *common,
+        "--work",
+        str(work),
     ]
 
 
@@ -222,6 +239,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per reader")
     parser.add_argument("--setup", action="store_true", help="(re)build the JVM harnesses, exit")
     args = parser.parse_args()
+    # A SIGTERM unwinds like Ctrl-C, so the running reader's process group is killed too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     readers = args.readers.split(",")
     unknown = set(readers) - set(READERS)
     if unknown:
@@ -235,10 +254,6 @@ def main() -> None:
         build(harness, force=args.setup)
     if args.setup:
         return
-
-    import throughput  # the workloads; loads the engine's libraries, so after the checks
-
-    from cdc_platform.testing.mariadb import MariaDBServer
 
     chosen = args.workloads.split(",")
     print(f"cores {os.cpu_count()}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -261,14 +276,17 @@ def main() -> None:
                 pin = Pin(position.file, position.pos, gtids)
                 began = time.perf_counter()
                 write(server)
-                print(f"{name}: wrote {rows} rows in {time.perf_counter() - began:.1f} s", flush=True)
+                print(
+                    f"{name}: wrote {rows} rows in {time.perf_counter() - began:.1f} s", flush=True
+                )
                 results = []
                 for reader in readers:
                     work = root / name / reader
                     work.mkdir(parents=True)
                     command = reader_command(
-                        reader, pin, server.host, server.port, user.name, rows, work, args.timeout
-                    )
+                        reader, pin, host=server.host, port=server.port, user=user.name,
+                        rows=rows, work=work, timeout=args.timeout,
+                    )  # fmt: skip
                     result = run_reader(reader, command, args.timeout + 60)
                     results.append(result)
                     print(

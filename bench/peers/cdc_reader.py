@@ -30,12 +30,17 @@ from peer_results import result_line
 
 from cdc_platform.infra.lean_imports import keep_out_unused_libraries, return_freed_memory
 
+keep_out_unused_libraries()  # as `cdc-platform run` does, before pyarrow would load numpy
+return_freed_memory()  # and its allocator settings, before pyarrow and deltalake load
+
+from cdc_platform.config.models import InstanceConfig, SourceConfig, StartConfig
+from cdc_platform.events import EventKind, ResumePosition
+from cdc_platform.runtime import DestinationRuntime
+from cdc_platform.sink.term import WriteTerm
+from cdc_platform.source import BinlogSource
+
 
 def decode(args: argparse.Namespace) -> tuple[int, float, float]:
-    from cdc_platform.config.models import SourceConfig
-    from cdc_platform.events import EventKind, ResumePosition
-    from cdc_platform.source import BinlogSource
-
     config = SourceConfig(
         host=args.host, port=args.port, user=args.user, password_env=args.password_env,
         server_id=5301, include_tables=[r"bench\..*"],
@@ -59,10 +64,6 @@ def decode(args: argparse.Namespace) -> tuple[int, float, float]:
 
 
 def delta(args: argparse.Namespace) -> tuple[int, float, float]:
-    from cdc_platform.config.models import InstanceConfig, SourceConfig, StartConfig
-    from cdc_platform.runtime import DestinationRuntime
-    from cdc_platform.sink.term import WriteTerm
-
     config = InstanceConfig(
         source=SourceConfig(
             host=args.host, port=args.port, user=args.user, password_env=args.password_env,
@@ -102,8 +103,6 @@ def main() -> None:
     parser.add_argument("--rows", type=int, required=True)
     parser.add_argument("--work", required=True)
     args = parser.parse_args()
-    keep_out_unused_libraries()  # as `cdc-platform run` does
-    return_freed_memory()
     # The last row's time: for delta, when the watcher saw the commit that carried it.
     seen, first, last = decode(args) if args.mode == "decode" else delta(args)
     print(result_line(seen, last, first, seen >= args.rows), flush=True)

@@ -52,7 +52,15 @@ public final class FlinkCdcPeer {
         env.setParallelism(1);
         env.fromSource(source, WatermarkStrategy.noWatermarks(), "mysql-cdc").addSink(new CountingSink());
         JobClient job = env.executeAsync("peer-flink-cdc");
-        boolean finished = DONE.await(Long.parseLong(args.getOrDefault("timeout", "1800")), TimeUnit.SECONDS);
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(Long.parseLong(args.getOrDefault("timeout", "1800")));
+        boolean finished = false;
+        while (!finished && System.nanoTime() < deadline) {
+            finished = DONE.await(1, TimeUnit.SECONDS);
+            if (!finished && job.getJobStatus().get().isGloballyTerminalState()) {
+                System.err.println("the Flink job ended before all rows: " + job.getJobStatus().get());
+                break;
+            }
+        }
         double elapsed = (System.nanoTime() - began) / 1e9;
         System.out.printf(
                 "PEER_RESULT {\"peer\": \"flink-cdc\", \"rows\": %d, \"elapsed_s\": %.3f, \"first_row_s\": %.3f, \"complete\": %b}%n",
