@@ -17,10 +17,12 @@ after another, and time it until it has seen every row. Readers:
 - ``cdc-decode``: cdc-platform's BinlogSource counting row events (the peer of a counting
   consumer); ``cdc-delta``: cdc-platform's whole path into a Delta change log (committed).
 
-Each reader runs as its own process group; its peak RSS is the largest sum of VmRSS over its
-process tree, sampled every 0.1 s. Its rows/s is rows over its own time from its start
-(the JVM's ``main``, the Python file's first line) to the last row; ``drain/s`` leaves out the
-time to the first row. JVM harnesses run with the JVM's default heap settings.
+Each reader runs as its own process group; its peak RSS is the largest sum of RSS over its
+process tree, sampled every 0.1 s, and its peak PSS the same with each shared page counted once
+(cdc-platform's decode workers are forked processes sharing pages with their parent). Its
+rows/s is rows over its own time from its start (the JVM's ``main``, the Python file's first
+line) to the last row; ``drain/s`` leaves out the time to the first row (for ``cdc-delta``: to
+the first commit). JVM harnesses run with the JVM's default heap settings.
 
 The JVM harnesses are built by Maven on first use or with ``--setup`` (dependencies go to the
 local Maven cache, the jars to bench/peers/*/target/, never committed); Java 17 and Maven are
@@ -127,8 +129,11 @@ def build(harness: JvmHarness, *, force: bool = False) -> None:
         sys.exit(f"mvn package failed in bench/peers/{harness.directory}:\n{done.stdout[-3000:]}")
 
 
-def tree_rss_mb(root: int) -> float:
-    """The summed VmRSS of ``root`` and its descendants, from /proc."""
+def tree_memory_mb(root: int) -> tuple[float, float]:
+    """(summed VmRSS, summed Pss) of ``root`` and its descendants, from /proc. The RSS sum
+    counts pages that forked decode workers share with their parent once per process; the
+    PSS sum counts each page once (for a single process such as a JVM the two agree but for
+    shared libraries)."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -137,17 +142,19 @@ def tree_rss_mb(root: int) -> float:
             continue
         parent = int(text[text.rindex(")") + 2 :].split()[1])
         children.setdefault(parent, []).append(int(stat.parent.name))
-    total, todo = 0, [root]
+    rss, pss, todo = 0, 0, [root]
     while todo:
         pid = todo.pop()
         todo.extend(children.get(pid, ()))
         try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Rss:"):
+                    rss += int(line.split()[1])
+                elif line.startswith("Pss:"):
+                    pss += int(line.split()[1])
         except OSError:
             continue
-    return total / 1024
+    return rss / 1024, pss / 1024
 
 
 def run_reader(name: str, command: Sequence[str], timeout: float) -> ReaderResult:
@@ -158,12 +165,13 @@ def run_reader(name: str, command: Sequence[str], timeout: float) -> ReaderResul
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,
     )  # fmt: skip
-    peak = [0.0]
+    peak = [0.0, 0.0]
     finished = threading.Event()
 
     def sample() -> None:
         while not finished.is_set():
-            peak[0] = max(peak[0], tree_rss_mb(process.pid))
+            rss, pss = tree_memory_mb(process.pid)
+            peak[:] = [max(peak[0], rss), max(peak[1], pss)]
             finished.wait(0.1)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -179,10 +187,10 @@ def run_reader(name: str, command: Sequence[str], timeout: float) -> ReaderResul
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
     try:
-        result = parse_result(name, stdout, peak[0])
+        result = parse_result(name, stdout, peak[0], peak[1])
     except ResultLineMissingError:
         print(f"{name} failed (exit {process.returncode}):\n{stderr[-3000:]}", file=sys.stderr)
-        return ReaderResult(name, 0, time.monotonic() - began, 0.0, False, peak[0])
+        return ReaderResult(name, 0, time.monotonic() - began, 0.0, False, peak[0], peak[1])
     if not result.complete:
         print(f"{name}: incomplete; its stderr:\n{stderr[-3000:]}", file=sys.stderr)
     return result
@@ -291,7 +299,7 @@ def main() -> None:
                     results.append(result)
                     print(
                         f"  {reader}: {result.rows} rows, {result.elapsed_s:.1f} s, "
-                        f"peak RSS {result.peak_rss_mb:.0f} MB",
+                        f"peak RSS {result.peak_rss_mb:.0f} MB, PSS {result.peak_pss_mb:.0f} MB",
                         flush=True,
                     )
                 print(table(name, rows, results))

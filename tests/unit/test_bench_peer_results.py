@@ -34,8 +34,8 @@ def test_the_last_result_line_counts_among_log_lines() -> None:
         'PEER_RESULT {"peer": "debezium-count", "rows": 1000, "elapsed_s": 4.0,'
         ' "first_row_s": 2.0, "complete": true}\n'
     )
-    result = pr.parse_result("debezium-count", stdout, peak_rss_mb=300.0)
-    assert result == pr.ReaderResult("debezium-count", 1000, 4.0, 2.0, True, 300.0)
+    result = pr.parse_result("debezium-count", stdout, peak_rss_mb=300.0, peak_pss_mb=290.0)
+    assert result == pr.ReaderResult("debezium-count", 1000, 4.0, 2.0, True, 300.0, 290.0)
     assert result.rows_per_s == 250.0
     assert result.after_first_row_per_s == pytest.approx(999 / 2.0)
 
@@ -52,17 +52,21 @@ def test_the_python_readers_line_parses_back() -> None:
 
 def test_the_table_gives_ratios_to_debezium_and_marks_incomplete_readers() -> None:
     results = [
-        pr.ReaderResult("debezium-count", 1000, 10.0, 5.0, True, 400.0),
-        pr.ReaderResult("cdc-decode", 1000, 5.0, 1.0, True, 100.0),
-        pr.ReaderResult("flink-cdc", 10, 30.0, 29.0, False, 500.0),
+        pr.ReaderResult("debezium-count", 1000, 10.0, 5.0, True, 400.0, 400.0),
+        pr.ReaderResult("cdc-decode", 1000, 5.0, 1.0, True, 300.0, 100.0),
+        pr.ReaderResult("cdc-delta", 1000, 4.0, 4.0, True, 300.0, 200.0),
+        pr.ReaderResult("flink-cdc", 10, 30.0, 29.0, False, 500.0, 500.0),
     ]
     lines = pr.table("insert", 1000, results).splitlines()
     assert lines[0] == "workload insert: 1000 rows"
-    debezium, ours, flink = lines[2], lines[3], lines[4]
+    debezium, ours, committed, flink = lines[2:6]
     assert debezium.split()[-3:] == ["1.00", "1.00", "1.00"]
-    # rows/s 200 vs 100, drain 999/4 vs 999/5, RSS 100 vs 400 MB
+    # rows/s 200 vs 100, drain 999/4 vs 999/5, PSS 100 vs 400 MB
     assert ours.split()[1:3] == ["200", "250"]
     assert ours.split()[-3:] == ["2.00", "1.25", "0.25"]
+    # every row in one commit: no drain rate, no ratio of it
+    assert committed.split()[2] == "-"
+    assert committed.split()[-3:] == ["2.50", "-", "0.50"]
     assert flink.startswith("flink-cdc")
     assert "incomplete: 10 of 1000 rows" in flink
 
