@@ -73,6 +73,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         raise pytest.UsageError(
             f"tests without a unit or integration marker (add pytestmark): {unmarked[:5]}"
         )
+    for item in items:
+        if _APACHE_SPARK_PARAM.search(item.nodeid):
+            # a JVM engine's first test also starts it; on a loaded 2-core machine the pair
+            # has taken over the default 600 s without hanging (the limit is for hangs)
+            item.add_marker(pytest.mark.timeout(APACHE_SPARK_TIMEOUT_SECONDS))
     if os.environ.get("PYTEST_XDIST_WORKER"):
         _slowest_files_first(items)
 
@@ -114,6 +119,9 @@ Each such engine is a JVM (a classic driver, a Spark Connect server) started onc
 process on first use, several seconds of both cores each time: the tests of one engine form
 one unit of work, so each JVM starts once per run instead of once per worker, and the two
 engines' units run on two workers side by side."""
+
+
+APACHE_SPARK_TIMEOUT_SECONDS = 1500
 
 
 def _work_unit(nodeid: str) -> str:
