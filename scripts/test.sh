@@ -29,10 +29,11 @@ trap 'kill "$airflow_pid" "$static_pid" 2>/dev/null || true' INT TERM
 # unit of their own (each JVM starts once per run). Most integration time is waiting on
 # servers and subprocesses, so three workers share two cores well. Each worker starts its
 # own private servers (session fixtures) on free ports in its own temporary directory.
-# CDC_TEST_WORKERS=0 runs in one process.
+# CDC_TEST_WORKERS=0 runs in one process. The 25 longest tests are listed at the end (where
+# the time goes, for the 15-minute aim).
 main_rc=0
 .venv/bin/pytest -n "${CDC_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder \
-  -m "unit or integration" "$@" || main_rc=$?
+  --durations=25 -m "unit or integration" "$@" || main_rc=$?
 airflow_rc=0
 wait "$airflow_pid" || airflow_rc=$?
 if [ "$airflow_rc" -ne 0 ]; then

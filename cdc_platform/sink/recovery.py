@@ -87,6 +87,13 @@ def read_checkpoint(table: DeltaTable, guard: StorageGuard) -> Checkpoint | None
 def _resume_from_log(
     table: DeltaTable, guard: StorageGuard, batch_seq: int
 ) -> ResumePosition | None:
+    """The resume position in the commit metadata of ``batch_seq``'s commit, if still there.
+
+    ``table.history`` lists the log as it is in storage now, which for a reader (status, a
+    trigger) may already hold a writer's commits newer than the snapshot the fence was read
+    from (and numbers them from that snapshot's version down, so its ``version`` fields
+    cannot tell them apart: measured on deltalake 1.6). Batches are numbered upwards, so own
+    commits of a later batch than the fence's are skipped."""
     destination = guard.destination
     try:
         history = table.history(HISTORY_LOOKBACK)
@@ -100,6 +107,9 @@ def _resume_from_log(
     for info in history:
         if info.get("cdc.destination") != destination:
             continue  # maintenance commits, other writers' commits
+        newer = info.get("cdc.batch_seq")
+        if isinstance(newer, int) and newer > batch_seq:
+            continue  # committed after the snapshot the fence came from
         if info.get("cdc.batch_seq") != batch_seq:
             return None  # newest own commit's info is gone: fall back to the rows
         where = f"commit {info['version']}"

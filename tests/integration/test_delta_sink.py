@@ -39,6 +39,8 @@ from cdc_platform.sink import (
     FencedCommitError,
     MaintenancePolicy,
 )
+from cdc_platform.sink.recovery import read_checkpoint
+from cdc_platform.sink.storage_errors import Redactor, StorageGuard
 
 pytestmark = pytest.mark.integration
 
@@ -375,6 +377,26 @@ def test_recover_after_compaction_checkpoint_and_log_cleanup(uri: Path) -> None:
     result = log(uri, policy).commit(events, batch_seq=8, resume=resume_of(events), epoch=4)
     assert (result.first_seq, result.last_seq) == (16, 17)
     assert [r["seq"] for r in read_rows(uri)] == list(range(1, 18))
+
+
+def test_a_reader_behind_the_writer_reads_its_own_versions_checkpoint(uri: Path) -> None:
+    """A reader (status, an orchestrator's trigger) whose snapshot is one commit behind the
+    writer: the commit history it lists already shows the newer commit. Its checkpoint is the
+    one of the version it read, never "position lost" (the first batch has no rows, so the
+    rows cannot stand in for the commit's metadata) nor the newer commit's."""
+    binlog = Binlog()
+    sink = log(uri)
+    filtered = binlog.filtered()
+    first = sink.commit(filtered, batch_seq=1, resume=resume_of(filtered), epoch=1)
+    events = binlog.rows(2)
+    sink.commit(events, batch_seq=2, resume=resume_of(events), epoch=1)
+
+    behind = DeltaTable(str(uri), version=first.version)
+    checkpoint = read_checkpoint(behind, StorageGuard(DEST, Redactor(str(uri), None)))
+
+    assert checkpoint == Checkpoint(
+        batch_seq=1, epoch=1, last_seq=0, resume=resume_of(filtered), version=first.version
+    )
 
 
 def test_recover_refuses_when_position_is_lost(uri: Path) -> None:
