@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
-from xdist.scheduler import LoadScopeScheduling
 
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
 from cdc_platform.testing.postgresql import PostgreSQLServer
@@ -134,16 +133,18 @@ def _work_unit(nodeid: str) -> str:
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """Whole files to one worker each (as ``--dist loadfile``), except that the tests on an
-    Apache Spark engine form one unit of their own. (pytest-xdist's ``loadgroup`` marks do
-    not take on pytest 9, whose test ids are no longer writable.)"""
+    Apache Spark engine form one unit per engine. (pytest-xdist's ``loadgroup`` marks do not
+    take on pytest 9, whose test ids are no longer writable.) Called only when pytest-xdist
+    is installed: the Airflow environment runs tests/airflow without it."""
+    from xdist.scheduler import LoadScopeScheduling  # noqa: PLC0415 (a dev tool only some environments have)
+
+    class FileOrEngineScheduling(LoadScopeScheduling):
+        """pytest-xdist's scope scheduling with :func:`_work_unit` as the scope."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return _work_unit(nodeid)
+
     return FileOrEngineScheduling(config, log)
-
-
-class FileOrEngineScheduling(LoadScopeScheduling):
-    """pytest-xdist's scope scheduling with :func:`_work_unit` as the scope."""
-
-    def _split_scope(self, nodeid: str) -> str:
-        return _work_unit(nodeid)
 
 
 def _slowest_files_first(items: list[pytest.Item]) -> None:

@@ -32,6 +32,8 @@ _USE = re.compile(r"^\s*use\s+`((?:[^`]|``)+)`\s*;\s*", re.IGNORECASE)
 
 
 _COMMENT = re.compile(r"/\*.*?\*/", re.DOTALL)
+_TABLE_RENAME = re.compile(r"\brename\s+(?!(?:column|index|key)\b)")
+"""``ALTER TABLE ... RENAME [TO|AS] name``: the table renamed (not a column or an index)."""
 _DDL = ("alter", "create", "drop", "rename")
 """Statements that may change or replace a table's definition (TRUNCATE keeps it)."""
 
@@ -56,7 +58,7 @@ def touched_columns(statement: str, table: str, columns: tuple[str, ...]) -> tup
     if not head.startswith(_DDL) or not _names(text, table):
         return ()
     plain_alter = head.startswith(("alter table", "alter online table", "alter ignore table"))
-    if not plain_alter or re.search(r"\brename\b", head):
+    if not plain_alter or _TABLE_RENAME.search(head):
         return columns
     return tuple(column for column in columns if _names(text, column))
 
