@@ -131,6 +131,7 @@ def _work_unit(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 
 
+@pytest.hookimpl(optionalhook=True)  # the hook exists only where pytest-xdist is installed
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """Whole files to one worker each (as ``--dist loadfile``), except that the tests on an
     Apache Spark engine form one unit per engine. (pytest-xdist's ``loadgroup`` marks do not
