@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,6 @@ from dagster import (
     DagsterRunStatus,
     SensorResult,
     build_sensor_context,
-    instance_for_test,
 )
 
 from dagster_defs.mirror_refresh import MirrorsState, build_mirror_refresh, decide
@@ -26,31 +24,9 @@ from dagster_defs.table_assets import CHANGE_LOG_VERSION, MIRROR_TAG
 pytestmark = pytest.mark.unit
 
 
-INSTANCE = """\
-source:
-  user: cdc
-  password_env: CDC_SOURCE_PASSWORD
-  server_id: {server_id}
-"""
-
-
 @pytest.fixture
-def instance() -> Iterator[DagsterInstance]:
-    with instance_for_test() as inst:
-        yield inst
-
-
-@pytest.fixture
-def conf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("CDC_SOURCE_PASSWORD", "x")
-    root = tmp_path / "conf"
-    for i, name in enumerate(["a", "b"]):
-        (root / "destinations" / name).mkdir(parents=True)
-        (root / "destinations" / name / "instance.yaml").write_text(
-            INSTANCE.format(server_id=i + 1)
-        )
-    (root / "platform.yaml").write_text("reconcile: {interval_minutes: [15, 30]}\n")
-    return root
+def conf(two_destinations_conf: Path) -> Path:
+    return two_destinations_conf
 
 
 def test_mirror_refresh_decision() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,6 @@ from dagster import (
     SensorResult,
     SkipReason,
     build_sensor_context,
-    instance_for_test,
 )
 
 from cdc_platform.spark.catalog import Catalog, CatalogTable
@@ -31,31 +29,9 @@ from dagster_defs.resources import PlatformResource
 pytestmark = pytest.mark.unit
 
 
-INSTANCE = """\
-source:
-  user: cdc
-  password_env: CDC_SOURCE_PASSWORD
-  server_id: {server_id}
-"""
-
-
 @pytest.fixture
-def instance() -> Iterator[DagsterInstance]:
-    with instance_for_test() as inst:
-        yield inst
-
-
-@pytest.fixture
-def conf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("CDC_SOURCE_PASSWORD", "x")
-    root = tmp_path / "conf"
-    for i, name in enumerate(["a", "b"]):
-        (root / "destinations" / name).mkdir(parents=True)
-        (root / "destinations" / name / "instance.yaml").write_text(
-            INSTANCE.format(server_id=i + 1)
-        )
-    (root / "platform.yaml").write_text("reconcile: {interval_minutes: [15, 30]}\n")
-    return root
+def conf(two_destinations_conf: Path) -> Path:
+    return two_destinations_conf
 
 
 def add_run(instance: DagsterInstance, job: str, tags: dict[str, str]) -> None:

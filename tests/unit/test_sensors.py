@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,6 @@ from dagster import (
     DagsterRunStatus,
     SensorResult,
     build_sensor_context,
-    instance_for_test,
 )
 
 from cdc_platform.config import load_config
@@ -35,12 +33,6 @@ source:
   password_env: CDC_SOURCE_PASSWORD
   server_id: {server_id}
 """
-
-
-@pytest.fixture
-def instance() -> Iterator[DagsterInstance]:
-    with instance_for_test() as inst:
-        yield inst
 
 
 @pytest.fixture
