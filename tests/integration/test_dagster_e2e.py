@@ -200,6 +200,20 @@ def committed_rows(url: str, destination: str) -> float:
     )
 
 
+def stage_destination(conf: Path, name: str, mariadb: MariaDBDatabase, lake_root: Path) -> Path:
+    """A destination's directory written beside ``conf`` (not yet seen by the daemon): copy
+    it under ``conf/destinations`` to add the destination."""
+    write_conf(
+        conf.parent / "staging",
+        destination=name,
+        server=mariadb.server,
+        user=mariadb.user,
+        database=mariadb.name,
+        lake_root=lake_root,
+    )
+    return conf.parent / "staging" / "destinations" / name
+
+
 def test_destination_lifecycle_under_a_real_daemon(
     daemon: tuple[DagsterInstance, Path], mariadb: MariaDBDatabase, tmp_path: Path
 ) -> None:
@@ -207,18 +221,11 @@ def test_destination_lifecycle_under_a_real_daemon(
     name = "e2e"
     workload = Workload(mariadb.server, mariadb.name, seed=5)
     workload.create_schema()
-    write_conf(
-        conf.parent / "staging",
-        destination=name,
-        server=mariadb.server,
-        user=mariadb.user,
-        database=mariadb.name,
-        lake_root=tmp_path / "lake",
-    )
+    staged = stage_destination(conf, name, mariadb, tmp_path / "lake")
     uri = str(tmp_path / "lake" / name / "changes")
 
     # Add the directory: a run starts and changes arrive.
-    shutil.copytree(conf.parent / "staging" / "destinations" / name, conf / "destinations" / name)
+    shutil.copytree(staged, conf / "destinations" / name)
     first = wait_for("first run STARTED", lambda: started_run(instance, name, set()))
     assert isinstance(first, DagsterRun)
     wait_for("change log created", lambda: Path(uri, "_delta_log").exists())
@@ -306,19 +313,10 @@ def test_a_sigterm_to_the_run_worker_is_a_stop_not_a_failure(
     name = "sig"
     workload = Workload(mariadb.server, mariadb.name, seed=7)
     workload.create_schema()
-    write_conf(
-        conf.parent / "staging",
-        destination=name,
-        server=mariadb.server,
-        user=mariadb.user,
-        database=mariadb.name,
-        lake_root=tmp_path / "lake",
-    )
+    staged = stage_destination(conf, name, mariadb, tmp_path / "lake")
     uri = str(tmp_path / "lake" / name / "changes")
     try:
-        shutil.copytree(
-            conf.parent / "staging" / "destinations" / name, conf / "destinations" / name
-        )
+        shutil.copytree(staged, conf / "destinations" / name)
         first = wait_for("first run STARTED", lambda: started_run(instance, name, set()))
         assert isinstance(first, DagsterRun)
         wait_for("change log created", lambda: Path(uri, "_delta_log").exists())
@@ -399,16 +397,9 @@ def test_scheduled_reconciliation_under_a_real_daemon(
     workload = Workload(mariadb.server, mariadb.name, seed=9)
     workload.create_schema()
     workload.run_transactions(100)  # before the start: only the reconciliation copies these
-    write_conf(
-        conf.parent / "staging",
-        destination=name,
-        server=mariadb.server,
-        user=mariadb.user,
-        database=mariadb.name,
-        lake_root=tmp_path / "lake",
-    )
+    staged = stage_destination(conf, name, mariadb, tmp_path / "lake")
     (conf / "destinations").mkdir(exist_ok=True)
-    shutil.copytree(conf.parent / "staging" / "destinations" / name, conf / "destinations" / name)
+    shutil.copytree(staged, conf / "destinations" / name)
     instance = dagster_daemon.start()
     wait_for("run STARTED", lambda: started_run(instance, name, set()))
     uri = str(tmp_path / "lake" / name / "changes")
@@ -488,17 +479,10 @@ def test_mirrors_follow_a_live_workload_and_go_stale_without_their_sensor(
     name = "live"
     workload = Workload(mariadb.server, mariadb.name, seed=27)
     workload.create_schema()
-    write_conf(
-        conf.parent / "staging",
-        destination=name,
-        server=mariadb.server,
-        user=mariadb.user,
-        database=mariadb.name,
-        lake_root=tmp_path / "lake",
-    )
-    staged = conf.parent / "staging" / "destinations" / name / "instance.yaml"
-    staged.write_text(staged.read_text() + "lag_budget_seconds: 60\n")
-    shutil.copytree(staged.parent, conf / "destinations" / name)
+    staged = stage_destination(conf, name, mariadb, tmp_path / "lake")
+    instance_yaml = staged / "instance.yaml"
+    instance_yaml.write_text(instance_yaml.read_text() + "lag_budget_seconds: 60\n")
+    shutil.copytree(staged, conf / "destinations" / name)
     dagster_daemon.env["FRESHNESS_DAEMON_INTERVAL_SECONDS"] = "3"
     instance = dagster_daemon.start()
     mirrors = [AssetKey(["cdc", name, mariadb.name, t]) for t in ("customers", "orders")]
