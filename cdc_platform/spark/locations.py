@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from deltalake import DeltaTable
@@ -29,8 +30,10 @@ from cdc_platform.spark.plan import read_change_log
 __all__ = [
     "STAGING_DIR",
     "STATE_DIR",
+    "TableFacts",
     "delta_ref",
     "delta_version",
+    "is_lake_uri",
     "local_path",
     "mirror_root",
     "mirror_tables",
@@ -38,6 +41,7 @@ __all__ = [
     "require_change_log",
     "state_uri",
     "table_exists",
+    "table_facts",
 ]
 
 logger = logging.getLogger("cdc_platform.spark.mirror")
@@ -75,7 +79,7 @@ def local_path(uri: str) -> Path | None:
     return Path(uri)
 
 
-def _is_lake_uri(uri: str) -> bool:
+def is_lake_uri(uri: str) -> bool:
     """Whether :class:`LakeFile` speaks ``uri``'s storage (local, file://, s3://, s3a://)."""
     scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
     return scheme in ("", "file", "s3", "s3a")
@@ -86,7 +90,7 @@ def table_exists(
 ) -> bool:
     """Whether a Delta table is at ``uri``: a commit file in its ``_delta_log`` (looked up
     with the lake's storage options; other schemes are asked of Spark)."""
-    if _is_lake_uri(uri):
+    if is_lake_uri(uri):
         log = LakeFile(join_uri(uri, "_delta_log"), storage_options)
         try:
             return bool(log.list(".json"))
@@ -106,11 +110,35 @@ def table_exists(
 def delta_version(uri: str, storage_options: Mapping[str, str] | None = None) -> int | None:
     """The table's current version read with delta-rs, or None when that is not possible
     (Sail cannot run ``DESCRIBE HISTORY``; delta-rs reads local and object-store tables)."""
+    facts = table_facts(uri, storage_options)
+    return facts.version if facts is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class TableFacts:
+    """What a Delta table's log says without reading its data."""
+
+    version: int
+    rows: int | None
+    """Rows by the files' statistics; None when a file has none or the table may mark rows
+    deleted without rewriting files (deletion vectors): then only a scan knows."""
+
+
+def table_facts(uri: str, storage_options: Mapping[str, str] | None = None) -> TableFacts | None:
+    """The table's version and row count from its log, read with delta-rs (no Spark job: on
+    a JVM engine each count is a job of its own), or None when delta-rs cannot read it."""
     try:
-        return int(DeltaTable(uri, storage_options=dict(storage_options or {}) or None).version())
-    except Exception as exc:  # any storage / table problem: the version is informational
-        logger.debug("no Delta version for %s: %s", uri, exc)
+        table = DeltaTable(uri, storage_options=dict(storage_options or {}) or None)
+        version = int(table.version())
+        features = set(table.protocol().reader_features or ())
+        rows: int | None = None
+        if "deletionVectors" not in features:
+            counts = table.get_add_actions(flatten=True).column("num_records").to_pylist()
+            rows = None if any(c is None for c in counts) else sum(int(c) for c in counts)
+    except Exception as exc:  # any storage / table problem: the caller asks Spark instead
+        logger.debug("no Delta log facts for %s: %s", uri, exc)
         return None
+    return TableFacts(version, rows)
 
 
 def delta_ref(uri: str) -> str:

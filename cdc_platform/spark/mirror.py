@@ -52,11 +52,13 @@ from cdc_platform.spark import ddl as ddl_parser
 from cdc_platform.spark import multiset
 from cdc_platform.spark.locations import (
     STAGING_DIR,
+    TableFacts,
     delta_ref,
     delta_version,
     mirror_uri,
     require_change_log,
     table_exists,
+    table_facts,
 )
 from cdc_platform.spark.mirror_state import (
     MirrorState,
@@ -337,7 +339,7 @@ class _Apply:
             .option("overwriteSchema", "true")
             .save(self.uri)
         )
-        rows = self.spark.read.format("delta").load(self.uri).count()
+        rows = self._rows(table_facts(self.uri, self.options))
         return self._finish(
             line,
             history,
@@ -363,9 +365,10 @@ class _Apply:
         self.hook("mirror_committed")
         target = line.target
         assert target is not None
+        facts = table_facts(self.uri, self.options)
         if mirror_rows is None:
-            mirror_rows = self.spark.read.format("delta").load(self.uri).count()
-        mirror_version = delta_version(self.uri, self.options)
+            mirror_rows = self._rows(facts)
+        mirror_version = facts.version if facts is not None else None
         state = MirrorState(
             apply_id=(history[-1].apply_id + 1) if history else 1,
             last_seq=line.hi,
@@ -379,7 +382,14 @@ class _Apply:
             rows_updated=updated,
             rows_deleted=deleted,
         )
-        write_state(self.spark, self.root, self.db, self.table, [*history, state])
+        write_state(
+            self.spark,
+            self.root,
+            self.db,
+            self.table,
+            [*history, state],
+            storage_options=self.options,
+        )
         self.hook("state_committed")
         return MirrorResult(
             db=self.db,
@@ -400,6 +410,12 @@ class _Apply:
             last_ts=line.last_ts,
             dropped=line.dropped,
         )
+
+    def _rows(self, facts: TableFacts | None) -> int:
+        """The mirror's row count: from its log when that knows, else by a Spark count."""
+        if facts is not None and facts.rows is not None:
+            return facts.rows
+        return int(self.spark.read.format("delta").load(self.uri).count())
 
     def _noop(
         self, state: MirrorState | None, last: int, change_log_version: int | None

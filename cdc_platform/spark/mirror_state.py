@@ -8,16 +8,19 @@ start: a lost state means one rebuild.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T  # noqa: N812 (the PySpark idiom)
 
 from cdc_platform.errors import UnsupportedColumnTypeError
-from cdc_platform.spark.locations import state_uri, table_exists
+from cdc_platform.spark.locations import is_lake_uri, state_uri, table_exists
 from cdc_platform.spark.types import ColumnSpec, TableSchema, parse_columns, spark_type
 
 __all__ = [
@@ -30,6 +33,8 @@ __all__ = [
     "write_state",
 ]
 
+
+logger = logging.getLogger("cdc_platform.spark.mirror")
 
 STATE_FORMAT_VERSION = 1
 
@@ -74,6 +79,27 @@ class MirrorState:
     rows_deleted: int = 0
 
 
+_STATE_ARROW = pa.schema(
+    [
+        pa.field("format_version", pa.int32(), nullable=False),
+        pa.field("apply_id", pa.int64(), nullable=False),
+        pa.field("db", pa.string(), nullable=False),
+        pa.field("table", pa.string(), nullable=False),
+        pa.field("last_seq", pa.int64(), nullable=False),
+        pa.field("schema", pa.string()),
+        pa.field("mode", pa.string(), nullable=False),
+        pa.field("change_log_version", pa.int64()),
+        pa.field("mirror_version", pa.int64()),
+        pa.field("rows_inserted", pa.int64(), nullable=False),
+        pa.field("rows_updated", pa.int64(), nullable=False),
+        pa.field("rows_deleted", pa.int64(), nullable=False),
+        pa.field("mirror_rows", pa.int64(), nullable=False),
+        pa.field("applied_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+""":data:`_STATE_SCHEMA` for delta-rs (Spark's TIMESTAMP is an instant: UTC in Delta)."""
+
+
 def state_history(
     spark: SparkSession,
     root: str,
@@ -85,7 +111,7 @@ def state_history(
     uri = state_uri(root, db, table)
     if not table_exists(spark, uri, storage_options):
         return []
-    rows = spark.read.format("delta").load(uri).collect()
+    rows = _read_rows(spark, uri, storage_options)
     states = [
         MirrorState(
             apply_id=int(r["apply_id"]),
@@ -106,6 +132,23 @@ def state_history(
     return sorted(states, key=lambda s: s.apply_id)
 
 
+def _read_rows(
+    spark: SparkSession, uri: str, storage_options: Mapping[str, str] | None
+) -> list[Mapping[str, Any]]:
+    """The state table's rows: read with delta-rs where it speaks the lake's storage (a few
+    kilobytes; a Spark job costs about a second on a JVM engine), else by Spark."""
+    if is_lake_uri(uri):
+        options = dict(storage_options or {}) or None
+        try:
+            rows: list[Mapping[str, Any]] = (
+                DeltaTable(uri, storage_options=options).to_pyarrow_table().to_pylist()
+            )
+            return rows
+        except Exception as exc:  # e.g. a table feature delta-rs lacks: Spark reads it
+            logger.debug("state table %s read by Spark (delta-rs: %s)", uri, exc)
+    return [r.asDict() for r in spark.read.format("delta").load(uri).collect()]
+
+
 def read_state(
     spark: SparkSession,
     root: str,
@@ -118,14 +161,20 @@ def read_state(
     return history[-1] if history else None
 
 
-def write_state(
+def write_state(  # noqa: PLR0913 (which mirror's state; the storage keyword-only)
     spark: SparkSession,
     root: str,
     db: str,
     table: str,
     history: list[MirrorState],
+    *,
+    storage_options: Mapping[str, str] | None = None,
 ) -> None:
-    """Overwrite the state table with the newest STATE_HISTORY applies (one small file)."""
+    """Overwrite the state table with the newest STATE_HISTORY applies (one small file).
+
+    Written with delta-rs where it speaks the lake's storage (one commit, no Spark job: on a
+    JVM engine this small overwrite took as long as the MERGE), else, or when delta-rs
+    refuses the table (a feature it lacks), by Spark."""
     rows: list[tuple[Any, ...]] = []
     for s in history[-STATE_HISTORY:]:
         rows.append(
@@ -146,8 +195,24 @@ def write_state(
                 s.applied_at,
             )
         )
+    uri = state_uri(root, db, table)
+    if is_lake_uri(uri):
+        names = [f.name for f in _STATE_ARROW]
+        data = pa.Table.from_pylist([dict(zip(names, r, strict=True)) for r in rows], _STATE_ARROW)
+        try:
+            write_deltalake(
+                uri,
+                data,
+                mode="overwrite",
+                schema_mode="overwrite",
+                storage_options=dict(storage_options or {}) or None,
+            )
+        except Exception as exc:  # a table feature delta-rs lacks, or a storage problem
+            logger.debug("state table %s written by Spark (delta-rs: %s)", uri, exc)
+        else:
+            return
     frame = spark.createDataFrame(rows, _STATE_SCHEMA).coalesce(1)
-    frame.write.format("delta").mode("overwrite").save(state_uri(root, db, table))
+    frame.write.format("delta").mode("overwrite").save(uri)
 
 
 def schema_signature(schema: TableSchema | None) -> list[tuple[str, str, bool]] | None:

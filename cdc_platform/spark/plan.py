@@ -156,6 +156,7 @@ def timeline(  # noqa: PLR0913 (the changes and the table; the range keyword-onl
     queries: versions grouped by ``columns``, and the DDL rows.
     """
     rows = change_rows(changes, db, table, lo, hi)
+    is_ddl = (F.col("op") == F.lit("ddl")) & F.col("ddl").isNotNull()
     groups = (
         rows.groupBy("columns")
         .agg(
@@ -163,6 +164,8 @@ def timeline(  # noqa: PLR0913 (the changes and the table; the range keyword-onl
             F.max("seq").alias("max_seq"),
             F.count(F.when(F.col("op").isin(*ROW_OPS), 1)).alias("row_changes"),
             F.max(F.unix_micros(F.col("ts"))).alias("max_ts"),
+            # the DDL rows ride along: one query, not two (each is a job on a JVM engine)
+            F.collect_list(F.when(is_ddl, F.struct("seq", "ddl", "table"))).alias("ddl_rows"),
         )
         .collect()
     )
@@ -185,12 +188,7 @@ def timeline(  # noqa: PLR0913 (the changes and the table; the range keyword-onl
         ),
         key=lambda v: v.max_seq,
     )
-    ddl_rows = (
-        rows.where((F.col("op") == F.lit("ddl")) & F.col("ddl").isNotNull())
-        .select("seq", "ddl", "table")
-        .orderBy("seq")
-        .collect()
-    )
+    ddl_rows = sorted((r for g in groups for r in g["ddl_rows"]), key=lambda r: int(r["seq"]))
     ddls = tuple((int(r["seq"]), str(r["ddl"])) for r in ddl_rows if r["table"] is not None)
     target, start = (versions[-1].schema, versions[-1].max_seq) if versions else (base, lo)
     reset_seq: int | None = None

@@ -42,13 +42,17 @@ def spark_factory() -> Iterator[SparkSessionFactory]:
 
 
 @pytest.fixture
-def spark(spark_factory: SparkSessionFactory) -> SparkSession:
+def spark(spark_factory: SparkSessionFactory, monkeypatch: pytest.MonkeyPatch) -> SparkSession:
     """A Spark Connect session on the embedded Sail server (the same one unless a test
     stopped the server, in which case a new server and session are made).
+
+    PySpark's Connect mark is set for the test: a :func:`spark_engine` test that made the
+    session first cleared it again at its end (its monkeypatch restores the environment).
 
     Sail ends a session idle for 15 minutes (its ``spark.session_timeout_secs``); in a
     parallel run a worker may go that long between Spark tests, so a session the server no
     longer knows is replaced."""
+    monkeypatch.setenv(CONNECT_MARK, "1")
     session = spark_factory.session()
     try:
         session.range(1).collect()
