@@ -359,13 +359,13 @@ def snapshot_command(args: argparse.Namespace) -> int:
     if args.request:
         return _snapshot_request(args)
     # Imported here to keep `config check` light.
-    from cdc_platform.backfill.lease import take_lease  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
     from cdc_platform.backfill.snapshot import (  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
         SnapshotProgress,
         SnapshotRunner,
     )
     from cdc_platform.backfill.stop import SideWorkStop  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
     from cdc_platform.coordination.factory import open_lease  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
+    from cdc_platform.coordination.lease import take_lease  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
     from cdc_platform.errors import SnapshotError  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
     from cdc_platform.sink.term import WriteTerm  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
 

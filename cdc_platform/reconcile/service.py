@@ -22,11 +22,11 @@ from typing import Any, Literal
 
 from pyspark.sql import SparkSession
 
-from cdc_platform.backfill.lease import take_lease
 from cdc_platform.backfill.repair import RepairResult, RepairTable, repair_keys
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.config.deployment import check_deployment
 from cdc_platform.config.loader import ConfigSet
+from cdc_platform.coordination.lease import take_lease
 from cdc_platform.errors import ReconcileError, SnapshotError
 from cdc_platform.ha.lease import Lease
 from cdc_platform.reconcile.compare import ChunkProgress, TableComparison, compare_table

@@ -33,8 +33,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Protocol
 
-from cdc_platform.backfill.lease import take_lease
 from cdc_platform.backfill.snapshot import SnapshotProgress
+from cdc_platform.coordination.lease import take_lease
 from cdc_platform.errors import (
     CdcError,
     LeaseError,
