@@ -16,6 +16,7 @@ from deltalake import DeltaTable
 
 from cdc_platform.backfill.new_tables import snapshot_new_tables
 from cdc_platform.backfill.repair import RepairKey, RepairResult, RepairTable
+from cdc_platform.backfill.request_inbox import RepairInbox
 from cdc_platform.backfill.snapshot import (
     SnapshotProgress,
     SnapshotRunner,
@@ -24,7 +25,6 @@ from cdc_platform.backfill.snapshot import (
 )
 from cdc_platform.config.models import SnapshotSettings
 from cdc_platform.errors import ReconcileError, SinkError
-from cdc_platform.reconcile.inbox import RepairInbox
 from cdc_platform.sink.lake_files import LakeFile
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config
@@ -98,7 +98,8 @@ def test_repair_inbox_on_s3(seaweed_s3_local: dict[str, str]) -> None:
     request_id = requester.submit(tables)
     assert holder.pending()
     claimed = holder.claim()
-    assert claimed == (request_id, tables)
+    assert claimed is not None
+    assert (claimed.request_id, claimed.tables) == (request_id, tables)
     assert holder.claim() is None
     assert not requester.withdraw(request_id)  # claimed: waited for, not given up
     holder.finish(request_id, RepairResult())

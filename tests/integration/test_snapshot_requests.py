@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from cdc_platform.backfill.request_inbox import snapshot_inbox
 from cdc_platform.backfill.snapshot import SnapshotProgress, state_path
-from cdc_platform.backfill.snapshot_requests import snapshot_inbox
 from cdc_platform.cli import main
 from cdc_platform.config import load_config
 from cdc_platform.errors import SnapshotError
@@ -140,7 +140,7 @@ def test_a_request_interrupted_by_a_stop_is_finished_by_the_next_run(
     assert summary.error is None, summary
     answer = inbox.result(request_id)
     assert answer is not None
-    assert answer["error"] is None
+    assert answer.error is None
     assert chunks[2] == 3  # resumed at the third chunk, not from the start
     assert not state_path(lake_root, "d").exists()
     replayed = replay(str(lake_root / "d" / "changes"))
