@@ -38,6 +38,7 @@ import os
 import threading
 import time
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -65,11 +66,12 @@ R = TypeVar("R")
 """The kind's typed request."""
 
 
-class RequestFolder(Generic[R]):
+class RequestFolder(ABC, Generic[R]):
     """One kind's folder of requests, claims and results; see the module docstring.
 
-    The kinds (:class:`RepairInbox`, :class:`SnapshotInbox`) say how their tables are written
-    and checked; the protocol is here. ``root``: a :class:`LakeFile`, or a local path.
+    The kinds (:class:`~.request_inbox.RepairInbox`, :class:`~.request_inbox.SnapshotInbox`)
+    say how their tables are written and checked; the protocol is here. ``root``: a
+    :class:`LakeFile`, or a local path.
     """
 
     kind: ClassVar[RequestKind]
@@ -112,10 +114,10 @@ class RequestFolder(Generic[R]):
 
     # -- the kind's part -------------------------------------------------------------------
 
+    @abstractmethod
     def _request(self, request_id: str, item: dict[str, Any]) -> R:
         """The typed request of a verified ``item``; the kind's error when its tables are not
         acceptable."""
-        raise NotImplementedError
 
     # -- requester ---------------------------------------------------------------------------
 
