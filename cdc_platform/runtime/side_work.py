@@ -63,9 +63,8 @@ class StoppableRuntime(Protocol):
 class SideWork:
     """The lease holder's side writers for one destination; see the module docstring.
 
-    ``inbox``: where repair and snapshot requests arrive (None: none are served; snapshot
-    requests need ``lake_root``); ``lake_root``: where the record of copied tables lives (None:
-    no automatic snapshots).
+    ``inbox``: where repair and snapshot requests arrive (None: none are served);
+    ``lake_root``: where the record of copied tables lives (None: no automatic snapshots).
     """
 
     def __init__(
@@ -276,7 +275,6 @@ class SideWork:
         A stop or a lost lease ends the snapshot after (or, lease lost, inside) its chunk. A
         refusal (a table that is gone, another snapshot in progress) is the request's answer.
         """
-        assert self.lake_root is not None
         name, config, request_id = term.destination, term.config, request.request_id
         state_file = term.layout.snapshot_state
         log.info("%s: snapshot request %s: %s", name, request_id, ", ".join(request.tables))
