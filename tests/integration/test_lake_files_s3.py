@@ -1,5 +1,5 @@
 """The lake-file layer, the request inbox (repairs, snapshots) and a snapshot with the lake on a
-server (SeaweedFS ``weed mini``).
+real S3-compatible server (SeaweedFS ``weed mini``).
 
 The suite's session SeaweedFS serves them; ``seaweed_s3_local`` hands its settings to the
 lake-file layer as storage options (not through the environment).
