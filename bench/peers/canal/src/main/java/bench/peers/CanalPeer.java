@@ -32,7 +32,7 @@ import java.util.concurrent.atomic.AtomicReference;
  * position manager). The parser runs with Canal's defaults (parallel parsing, no table-meta
  * history database). Ends with one line {@code PEER_RESULT {...}} on stdout.
  *
- * <p>Canal retries a failing dump forever; the harness gives up after a few failures in a row
+ * <p>Canal retries a failing dump forever; the harness gives up after three failed attempts
  * and prints the first one, so a binlog Canal cannot read ends the run with its error.
  */
 public final class CanalPeer {
