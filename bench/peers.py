@@ -27,8 +27,8 @@ line) to the last row; ``drain/s`` leaves out the time to the first row (for ``c
 the first commit). JVM harnesses run with the JVM's default heap settings.
 
 The JVM harnesses are built by Maven on first use or with ``--setup`` (dependencies go to the
-local Maven cache, the jars to bench/peers/*/target/, never committed); Java 17 and Maven are
-needed for them, and nothing of them for the project's tests.
+local Maven cache, the jars to bench/peers/*/target/, never committed); a Java 17 JDK and Maven
+are needed for them, and nothing of them for the project's tests.
 """
 
 from __future__ import annotations
