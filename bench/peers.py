@@ -1,7 +1,7 @@
-"""cdc-platform against Debezium and Flink CDC on the same binlog backlog, in one run.
+"""cdc-platform against Debezium, Flink CDC and Canal on the same binlog backlog, in one run.
 
     .venv/bin/python bench/peers.py [--rows 100000] [--workloads insert,update,wide,oltp]
-        [--readers debezium-count,debezium-file,flink-cdc,cdc-decode,cdc-delta] [--setup]
+        [--readers debezium-count,debezium-file,flink-cdc,canal,cdc-decode,cdc-delta] [--setup]
 
 The "backlog drain" protocol, per workload of bench/throughput.py (bulk insert, update-heavy,
 wide 50-column, single-row oltp): pin the binlog position (file, position and the MariaDB GTID
@@ -14,6 +14,8 @@ after another, and time it until it has seen every row. Readers:
   flushed once a batch (the nearest peer of a durable sink);
 - ``flink-cdc``: Flink CDC's MySQL source (file/position start) in a local mini-cluster, into a
   sink that counts and discards;
+- ``canal``: Canal's binlog parser (``MysqlEventParser``, file/position start) on its own,
+  into an event sink that counts the rows of each row-change entry (log positions in a file);
 - ``cdc-decode``: cdc-platform's BinlogSource counting row events (the peer of a counting
   consumer); ``cdc-delta``: cdc-platform's whole path into a Delta change log (committed).
 
@@ -25,8 +27,8 @@ line) to the last row; ``drain/s`` leaves out the time to the first row (for ``c
 the first commit). JVM harnesses run with the JVM's default heap settings.
 
 The JVM harnesses are built by Maven on first use or with ``--setup`` (dependencies go to the
-local Maven cache, the jars to bench/peers/*/target/, never committed); Java 17 and Maven are
-needed for them, and nothing of them for the project's tests.
+local Maven cache, the jars to bench/peers/*/target/, never committed); a Java 17 JDK and Maven
+are needed for them, and nothing of them for the project's tests.
 """
 
 from __future__ import annotations
@@ -83,7 +85,12 @@ DEBEZIUM = JvmHarness("debezium", "bench.peers.DebeziumPeer")
 FLINK_CDC = JvmHarness(
     "flink-cdc", "bench.peers.FlinkCdcPeer", first=("flink-connector-mysql-cdc-*.jar",)
 )
-READERS = ("debezium-count", "debezium-file", "flink-cdc", "cdc-decode", "cdc-delta")
+CANAL = JvmHarness("canal", "bench.peers.CanalPeer")
+HARNESSES = (DEBEZIUM, FLINK_CDC, CANAL)
+READER_HARNESS = {
+    "debezium-count": DEBEZIUM, "debezium-file": DEBEZIUM, "flink-cdc": FLINK_CDC, "canal": CANAL,
+}  # fmt: skip
+READERS = ("debezium-count", "debezium-file", "flink-cdc", "canal", "cdc-decode", "cdc-delta")
 JAVA_OPTS = (
     "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
     "-Djava.util.logging.config.file=/dev/null",
@@ -103,13 +110,17 @@ class ToolMissing(SystemExit):
     """Java or Maven is not installed: the one message the bench prints before it stops."""
 
 
-def require_tools() -> None:
-    missing = [tool for tool in ("java", "mvn") if shutil.which(tool) is None]
+def require_tools(*, compiling: bool) -> None:
+    """Stop with one message if a tool the JVM harnesses need is missing (``javac`` only when a
+    harness is still to be built: Maven compiles with the JDK's compiler, a JRE has none)."""
+    tools = ("java", "mvn", "javac") if compiling else ("java",)
+    missing = [tool for tool in tools if shutil.which(tool) is None]
     if missing:
         raise ToolMissing(
-            f"bench/peers.py: {' and '.join(missing)} not found on PATH. The peers are JVM "
-            "programs built by Maven: install Java 17 and Maven (Debian: default-jre-headless "
-            "maven), or run only the cdc-platform readers with --readers cdc-decode,cdc-delta."
+            f"bench/peers.py: {', '.join(missing)} not found on PATH. The peers are JVM "
+            "programs built by Maven: install a Java 17 JDK and Maven (Debian: "
+            "default-jdk-headless maven), or run only the cdc-platform readers with "
+            "--readers cdc-decode,cdc-delta."
         )
 
 
@@ -224,6 +235,11 @@ def reader_command(
             "java", *JAVA_OPTS, *FLINK_OPENS, "-cp", FLINK_CDC.classpath(), FLINK_CDC.main_class,
             *common, "--timeout", str(int(timeout)),
         ]  # fmt: skip
+    if name == "canal":
+        return [
+            "java", *JAVA_OPTS, "-cp", CANAL.classpath(), CANAL.main_class, *common,
+            "--work", str(work), "--timeout", str(int(timeout)),
+        ]  # fmt: skip
     mode = name.split("-", 1)[1]
     return [
         sys.executable,
@@ -253,12 +269,10 @@ def main() -> None:
     unknown = set(readers) - set(READERS)
     if unknown:
         parser.error(f"unknown readers {sorted(unknown)}; known: {', '.join(READERS)}")
-    harnesses = [DEBEZIUM] * any(r.startswith("debezium") for r in readers) + [FLINK_CDC] * (
-        "flink-cdc" in readers
-    )
+    harnesses = [h for h in HARNESSES if any(READER_HARNESS.get(r) is h for r in readers)]
     if harnesses or args.setup:
-        require_tools()
-    for harness in [DEBEZIUM, FLINK_CDC] if args.setup else harnesses:
+        require_tools(compiling=args.setup or not all(h.built() for h in harnesses))
+    for harness in HARNESSES if args.setup else harnesses:
         build(harness, force=args.setup)
     if args.setup:
         return

@@ -29,7 +29,7 @@ from cdc_airflow.operators import (
 from cdc_airflow.timetables import RandomIntervalTimetable
 from cdc_airflow.triggers import ChangeLogCommitTrigger
 from cdc_platform.config import ConfigSet
-from cdc_platform.spark.catalog import discover_tables
+from cdc_platform.coordination.table_catalog import discover_tables
 
 __all__ = ["destination_dags", "task_id", "watched_change_log"]
 

@@ -17,8 +17,8 @@ from airflow.sdk.exceptions import AirflowException
 
 from cdc_airflow.assets import change_log_asset, history_asset, history_uri, mirror_asset
 from cdc_airflow.hooks import CdcHook
+from cdc_platform.backfill.request_inbox import snapshot_inbox
 from cdc_platform.backfill.reread import pending_rereads
-from cdc_platform.backfill.snapshot_requests import snapshot_inbox
 from cdc_platform.reconcile.service import reconcile_destination
 from cdc_platform.spark import apply_changes, daily_change_stats, mirror_as_of, mirror_root
 
@@ -185,9 +185,9 @@ class CdcSnapshotRequestOperator(_CdcOperator):
                     f"no answer to snapshot request {request_id} within {self.wait_seconds:g} "
                     f"s: is {destination.name} running (cdc-platform run / serve)?"
                 )
-            if answer.get("error"):
-                raise AirflowException(f"snapshot request {request_id} failed: {answer['error']}")
-            extra["rows"] = dict(answer.get("rows") or {})
+            if answer.error:
+                raise AirflowException(f"snapshot request {request_id} failed: {answer.error}")
+            extra["rows"] = dict(answer.rows)
         _emit(context, self.change_log, extra)
         return extra
 

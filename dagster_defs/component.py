@@ -43,7 +43,7 @@ from dagster.components import (
 from pydantic import Field
 
 from cdc_platform.config import load_config
-from cdc_platform.spark.catalog import Catalog
+from cdc_platform.coordination.table_catalog import Catalog
 from dagster_defs.factory import build_definitions, discover_catalogs
 from dagster_defs.names import key_part
 from dagster_defs.translator import CdcTranslator

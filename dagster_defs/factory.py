@@ -5,9 +5,9 @@ A user's project merges it with its own definitions::
     defs = dg.Definitions.merge(build_definitions("conf"), dg.Definitions(assets=[my_asset]))
 
 Each destination's tables come from its catalog (the source's captured tables and the change
-log's, :func:`cdc_platform.spark.catalog.discover_tables`), read when the definitions load:
-a source that is down costs at most a few seconds and leaves the tables the change log
-knows. ``catalogs`` skips discovery (the Component passes its cached state).
+log's, :func:`cdc_platform.coordination.table_catalog.discover_tables`), read when the
+definitions load: a source that is down costs at most a few seconds and leaves the tables
+the change log knows. ``catalogs`` skips discovery (the Component passes its cached state).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from dagster import (
 )
 
 from cdc_platform.config import ConfigSet, load_config
-from cdc_platform.spark.catalog import Catalog, discover_tables
+from cdc_platform.coordination.table_catalog import Catalog, discover_tables
 from dagster_defs.alerts import build_run_failure_alert
 from dagster_defs.assets import change_log_specs
 from dagster_defs.cdc_job import build_cdc_destination_job

@@ -41,10 +41,10 @@ from dagster import (
 )
 
 from cdc_platform.config import ConfigSet
+from cdc_platform.coordination.table_catalog import Catalog
 from cdc_platform.errors import CdcError, ConfigError
 from cdc_platform.reconcile.schedule import DueState
 from cdc_platform.reconcile.service import ReconcileReport
-from cdc_platform.spark.catalog import Catalog
 from dagster_defs.resources import CdcResource, SparkResource
 from dagster_defs.sensors import LIVE_STATUSES, live_runs
 from dagster_defs.table_assets import op_name

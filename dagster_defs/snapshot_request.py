@@ -7,7 +7,7 @@ Launch it with run config naming the destination and the tables::
         config: {destination: shop, tables: [shop.orders, shop.customers]}
 
 The op writes a snapshot request into the destination's lake folder
-(:mod:`cdc_platform.backfill.snapshot_requests`); the destination's long-lived
+(:mod:`cdc_platform.backfill.request_inbox`); the destination's long-lived
 ``cdc_destination`` run, which holds the lease, picks it up between two batches, copies the
 tables through the watermark snapshot while changes keep flowing, and answers. The op waits
 for that answer up to ``wait_seconds`` (0: only submit) and fails on a refusal, so the run's
@@ -19,7 +19,7 @@ status says how the snapshot went. The long-lived run is never stopped.
 
 from dagster import Config, Failure, OpExecutionContext, job, op
 
-from cdc_platform.backfill.snapshot_requests import snapshot_inbox
+from cdc_platform.backfill.request_inbox import snapshot_inbox
 from cdc_platform.errors import ConfigError
 from dagster_defs.resources import PlatformResource
 
@@ -64,9 +64,9 @@ def request_snapshot(context: OpExecutionContext, config: SnapshotRequestConfig)
             f"no answer to snapshot request {request_id} within {config.wait_seconds:g} s: is "
             f"the {destination.name} run live? The request waits for it."
         )
-    if answer.get("error"):
-        raise Failure(f"snapshot request {request_id} failed: {answer['error']}")
-    rows = answer.get("rows") or {}
+    if answer.error:
+        raise Failure(f"snapshot request {request_id} failed: {answer.error}")
+    rows = answer.rows
     context.log.info(
         f"snapshot request {request_id} done: "
         + ", ".join(f"{table} {count} rows" for table, count in sorted(rows.items()))

@@ -22,7 +22,7 @@ from dagster import (
 )
 
 from cdc_platform.config import ConfigSet
-from cdc_platform.spark.catalog import Catalog, CatalogTable
+from cdc_platform.coordination.table_catalog import Catalog, CatalogTable
 from dagster_defs.resources import CdcResource, DailyHistory, SparkResource
 from dagster_defs.table_assets import op_name, table_outs
 from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator

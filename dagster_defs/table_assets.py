@@ -1,9 +1,10 @@
 """One asset per mirrored table: ``cdc/<destination>/<db>/<table>``, each on its change log.
 
 A destination's tables are one subsettable multi-asset (one Spark session per run, any subset
-of tables). Its specs come from the destination's :class:`~cdc_platform.spark.catalog.Catalog`
-(the source's captured tables and the change log's), so they carry the source column types
-as ``dagster/column_schema`` before anything ran.
+of tables). Its specs come from the destination's
+:class:`~cdc_platform.coordination.table_catalog.Catalog` (the source's captured tables and
+the change log's), so they carry the source column types as ``dagster/column_schema`` before
+anything ran.
 
 Runs of the ``cdc_mirrors`` job (requested by the ``mirror_refresh`` sensor) apply the change
 log to the selected tables and materialize every one of them, also when nothing changed: a
@@ -34,7 +35,7 @@ from dagster import (
 )
 
 from cdc_platform.config import ConfigSet
-from cdc_platform.spark.catalog import Catalog, CatalogTable
+from cdc_platform.coordination.table_catalog import Catalog, CatalogTable
 from dagster_defs.io_manager import MIRROR_IO_MANAGER
 from dagster_defs.names import identifier, unique_identifiers
 from dagster_defs.resources import AppliedMirror, CdcResource, SparkResource, mirror_location

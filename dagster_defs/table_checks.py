@@ -20,7 +20,7 @@ from dagster import (
     op,
 )
 
-from cdc_platform.spark.catalog import CatalogTable
+from cdc_platform.coordination.table_catalog import CatalogTable
 from dagster_defs.names import unique_identifiers
 
 __all__ = ["table_checks"]

@@ -21,7 +21,7 @@ from dagster import (
 )
 
 from cdc_platform.config import ConfigSet
-from cdc_platform.spark.catalog import CatalogTable
+from cdc_platform.coordination.table_catalog import CatalogTable
 from dagster_defs.names import key_part
 
 __all__ = [

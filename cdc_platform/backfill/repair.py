@@ -101,7 +101,7 @@ class RepairTable:
         return f"{self.db}.{self.table}"
 
     def to_json(self) -> dict[str, Any]:
-        """Plain JSON (the request file of :mod:`.inbox`)."""
+        """Plain JSON (the request file of :mod:`.request_inbox`)."""
         return {
             "db": self.db,
             "table": self.table,
@@ -136,7 +136,7 @@ class RepairResult:
     seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        """Plain JSON (the result file of :mod:`.inbox`)."""
+        """Plain JSON (the result file of :mod:`.request_inbox`)."""
         return {
             "upserts": self.upserts,
             "deletes": self.deletes,

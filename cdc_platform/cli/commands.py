@@ -328,7 +328,7 @@ def checkpoint_show_command(args: argparse.Namespace) -> int:
 
 def _snapshot_request(args: argparse.Namespace) -> int:
     """`snapshot --request`: a request in the lake, served by the running node."""
-    from cdc_platform.backfill.snapshot_requests import snapshot_inbox  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
+    from cdc_platform.backfill.request_inbox import snapshot_inbox  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
 
     config, destination = _destination(args)
     if not args.table:
@@ -344,10 +344,10 @@ def _snapshot_request(args: argparse.Namespace) -> int:
     if answer is None:
         print(f"{destination.name}: no answer within {args.wait:g} s; the request waits")
         return 4
-    if answer.get("error"):
-        print(f"{destination.name}: snapshot request {request_id} failed: {answer['error']}")
+    if answer.error:
+        print(f"{destination.name}: snapshot request {request_id} failed: {answer.error}")
         return 1
-    rows = answer.get("rows") or {}
+    rows = answer.rows
     print(
         f"{destination.name}: snapshot request {request_id} done: "
         + ", ".join(f"{table} {count} rows" for table, count in sorted(rows.items()))
@@ -359,13 +359,13 @@ def snapshot_command(args: argparse.Namespace) -> int:
     if args.request:
         return _snapshot_request(args)
     # Imported here to keep `config check` light.
-    from cdc_platform.backfill.lease import take_lease  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
     from cdc_platform.backfill.snapshot import (  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
         SnapshotProgress,
         SnapshotRunner,
     )
     from cdc_platform.backfill.stop import SideWorkStop  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
     from cdc_platform.coordination.factory import open_lease  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
+    from cdc_platform.coordination.lease import take_lease  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
     from cdc_platform.errors import SnapshotError  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
     from cdc_platform.sink.term import WriteTerm  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
 

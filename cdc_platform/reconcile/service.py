@@ -6,7 +6,8 @@ Used by ``cdc-platform reconcile`` and by the Dagster ``cdc_reconcile`` job alik
    (:mod:`.compare`); tables without a primary key as multisets of rows, which are reported
    but cannot be repaired by key.
 2. Repair (only under the destination's lease): if a process holds the lease (the normal
-   run), the suspected keys go to it through the inbox (:mod:`.inbox`) and it writes the
+   run), the suspected keys go to it through its request inbox
+   (:mod:`cdc_platform.backfill.request_inbox`) and it writes the
    repair events; if nobody holds it, this process takes the lease, repairs, and releases
    it. If the holder does not take the request in time, nothing is written and the report
    says so (status ``not_repaired``).
@@ -22,15 +23,15 @@ from typing import Any, Literal
 
 from pyspark.sql import SparkSession
 
-from cdc_platform.backfill.lease import take_lease
 from cdc_platform.backfill.repair import RepairResult, RepairTable, repair_keys
+from cdc_platform.backfill.request_inbox import repair_inbox
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.config.deployment import check_deployment
 from cdc_platform.config.loader import ConfigSet
+from cdc_platform.coordination.lease import take_lease
 from cdc_platform.errors import ReconcileError, SnapshotError
 from cdc_platform.ha.lease import Lease
 from cdc_platform.reconcile.compare import ChunkProgress, TableComparison, compare_table
-from cdc_platform.reconcile.inbox import destination_inbox
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.mysql import connect_source
 from cdc_platform.source.row_reader import base_tables, describe_table
@@ -185,7 +186,7 @@ def reconcile_destination(  # noqa: PLR0912, PLR0913, PLR0915 (the two phases, w
     try:
         holder = lease.holder()
         if holder is not None and holder.run_id != lease.run_id:
-            inbox = destination_inbox(lake.uri, destination, source, lake.storage_options)
+            inbox = repair_inbox(lake.uri, destination, source, lake.storage_options)
             request_id = inbox.submit(requests, requester=lease.address)
             log.info(
                 "%s: %d suspected keys sent to the lease holder %s (epoch %d), request %s",

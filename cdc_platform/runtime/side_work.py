@@ -3,12 +3,11 @@ ad-hoc snapshot requests.
 
 Only the lease holder writes a destination's change log. So the supervisor itself copies the
 tables it has no copy of yet before it streams (config ``snapshot.new_tables``), and when a
-reconciliation drops a repair request into the destination's inbox
-(:mod:`cdc_platform.reconcile.inbox`) it stops the runtime after its in-flight commit, writes
-the repair events under the same term, and streams again from the checkpoint. A snapshot
-request (:mod:`cdc_platform.backfill.snapshot_requests`) is served the same way: the runtime
-stops after its in-flight commit, the watermark snapshot of the requested tables runs under
-the term (the binlog flows into the change log with each chunk), and streaming goes on.
+request arrives in the destination's inbox (:mod:`cdc_platform.backfill.request_inbox`: a
+reconciliation's repair, an ad-hoc snapshot) it stops the runtime after its in-flight commit,
+claims the request and dispatches on its kind: a repair writes its events under the same term,
+a snapshot runs the watermark snapshot of the requested tables under the term (the binlog flows
+into the change log with each chunk); then streaming goes on from the checkpoint.
 A batch whose DDL changed rows without row events lists its tables before it commits (the
 one commit protocol, :mod:`cdc_platform.backfill.commit`); its commit report names them, the
 runtime stops after that commit and the tables are re-read the same way
@@ -29,13 +28,18 @@ from typing import Protocol
 
 from cdc_platform.backfill.new_tables import snapshot_new_tables
 from cdc_platform.backfill.repair import RepairResult, repair_keys
+from cdc_platform.backfill.request_inbox import (
+    HolderInbox,
+    RepairInbox,
+    RepairRequest,
+    SnapshotInbox,
+    SnapshotRequest,
+)
 from cdc_platform.backfill.reread import reread_tables
 from cdc_platform.backfill.snapshot import SnapshotProgress, SnapshotRunner
-from cdc_platform.backfill.snapshot_requests import SnapshotInbox
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.config.models import InstanceConfig
 from cdc_platform.errors import CdcError, SinkError
-from cdc_platform.reconcile.inbox import RepairInbox
 from cdc_platform.sink.term import WriteTerm
 
 __all__ = ["Halted", "SideWork", "StoppableRuntime"]
@@ -59,28 +63,23 @@ class StoppableRuntime(Protocol):
 class SideWork:
     """The lease holder's side writers for one destination; see the module docstring.
 
-    ``inbox``: where repair requests arrive (None: none are served); ``lake_root``: where the
-    record of copied tables lives (None: no automatic snapshots); ``snapshot_inbox``: where
-    ad-hoc snapshot requests arrive (None: none are served; needs ``lake_root``).
+    ``inbox``: where repair and snapshot requests arrive (None: none are served);
+    ``lake_root``: where the record of copied tables lives (None: no automatic snapshots).
     """
 
     def __init__(
         self,
         *,
-        inbox: RepairInbox | None = None,
+        inbox: HolderInbox | None = None,
         lake_root: str | None = None,
         on_snapshot_progress: Callable[[SnapshotProgress], None] | None = None,
-        snapshot_inbox: SnapshotInbox | None = None,
     ) -> None:
         self.inbox = inbox
         self.lake_root = lake_root
-        self.snapshot_inbox = snapshot_inbox
-        self.snapshot_due = threading.Event()
-        """Set by the inbox watch when a snapshot request waits."""
         self.snapshot_requests = 0
         """Snapshot requests served."""
         self._on_snapshot_progress = on_snapshot_progress
-        self.repair_due = threading.Event()
+        self.request_due = threading.Event()
         """Set by the inbox watch when a request waits: serve it once the runtime stopped."""
         self.snapshot_progress: SnapshotProgress | None = None
         """The newest progress of an automatic snapshot (config `snapshot.new_tables`)."""
@@ -150,86 +149,6 @@ class SideWork:
                 adopt_existing=not term.config.snapshot.new_tables,
             )
 
-    # -- ad-hoc snapshots ------------------------------------------------------------------------
-
-    def serve_snapshot_requests(self, term: WriteTerm, halted: Halted) -> None:
-        """Snapshot the tables of every waiting request under ``term``, answering each.
-
-        A stop or a lost lease ends the snapshot after (or, lease lost, inside) its chunk: the
-        request stays, and this or the next holder finishes the same snapshot. A refusal (a
-        table that is gone, another snapshot in progress) is the request's answer.
-        """
-        inbox, lake_root = self.snapshot_inbox, self.lake_root
-        assert inbox is not None
-        assert lake_root is not None
-        name, config = term.destination, term.config
-        state_file = term.layout.snapshot_state
-        while halted() is None:
-            try:
-                request = inbox.next()
-            except (OSError, SinkError) as exc:  # the inbox is in the lake
-                log.warning("%s: cannot read the snapshot inbox: %s", name, exc)
-                return
-            if request is None:
-                return
-            log.info(
-                "%s: snapshot request %s: %s", name, request.request_id, ", ".join(request.tables)
-            )
-            stop = SideWorkStop(name, term.epoch, work="snapshot")
-            runner = SnapshotRunner(
-                term,
-                state_file,
-                tables=request.tables,
-                chunk_size=config.snapshot.chunk_size,
-                chunk_seconds=config.snapshot.chunk_seconds,
-                segment_events=config.snapshot.segment_events,
-                on_progress=self._progress_of(term),
-                stop=stop,
-            )
-            self._begin(stop, lambda: "lease lost" if halted() == "lease lost" else None)
-            with self._lock:
-                self._runner = runner
-            try:
-                result = runner.run()
-            except CdcError as exc:
-                if exc.transient or halted() is not None:
-                    log.warning(
-                        "%s: snapshot request %s interrupted: %s", name, request.request_id, exc
-                    )
-                    return  # the request stays: finished later
-                log.error("%s: snapshot request %s failed: %s", name, request.request_id, exc)
-                error = f"{type(exc).__name__}: {exc}"
-                if not self._answer_snapshot(name, request.request_id, None, error):
-                    return
-                continue
-            finally:
-                self._end()
-            if state_file.exists():
-                return  # stopped after a chunk: the request stays, finished later
-            self.snapshot_requests += 1
-            if not self._answer_snapshot(name, request.request_id, dict(result.per_table), None):
-                return
-            log.info(
-                "%s: snapshot request %s done: %d rows in %d chunks",
-                name,
-                request.request_id,
-                result.rows_written,
-                result.chunks,
-            )
-
-    def _answer_snapshot(
-        self, name: str, request_id: str, rows: dict[str, int] | None, error: str | None
-    ) -> bool:
-        """Answer a snapshot request; False when the lake refused (logged: the request stays
-        and is served again later; a snapshot repeated is harmless)."""
-        assert self.snapshot_inbox is not None
-        try:
-            self.snapshot_inbox.finish(request_id, rows=rows, error=error)
-        except (OSError, SinkError) as exc:  # the inbox is in the lake
-            log.error("%s: cannot answer snapshot request %s: %s", name, request_id, exc)
-            return False
-        return True
-
     @contextmanager
     def _snapshot_stop(
         self, term: WriteTerm, halted: Halted
@@ -283,93 +202,197 @@ class SideWork:
             )
         self.reread_due.clear()  # what the copy's own commits noted was copied with it
 
-    # -- repairs (reconciliation) --------------------------------------------------------------
+    # -- requests (repairs, ad-hoc snapshots) --------------------------------------------------
 
     def start_inbox_watch(
         self, runtime: StoppableRuntime, stop: threading.Event
     ) -> threading.Thread | None:
-        """A thread that stops the runtime when a repair or snapshot request arrives."""
-        watched = [
-            (inbox, due, what)
-            for inbox, due, what in (
-                (self.inbox, self.repair_due, "repair"),
-                (self.snapshot_inbox, self.snapshot_due, "snapshot"),
-            )
-            if inbox is not None
-        ]
-        if not watched:
+        """A thread that stops the runtime when a request (of either kind) arrives."""
+        inbox = self.inbox
+        if inbox is None:
             return None
         name = runtime.name
 
         def watch() -> None:
             while not stop.wait(INBOX_POLL_SECONDS):
-                for inbox, due, what in watched:
-                    try:
-                        waiting = inbox.pending()
-                    except (OSError, SinkError) as exc:  # the inbox is in the lake
-                        log.warning("%s: cannot read the %s inbox: %s", name, what, exc)
-                        continue
-                    if waiting:
-                        log.info("%s: %s request received; pausing the stream for it", name, what)
-                        due.set()
-                        runtime.request_stop(f"{what} requested")
-                        return
+                try:
+                    waiting = inbox.pending()
+                except (OSError, SinkError) as exc:  # the inbox is in the lake
+                    log.warning("%s: cannot read the request inbox: %s", name, exc)
+                    continue
+                if waiting:
+                    log.info("%s: request received; pausing the stream for it", name)
+                    self.request_due.set()
+                    runtime.request_stop("request received")
+                    return
 
         thread = threading.Thread(target=watch, name=f"cdc-inbox-{name}", daemon=True)
         thread.start()
         return thread
 
-    def serve_inbox(self, term: WriteTerm, halted: Halted) -> None:
-        """Serve every waiting repair request under ``term``.
+    def serve_requests(
+        self, term: WriteTerm, halted: Halted, on_role: Callable[[str], None] | None = None
+    ) -> None:
+        """Serve every waiting request under ``term``, the oldest first, by its kind.
 
-        Whatever happens, the requester gets an answer: a failure (an unexpected one too) is
-        written as the request's error result. A lost lease or a stop interrupts the repair
-        at once (its :class:`SideWorkStop` cuts its source reads).
+        ``on_role`` hears ``"snapshot"`` while a snapshot request runs and ``"active"`` after.
+        A request that was interrupted (a stop, a lost lease, a failure that may pass) ends
+        the serving; the stream (or the next holder) goes on.
         """
         inbox = self.inbox
         assert inbox is not None
         name = term.destination
         while halted() is None:
             try:
-                claimed = inbox.claim()
+                request = inbox.claim()
             except (OSError, SinkError) as exc:  # the inbox is in the lake
-                log.warning("%s: cannot read the repair inbox: %s", name, exc)
+                log.warning("%s: cannot read the request inbox: %s", name, exc)
                 return
-            if claimed is None:
+            if request is None:
                 return
-            request_id, tables = claimed
-            stop = SideWorkStop(name, term.epoch, work="repair")
-            self._begin(stop, halted)
-            try:
-                with inbox.keep_alive(request_id):
-                    result = repair_keys(term, tables, stop=stop)
-            except Exception as exc:  # the requester must hear of any failure
-                if isinstance(exc, CdcError):
-                    log.error("%s: repair request %s failed: %s", name, request_id, exc)
-                else:
-                    log.exception("%s: repair request %s failed", name, request_id)
-                self._answer(name, request_id, None, f"{type(exc).__name__}: {exc}")
+            if isinstance(request, RepairRequest):
+                assert inbox.repairs is not None
+                served = self._serve_repair(inbox.repairs, request, term, halted)
+            else:
+                assert inbox.snapshots is not None
+                if on_role is not None:
+                    on_role("snapshot")
+                try:
+                    served = self._serve_snapshot(inbox.snapshots, request, term, halted)
+                finally:
+                    if on_role is not None:
+                        on_role("active")
+            if not served:
                 return
-            finally:
-                self._end()
-            self.repairs += 1
-            self._answer(name, request_id, result, None)
-            log.info(
-                "%s: repair request %s done: %d upserts, %d deletes, %d left to the binlog",
-                name,
-                request_id,
-                sum(result.upserts.values()),
-                sum(result.deletes.values()),
-                sum(result.in_flight.values()),
-            )
 
-    def _answer(
-        self, name: str, request_id: str, result: RepairResult | None, error: str | None
+    def _serve_snapshot(
+        self, inbox: SnapshotInbox, request: SnapshotRequest, term: WriteTerm, halted: Halted
+    ) -> bool:
+        """Snapshot the request's tables under ``term`` and answer it; False when it was
+        interrupted (put back: this or the next holder finishes the same snapshot) or the
+        answer could not be written.
+
+        A stop or a lost lease ends the snapshot after (or, lease lost, inside) its chunk. A
+        refusal (a table that is gone, another snapshot in progress) is the request's answer.
+        """
+        name, config, request_id = term.destination, term.config, request.request_id
+        state_file = term.layout.snapshot_state
+        log.info("%s: snapshot request %s: %s", name, request_id, ", ".join(request.tables))
+        stop = SideWorkStop(name, term.epoch, work="snapshot")
+        runner = SnapshotRunner(
+            term,
+            state_file,
+            tables=request.tables,
+            chunk_size=config.snapshot.chunk_size,
+            chunk_seconds=config.snapshot.chunk_seconds,
+            segment_events=config.snapshot.segment_events,
+            on_progress=self._progress_of(term),
+            stop=stop,
+        )
+        self._begin(stop, lambda: "lease lost" if halted() == "lease lost" else None)
+        with self._lock:
+            self._runner = runner
+        try:
+            with inbox.keep_alive(request_id):
+                result = runner.run()
+        except CdcError as exc:
+            if exc.transient or halted() is not None:
+                log.warning("%s: snapshot request %s interrupted: %s", name, request_id, exc)
+                self._put_back(inbox, name, request_id)
+                return False
+            log.error("%s: snapshot request %s failed: %s", name, request_id, exc)
+            error = f"{type(exc).__name__}: {exc}"
+            return self._answer_snapshot(inbox, name, request_id, None, error)
+        finally:
+            self._end()
+        if state_file.exists():
+            self._put_back(inbox, name, request_id)  # stopped after a chunk: finished later
+            return False
+        self.snapshot_requests += 1
+        if not self._answer_snapshot(inbox, name, request_id, dict(result.per_table), None):
+            return False
+        log.info(
+            "%s: snapshot request %s done: %d rows in %d chunks",
+            name,
+            request_id,
+            result.rows_written,
+            result.chunks,
+        )
+        return True
+
+    @staticmethod
+    def _put_back(inbox: SnapshotInbox, name: str, request_id: str) -> None:
+        """Release an interrupted snapshot request; when the lake refuses, its claim goes
+        stale and the next holder takes it over."""
+        try:
+            inbox.release(request_id)
+        except (OSError, SinkError) as exc:  # the inbox is in the lake
+            log.warning("%s: cannot put snapshot request %s back: %s", name, request_id, exc)
+
+    @staticmethod
+    def _answer_snapshot(
+        inbox: SnapshotInbox,
+        name: str,
+        request_id: str,
+        rows: dict[str, int] | None,
+        error: str | None,
+    ) -> bool:
+        """Answer a snapshot request; False when the lake refused (logged: its claim goes
+        stale and the request is served again later; a snapshot repeated is harmless)."""
+        try:
+            inbox.finish(request_id, rows=rows, error=error)
+        except (OSError, SinkError) as exc:  # the inbox is in the lake
+            log.error("%s: cannot answer snapshot request %s: %s", name, request_id, exc)
+            return False
+        return True
+
+    def _serve_repair(
+        self, inbox: RepairInbox, request: RepairRequest, term: WriteTerm, halted: Halted
+    ) -> bool:
+        """Repair the request's keys under ``term`` and answer it; False when it failed.
+
+        Whatever happens, the requester gets an answer: a failure (an unexpected one too) is
+        written as the request's error result. A lost lease or a stop interrupts the repair
+        at once (its :class:`SideWorkStop` cuts its source reads).
+        """
+        name, request_id = term.destination, request.request_id
+        stop = SideWorkStop(name, term.epoch, work="repair")
+        self._begin(stop, halted)
+        try:
+            with inbox.keep_alive(request_id):
+                result = repair_keys(term, request.tables, stop=stop)
+        except Exception as exc:  # the requester must hear of any failure
+            if isinstance(exc, CdcError):
+                log.error("%s: repair request %s failed: %s", name, request_id, exc)
+            else:
+                log.exception("%s: repair request %s failed", name, request_id)
+            self._answer_repair(inbox, name, request_id, None, f"{type(exc).__name__}: {exc}")
+            return False
+        finally:
+            self._end()
+        self.repairs += 1
+        self._answer_repair(inbox, name, request_id, result, None)
+        log.info(
+            "%s: repair request %s done: %d upserts, %d deletes, %d left to the binlog",
+            name,
+            request_id,
+            sum(result.upserts.values()),
+            sum(result.deletes.values()),
+            sum(result.in_flight.values()),
+        )
+        return True
+
+    @staticmethod
+    def _answer_repair(
+        inbox: RepairInbox,
+        name: str,
+        request_id: str,
+        result: RepairResult | None,
+        error: str | None,
     ) -> None:
         """Write a request's result; a storage failure is logged (the requester's wait
         then ends on its own when the claim shows no more sign of life)."""
-        assert self.inbox is not None
         try:
-            self.inbox.finish(request_id, result, error=error)
+            inbox.finish(request_id, result, error=error)
         except (OSError, SinkError) as exc:  # the inbox is in the lake
             log.error("%s: cannot answer repair request %s: %s", name, request_id, exc)

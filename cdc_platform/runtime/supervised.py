@@ -7,13 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from cdc_platform.backfill.request_inbox import holder_inbox
 from cdc_platform.backfill.snapshot import SnapshotProgress
-from cdc_platform.backfill.snapshot_requests import snapshot_inbox
 from cdc_platform.config.deployment import check_deployment
 from cdc_platform.config.loader import ConfigSet, Destination
 from cdc_platform.coordination.factory import open_lease, open_registry, open_state_store
 from cdc_platform.infra.recorder import NULL_RECORDER, MetricsRecorder
-from cdc_platform.reconcile.inbox import destination_inbox
 from cdc_platform.runtime.instance import DestinationRuntime
 from cdc_platform.runtime.side_work import SideWork
 from cdc_platform.runtime.supervisor import LeaseSupervisor
@@ -64,16 +63,12 @@ def supervised_destination(  # noqa: PLR0913 (the CLI's and the Dagster run's op
             return DestinationRuntime(term, metrics_interval_seconds=metrics_interval_seconds)
 
         name = destination.name
-        # Repair requests and snapshot progress live in the lake: any node can continue them.
+        # Requests (repairs, snapshots) and snapshot progress live in the lake: any node can
+        # continue them.
         side_work = SideWork(
-            inbox=destination_inbox(
-                lake.uri, name, destination.config.source, lake.storage_options
-            ),
+            inbox=holder_inbox(lake.uri, name, destination.config.source, lake.storage_options),
             lake_root=lake.uri,
             on_snapshot_progress=on_snapshot_progress,
-            snapshot_inbox=snapshot_inbox(
-                lake.uri, name, destination.config.source, lake.storage_options
-            ),
         )
         yield LeaseSupervisor(
             WriteTerm.in_lake(

@@ -17,11 +17,12 @@
 It also heartbeats the node registry (database backend), runs its bounded cleanup while
 holding the lease, and publishes lease, config and progress state to the state watch.
 
-5. **Side work** (:mod:`.side_work`): new-table snapshots before streaming, repair requests
-   of a reconciliation, and re-reads of tables a DDL changed without row events
-   (docs/ddl.md): the supervisor stops the runtime after its in-flight commit, writes the
-   side work's events itself under the same term, and starts a new runtime from the
-   checkpoint: only the lease holder ever writes the change log.
+5. **Side work** (:mod:`.side_work`): new-table snapshots before streaming, requests from
+   the destination's inbox (a reconciliation's repairs, ad-hoc snapshots), and re-reads of
+   tables a DDL changed without row events (docs/ddl.md): the supervisor stops the runtime
+   after its in-flight commit, writes the side work's events itself under the same term, and
+   starts a new runtime from the checkpoint: only the lease holder ever writes the change
+   log.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Protocol
 
-from cdc_platform.backfill.lease import take_lease
 from cdc_platform.backfill.snapshot import SnapshotProgress
+from cdc_platform.coordination.lease import take_lease
 from cdc_platform.errors import (
     CdcError,
     LeaseError,
@@ -516,17 +517,13 @@ class LeaseSupervisor:
             self.role = "active"
 
     def _paused_for_side_work(self, term: WriteTerm) -> bool:
-        """Serve what the runtime stopped for (a repair request, a re-read after DDL); True
+        """Serve what the runtime stopped for (a request, a re-read after DDL); True
         when the stream starts again in this term."""
         side = self._side
         served = False
-        if side.repair_due.is_set() and self._halted() is None:
-            side.repair_due.clear()
-            side.serve_inbox(term, self._halted)
-            served = True
-        if side.snapshot_due.is_set() and self._halted() is None:
-            side.snapshot_due.clear()
-            self._serve_snapshot_requests(term)
+        if side.request_due.is_set() and self._halted() is None:
+            side.request_due.clear()
+            side.serve_requests(term, self._halted, on_role=self._set_role)
             served = True
         if side.reread_due.is_set() and self._halted() is None:
             side.reread_due.clear()
@@ -544,13 +541,9 @@ class LeaseSupervisor:
         finally:
             self.role = "active"
 
-    def _serve_snapshot_requests(self, term: WriteTerm) -> None:
-        """Ad-hoc snapshots requested through the lake, between two stretches of streaming."""
-        self.role = "snapshot"
-        try:
-            self._side.serve_snapshot_requests(term, self._halted)
-        finally:
-            self.role = "active"
+    def _set_role(self, role: str) -> None:
+        """What this node does now (``active``, ``snapshot``), as side work reports it."""
+        self.role = role
 
     def _summary(self, summaries: list[RunSummary], final: RunSummary | None) -> RunSummary:
         """Totals over all terms; the error only of a term that ended the run (a lost term

@@ -23,7 +23,7 @@ remains there.
 
 A :meth:`LakeFile.move_to` is atomic with a single winner on local disks (a rename); on object
 stores it is a server-side copy then a delete, so two movers of one object may both succeed:
-the callers (the reconcile inbox) are built so that is harmless. Library errors are raised
+the callers (the request inbox) are built so that is harmless. Library errors are raised
 once here as :class:`SinkError` (transient: storage trouble may pass) with no storage secret
 in the message.
 """

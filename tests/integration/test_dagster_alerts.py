@@ -30,7 +30,7 @@ from dagster import (
     op,
 )
 
-from cdc_platform.spark.catalog import Catalog
+from cdc_platform.coordination.table_catalog import Catalog
 from dagster_defs import build_definitions
 from dagster_defs.alerts import WEBHOOK_ENV, build_run_failure_alert, post_alert
 from dagster_defs.freshness import LAG_CHECK

@@ -20,8 +20,8 @@ from pyspark.sql import SparkSession
 
 from cdc_platform.backfill.reread import RereadRecord, pending_rereads, reread_path
 from cdc_platform.config import load_config
+from cdc_platform.coordination.table_catalog import discover_tables
 from cdc_platform.runtime.supervised import supervised_destination
-from cdc_platform.spark.catalog import discover_tables
 from cdc_platform.spark.locations import mirror_root, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf

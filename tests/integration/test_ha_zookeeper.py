@@ -15,8 +15,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 from pydantic import SecretStr
 
-from cdc_platform.backfill.lease import take_lease
 from cdc_platform.config.models import InstanceConfig, SourceConfig
+from cdc_platform.coordination.lease import take_lease
 from cdc_platform.errors import LeaseBackendError, LeaseError, LeaseLostError, TooFarBehindError
 from cdc_platform.events import ResumePosition
 from cdc_platform.ha import ZooKeeperLease

@@ -1,5 +1,5 @@
-"""The lake-file layer, the repair inbox and a snapshot with the lake on a real S3-compatible
-server (SeaweedFS ``weed mini``).
+"""The lake-file layer, the request inbox (repairs, snapshots) and a snapshot with the lake on a
+real S3-compatible server (SeaweedFS ``weed mini``).
 
 The suite's session SeaweedFS serves them; ``seaweed_s3_local`` hands its settings to the
 lake-file layer as storage options (not through the environment).
@@ -16,6 +16,8 @@ from deltalake import DeltaTable
 
 from cdc_platform.backfill.new_tables import snapshot_new_tables
 from cdc_platform.backfill.repair import RepairKey, RepairResult, RepairTable
+from cdc_platform.backfill.request_folder import STALE_AFTER_SECONDS
+from cdc_platform.backfill.request_inbox import RepairInbox, SnapshotInbox
 from cdc_platform.backfill.snapshot import (
     SnapshotProgress,
     SnapshotRunner,
@@ -24,7 +26,6 @@ from cdc_platform.backfill.snapshot import (
 )
 from cdc_platform.config.models import SnapshotSettings
 from cdc_platform.errors import ReconcileError, SinkError
-from cdc_platform.reconcile.inbox import RepairInbox
 from cdc_platform.sink.lake_files import LakeFile
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config
@@ -98,7 +99,8 @@ def test_repair_inbox_on_s3(seaweed_s3_local: dict[str, str]) -> None:
     request_id = requester.submit(tables)
     assert holder.pending()
     claimed = holder.claim()
-    assert claimed == (request_id, tables)
+    assert claimed is not None
+    assert (claimed.request_id, claimed.tables) == (request_id, tables)
     assert holder.claim() is None
     assert not requester.withdraw(request_id)  # claimed: waited for, not given up
     holder.finish(request_id, RepairResult())
@@ -119,6 +121,44 @@ def test_repair_inbox_on_s3(seaweed_s3_local: dict[str, str]) -> None:
     holder.finish(midway, error="done by hand")
     with pytest.raises(ReconcileError, match="done by hand"):
         requester.wait(midway, 5)
+
+
+def test_snapshot_request_claims_on_s3(seaweed_s3_local: dict[str, str]) -> None:
+    """A snapshot request on the bucket: one holder claims it, its heartbeat keeps another
+    holder off, a stop puts it back, and the claim of a holder that died is taken over."""
+    root = LakeFile("s3://lake/inbox-root/d/_snapshot_requests", seaweed_s3_local)
+    requester = SnapshotInbox(root, key=KEY)
+    clock = [0.0]
+    first = SnapshotInbox(LakeFile(root.uri, seaweed_s3_local), key=KEY)
+    second = SnapshotInbox(LakeFile(root.uri, seaweed_s3_local), key=KEY, clock=lambda: clock[0])
+    request_id = requester.submit(["db.t"], requester="test")
+    claimed = first.claim()
+    assert claimed is not None
+    assert (claimed.request_id, claimed.tables) == (request_id, ["db.t"])
+    assert second.claim() is None
+    first.release(request_id)  # stopped after a chunk: waiting again
+    again = second.claim()
+    assert again is not None
+    assert again.request_id == request_id
+
+    third = SnapshotInbox(LakeFile(root.uri, seaweed_s3_local), key=KEY, clock=lambda: clock[0])
+    assert not third.pending()
+    claim_file = third.claimed.child(f"{request_id}.json")
+    before = claim_file.modified()
+    with second.keep_alive(request_id, interval=0.2):  # it works a while, then dies
+        wait_until(lambda: claim_file.modified() != before, timeout=10, what="a heartbeat")
+    clock[0] += STALE_AFTER_SECONDS
+    assert not third.pending(), "a claim that changed is not stale"
+    clock[0] += STALE_AFTER_SECONDS
+    taken = third.claim()
+    assert taken is not None
+    assert taken.request_id == request_id
+    third.finish(request_id, rows={"db.t": 7})
+    answer = requester.wait(request_id, 5)
+    assert answer is not None
+    assert answer.rows == {"db.t": 7}
+    assert not third.claimed.list(".json")
+    assert not third.requests.list(".json")
 
 
 def test_a_snapshot_with_its_lake_on_s3_is_finished_by_another_node(

@@ -10,7 +10,7 @@ from dagster import AssetKey, AssetSelection, Definitions, define_asset_job, ins
 from deltalake import DeltaTable
 
 from cdc_platform.config import load_config
-from cdc_platform.spark.catalog import Catalog, CatalogColumn, CatalogTable
+from cdc_platform.coordination.table_catalog import Catalog, CatalogColumn, CatalogTable
 from cdc_platform.spark.session import SparkSessionFactory
 from cdc_platform.testing.spark_changes import ChangeLogWriter, SourceTable, column
 from dagster_defs import build_definitions

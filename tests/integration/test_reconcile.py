@@ -20,11 +20,11 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_platform.backfill.repair import RepairKey, RepairTable
+from cdc_platform.backfill.request_inbox import RepairInbox, repair_inbox
 from cdc_platform.backfill.snapshot import SnapshotRunner, state_path
 from cdc_platform.config import ConfigSet, load_config
 from cdc_platform.coordination.factory import open_lease
 from cdc_platform.errors import ReconcileError, SourceSettingsError
-from cdc_platform.reconcile.inbox import RepairInbox, destination_inbox, inbox_path
 from cdc_platform.reconcile.service import ReconcileReport, reconcile_destination
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.runtime.supervised import supervised_destination
@@ -244,7 +244,7 @@ def test_repair_is_written_by_the_lease_holder_while_it_streams(
     }, report.metadata()
     assert sum(report.repair.deletes.values()) == 1
     assert report.repaired == 5
-    assert not RepairInbox(inbox_path(destination.lake_root, "d")).requests.list(".json")
+    assert not repair_inbox(destination.lake_root, "d").requests.list(".json")
 
     # the holder keeps streaming after the repair
     mariadb.server.execute(
@@ -280,7 +280,7 @@ def test_nothing_is_written_where_the_lease_is_not_held(
         assert report.differences == 4 + 1  # found, but not repaired
         assert report.repair is None
         assert DeltaTable(destination.table_uri("d")).version() == version
-        inbox = RepairInbox(inbox_path(destination.lake_root, "d"))
+        inbox = repair_inbox(destination.lake_root, "d")
         assert not inbox.requests.list(".json")  # withdrawn
     finally:
         lease.close()
@@ -428,7 +428,7 @@ def test_hand_written_repair_requests_are_refused_and_delete_nothing(
     mariadb.server.execute(
         "SET sql_log_bin = 0", "DELETE FROM items WHERE id = 13", database=mariadb.name
     )
-    inbox = RepairInbox(inbox_path(destination.lake_root, "d"))
+    inbox = repair_inbox(destination.lake_root, "d")
     key = {"key": [13], "pk": '{"id":13}'}
     forge_request(
         inbox, "000000000000001-forged01", [{"db": mariadb.name, "table": "items", "keys": [key]}]
@@ -467,7 +467,7 @@ def test_a_lost_lease_interrupts_a_repair_blocked_on_the_source(
         "SET sql_log_bin = 0", "DELETE FROM items WHERE id = 13", database=mariadb.name
     )
     source = destination.destinations["d"].config.source
-    inbox = destination_inbox(destination.lake_root, "d", source)
+    inbox = repair_inbox(destination.lake_root, "d", source)
     locker = mariadb.server.connect(mariadb.name)
     try:
         with locker.cursor() as cur:

@@ -19,8 +19,8 @@ import pytest
 from dagster import AssetKey, instance_for_test
 from pyspark.sql import SparkSession
 
+from cdc_platform.backfill.request_inbox import repair_inbox
 from cdc_platform.config import ConfigSet, load_config
-from cdc_platform.reconcile.inbox import destination_inbox
 from cdc_platform.reconcile.service import reconcile_destination
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.runtime.supervised import supervised_destination
@@ -277,7 +277,7 @@ def test_reconcile_on_s3_sends_the_repair_to_the_streaming_lease_holder(
         assert supervisor.repairs == 1
     assert report.status == "repaired", report.metadata()
     assert "lease holder" in (report.repaired_by or "")
-    inbox = destination_inbox(config.lake.uri, "d", config.destinations["d"].config.source, options)
+    inbox = repair_inbox(config.lake.uri, "d", config.destinations["d"].config.source, options)
     assert not inbox.requests.list(".json"), "the request was taken from the inbox on S3"
     apply_changes(spark, uri, root, name, "items", storage_options=options)
     assert_mirror_equals_source(spark, mariadb, root, "items")

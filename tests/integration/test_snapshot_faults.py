@@ -13,7 +13,6 @@ import pymysql
 import pytest
 from deltalake import DeltaTable
 
-from cdc_platform.backfill.lease import take_lease
 from cdc_platform.backfill.new_tables import snapshot_new_tables
 from cdc_platform.backfill.snapshot import (
     SnapshotProgress,
@@ -26,6 +25,7 @@ from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.config import load_config
 from cdc_platform.config.models import InstanceConfig, SnapshotSettings
 from cdc_platform.coordination.factory import open_lease
+from cdc_platform.coordination.lease import take_lease
 from cdc_platform.errors import LeaseLostError
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink.report import CommitReport

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from cdc_platform.backfill import request_folder
+from cdc_platform.backfill.request_inbox import snapshot_inbox
 from cdc_platform.backfill.snapshot import SnapshotProgress, state_path
-from cdc_platform.backfill.snapshot_requests import snapshot_inbox
 from cdc_platform.cli import main
 from cdc_platform.config import load_config
 from cdc_platform.errors import SnapshotError
@@ -140,9 +141,47 @@ def test_a_request_interrupted_by_a_stop_is_finished_by_the_next_run(
     assert summary.error is None, summary
     answer = inbox.result(request_id)
     assert answer is not None
-    assert answer["error"] is None
+    assert answer.error is None
     assert chunks[2] == 3  # resumed at the third chunk, not from the start
     assert not state_path(lake_root, "d").exists()
+    replayed = replay(str(lake_root / "d" / "changes"))
+    assert replayed.duplicates == []
+    assert replayed.tables[f"{db}.customers"] == source_rows(mariadb.server, db, "customers")
+
+
+def test_a_request_claimed_by_a_holder_that_died_is_finished_by_the_next_run(
+    mariadb: MariaDBDatabase, lake_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim of a dead holder shows no sign of life: the next run takes it over."""
+    monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
+    monkeypatch.setattr(request_folder, "STALE_AFTER_SECONDS", 2.0)  # 60 s in production
+    db = mariadb.name
+    workload = Workload(mariadb.server, db, seed=23)
+    workload.create_schema()
+    workload.run_transactions(200)
+    conf = tmp_path / "conf"
+    write_conf(
+        conf, destination="d", server=mariadb.server, user=mariadb.user, database=db,
+        lake_root=lake_root, server_id=2503,
+        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/l.db'}}\n",
+        extra_store="snapshot: {chunk_size: 50}\n",
+    )  # fmt: skip
+    loaded = load_config(conf)
+    source = loaded.destinations["d"].config.source
+    request_id = snapshot_inbox(lake_root, "d", source).submit([f"{db}.customers"])
+    dead_holder = snapshot_inbox(lake_root, "d", source)
+    claimed = dead_holder.claim()  # ... and that holder dies before its first chunk
+    assert claimed is not None
+    assert not snapshot_inbox(lake_root, "d", source).waiting()
+
+    with supervised_destination(loaded, loaded.destinations["d"]) as supervisor:
+        summary = supervisor.run(exit_when_idle_seconds=10.0)
+    assert summary.error is None, summary
+    answer = snapshot_inbox(lake_root, "d", source).result(request_id)
+    assert answer is not None, "the stale claim was taken over and answered"
+    assert answer.error is None
+    assert answer.rows[f"{db}.customers"] > 0
+    assert not dead_holder.claimed.list(".json")
     replayed = replay(str(lake_root / "d" / "changes"))
     assert replayed.duplicates == []
     assert replayed.tables[f"{db}.customers"] == source_rows(mariadb.server, db, "customers")

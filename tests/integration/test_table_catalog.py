@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cdc_platform.config import load_config
-from cdc_platform.spark.catalog import discover_tables
+from cdc_platform.coordination.table_catalog import discover_tables
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.spark_changes import ChangeLogWriter, SourceTable, column
 from tests.conftest import MariaDBDatabase

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -74,3 +75,43 @@ def test_the_table_gives_ratios_to_debezium_and_marks_incomplete_readers() -> No
 def test_without_a_complete_debezium_run_there_are_no_ratios() -> None:
     results = [pr.ReaderResult("cdc-decode", 1000, 5.0, 1.0, True, 100.0)]
     assert pr.table("oltp", 1000, results).splitlines()[2].split()[-3:] == ["-", "-", "-"]
+
+
+HARNESSES = Path(__file__).resolve().parents[2] / "bench" / "peers"
+JAVA_RESULT = re.compile(
+    r'System\.out\.printf\(\s*(Locale\.ROOT,\s*)?"(PEER_RESULT [^"\\]*(?:\\.[^"\\]*)*)"'
+)
+JAVA_SAMPLES = {"%d": "1000", "%.3f": "2.500", "%b": "true", "%s": "count", "%n": "\n"}
+
+
+def _render_java_format(java_format: str) -> str:
+    """A Java printf format with sample values, as the JVM prints it in a neutral locale."""
+    text = java_format.replace('\\"', '"')
+    return re.sub(r"%(?:\.3f|[dbsn])", lambda m: JAVA_SAMPLES[m.group(0)], text)
+
+
+def test_every_jvm_harness_prints_a_result_line_peers_py_parses() -> None:
+    sources = sorted(HARNESSES.glob("*/src/main/java/**/*Peer.java"))
+    assert {s.relative_to(HARNESSES).parts[0] for s in sources} >= {
+        "canal",
+        "debezium",
+        "flink-cdc",
+    }
+    for source in sources:
+        found = JAVA_RESULT.search(source.read_text())
+        assert found, f"{source.name}: no PEER_RESULT printf"
+        # a locale with a decimal comma would print 2,500 and break the JSON
+        assert found.group(1), f"{source.name}: the result line is not printed in Locale.ROOT"
+        result = pr.parse_result(source.stem, _render_java_format(found.group(2)))
+        assert (result.rows, result.elapsed_s, result.first_row_s) == (1000, 2.5, 2.5)
+        assert result.complete
+
+
+def test_the_table_compares_canal_to_debezium() -> None:
+    results = [
+        pr.ReaderResult("debezium-count", 1000, 10.0, 5.0, True, 400.0, 400.0),
+        pr.ReaderResult("canal", 1000, 4.0, 2.0, True, 120.0, 100.0),
+    ]
+    canal = pr.table("wide", 1000, results).splitlines()[3]
+    assert canal.split()[0] == "canal"
+    assert canal.split()[-3:] == ["2.50", "2.50", "0.25"]

@@ -17,7 +17,7 @@ from dagster import (
 )
 
 from cdc_platform.config import ConfigSet, load_config
-from cdc_platform.spark.catalog import Catalog, CatalogColumn, CatalogTable
+from cdc_platform.coordination.table_catalog import Catalog, CatalogColumn, CatalogTable
 from dagster_defs import build_definitions, resources
 from dagster_defs.assets import change_log_specs
 from dagster_defs.resources import (

@@ -7,12 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from cdc_platform.backfill.request_inbox import repair_inbox, snapshot_inbox
 from cdc_platform.backfill.reread_list import reread_path
 from cdc_platform.backfill.snapshot import captured_tables_path, state_path
-from cdc_platform.backfill.snapshot_requests import snapshot_inbox
 from cdc_platform.config.lake import LakeLocation
 from cdc_platform.config.models import InstanceConfig
-from cdc_platform.reconcile.inbox import inbox_path
 from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.start_record import start_record_file
 from cdc_platform.sink.term import WriteTerm
@@ -81,7 +80,7 @@ def test_the_older_helpers_name_the_same_places() -> None:
     assert state_path(_S3 + "/", "d", opts).uri == f"{_S3}/d/_snapshot_state.json"
     assert captured_tables_path(_S3, "d", opts).uri == f"{_S3}/d/_captured_tables.json"
     assert reread_path(_S3, "d", opts).uri == f"{_S3}/d/_reread_tables.json"
-    assert inbox_path(_S3, "d") == f"{_S3}/d/_reconcile"
+    assert repair_inbox(_S3, "d", None, opts).root.uri == f"{_S3}/d/_reconcile"
     assert snapshot_inbox(_S3, "d", None, opts).root.uri == f"{_S3}/d/_snapshot_requests"
     assert mirror_root(_S3, "d") == f"{_S3}/d/mirror"
     assert start_record_file(f"{_S3}/d/changes", opts).uri == f"{_S3}/d/_start.json"

@@ -16,7 +16,7 @@ from dagster import (
     build_sensor_context,
 )
 
-from cdc_platform.spark.catalog import Catalog, CatalogTable
+from cdc_platform.coordination.table_catalog import Catalog, CatalogTable
 from dagster_defs.cdc_job import CDC_JOB, DESTINATION_TAG
 from dagster_defs.reconcile import (
     RECONCILE_JOB,

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from cdc_platform.backfill.repair import RepairKey, RepairResult, RepairTable
+from cdc_platform.backfill.request_inbox import RepairInbox
+from cdc_platform.backfill.request_signing import signing_key
 from cdc_platform.errors import ReconcileError
-from cdc_platform.reconcile.inbox import RepairInbox, signing_key
 
 pytestmark = pytest.mark.unit
 
@@ -31,8 +32,8 @@ def test_inbox_claim_is_exclusive_and_results_travel(tmp_path: Path) -> None:
     other = RepairInbox(tmp_path / "_reconcile", key=KEY)
     claimed = inbox.claim()
     assert claimed is not None
-    assert claimed[0] == request_id
-    assert claimed[1] == tables
+    assert claimed.request_id == request_id
+    assert claimed.tables == tables
     assert other.claim() is None  # only one claimer wins
     assert not inbox.withdraw(request_id)  # claimed: cannot be withdrawn any more
     inbox.finish(request_id, RepairResult(upserts={"db.t": 1}, batches=[7], epoch=3))
@@ -98,7 +99,9 @@ def test_inbox_refuses_unsigned_tampered_foreign_and_stale_requests(tmp_path: Pa
     now[0] += 2 * 24 * 3600
     refused(stale, "outside the accepted age")
     fresh = requester.submit(table)
-    assert holder.claim() == (fresh, table)
+    claimed = holder.claim()
+    assert claimed is not None
+    assert (claimed.request_id, claimed.tables) == (fresh, table)
 
 
 def test_inbox_wait_ends_when_a_claimed_request_shows_no_sign_of_life(tmp_path: Path) -> None:

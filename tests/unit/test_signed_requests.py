@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 from cdc_platform.backfill.repair import RepairKey, RepairResult, RepairTable
+from cdc_platform.backfill.request_inbox import RepairInbox, SnapshotInbox
 from cdc_platform.backfill.request_signing import signing_key
-from cdc_platform.backfill.snapshot_requests import SnapshotInbox
 from cdc_platform.errors import SnapshotError
-from cdc_platform.reconcile.inbox import RepairInbox
 from cdc_platform.sink.lake_files import LakeFile
 
 pytestmark = pytest.mark.unit
@@ -34,7 +33,7 @@ def rewrite(path: Path, **changes: object) -> None:
 def test_a_signed_snapshot_request_is_served(tmp_path: Path) -> None:
     inbox = snapshot_inbox(tmp_path)
     request_id = inbox.submit(["shop.t"], requester="test")
-    request = inbox.next()
+    request = inbox.claim()
     assert request is not None
     assert (request.request_id, request.tables) == (request_id, ["shop.t"])
 
@@ -50,7 +49,7 @@ def test_hand_written_and_tampered_snapshot_requests_are_refused(tmp_path: Path)
     tampered = inbox.submit(["shop.t"])
     rewrite(requests / f"{tampered}.json", tables=["shop.big_table"])
     foreign = SnapshotInbox(LakeFile(str(tmp_path)), key=REPAIR_KEY).submit(["shop.t"])
-    assert inbox.next() is None
+    assert inbox.claim() is None
     answers = {rid: inbox.result(rid) for rid in (hand_written, tampered, foreign)}
     assert "not signed" in str(answers[hand_written])
     assert "wrong signature" in str(answers[tampered])
@@ -62,7 +61,7 @@ def test_a_snapshot_request_needs_a_key(tmp_path: Path) -> None:
     with pytest.raises(SnapshotError, match="cannot sign"):
         snapshot_inbox(tmp_path, key=None).submit(["shop.t"])
     snapshot_inbox(tmp_path).submit(["shop.t"])
-    assert snapshot_inbox(tmp_path, key=None).next() is None  # refused: no key to verify
+    assert snapshot_inbox(tmp_path, key=None).claim() is None  # refused: no key to verify
 
 
 def test_a_replayed_snapshot_request_is_not_served_again(tmp_path: Path) -> None:
@@ -70,13 +69,15 @@ def test_a_replayed_snapshot_request_is_not_served_again(tmp_path: Path) -> None
     request_id = inbox.submit(["shop.t"])
     path = tmp_path / "requests" / f"{request_id}.json"
     captured = path.read_text()
-    assert inbox.next() is not None
+    assert inbox.claim() is not None
     inbox.finish(request_id, rows={"shop.t": 5})
     path.write_text(captured)  # someone who saw the request writes it again
     assert inbox.pending()
-    assert inbox.next() is None
+    assert inbox.claim() is None
     assert not path.exists()
-    assert inbox.result(request_id)["rows"] == {"shop.t": 5}  # type: ignore[index]
+    answer = inbox.result(request_id)
+    assert answer is not None
+    assert answer.rows == {"shop.t": 5}
 
 
 def test_a_replayed_repair_request_is_not_served_again(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.HashMap;
 import java.util.List;
+import java.util.Locale;
 import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
@@ -116,7 +117,7 @@ public final class DebeziumPeer {
             done.await(Long.parseLong(args.getOr("timeout", "1800")), TimeUnit.SECONDS);
             complete = seen.get() >= rows;
             double elapsed = (System.nanoTime() - began) / 1e9;
-            System.out.printf(
+            System.out.printf(Locale.ROOT,
                     "PEER_RESULT {\"peer\": \"debezium-%s\", \"rows\": %d, \"elapsed_s\": %.3f, \"first_row_s\": %.3f, \"complete\": %b}%n",
                     mode, seen.get(), elapsed, firstRow[0] / 1e9, complete);
             System.out.flush();

@@ -1,6 +1,7 @@
 package bench.peers;
 
 import java.util.HashMap;
+import java.util.Locale;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
@@ -62,7 +63,7 @@ public final class FlinkCdcPeer {
             }
         }
         double elapsed = (System.nanoTime() - began) / 1e9;
-        System.out.printf(
+        System.out.printf(Locale.ROOT,
                 "PEER_RESULT {\"peer\": \"flink-cdc\", \"rows\": %d, \"elapsed_s\": %.3f, \"first_row_s\": %.3f, \"complete\": %b}%n",
                 SEEN.get(), elapsed, firstRow / 1e9, finished);
         System.out.flush();

@@ -8,6 +8,9 @@ JSON of its newest row). :func:`discover_tables` joins both and never fails for 
 down or a change log not yet written: it returns what it could read and says what it could not,
 so definitions built from it load offline. A catalog is JSON (:meth:`Catalog.to_json`), for
 callers that cache it between loads.
+
+It reads the source and the change log, never Spark: it lives with the other read views of a
+configured deployment (:mod:`.status`), beneath every face that loads it (Dagster, Airflow).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder
 
 from cdc_platform.config import ConfigSet, SourceConfig
-from cdc_platform.errors import CdcError, SparkError
+from cdc_platform.errors import CdcError, SinkError
 from cdc_platform.source.filters import TableFilter
 from cdc_platform.source.mysql import MYSQL_ERRORS, SourceServer
 
@@ -199,7 +202,7 @@ def change_log_tables(
     no table yet), with the columns of its newest row that carries them.
 
     Raises:
-        SparkError: the table exists but could not be read.
+        SinkError: the table exists but could not be read (storage trouble may pass).
     """
     try:
         delta = DeltaTable(uri, storage_options=dict(storage_options or {}) or None)
@@ -232,7 +235,7 @@ def change_log_tables(
             for row in found.to_pylist():
                 described[(str(row["db"]), str(row["table"]))] = _log_columns(row["columns"])
     except Exception as exc:  # delta-rs / DataFusion errors, translated here
-        raise SparkError(f"reading the tables of the change log at {uri} failed: {exc}") from exc
+        raise SinkError(f"reading the tables of the change log at {uri} failed: {exc}") from exc
     pairs = {(str(r["db"]), str(r["table"])) for r in named.to_pylist()}
     return [
         CatalogTable(db, table, described.get((db, table), ()), ("change_log",))
