@@ -2,8 +2,19 @@
 # One set-up path for a fresh machine and for one that already has some of it: installs the
 # Debian packages the tests and the demo need when missing, creates .venv and installs the
 # project with its dev extras. Idempotent; quiet when there is nothing to do.
+#
+# `--airflow` also creates .venv-airflow (the Airflow provider's environment: scripts/test.sh
+# asks for it; the demo does not need it, and its first install takes many minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+with_airflow=""
+for arg in "$@"; do
+  case "$arg" in
+    --airflow) with_airflow=1 ;;
+    *) printf 'setup: unknown option %s (known: --airflow)\n' "$arg" >&2; exit 2 ;;
+  esac
+done
 
 say() { printf 'setup: %s\n' "$*" >&2; }
 
@@ -65,31 +76,33 @@ fi
 # Airflow's pins fight Dagster's, so the Airflow provider (cdc_airflow/) gets its own .venv-airflow:
 # Airflow 3 and the engine's requirements (requirements-airflow.txt: pyproject.toml's less
 # dagster) at the versions of constraints-airflow.txt, then the project itself without its
-# dependencies. docs/airflow.md.
-if [ ! -x .venv-airflow/bin/python ]; then
-  say "creating .venv-airflow"
-  "$python_bin" -m venv .venv-airflow
-fi
-airflow_stamp=.venv-airflow/.cdc-platform-installed
-airflow_want="$(cat pyproject.toml requirements-airflow.txt constraints-airflow.txt | sha256sum | cut -d' ' -f1)"
-if [ "$(cat "$airflow_stamp" 2>/dev/null)" != "$airflow_want" ] \
-   || ! .venv-airflow/bin/python -c 'import cdc_airflow, airflow' 2>/dev/null; then
-  say "installing Airflow and the engine into .venv-airflow (a few minutes on a fresh machine)"
-  log=.venv-airflow/pip-install.log
-  pip=(.venv-airflow/bin/python -m pip install --disable-pip-version-check)
-  if ! { "${pip[@]}" --upgrade pip \
-         && "${pip[@]}" -c constraints-airflow.txt -r requirements-airflow.txt \
-         && "${pip[@]}" --no-deps -e .; } >"$log" 2>&1; then
-    grep -v "^WARNING: Location" "$log" | tail -n 40 >&2
-    say "pip install into .venv-airflow failed; full log in $log"
-    exit 1
+# dependencies. Only with --airflow. docs/airflow.md.
+if [ -n "$with_airflow" ]; then
+  if [ ! -x .venv-airflow/bin/python ]; then
+    say "creating .venv-airflow"
+    "$python_bin" -m venv .venv-airflow
   fi
-  .venv-airflow/bin/python -c 'import airflow, cdc_airflow, cdc_platform.spark' \
-    || { say ".venv-airflow is incomplete; see the pip output above"; exit 1; }
-  if .venv-airflow/bin/python -c 'import dagster' 2>/dev/null; then
-    say ".venv-airflow holds dagster: the engine must run without it"; exit 1
+  airflow_stamp=.venv-airflow/.cdc-platform-installed
+  airflow_want="$(cat pyproject.toml requirements-airflow.txt constraints-airflow.txt | sha256sum | cut -d' ' -f1)"
+  if [ "$(cat "$airflow_stamp" 2>/dev/null)" != "$airflow_want" ] \
+     || ! .venv-airflow/bin/python -c 'import cdc_airflow, airflow' 2>/dev/null; then
+    say "installing Airflow and the engine into .venv-airflow (a few minutes on a fresh machine)"
+    log=.venv-airflow/pip-install.log
+    pip=(.venv-airflow/bin/python -m pip install --disable-pip-version-check)
+    if ! { "${pip[@]}" --upgrade pip \
+           && "${pip[@]}" -c constraints-airflow.txt -r requirements-airflow.txt \
+           && "${pip[@]}" --no-deps -e .; } >"$log" 2>&1; then
+      grep -v "^WARNING: Location" "$log" | tail -n 40 >&2
+      say "pip install into .venv-airflow failed; full log in $log"
+      exit 1
+    fi
+    .venv-airflow/bin/python -c 'import airflow, cdc_airflow, cdc_platform.spark' \
+      || { say ".venv-airflow is incomplete; see the pip output above"; exit 1; }
+    if .venv-airflow/bin/python -c 'import dagster' 2>/dev/null; then
+      say ".venv-airflow holds dagster: the engine must run without it"; exit 1
+    fi
+    echo "$airflow_want" > "$airflow_stamp"
   fi
-  echo "$airflow_want" > "$airflow_stamp"
 fi
 
 # --- Apache Spark jars -------------------------------------------------------------------------

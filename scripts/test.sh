@@ -4,7 +4,7 @@
 # Airflow provider's tests (tests/airflow) in .venv-airflow, beside the main suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --airflow
 # The static checks (ruff, mypy --strict, the import contracts) run beside the tests, on the
 # same two cores: mypy's minute of one core is otherwise a minute of wall time before them.
 static_log="$(mktemp "${TMPDIR:-/tmp}/cdc-static-checks.XXXXXX")"

@@ -20,7 +20,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark idiom)
 
 from cdc_platform.errors import CdcError, MirrorError
-from cdc_platform.spark.locations import delta_version, mirror_uri, table_exists
+from cdc_platform.spark.locations import delta_version, mirror_uri, table_exists, table_facts
 from cdc_platform.spark.mirror import MirrorResult
 from cdc_platform.spark.mirror_state import MirrorState, schema_signature, state_history
 from cdc_platform.spark.names import col
@@ -246,7 +246,11 @@ def mirror_as_of(  # noqa: PLR0913, PLR0917 (the positional API the Dagster asse
         data.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(
             target_uri
         )
-        count = spark.read.format("delta").load(target_uri).count()
+        facts = table_facts(target_uri, storage_options)
+        if facts is not None and facts.rows is not None:
+            count = facts.rows  # from the log: a count is a Spark job of its own
+        else:
+            count = spark.read.format("delta").load(target_uri).count()
     except CdcError:
         raise
     except Exception as exc:  # pyspark / grpc / py4j errors
@@ -266,7 +270,7 @@ def mirror_as_of(  # noqa: PLR0913, PLR0917 (the positional API the Dagster asse
         rows_deleted=0,
         mirror_rows=count,
         change_log_version=delta_version(change_log_uri, storage_options),
-        mirror_version=delta_version(target_uri, storage_options),
+        mirror_version=facts.version if facts is not None else None,
         seconds=time.perf_counter() - started,
         columns=tuple(target.names),
         last_ts=line.last_ts,

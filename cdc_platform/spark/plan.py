@@ -34,7 +34,6 @@ from datetime import UTC, datetime
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark idiom)
-from pyspark.sql import types as T  # noqa: N812 (the PySpark idiom)
 
 from cdc_platform.errors import SparkError
 from cdc_platform.source.ddl_effects import Effect
@@ -121,7 +120,7 @@ def read_change_log(spark: SparkSession, change_log_uri: str) -> DataFrame:
     """The change log as a DataFrame (``columns`` added as null for logs written before it)."""
     frame = spark.read.format("delta").load(change_log_uri)
     if "columns" not in frame.columns:
-        frame = frame.withColumn("columns", F.lit(None).cast(T.StringType()))
+        frame = frame.withColumn("columns", F.lit(None).cast("string"))
     return frame
 
 
@@ -294,7 +293,10 @@ def _raw(
         return default
     expression: Column | None = None
     for columns, name in cases:
-        value = parsed.getField(name) if name is not None else F.lit(None).cast(T.StringType())
+        # cast by name: a StringType object sent by a Spark Connect 4 client carries an explicit
+        # collation, which Delta then writes as `string collate UTF8_BINARY` (delta-rs cannot
+        # read such a table)
+        value = parsed.getField(name) if name is not None else F.lit(None).cast("string")
         condition = F.col("columns") == F.lit(columns)
         expression = (
             F.when(condition, value) if expression is None else expression.when(condition, value)

@@ -2,12 +2,11 @@
 
 The connect mode is pointed at the embedded Sail server, a real Spark Connect endpoint (and at
 an Apache Spark Connect server by the engine-parametrised tests). The classic mode runs Delta
-on the jars scripts/setup.sh installed, in a process of its own.
+on the jars scripts/setup.sh installed, in the test worker's classic JVM.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -16,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from cdc_platform.config.models import SparkConfig
+from cdc_platform.spark.jars import installed_jars
 from cdc_platform.spark.session import SparkSessionFactory, embedded_url, stop_embedded_server
+from cdc_platform.testing.spark_engines import SparkEngine
 
 pytestmark = pytest.mark.integration
 
@@ -69,34 +70,21 @@ def test_embedded_server_stops_cleanly_at_exit() -> None:
     assert "The Spark Connect server has stopped" in done.stderr
 
 
-def test_classic_mode_runs_delta_on_the_installed_jars(tmp_path: Path) -> None:
-    """Classic mode in a fresh process: delta-spark from the jars scripts/setup.sh fetched,
-    nothing resolved at start; a Delta table is written, merged into and read at a version."""
-    code = (
-        "import sys\n"
-        "from cdc_platform.config.models import SparkConfig\n"
-        "from cdc_platform.spark.session import SparkSessionFactory\n"
-        "conf = {'spark.ui.enabled': 'false', 'spark.sql.shuffle.partitions': '2'}\n"
-        "s = SparkSessionFactory(SparkConfig(mode='classic', master='local[1]', conf=conf))"
-        ".session()\n"
-        "assert 'spark.jars.packages' not in dict(s.sparkContext.getConf().getAll())\n"
-        "p = sys.argv[1]\n"
-        "s.range(3).write.format('delta').save(p)\n"
-        "s.sql(f'MERGE INTO delta.`{p}` t USING (SELECT 7 AS id) u ON t.id = u.id '\n"
-        "      'WHEN NOT MATCHED THEN INSERT *')\n"
-        "now = s.read.format('delta').load(p).count()\n"
-        "then = s.sql(f'SELECT * FROM delta.`{p}` VERSION AS OF 0').count()\n"
-        "print('DELTA', now, then, flush=True)\n"
-    )
-    marks = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
-    env = {k: v for k, v in os.environ.items() if k not in marks}
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "t")],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=env,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "DELTA 4 3" in done.stdout, done.stderr[-3000:]
+@pytest.mark.parametrize("spark_engine", ["classic"], indirect=True)
+def test_classic_mode_runs_delta_on_the_installed_jars(
+    spark_engine: SparkEngine, tmp_path: Path
+) -> None:
+    """Classic mode as the engine starts it (the test worker's own JVM): delta-spark from the
+    jars scripts/setup.sh fetched, nothing resolved at start; a Delta table is written,
+    merged into and read at a version."""
+    s = spark_engine.spark
+    settings = dict(s.sparkContext.getConf().getAll())
+    assert "spark.jars.packages" not in settings, "nothing is resolved when a session starts"
+    listed = set(settings["spark.jars"].split(","))
+    assert {Path(j).name for j in installed_jars()} <= {Path(j).name for j in listed}
+    p = str(tmp_path / "t")
+    s.range(3).write.format("delta").save(p)
+    s.sql(f"MERGE INTO delta.`{p}` t USING (SELECT 7 AS id) u ON t.id = u.id "
+          "WHEN NOT MATCHED THEN INSERT *")  # fmt: skip
+    assert s.read.format("delta").load(p).count() == 4
+    assert s.sql(f"SELECT * FROM delta.`{p}` VERSION AS OF 0").count() == 3
