@@ -11,20 +11,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from cdc_platform.backfill.commit import prepare
 from cdc_platform.errors import CdcError, CommitRefusedError, SinkError, SourceError
-from cdc_platform.events import ChangeEvent, EventKind, ResumePosition, ServerIdentity
+from cdc_platform.events import ChangeEvent, EventKind, ResumePosition
 from cdc_platform.sink import Checkpoint, FencedCommitError
 from cdc_platform.sink.report import CommitReport, count_ops
 from cdc_platform.sink.start_record import StartRecord
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source import BinlogSource  # noqa: F401 - tests patch it through this module
-from cdc_platform.source.factory import Source, open_source, start_position
+from cdc_platform.source.factory import Source, open_source
 from cdc_platform.store import Batch, EventStore, StoreClosedError
 
 __all__ = ["DestinationRuntime", "RunSummary", "RuntimeMetrics"]
@@ -138,10 +137,6 @@ class DestinationRuntime:
             store_config.ddl_isolation,
         )
         self.source: Source | None = None
-        self._server: ServerIdentity | None = None
-        """The source server of the last committed position (None: not known)."""
-        self._server_changes: deque[tuple[ChangeEvent, ServerIdentity | None]] = deque()
-        """(first event read from a server, its identity), in stream order, not yet committed."""
 
     # -- control ---------------------------------------------------------------------------
 
@@ -223,8 +218,6 @@ class DestinationRuntime:
             )
             batch_seq = checkpoint.batch_seq if checkpoint else 0
             resume = checkpoint.resume if checkpoint else None
-            self._server = resume.server if resume is not None else None
-            self._server_changes.clear()
             self.source = self._open_source(resume)
             if self._until_reachable(self.source.check) is None:
                 self.sink.close()
@@ -233,7 +226,7 @@ class DestinationRuntime:
                 # Pin the start position durably before reading: otherwise a crash before the
                 # first commit would restart at a later "current" position and lose changes.
                 source, start = self.source, self.config.start
-                resume = self._until_reachable(lambda: start_position(source, start))
+                resume = self._until_reachable(lambda: source.start_position(start))
                 if resume is None:
                     self.sink.close()
                     return RunSummary(self.name, self._stop_reason, 0, 0, batch_seq, None)
@@ -349,15 +342,8 @@ class DestinationRuntime:
         """Source thread: binlog events into the store, until stopped or failed."""
         source = self.source
         assert source is not None
-        server: ServerIdentity | None = None
         try:
             for events in source.event_lists():
-                # The source sets its server before the first event of each connection (one
-                # list never spans two connections).
-                current: ServerIdentity | None = getattr(source, "server", None)
-                if current != server:
-                    server = current
-                    self._server_changes.append((events[0], current))
                 self.store.put(events)
                 if self._stop.is_set():
                     break
@@ -469,17 +455,14 @@ class DestinationRuntime:
                     last_commit_at=time.time(),
                 )
             self._report(report)
-        else:
-            self._with_server(batch, ack_point.resume_after())  # keep the server changes in step
         self.store.ack(ack_point)
         self._caught_up(ack_point.txn.timestamp)
         return batch_seq, resume
 
     def _commit(self, batch: Batch, batch_seq: int, epoch: int) -> CommitReport | None:
         """Commit one batch, retrying transient failures; None if stopped while retrying."""
-        resume = batch.resume_position()
+        resume = batch.resume_position()  # names the server of the batch's last transaction
         assert resume is not None
-        resume = self._with_server(batch, resume)
         delay = self._retry_initial
         rereads: tuple[str, ...] | None = None
         while True:
@@ -534,14 +517,6 @@ class DestinationRuntime:
             transactions=sum(1 for e in events if _captured_end(e)),
             rereads=rereads or (),
         )
-
-    def _with_server(self, batch: Batch, resume: ResumePosition) -> ResumePosition:
-        """``resume`` stamped with the server the batch's last event was read from, so that a
-        file/position checkpoint is never resumed on another server (a switched primary)."""
-        changes = self._server_changes
-        while changes and any(event is changes[0][0] for event in batch.events):
-            self._server = changes.popleft()[1]
-        return resume if self._server is None else replace(resume, server=self._server)
 
     def _gate(self) -> None:
         self.term.check_gate()
