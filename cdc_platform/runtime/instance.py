@@ -15,11 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from cdc_platform.backfill.commit import prepare
+from cdc_platform.backfill.commit import PendingCommit
 from cdc_platform.errors import CdcError, CommitRefusedError, SinkError, SourceError
 from cdc_platform.events import ChangeEvent, EventKind, ResumePosition
-from cdc_platform.sink import Checkpoint, FencedCommitError
-from cdc_platform.sink.report import CommitReport, count_ops
+from cdc_platform.sink import Checkpoint, CommitResult, FencedCommitError
+from cdc_platform.sink.report import CommitReport
 from cdc_platform.sink.start_record import StartRecord
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source import BinlogSource  # noqa: F401 - tests patch it through this module
@@ -115,7 +115,6 @@ class DestinationRuntime:
         self.config = config
         self.table_uri = term.table_uri
         self._recorder = term.recorder
-        self._on_commit = term.on_commit
         self._idle_every = config.sink.idle_checkpoint_seconds
         self._reconnects_seen = 0
         self._last_commit = time.monotonic()
@@ -183,11 +182,6 @@ class DestinationRuntime:
             self._recorder.reconnected(m.source_reconnects - self._reconnects_seen)
             self._reconnects_seen = m.source_reconnects
 
-    def _report(self, report: CommitReport) -> None:
-        self.term.record(report)
-        if self._on_commit is not None:
-            self._on_commit(report)
-
     def _caught_up(self, source_time: float) -> None:
         with self._lock:
             self._metrics = replace(self._metrics, source_time=source_time)
@@ -231,14 +225,14 @@ class DestinationRuntime:
                     self.sink.close()
                     return RunSummary(self.name, self._stop_reason, 0, 0, batch_seq, None)
                 batch_seq += 1
-                self._gate()
+                self.term.check_gate()
                 StartRecord.write(
                     self.term.layout.start_record,
                     start,
                     resume,
                     epoch=epoch,
                 )
-                self.sink.commit((), batch_seq=batch_seq, resume=resume, epoch=epoch)
+                PendingCommit(self.term, self.sink, (), batch_seq, resume, epoch).land()
                 log.info(
                     "%s: no checkpoint, starting at %s (start: %s)",
                     self.name,
@@ -424,7 +418,7 @@ class DestinationRuntime:
                     last_position=str(resume),
                     last_commit_at=time.time(),
                 )
-            self._report(report)
+            self.term.report(report)
         return batch_seq, resume, None
 
     def _idle(
@@ -454,7 +448,7 @@ class DestinationRuntime:
                     last_position=str(resume),
                     last_commit_at=time.time(),
                 )
-            self._report(report)
+            self.term.report(report)
         self.store.ack(ack_point)
         self._caught_up(ack_point.txn.timestamp)
         return batch_seq, resume
@@ -463,25 +457,29 @@ class DestinationRuntime:
         """Commit one batch, retrying transient failures; None if stopped while retrying."""
         resume = batch.resume_position()  # names the server of the batch's last transaction
         assert resume is not None
+        pending = PendingCommit(self.term, self.sink, batch.events, batch_seq, resume, epoch)
         delay = self._retry_initial
         rereads: tuple[str, ...] | None = None
         while True:
             try:
-                self._gate()
                 if rereads is None:
-                    rereads = prepare(self.term, batch.events)
-                result = self.sink.commit(
-                    batch.events, batch_seq=batch_seq, resume=resume, epoch=epoch
-                )
-                version, rows, seconds = result.version, result.rows, result.seconds
+                    rereads = pending.prepare()
+                landed = pending.land()
                 break
             except FencedCommitError as exc:
-                landed = self._landed(batch_seq, epoch, resume)
-                if landed is None:
+                checkpoint = self._landed(batch_seq, epoch, resume)
+                if checkpoint is None:
                     log.error("%s: %s", self.name, exc)
                     raise
                 # An earlier attempt that reported failure had in fact landed.
-                version, rows, seconds = landed.version, -1, 0.0
+                rows = sum(1 for event in batch.events if event.kind is not EventKind.COMMIT)
+                landed = CommitResult(
+                    checkpoint.version,
+                    rows,
+                    checkpoint.last_seq - rows + 1,
+                    checkpoint.last_seq,
+                    0.0,
+                )
                 break
             except CommitRefusedError:
                 raise
@@ -499,27 +497,13 @@ class DestinationRuntime:
                 delay = min(delay * 2, self._retry_max)
         last = batch.last
         assert last is not None
-        if rows < 0:
-            rows = sum(1 for event in batch.events if event.kind is not EventKind.COMMIT)
-        events = batch.events
-        return CommitReport(
-            destination=self.name,
-            batch_seq=batch_seq,
-            version=version,
-            rows=rows,
-            events=len(batch.events),
-            resume=resume,
-            epoch=epoch,
+        return pending.report_of(
+            landed,
+            rereads or (),
             lag_seconds=max(0.0, time.time() - last.txn.timestamp),
-            commit_seconds=seconds,
             partial=batch.partial,
-            ops=count_ops(events),
-            transactions=sum(1 for e in events if _captured_end(e)),
-            rereads=rereads or (),
+            transactions=sum(1 for e in batch.events if _captured_end(e)),
         )
-
-    def _gate(self) -> None:
-        self.term.check_gate()
 
     def _landed(self, batch_seq: int, epoch: int, resume: ResumePosition) -> Checkpoint | None:
         """The checkpoint if this very batch is already in the change log, else None."""
