@@ -2,18 +2,26 @@
 
 .venv/bin/python bench/failover.py --backend zookeeper --trials 10
 .venv/bin/python bench/failover.py --backend database --trials 10
+.venv/bin/python bench/failover.py --trials 4 --compare HEAD~1 --rounds 2
 
 Two processes run one destination under a continuous workload. Each trial kills the active one,
 measures the takeover (from the kill to the standby holding the lease, and to its first commit
 of the new epoch), starts a fresh standby, then pauses the workload and checks that the change
 log replays to exactly the source. Settings: ZooKeeper tickTime 500 ms with 2 s sessions and a
 0.5 s switch delay; SQLite database lease with a 2 s expiry renewed every 0.5 s.
+
+``--compare REV`` runs the nodes on the code of git revision REV and on this checkout by turns
+(``--rounds`` of each, a fresh cluster every time; the bench itself is this checkout's), and
+prints the medians over all trials of each: the figure moves with the machine's load, so old
+and new are compared within one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -34,7 +42,16 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def run(backend: str, trials: int, rate: float, root: Path) -> None:
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run(
+    backend: str, trials: int, rate: float, root: Path, code: Path | None = None
+) -> tuple[list[float], list[float]]:
+    """One cluster, ``trials`` kills; the times to the lease and to the first commit.
+
+    ``code``: a source tree whose ``cdc_platform`` the nodes run (default: the installed one).
+    """
     with MariaDBServer(root / "mariadb") as server:
         user = server.create_replication_user()
         server.execute("CREATE DATABASE shop")
@@ -50,9 +67,10 @@ def run(backend: str, trials: int, rate: float, root: Path) -> None:
                     f"  url: 'sqlite:///{root}/lease.db'\n"
                     "  expiry_seconds: 2\n  renew_interval_seconds: 0.5\n"
                 )
-            cluster = Cluster(root / "work", server, user, "shop", lease)
+            env = {} if code is None else {"PYTHONPATH": str(code)}
+            cluster = Cluster(root / "work", server, user, "shop", lease, extra_env=env)
             try:
-                trial_loop(cluster, Workload(server, "shop", seed=5), trials, rate)
+                return trial_loop(cluster, Workload(server, "shop", seed=5), trials, rate)
             finally:
                 cluster.close()
         finally:
@@ -60,7 +78,9 @@ def run(backend: str, trials: int, rate: float, root: Path) -> None:
                 zookeeper.stop()
 
 
-def trial_loop(cluster: Cluster, workload: Workload, trials: int, rate: float) -> None:
+def trial_loop(
+    cluster: Cluster, workload: Workload, trials: int, rate: float
+) -> tuple[list[float], list[float]]:
     workload.create_schema()
     active = cluster.start("node-0")
     epoch = cluster.wait_holder(active).epoch
@@ -74,6 +94,7 @@ def trial_loop(cluster: Cluster, workload: Workload, trials: int, rate: float) -
         workload.start(rate_per_second=rate)
         cluster.wait_rows_beyond(cluster.rows())
         killed_at = time.monotonic()
+        print(f"trial {trial}: kill -9 {active.address} at {time.time():.3f}", flush=True)
         active.kill()
         held = cluster.wait_holder(standby, above=epoch, timeout=120)
         to_lease.append(time.monotonic() - killed_at)
@@ -104,6 +125,35 @@ def trial_loop(cluster: Cluster, workload: Workload, trials: int, rate: float) -
         f"p95 {percentile(to_commit, 0.95):.2f} s  max {max(to_commit):.2f} s"
     )
     print(f"exactly-once after {exact}/{trials} trials; workload: {workload.stats.committed} txns")
+    return to_lease, to_commit
+
+
+def compare(args: argparse.Namespace, tmp: Path) -> None:
+    """Old (``args.compare``) and new code by turns in one run; medians of each."""
+    old = tmp / "old"
+    old.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", args.compare, "cdc_platform"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
+    results: dict[str, tuple[list[float], list[float]]] = {"old": ([], []), "new": ([], [])}
+    for round_ in range(args.rounds):
+        for label, code in (("old", old), ("new", None)):
+            print(f"--- round {round_ + 1}, {label} code", flush=True)
+            lease, commit = run(
+                args.backend, args.trials, args.rate, tmp / f"{label}{round_}", code
+            )
+            results[label][0].extend(lease)
+            results[label][1].extend(commit)
+    for label, (lease, commit) in results.items():
+        print(
+            f"{label} ({args.compare if label == 'old' else 'checkout'}, {len(lease)} trials): "
+            f"to lease p50 {statistics.median(lease):.2f} s max {max(lease):.2f} s; "
+            f"to commit p50 {statistics.median(commit):.2f} s max {max(commit):.2f} s"
+        )
+    print(f"load average at the end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
 
 
 def main() -> None:
@@ -111,9 +161,17 @@ def main() -> None:
     parser.add_argument("--backend", choices=["zookeeper", "database"], default="zookeeper")
     parser.add_argument("--trials", type=int, default=10)
     parser.add_argument("--rate", type=float, default=40.0, help="workload transactions/s")
+    parser.add_argument("--compare", metavar="REV", help="also run git revision REV, by turns")
+    parser.add_argument("--rounds", type=int, default=2, help="turns of each with --compare")
+    parser.add_argument("--keep", type=Path, help="work in this new directory and keep its logs")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cdc-failover-") as tmp:
-        run(args.backend, args.trials, args.rate, Path(tmp))
+        root = Path(tmp) if args.keep is None else args.keep
+        root.mkdir(parents=True, exist_ok=True)
+        if args.compare:
+            compare(args, root)
+        else:
+            run(args.backend, args.trials, args.rate, root)
 
 
 if __name__ == "__main__":

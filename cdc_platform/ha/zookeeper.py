@@ -12,7 +12,9 @@ counter alone. Canal's rules on the data watch of ``running``
 (:class:`~cdc_platform.ha.running_node.SwitchRules`):
 
 * deleted, and the last holder was this process (e.g. its session expired and came back): grab
-  again at once; deleted otherwise: grab after ``switch_delay`` (anti-flap);
+  again at once; deleted with the last holder's session (its member node went too: killed,
+  or its session expired): grab at once, as nobody can come back to it; deleted otherwise (a
+  holder that lives on deleted it): grab after ``switch_delay`` (anti-flap);
 * changed to ``active: false`` for this process (``cdc-platform release``): delete it, stop,
   and stay away for ``release_cooldown`` so a standby takes over (Canal lets the releasing
   node race again after the delay, so a switch-over may land on the same node).
@@ -126,6 +128,10 @@ class ZooKeeperLease(Lease):
         self._member = False
         self._member_warned = False
         self._release_requested = False
+        self._holder_session: int | None = None
+        """ZooKeeper session that owned the last running node seen that was not ours."""
+        self._session_check_due = False
+        """The running node went while a switch delay would apply: check its holder's session."""
         self._rules = SwitchRules(
             self.run_id,
             switch_delay=switch_delay,
@@ -240,6 +246,10 @@ class ZooKeeperLease(Lease):
         reason: str | None = None
         with self._lock:
             self._rules.observe(parsed)
+            if parsed is not None and parsed.run_id != self.run_id:
+                self._holder_session = int(stat.ephemeralOwner)
+            if parsed is None and self._rules.waiting_for_switch_delay():
+                self._session_check_due = True  # read in try_acquire: no blocking calls here
             term = self._term
             if term is not None:
                 if parsed is None:
@@ -266,6 +276,8 @@ class ZooKeeperLease(Lease):
 
     def _grab_hint(self) -> float | None:
         with self._lock:
+            if self._session_check_due:
+                return self.clock.monotonic()  # try now: the delay may be waived
             return self._rules.grab_at
 
     def try_acquire(self, *, min_epoch: int = 0) -> int | None:  # noqa: PLR0911 (one return per outcome of the ZooKeeper transaction)
@@ -319,10 +331,14 @@ class ZooKeeperLease(Lease):
     def _running_absent(self, client: Any) -> bool:
         """Read the running node into the switch rules: True when it is absent."""
         try:
-            raw, _stat = self._op("read", client.get_async, self.running_path)
+            raw, stat = self._op("read", client.get_async, self.running_path)
         except NoNodeError:
             with self._lock:
                 self._rules.observe(None)
+                check = self._session_check_due or self._rules.waiting_for_switch_delay()
+                self._session_check_due = False
+            if check:
+                self._waive_delay_if_holder_gone(client)
             return True
         data = RunningData.parse(raw)
         if data is not None and data.run_id == self.run_id:
@@ -333,7 +349,42 @@ class ZooKeeperLease(Lease):
             return False
         with self._lock:
             self._rules.observe(data or UNKNOWN_HOLDER)
+            if data is not None:
+                self._holder_session = int(stat.ephemeralOwner)
         return False
+
+    def _waive_delay_if_holder_gone(self, client: Any) -> None:
+        """Skip the switch delay when the last holder's session has ended.
+
+        ZooKeeper deletes all of a session's ephemeral nodes together when it ends, and a holder
+        joined the cluster (its member node) before it could create the running node; so with
+        the running node gone, a missing member node of the holder's address means its session
+        ended (or the holder is closing it): no one is left to give the first chance to. A
+        member node still there, or one we cannot attribute, keeps the delay. Fencing does not
+        depend on this: the new epoch fences the old holder either way.
+        """
+        with self._lock:
+            holder = self._rules.holder
+            if holder is None or holder is UNKNOWN_HOLDER or self._holder_session is None:
+                return
+        if "/" in holder.address:
+            return  # not a member name this version writes
+        try:
+            stat = self._op("read", client.exists_async, f"{self.cluster_path}/{holder.address}")
+        except LeaseBackendError:
+            return  # cannot tell: keep the delay
+        if stat is not None:
+            return
+        with self._lock:
+            waived = self._rules.waiting_for_switch_delay()
+            self._rules.holder_session_ended()
+        if waived:
+            log.info(
+                "%s: the running node of %s went with its session: taking over without the "
+                "switch delay",
+                self.destination,
+                holder.address,
+            )
 
     def renew(self) -> bool:  # noqa: PLR0911 (one return per outcome of the ZooKeeper transaction)
         """Re-confirm the running node is ours (no write; ZooKeeper keeps it with the session)."""
