@@ -263,6 +263,13 @@ class ZooKeeperLease(Lease):
             self._lose(reason, epoch)
         self._notify()
 
+    def _on_holder_member(self, event: Any) -> None:
+        """The last holder's member node changed or went: check its session again."""
+        with self._lock:
+            if self._rules.waiting_for_switch_delay():
+                self._session_check_due = True
+        self._notify()
+
     # -- Lease -----------------------------------------------------------------------------------
 
     def _is_suspended(self) -> bool:
@@ -356,12 +363,13 @@ class ZooKeeperLease(Lease):
     def _waive_delay_if_holder_gone(self, client: Any) -> None:
         """Skip the switch delay when the last holder's session has ended.
 
-        ZooKeeper deletes all of a session's ephemeral nodes together when it ends, and a holder
-        joined the cluster (its member node) before it could create the running node; so with
-        the running node gone, a missing member node of the holder's address means its session
+        ZooKeeper deletes all of a session's ephemeral nodes when it ends, and a holder joined
+        the cluster (its member node) before it could create the running node; so with the
+        running node gone, a missing member node of the holder's address means its session
         ended (or the holder is closing it): no one is left to give the first chance to. A
-        member node still there, or one we cannot attribute, keeps the delay. Fencing does not
-        depend on this: the new epoch fences the old holder either way.
+        member node still there keeps the delay, with a watch: the server deletes a session's
+        nodes one by one and this read may fall between two, so its deletion checks again.
+        Fencing does not depend on this: the new epoch fences the old holder either way.
         """
         with self._lock:
             holder = self._rules.holder
@@ -370,7 +378,12 @@ class ZooKeeperLease(Lease):
         if "/" in holder.address:
             return  # not a member name this version writes
         try:
-            stat = self._op("read", client.exists_async, f"{self.cluster_path}/{holder.address}")
+            stat = self._op(
+                "read",
+                client.exists_async,
+                f"{self.cluster_path}/{holder.address}",
+                watch=self._on_holder_member,
+            )
         except LeaseBackendError:
             return  # cannot tell: keep the delay
         if stat is not None:
