@@ -140,8 +140,9 @@ def compare(args: argparse.Namespace, tmp: Path) -> None:
     subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
     results: dict[str, tuple[list[float], list[float]]] = {"old": ([], []), "new": ([], [])}
     for round_ in range(args.rounds):
-        for label, code in (("old", old), ("new", None)):
+        for label, code in (("old", old), ("new", REPO)):
             print(f"--- round {round_ + 1}, {label} code", flush=True)
+            os.chdir(code)  # `python -m` puts the working directory first on the nodes' path
             lease, commit = run(
                 args.backend, args.trials, args.rate, tmp / f"{label}{round_}", code
             )

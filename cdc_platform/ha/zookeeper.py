@@ -50,6 +50,7 @@ from kazoo.security import make_digest_acl
 from pydantic import SecretStr
 
 from cdc_platform.errors import ConfigError, LeaseBackendError
+from cdc_platform.ha.holder_session import HolderSessionWatch
 from cdc_platform.ha.lease import HolderInfo, Lease, MemberInfo
 from cdc_platform.ha.running_node import UNKNOWN_HOLDER, RunningData, SwitchRules
 from cdc_platform.infra.clock import SYSTEM_CLOCK, Clock
@@ -128,10 +129,9 @@ class ZooKeeperLease(Lease):
         self._member = False
         self._member_warned = False
         self._release_requested = False
-        self._holder_session: int | None = None
-        """ZooKeeper session that owned the last running node seen that was not ours."""
-        self._session_check_due = False
-        """The running node went while a switch delay would apply: check its holder's session."""
+        self._holder_session = HolderSessionWatch(
+            self.cluster_path, self.run_id, self._on_holder_gone
+        )
         self._rules = SwitchRules(
             self.run_id,
             switch_delay=switch_delay,
@@ -246,10 +246,7 @@ class ZooKeeperLease(Lease):
         reason: str | None = None
         with self._lock:
             self._rules.observe(parsed)
-            if parsed is not None and parsed.run_id != self.run_id:
-                self._holder_session = int(stat.ephemeralOwner)
-            if parsed is None and self._rules.waiting_for_switch_delay():
-                self._session_check_due = True  # read in try_acquire: no blocking calls here
+            waived = parsed is None and self._waive_if_holder_gone()
             term = self._term
             if term is not None:
                 if parsed is None:
@@ -259,16 +256,35 @@ class ZooKeeperLease(Lease):
                 elif not parsed.active:
                     self._release_requested = True
             epoch = term.epoch if term is not None else None
+        self._holder_session.note(parsed, stat, self._client)
+        if waived:
+            self._log_waived()
         if reason is not None:
             self._lose(reason, epoch)
         self._notify()
 
-    def _on_holder_member(self, event: Any) -> None:
-        """The last holder's member node changed or went: check its session again."""
+    def _on_holder_gone(self) -> None:
+        """The last holder's member node went (a kazoo thread): waive a pending delay."""
         with self._lock:
-            if self._rules.waiting_for_switch_delay():
-                self._session_check_due = True
-        self._notify()
+            waived = self._waive_if_holder_gone()
+        if waived:
+            self._log_waived()
+            self._notify()
+
+    def _waive_if_holder_gone(self) -> bool:
+        """Under the lock: skip a pending switch delay if the holder's member node went."""
+        if not self._holder_session.gone() or not self._rules.waiting_for_switch_delay():
+            return False
+        self._rules.holder_session_ended()
+        return True
+
+    def _log_waived(self) -> None:
+        log.info(
+            "%s: the running node of %s went with its session: taking over without the "
+            "switch delay",
+            self.destination,
+            self._holder_session.address,
+        )
 
     # -- Lease -----------------------------------------------------------------------------------
 
@@ -283,8 +299,6 @@ class ZooKeeperLease(Lease):
 
     def _grab_hint(self) -> float | None:
         with self._lock:
-            if self._session_check_due:
-                return self.clock.monotonic()  # try now: the delay may be waived
             return self._rules.grab_at
 
     def try_acquire(self, *, min_epoch: int = 0) -> int | None:  # noqa: PLR0911 (one return per outcome of the ZooKeeper transaction)
@@ -342,10 +356,9 @@ class ZooKeeperLease(Lease):
         except NoNodeError:
             with self._lock:
                 self._rules.observe(None)
-                check = self._session_check_due or self._rules.waiting_for_switch_delay()
-                self._session_check_due = False
-            if check:
-                self._waive_delay_if_holder_gone(client)
+                waived = self._waive_if_holder_gone()
+            if waived:
+                self._log_waived()
             return True
         data = RunningData.parse(raw)
         if data is not None and data.run_id == self.run_id:
@@ -356,48 +369,8 @@ class ZooKeeperLease(Lease):
             return False
         with self._lock:
             self._rules.observe(data or UNKNOWN_HOLDER)
-            if data is not None:
-                self._holder_session = int(stat.ephemeralOwner)
+        self._holder_session.note(data, stat, client)
         return False
-
-    def _waive_delay_if_holder_gone(self, client: Any) -> None:
-        """Skip the switch delay when the last holder's session has ended.
-
-        ZooKeeper deletes all of a session's ephemeral nodes when it ends, and a holder joined
-        the cluster (its member node) before it could create the running node; so with the
-        running node gone, a missing member node of the holder's address means its session
-        ended (or the holder is closing it): no one is left to give the first chance to. A
-        member node still there keeps the delay, with a watch: the server deletes a session's
-        nodes one by one and this read may fall between two, so its deletion checks again.
-        Fencing does not depend on this: the new epoch fences the old holder either way.
-        """
-        with self._lock:
-            holder = self._rules.holder
-            if holder is None or holder is UNKNOWN_HOLDER or self._holder_session is None:
-                return
-        if "/" in holder.address:
-            return  # not a member name this version writes
-        try:
-            stat = self._op(
-                "read",
-                client.exists_async,
-                f"{self.cluster_path}/{holder.address}",
-                watch=self._on_holder_member,
-            )
-        except LeaseBackendError:
-            return  # cannot tell: keep the delay
-        if stat is not None:
-            return
-        with self._lock:
-            waived = self._rules.waiting_for_switch_delay()
-            self._rules.holder_session_ended()
-        if waived:
-            log.info(
-                "%s: the running node of %s went with its session: taking over without the "
-                "switch delay",
-                self.destination,
-                holder.address,
-            )
 
     def renew(self) -> bool:  # noqa: PLR0911 (one return per outcome of the ZooKeeper transaction)
         """Re-confirm the running node is ours (no write; ZooKeeper keeps it with the session)."""
