@@ -7,8 +7,8 @@
 Two processes run one destination under a continuous workload. Each trial kills the active one,
 measures the takeover (from the kill to the standby holding the lease, and to its first commit
 of the new epoch), starts a fresh standby, then pauses the workload and checks that the change
-log replays to exactly the source. Settings: ZooKeeper tickTime 500 ms with 2 s sessions and a
-0.5 s switch delay; SQLite database lease with a 2 s expiry renewed every 0.5 s.
+log replays to exactly the source. Settings: ZooKeeper tickTime 500 ms (``--tick-ms``) with 2 s
+sessions and a 0.5 s switch delay; SQLite database lease with a 2 s expiry renewed every 0.5 s.
 
 ``--compare REV`` runs the nodes on the code of git revision REV and on this checkout by turns
 (``--rounds`` of each, a fresh cluster every time; the bench itself is this checkout's), and
@@ -46,7 +46,13 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def run(
-    backend: str, trials: int, rate: float, root: Path, code: Path | None = None
+    backend: str,
+    trials: int,
+    rate: float,
+    root: Path,
+    *,
+    code: Path | None = None,
+    tick_ms: int = 500,
 ) -> tuple[list[float], list[float]]:
     """One cluster, ``trials`` kills; the times to the lease and to the first commit.
 
@@ -55,7 +61,11 @@ def run(
     with MariaDBServer(root / "mariadb") as server:
         user = server.create_replication_user()
         server.execute("CREATE DATABASE shop")
-        zookeeper = ZooKeeperServer(root / "zookeeper") if backend == "zookeeper" else None
+        zookeeper = (
+            ZooKeeperServer(root / "zookeeper", tick_time_ms=tick_ms)
+            if backend == "zookeeper"
+            else None
+        )
         if zookeeper is not None:
             zookeeper.start()
         try:
@@ -144,7 +154,12 @@ def compare(args: argparse.Namespace, tmp: Path) -> None:
             print(f"--- round {round_ + 1}, {label} code", flush=True)
             os.chdir(code)  # `python -m` puts the working directory first on the nodes' path
             lease, commit = run(
-                args.backend, args.trials, args.rate, tmp / f"{label}{round_}", code
+                args.backend,
+                args.trials,
+                args.rate,
+                tmp / f"{label}{round_}",
+                code=code,
+                tick_ms=args.tick_ms,
             )
             results[label][0].extend(lease)
             results[label][1].extend(commit)
@@ -164,6 +179,12 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=40.0, help="workload transactions/s")
     parser.add_argument("--compare", metavar="REV", help="also run git revision REV, by turns")
     parser.add_argument("--rounds", type=int, default=2, help="turns of each with --compare")
+    parser.add_argument(
+        "--tick-ms",
+        type=int,
+        default=500,
+        help="ZooKeeper's tickTime: session expiry is rounded up to the next tick",
+    )
     parser.add_argument("--keep", type=Path, help="work in this new directory and keep its logs")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cdc-failover-") as tmp:
@@ -172,7 +193,7 @@ def main() -> None:
         if args.compare:
             compare(args, root)
         else:
-            run(args.backend, args.trials, args.rate, root)
+            run(args.backend, args.trials, args.rate, root, tick_ms=args.tick_ms)
 
 
 if __name__ == "__main__":

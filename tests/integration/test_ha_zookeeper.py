@@ -192,6 +192,23 @@ def test_a_holder_that_lives_on_keeps_the_switch_delay(
     standby.thread.join(5)
 
 
+def test_the_holders_member_node_going_later_still_waives_the_delay(
+    make_lease: MakeLease, admin: KazooClient
+) -> None:
+    """A session's nodes go one by one: the member node may go after the running node."""
+    a, b = make_lease("a"), make_lease("b", switch_delay=30.0)
+    a.start()
+    assert a.try_acquire() == 0
+    standby = Acquirer(b)
+    wait_for(lambda: "b" in {m.address for m in a.members()}, "b to stand by", timeout=10)
+    admin.delete("/cdc/destinations/shop/running")
+    wait_for(lambda: b.holder() is None, "the running node to go", timeout=10)
+    assert standby.epoch is None, "a's member node is still there: b waits"
+    admin.delete("/cdc/destinations/shop/cluster/a")
+    standby.thread.join(20)
+    assert standby.epoch is not None, "a's member node went too: b took over before the delay"
+
+
 def test_our_own_node_deleted_is_grabbed_again_at_once(
     make_lease: MakeLease, admin: KazooClient
 ) -> None:
