@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from deltalake import DeltaTable
+
 from cdc_platform.testing.ha import (
     Cluster,
     commit_history,
@@ -53,8 +55,10 @@ def run(
     *,
     code: Path | None = None,
     tick_ms: int = 500,
-) -> tuple[list[float], list[float]]:
-    """One cluster, ``trials`` kills; the times to the lease and to the first commit.
+) -> dict[str, list[float]]:
+    """One cluster, ``trials`` kills; the times to the lease and to the first commit, as the
+    bench saw them (polling) and as the nodes stamped them (the running node's ``since``, the
+    commit's timestamp; same machine, same clock).
 
     ``code``: a source tree whose ``cdc_platform`` the nodes run (default: the installed one).
     """
@@ -90,7 +94,7 @@ def run(
 
 def trial_loop(
     cluster: Cluster, workload: Workload, trials: int, rate: float
-) -> tuple[list[float], list[float]]:
+) -> dict[str, list[float]]:
     workload.create_schema()
     active = cluster.start("node-0")
     epoch = cluster.wait_holder(active).epoch
@@ -99,18 +103,20 @@ def trial_loop(
     cluster.wait(lambda: "standby" in standby.text(), "the standby")
     to_lease: list[float] = []
     to_commit: list[float] = []
+    stamped: dict[str, list[float]] = {"lease": [], "commit": []}
     exact = 0
     for trial in range(1, trials + 1):
         workload.start(rate_per_second=rate)
         cluster.wait_rows_beyond(cluster.rows())
-        killed_at = time.monotonic()
-        print(f"trial {trial}: kill -9 {active.address} at {time.time():.3f}", flush=True)
+        killed_at, killed_wall = time.monotonic(), time.time()
         active.kill()
         held = cluster.wait_holder(standby, above=epoch, timeout=120)
         to_lease.append(time.monotonic() - killed_at)
         cluster.wait_claimed(held.epoch, timeout=120)
         to_commit.append(time.monotonic() - killed_at)
         epoch = held.epoch
+        stamped["lease"].append((held.since or killed_wall) - killed_wall)
+        stamped["commit"].append(first_commit_time(cluster.uri, epoch) - killed_wall)
         active, standby = standby, cluster.start(f"node-{trial + 1}")
         cluster.wait(lambda node=standby: "standby" in node.text(), "the new standby")  # type: ignore[misc]
         workload.stop()
@@ -122,7 +128,8 @@ def trial_loop(
         exact += not problems
         print(
             f"trial {trial}: lease after {to_lease[-1]:.2f} s, first commit after "
-            f"{to_commit[-1]:.2f} s, epoch {epoch}, "
+            f"{to_commit[-1]:.2f} s (stamped: {stamped['lease'][-1]:.2f} s, "
+            f"{stamped['commit'][-1]:.2f} s), epoch {epoch}, "
             f"{'exactly-once' if not problems else 'PROBLEMS: ' + '; '.join(problems)}",
             flush=True,
         )
@@ -134,8 +141,26 @@ def trial_loop(
         f"takeover to commit: p50 {statistics.median(to_commit):.2f} s  "
         f"p95 {percentile(to_commit, 0.95):.2f} s  max {max(to_commit):.2f} s"
     )
+    print(
+        f"stamped by the nodes: lease p50 {statistics.median(stamped['lease']):.2f} s, "
+        f"commit p50 {statistics.median(stamped['commit']):.2f} s"
+    )
     print(f"exactly-once after {exact}/{trials} trials; workload: {workload.stats.committed} txns")
-    return to_lease, to_commit
+    return {
+        "lease (seen)": to_lease,
+        "commit (seen)": to_commit,
+        "lease (stamped)": stamped["lease"],
+        "commit (stamped)": stamped["commit"],
+    }
+
+
+def first_commit_time(uri: str, epoch: int) -> float:
+    """Wall time (the writer's clock, ms) of the first change-log commit of ``epoch``."""
+    return min(
+        int(info["timestamp"]) / 1000.0
+        for info in DeltaTable(uri).history()
+        if info.get("cdc.epoch") is not None and int(info["cdc.epoch"]) == epoch
+    )
 
 
 def compare(args: argparse.Namespace, tmp: Path) -> None:
@@ -148,12 +173,12 @@ def compare(args: argparse.Namespace, tmp: Path) -> None:
         capture_output=True,
     ).stdout
     subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
-    results: dict[str, tuple[list[float], list[float]]] = {"old": ([], []), "new": ([], [])}
+    results: dict[str, dict[str, list[float]]] = {"old": {}, "new": {}}
     for round_ in range(args.rounds):
         for label, code in (("old", old), ("new", REPO)):
             print(f"--- round {round_ + 1}, {label} code", flush=True)
             os.chdir(code)  # `python -m` puts the working directory first on the nodes' path
-            lease, commit = run(
+            times = run(
                 args.backend,
                 args.trials,
                 args.rate,
@@ -161,14 +186,15 @@ def compare(args: argparse.Namespace, tmp: Path) -> None:
                 code=code,
                 tick_ms=args.tick_ms,
             )
-            results[label][0].extend(lease)
-            results[label][1].extend(commit)
-    for label, (lease, commit) in results.items():
-        print(
-            f"{label} ({args.compare if label == 'old' else 'checkout'}, {len(lease)} trials): "
-            f"to lease p50 {statistics.median(lease):.2f} s max {max(lease):.2f} s; "
-            f"to commit p50 {statistics.median(commit):.2f} s max {max(commit):.2f} s"
+            for what, values in times.items():
+                results[label].setdefault(what, []).extend(values)
+    for label, times in results.items():
+        name = args.compare if label == "old" else "checkout"
+        figures = "; ".join(
+            f"{what} p50 {statistics.median(v):.2f} s max {max(v):.2f} s"
+            for what, v in times.items()
         )
+        print(f"{label} ({name}, {len(times['lease (seen)'])} trials): {figures}")
     print(f"load average at the end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
 
 
