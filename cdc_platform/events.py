@@ -270,6 +270,10 @@ class Transaction:
     that everything up to ``start`` is read and that the server was idle at ``timestamp``
     (the reader's clock), which keeps the lag true and the checkpoint moving on a quiet
     source; it carries no change."""
+    server: ServerIdentity | None = None
+    """The server whose binlog this transaction was read from, so that a file/position
+    checkpoint after it names that server (None: not known, as for the id watch's and a side
+    writer's own transactions; the change log then keeps its checkpoint's server)."""
 
     @property
     def gtid_set_after(self) -> str | None:
@@ -391,6 +395,7 @@ class ChangeEvent:
                 skip_events=0,
                 filters=txn.filters,
                 xa_prepared=txn.xa_prepared_after,
+                server=txn.server,
             )
         return ResumePosition(
             file=txn.start.file,
@@ -400,6 +405,7 @@ class ChangeEvent:
             txn_gtid=txn.gtid,
             filters=txn.filters,
             xa_prepared=txn.xa_prepared,
+            server=txn.server,
         )
 
     def sort_key(self) -> tuple[str, int, int, int]:

@@ -4,22 +4,25 @@ The streaming runtime, the snapshot (and the re-read and new-table copies built 
 the repair writer all commit the same way, so none can leave a step out:
 
 1. the term's commit gate (the lease is still held) and, for a side writer, its stop;
-2. :func:`prepare`: the batch's DDL that changes rows without row events lists its tables for
-   a re-read (:func:`~cdc_platform.backfill.reread_list.note_rereads`), *before* the batch is
-   committed;
-3. the fenced Delta commit (:meth:`~cdc_platform.sink.delta.DeltaChangeLog.commit`), whose
-   resume position names the server (a side writer's cut without one keeps the previous
-   checkpoint's);
+2. the batch's DDL that changes rows without row events lists its tables for a re-read
+   (:func:`~cdc_platform.backfill.reread_list.note_rereads`), *before* the batch is committed;
+3. the gate again, right before the fenced Delta commit
+   (:meth:`~cdc_platform.sink.delta.DeltaChangeLog.commit`), whose resume position names the
+   server (a side writer's cut without one keeps the previous checkpoint's);
 4. the report to the term's observers, naming the tables listed in step 2 so the lease holder
    re-reads them after this commit.
 
-The runtime keeps its own retry loop around step 3 (a commit whose outcome was unknown) and
-calls :func:`prepare` once per batch; side writers call :func:`commit_beside`.
+Each step is written once, in :class:`PendingCommit`. A side writer runs them in order
+(:func:`commit_beside`); the runtime runs the same steps with its own retry loop around step 3
+(a commit whose outcome was unknown): :meth:`PendingCommit.prepare` once per batch,
+:meth:`PendingCommit.land` per attempt, :meth:`PendingCommit.report_of` once it landed
+(told to the term's observers once its store acknowledged the batch).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from cdc_platform.backfill.reread_list import note_rereads
 from cdc_platform.events import ChangeEvent, Op, ResumePosition
@@ -29,13 +32,80 @@ from cdc_platform.sink.report import CommitReport, count_ops
 from cdc_platform.sink.schema import RowsAtCut
 from cdc_platform.sink.term import WriteTerm
 
-__all__ = ["commit_beside", "prepare"]
+__all__ = ["PendingCommit", "commit_beside"]
 
 
-def prepare(term: WriteTerm, events: Sequence[ChangeEvent]) -> tuple[str, ...]:
-    """Steps 1 and 2 for one batch: the gate, then the re-read list; the tables listed."""
-    term.check_gate()
-    return note_rereads(term, events)
+@dataclass(frozen=True)
+class PendingCommit:
+    """One batch on its way into ``term``'s change log ``sink``: the protocol's steps.
+
+    ``snapshot``: rows read from a table, committed after ``events`` (op ``r``); ``chunk``: a
+    snapshot chunk's unique mark.
+    """
+
+    term: WriteTerm
+    sink: DeltaChangeLog
+    events: Sequence[ChangeEvent]
+    batch_seq: int
+    resume: ResumePosition
+    epoch: int
+    snapshot: RowsAtCut | None = None
+    chunk: int | None = None
+
+    def prepare(self) -> tuple[str, ...]:
+        """Steps 1 and 2, once per batch: the gate, then the re-read list; the tables listed."""
+        self.term.check_gate()
+        return note_rereads(self.term, self.events)
+
+    def land(self) -> CommitResult:
+        """Step 3, once per attempt: the gate, then the fenced commit.
+
+        Raises:
+            FencedCommitError: the table holds this batch (or a later one, or a newer epoch).
+            SinkError: storage or delta-rs trouble (transient: the outcome may be unknown).
+        """
+        self.term.check_gate()
+        return self.sink.commit(
+            self.events,
+            batch_seq=self.batch_seq,
+            resume=self.resume,
+            epoch=self.epoch,
+            snapshot=self.snapshot,
+            chunk=self.chunk,
+        )
+
+    def report_of(
+        self,
+        landed: CommitResult,
+        rereads: tuple[str, ...],
+        *,
+        lag_seconds: float = 0.0,
+        partial: bool = False,
+        transactions: int = 0,
+    ) -> CommitReport:
+        """Step 4's report of the commit that ``landed`` (``rereads``: the tables step 2
+        listed), for ``term.report``. A side writer's commit has no binlog lag."""
+        events, snapshot = self.events, self.snapshot
+        ops = count_ops(events)
+        if snapshot:
+            read = dict(ops)
+            read[Op.SNAPSHOT.value] = read.get(Op.SNAPSHOT.value, 0) + len(snapshot)
+            ops = tuple(sorted(read.items()))
+        return CommitReport(
+            self.term.destination,
+            self.batch_seq,
+            landed.version,
+            landed.rows,
+            len(events) + (len(snapshot) if snapshot else 0),
+            self.resume,
+            self.epoch,
+            lag_seconds,
+            landed.seconds,
+            partial=partial,
+            ops=ops,
+            transactions=transactions,
+            rereads=rereads,
+        )
 
 
 def commit_beside(  # noqa: PLR0913 (the term, the sink and the batch; keyword-only fields)
@@ -52,29 +122,8 @@ def commit_beside(  # noqa: PLR0913 (the term, the sink and the batch; keyword-o
     """One commit written beside the stream (a snapshot chunk or segment part, a repair):
     the whole protocol, reported with no binlog lag. ``snapshot``: rows read from a table,
     after the events; ``chunk``: a snapshot chunk's unique mark."""
-    rereads = prepare(term, events)
-    landed = sink.commit(
-        events, batch_seq=batch_seq, resume=resume, epoch=epoch, snapshot=snapshot, chunk=chunk
-    )
-    ops = count_ops(events)
-    if snapshot:
-        read = dict(ops)
-        read[Op.SNAPSHOT.value] = read.get(Op.SNAPSHOT.value, 0) + len(snapshot)
-        ops = tuple(sorted(read.items()))
-    term.report(
-        CommitReport(
-            term.destination,
-            batch_seq,
-            landed.version,
-            landed.rows,
-            len(events) + (len(snapshot) if snapshot else 0),
-            resume,
-            epoch,
-            0.0,
-            landed.seconds,
-            partial=False,
-            ops=ops,
-            rereads=rereads,
-        )
-    )
+    pending = PendingCommit(term, sink, events, batch_seq, resume, epoch, snapshot, chunk)
+    rereads = pending.prepare()
+    landed = pending.land()
+    term.report(pending.report_of(landed, rereads))
     return landed

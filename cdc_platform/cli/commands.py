@@ -122,7 +122,7 @@ def _connect_check(config: ConfigSet, dest: Destination) -> tuple[str, bool]:
     from cdc_platform.sink.destination_lake import DestinationLake  # noqa: PLC0415 (keep `config check` light)
     from cdc_platform.sink.start_record import StartRecord  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
     from cdc_platform.source.binlog import SourceInfo  # noqa: PLC0415 (keep `config check` light)
-    from cdc_platform.source.factory import open_source, start_position  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
+    from cdc_platform.source.factory import open_source  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
 
     source, start = dest.config.source, dest.config.start
     where = f"source {source.host}:{source.port} ({source.mode})"
@@ -137,7 +137,7 @@ def _connect_check(config: ConfigSet, dest: Destination) -> tuple[str, bool]:
             and start.mode not in ("initial", "latest")
             and StartRecord.load(layout.start_record) is None
         ):
-            where += f", start {start.describe()} at {start_position(opened, start)}"
+            where += f", start {start.describe()} at {opened.start_position(start)}"
     except CdcError as exc:
         return f"{where}: ERROR {exc}", False
     if isinstance(found, SourceInfo):

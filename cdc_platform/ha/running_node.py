@@ -3,6 +3,9 @@
 Pure logic, no ZooKeeper client: :class:`RunningData` is what the ephemeral ``running`` node
 holds, :class:`SwitchRules` turns each observation of that node into the time from which this
 process may try to create it (at once, after ``switch_delay``, or after a release cool-down).
+The switch delay gives a holder that deleted its node but lives on (a graceful stop) the first
+chance back; a holder whose ZooKeeper session ended has no such chance to give, so the delay
+is waived (:meth:`SwitchRules.holder_session_ended`).
 """
 
 from __future__ import annotations
@@ -92,6 +95,24 @@ class SwitchRules:
             self.grab_at = now  # nobody there at start, or our own node went: at once
         else:
             self.grab_at = now + self.switch_delay
+
+    def holder_session_ended(self) -> None:
+        """The last holder's session is known to have ended with its node: grab at once.
+
+        A session that ended cannot come back, so nobody is left to wait for; the delay would
+        only lengthen the failover. A release cool-down of our own still applies.
+        """
+        if self.present is False and self.released_at is None and self.grab_at is not None:
+            self.grab_at = min(self.grab_at, self.clock.monotonic())
+
+    def waiting_for_switch_delay(self) -> bool:
+        """True while a switch delay (not a cool-down) stands between now and a grab."""
+        return (
+            self.present is False
+            and self.released_at is None
+            and self.grab_at is not None
+            and self.clock.monotonic() < self.grab_at
+        )
 
     def released_by_operator(self) -> None:
         """This process is giving the node up on an operator's request."""

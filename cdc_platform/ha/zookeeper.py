@@ -12,7 +12,9 @@ counter alone. Canal's rules on the data watch of ``running``
 (:class:`~cdc_platform.ha.running_node.SwitchRules`):
 
 * deleted, and the last holder was this process (e.g. its session expired and came back): grab
-  again at once; deleted otherwise: grab after ``switch_delay`` (anti-flap);
+  again at once; deleted with the last holder's session (its member node went too: killed,
+  or its session expired): grab at once, as nobody can come back to it; deleted otherwise (a
+  holder that lives on deleted it): grab after ``switch_delay`` (anti-flap);
 * changed to ``active: false`` for this process (``cdc-platform release``): delete it, stop,
   and stay away for ``release_cooldown`` so a standby takes over (Canal lets the releasing
   node race again after the delay, so a switch-over may land on the same node).
@@ -48,6 +50,7 @@ from kazoo.security import make_digest_acl
 from pydantic import SecretStr
 
 from cdc_platform.errors import ConfigError, LeaseBackendError
+from cdc_platform.ha.holder_session import HolderSessionWatch
 from cdc_platform.ha.lease import HolderInfo, Lease, MemberInfo
 from cdc_platform.ha.running_node import UNKNOWN_HOLDER, RunningData, SwitchRules
 from cdc_platform.infra.clock import SYSTEM_CLOCK, Clock
@@ -126,6 +129,9 @@ class ZooKeeperLease(Lease):
         self._member = False
         self._member_warned = False
         self._release_requested = False
+        self._holder_session = HolderSessionWatch(
+            self.cluster_path, self.run_id, self._on_holder_gone
+        )
         self._rules = SwitchRules(
             self.run_id,
             switch_delay=switch_delay,
@@ -240,6 +246,7 @@ class ZooKeeperLease(Lease):
         reason: str | None = None
         with self._lock:
             self._rules.observe(parsed)
+            waived = parsed is None and self._waive_if_holder_gone()
             term = self._term
             if term is not None:
                 if parsed is None:
@@ -249,9 +256,35 @@ class ZooKeeperLease(Lease):
                 elif not parsed.active:
                     self._release_requested = True
             epoch = term.epoch if term is not None else None
+        self._holder_session.note(parsed, stat, self._client)
+        if waived:
+            self._log_waived()
         if reason is not None:
             self._lose(reason, epoch)
         self._notify()
+
+    def _on_holder_gone(self) -> None:
+        """The last holder's member node went (a kazoo thread): waive a pending delay."""
+        with self._lock:
+            waived = self._waive_if_holder_gone()
+        if waived:
+            self._log_waived()
+            self._notify()
+
+    def _waive_if_holder_gone(self) -> bool:
+        """Under the lock: skip a pending switch delay if the holder's member node went."""
+        if not self._holder_session.gone() or not self._rules.waiting_for_switch_delay():
+            return False
+        self._rules.holder_session_ended()
+        return True
+
+    def _log_waived(self) -> None:
+        log.info(
+            "%s: the running node of %s went with its session: taking over without the "
+            "switch delay",
+            self.destination,
+            self._holder_session.address,
+        )
 
     # -- Lease -----------------------------------------------------------------------------------
 
@@ -319,10 +352,13 @@ class ZooKeeperLease(Lease):
     def _running_absent(self, client: Any) -> bool:
         """Read the running node into the switch rules: True when it is absent."""
         try:
-            raw, _stat = self._op("read", client.get_async, self.running_path)
+            raw, stat = self._op("read", client.get_async, self.running_path)
         except NoNodeError:
             with self._lock:
                 self._rules.observe(None)
+                waived = self._waive_if_holder_gone()
+            if waived:
+                self._log_waived()
             return True
         data = RunningData.parse(raw)
         if data is not None and data.run_id == self.run_id:
@@ -333,6 +369,7 @@ class ZooKeeperLease(Lease):
             return False
         with self._lock:
             self._rules.observe(data or UNKNOWN_HOLDER)
+        self._holder_session.note(data, stat, client)
         return False
 
     def renew(self) -> bool:  # noqa: PLR0911 (one return per outcome of the ZooKeeper transaction)

@@ -11,20 +11,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from cdc_platform.backfill.commit import prepare
+from cdc_platform.backfill.commit import PendingCommit
 from cdc_platform.errors import CdcError, CommitRefusedError, SinkError, SourceError
-from cdc_platform.events import ChangeEvent, EventKind, ResumePosition, ServerIdentity
-from cdc_platform.sink import Checkpoint, FencedCommitError
-from cdc_platform.sink.report import CommitReport, count_ops
+from cdc_platform.events import ChangeEvent, EventKind, ResumePosition
+from cdc_platform.sink import Checkpoint, CommitResult, FencedCommitError
+from cdc_platform.sink.report import CommitReport
 from cdc_platform.sink.start_record import StartRecord
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source import BinlogSource  # noqa: F401 - tests patch it through this module
-from cdc_platform.source.factory import Source, open_source, start_position
+from cdc_platform.source.factory import Source, open_source
 from cdc_platform.store import Batch, EventStore, StoreClosedError
 
 __all__ = ["DestinationRuntime", "RunSummary", "RuntimeMetrics"]
@@ -116,7 +115,6 @@ class DestinationRuntime:
         self.config = config
         self.table_uri = term.table_uri
         self._recorder = term.recorder
-        self._on_commit = term.on_commit
         self._idle_every = config.sink.idle_checkpoint_seconds
         self._reconnects_seen = 0
         self._last_commit = time.monotonic()
@@ -138,10 +136,6 @@ class DestinationRuntime:
             store_config.ddl_isolation,
         )
         self.source: Source | None = None
-        self._server: ServerIdentity | None = None
-        """The source server of the last committed position (None: not known)."""
-        self._server_changes: deque[tuple[ChangeEvent, ServerIdentity | None]] = deque()
-        """(first event read from a server, its identity), in stream order, not yet committed."""
 
     # -- control ---------------------------------------------------------------------------
 
@@ -188,11 +182,6 @@ class DestinationRuntime:
             self._recorder.reconnected(m.source_reconnects - self._reconnects_seen)
             self._reconnects_seen = m.source_reconnects
 
-    def _report(self, report: CommitReport) -> None:
-        self.term.record(report)
-        if self._on_commit is not None:
-            self._on_commit(report)
-
     def _caught_up(self, source_time: float) -> None:
         with self._lock:
             self._metrics = replace(self._metrics, source_time=source_time)
@@ -223,8 +212,6 @@ class DestinationRuntime:
             )
             batch_seq = checkpoint.batch_seq if checkpoint else 0
             resume = checkpoint.resume if checkpoint else None
-            self._server = resume.server if resume is not None else None
-            self._server_changes.clear()
             self.source = self._open_source(resume)
             if self._until_reachable(self.source.check) is None:
                 self.sink.close()
@@ -233,19 +220,19 @@ class DestinationRuntime:
                 # Pin the start position durably before reading: otherwise a crash before the
                 # first commit would restart at a later "current" position and lose changes.
                 source, start = self.source, self.config.start
-                resume = self._until_reachable(lambda: start_position(source, start))
+                resume = self._until_reachable(lambda: source.start_position(start))
                 if resume is None:
                     self.sink.close()
                     return RunSummary(self.name, self._stop_reason, 0, 0, batch_seq, None)
                 batch_seq += 1
-                self._gate()
+                self.term.check_gate()
                 StartRecord.write(
                     self.term.layout.start_record,
                     start,
                     resume,
                     epoch=epoch,
                 )
-                self.sink.commit((), batch_seq=batch_seq, resume=resume, epoch=epoch)
+                PendingCommit(self.term, self.sink, (), batch_seq, resume, epoch).land()
                 log.info(
                     "%s: no checkpoint, starting at %s (start: %s)",
                     self.name,
@@ -349,15 +336,8 @@ class DestinationRuntime:
         """Source thread: binlog events into the store, until stopped or failed."""
         source = self.source
         assert source is not None
-        server: ServerIdentity | None = None
         try:
             for events in source.event_lists():
-                # The source sets its server before the first event of each connection (one
-                # list never spans two connections).
-                current: ServerIdentity | None = getattr(source, "server", None)
-                if current != server:
-                    server = current
-                    self._server_changes.append((events[0], current))
                 self.store.put(events)
                 if self._stop.is_set():
                     break
@@ -438,7 +418,7 @@ class DestinationRuntime:
                     last_position=str(resume),
                     last_commit_at=time.time(),
                 )
-            self._report(report)
+            self.term.report(report)
         return batch_seq, resume, None
 
     def _idle(
@@ -468,37 +448,38 @@ class DestinationRuntime:
                     last_position=str(resume),
                     last_commit_at=time.time(),
                 )
-            self._report(report)
-        else:
-            self._with_server(batch, ack_point.resume_after())  # keep the server changes in step
+            self.term.report(report)
         self.store.ack(ack_point)
         self._caught_up(ack_point.txn.timestamp)
         return batch_seq, resume
 
     def _commit(self, batch: Batch, batch_seq: int, epoch: int) -> CommitReport | None:
         """Commit one batch, retrying transient failures; None if stopped while retrying."""
-        resume = batch.resume_position()
+        resume = batch.resume_position()  # names the server of the batch's last transaction
         assert resume is not None
-        resume = self._with_server(batch, resume)
+        pending = PendingCommit(self.term, self.sink, batch.events, batch_seq, resume, epoch)
         delay = self._retry_initial
         rereads: tuple[str, ...] | None = None
         while True:
             try:
-                self._gate()
                 if rereads is None:
-                    rereads = prepare(self.term, batch.events)
-                result = self.sink.commit(
-                    batch.events, batch_seq=batch_seq, resume=resume, epoch=epoch
-                )
-                version, rows, seconds = result.version, result.rows, result.seconds
+                    rereads = pending.prepare()
+                landed = pending.land()
                 break
             except FencedCommitError as exc:
-                landed = self._landed(batch_seq, epoch, resume)
-                if landed is None:
+                checkpoint = self._landed(batch_seq, epoch, resume)
+                if checkpoint is None:
                     log.error("%s: %s", self.name, exc)
                     raise
                 # An earlier attempt that reported failure had in fact landed.
-                version, rows, seconds = landed.version, -1, 0.0
+                rows = sum(1 for event in batch.events if event.kind is not EventKind.COMMIT)
+                landed = CommitResult(
+                    checkpoint.version,
+                    rows,
+                    checkpoint.last_seq - rows + 1,
+                    checkpoint.last_seq,
+                    0.0,
+                )
                 break
             except CommitRefusedError:
                 raise
@@ -516,35 +497,13 @@ class DestinationRuntime:
                 delay = min(delay * 2, self._retry_max)
         last = batch.last
         assert last is not None
-        if rows < 0:
-            rows = sum(1 for event in batch.events if event.kind is not EventKind.COMMIT)
-        events = batch.events
-        return CommitReport(
-            destination=self.name,
-            batch_seq=batch_seq,
-            version=version,
-            rows=rows,
-            events=len(batch.events),
-            resume=resume,
-            epoch=epoch,
+        return pending.report_of(
+            landed,
+            rereads or (),
             lag_seconds=max(0.0, time.time() - last.txn.timestamp),
-            commit_seconds=seconds,
             partial=batch.partial,
-            ops=count_ops(events),
-            transactions=sum(1 for e in events if _captured_end(e)),
-            rereads=rereads or (),
+            transactions=sum(1 for e in batch.events if _captured_end(e)),
         )
-
-    def _with_server(self, batch: Batch, resume: ResumePosition) -> ResumePosition:
-        """``resume`` stamped with the server the batch's last event was read from, so that a
-        file/position checkpoint is never resumed on another server (a switched primary)."""
-        changes = self._server_changes
-        while changes and any(event is changes[0][0] for event in batch.events):
-            self._server = changes.popleft()[1]
-        return resume if self._server is None else replace(resume, server=self._server)
-
-    def _gate(self) -> None:
-        self.term.check_gate()
 
     def _landed(self, batch_seq: int, epoch: int, resume: ResumePosition) -> Checkpoint | None:
         """The checkpoint if this very batch is already in the change log, else None."""

@@ -9,8 +9,9 @@ claims the request and dispatches on its kind: a repair writes its events under 
 a snapshot runs the watermark snapshot of the requested tables under the term (the binlog flows
 into the change log with each chunk); then streaming goes on from the checkpoint.
 A batch whose DDL changed rows without row events lists its tables before it commits (the
-one commit protocol, :mod:`cdc_platform.backfill.commit`); its commit report names them, the
-runtime stops after that commit and the tables are re-read the same way
+one commit protocol, :mod:`cdc_platform.backfill.commit`); its commit report names them and
+reaches :meth:`SideWork.committed` (the one path, the same for every writer), the runtime
+stops after that commit and the tables are re-read the same way
 (:mod:`cdc_platform.backfill.reread`).
 
 Each piece of side work runs under a :class:`~cdc_platform.backfill.stop.SideWorkStop`: the
@@ -40,6 +41,7 @@ from cdc_platform.backfill.snapshot import SnapshotProgress, SnapshotRunner
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.config.models import InstanceConfig
 from cdc_platform.errors import CdcError, SinkError
+from cdc_platform.sink.report import CommitReport
 from cdc_platform.sink.term import WriteTerm
 
 __all__ = ["Halted", "SideWork", "StoppableRuntime"]
@@ -85,7 +87,7 @@ class SideWork:
         """The newest progress of an automatic snapshot (config `snapshot.new_tables`)."""
         self.repairs = 0
         """Repair requests served."""
-        self.reread_due = threading.Event()
+        self._reread_due = threading.Event()
         """Set when a committed DDL changed rows without row events: re-read once stopped."""
         self._lock = threading.Lock()
         self._runner: SnapshotRunner | None = None
@@ -200,7 +202,21 @@ class SideWork:
                 on_runner=on_runner,
                 stop=stop,
             )
-        self.reread_due.clear()  # what the copy's own commits noted was copied with it
+        self._reread_due.clear()  # what the copy's own commits noted was copied with it
+
+    def committed(self, report: CommitReport) -> bool:
+        """Hear of a commit under the term (any writer's, through the term's report): True
+        while a re-read after DDL is due (this commit's or an earlier one listed tables,
+        before it committed), so the stream stops after this commit."""
+        if report.rereads:
+            self._reread_due.set()
+        return self._reread_due.is_set()
+
+    def take_reread(self) -> bool:
+        """Whether a re-read after DDL is due; it is no longer once taken."""
+        due = self._reread_due.is_set()
+        self._reread_due.clear()
+        return due
 
     # -- requests (repairs, ad-hoc snapshots) --------------------------------------------------
 

@@ -222,9 +222,7 @@ class LeaseSupervisor:
         self._publish_status(report.epoch)
         if self.term.on_commit is not None:
             self.term.on_commit(report)
-        if report.rereads:
-            self._side.reread_due.set()
-        if self._side.reread_due.is_set():
+        if self._side.committed(report):
             with self._lock:
                 runtime = self._runtime
             if runtime is not None:
@@ -525,8 +523,7 @@ class LeaseSupervisor:
             side.request_due.clear()
             side.serve_requests(term, self._halted, on_role=self._set_role)
             served = True
-        if side.reread_due.is_set() and self._halted() is None:
-            side.reread_due.clear()
+        if self._halted() is None and side.take_reread():
             self._reread(term)
             served = True
         return served

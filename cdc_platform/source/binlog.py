@@ -51,7 +51,7 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
-from cdc_platform.config.models import SourceConfig
+from cdc_platform.config.models import SourceConfig, StartConfig
 from cdc_platform.errors import SourceError, SourceServerChangedError
 from cdc_platform.events import (
     ChangeEvent,
@@ -72,6 +72,7 @@ from cdc_platform.source.mysql import (
     library_connection,
 )
 from cdc_platform.source.rows_framing import FramingReader
+from cdc_platform.source.start_position import resolve_start
 from cdc_platform.source.table_maps import JSON_VALID_CHECK, Catalog, TablePlans, enum_labels
 from cdc_platform.source.transactions import TransactionAssembler
 from cdc_platform.source.xa import XaAge, aging_prepared
@@ -111,7 +112,8 @@ class BinlogSource:
     called from any thread and ends it promptly. ``reconnects`` counts the times the stream
     was lost and re-established from the last fully emitted transaction boundary. ``server``
     is the identity of the server the events come from, set before the first event of each
-    connection: a file/position resume on another server is refused
+    connection and named in each transaction read on it (``Transaction.server``, so that a
+    checkpoint names it): a file/position resume on another server is refused
     (SourceServerChangedError), a GTID resume continues there. ``decode_pool``: the worker
     pool to decode rows events in (None: one of ``decode_workers`` processes, or none for 1);
     the source closes it when it ends.
@@ -174,6 +176,10 @@ class BinlogSource:
     def current_position(self) -> ResumePosition:
         """The server's current binlog end, as a position to start reading from."""
         return self.binlog_server.current_position()
+
+    def start_position(self, start: StartConfig) -> ResumePosition:
+        """Where a destination without a checkpoint begins: ``start`` resolved on the server."""
+        return resolve_start(self.binlog_server, start)
 
     def _same_server(
         self, position: ResumePosition, recorded: ServerIdentity | None
@@ -262,6 +268,7 @@ class BinlogSource:
                 )
                 if checked is None:
                     return
+            assembler.server = self.server  # named in each transaction of this connection
             reader = self._reader(position, plans)
             plans.attach(reader)
             lost = False

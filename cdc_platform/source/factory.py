@@ -1,8 +1,9 @@
 """The one place that picks a destination's source by ``source.mode``.
 
 Both sources offer what the runtime uses (:class:`Source`): ``check()``, ``current_position()``,
-``events()`` (whole transactions, each ended by a COMMIT event) and ``event_lists()`` (the same
-in lists), ``stop()`` and ``reconnects``.
+``start_position()``, ``events()`` (whole transactions, each ended by a COMMIT event and naming
+the server it was read from) and ``event_lists()`` (the same in lists), ``stop()`` and
+``reconnects``.
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ from cdc_platform.config.models import SourceConfig, StartConfig
 from cdc_platform.events import ChangeEvent, ResumePosition
 from cdc_platform.source.binlog import BinlogSource
 from cdc_platform.source.id_watch import IdWatchSource
-from cdc_platform.source.start_position import resolve_start
 
-__all__ = ["Source", "open_source", "start_position"]
+__all__ = ["Source", "open_source"]
 
 
 class Source(Protocol):
@@ -31,11 +31,17 @@ class Source(Protocol):
         ...
 
     def current_position(self) -> ResumePosition:
-        """Where a destination without a checkpoint starts."""
+        """The source's position now (the binlog's end; the id watch's start)."""
+        ...
+
+    def start_position(self, start: StartConfig) -> ResumePosition:
+        """Where a destination without a checkpoint begins: ``start`` resolved on the binlog
+        source's server (see :mod:`.start_position`); the id watch begins at its own start."""
         ...
 
     def events(self) -> Iterator[ChangeEvent]:
-        """Blocking stream of whole transactions until :meth:`stop`."""
+        """Blocking stream of whole transactions until :meth:`stop`; each names the server it
+        was read from (``Transaction.server``; None: the source has no such notion)."""
         ...
 
     def event_lists(self) -> Iterator[Sequence[ChangeEvent]]:
@@ -72,11 +78,3 @@ def open_source(  # noqa: PLR0913 (the config; the rest keyword-only, as each so
             storage_options=storage_options,
         )
     return BinlogSource(config, resume=resume, password=password, heartbeats=heartbeats)
-
-
-def start_position(source: Source, start: StartConfig) -> ResumePosition:
-    """Where a destination without a checkpoint begins: ``start`` resolved on the binlog
-    source's server (see :mod:`.start_position`); the id watch begins at its own start."""
-    if isinstance(source, BinlogSource):
-        return resolve_start(source.binlog_server, start)
-    return source.current_position()

@@ -46,7 +46,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from cdc_platform.config.models import IdWatchConfig, SourceConfig
+from cdc_platform.config.models import IdWatchConfig, SourceConfig, StartConfig
 from cdc_platform.errors import (
     ConfigError,
     SourceError,
@@ -257,6 +257,10 @@ class IdWatchSource:
         """Where a new destination starts: before every row (last id 0 for every table), so
         the watch copies the tables' existing rows first, as inserts."""
         return WatchPosition({t.table: 0 for t in self.watch.tables}, 0).to_resume()
+
+    def start_position(self, start: StartConfig) -> ResumePosition:
+        """The watch begins at its own start (:meth:`current_position`) whatever ``start``."""
+        return self.current_position()
 
     def oldest_prepared_xa_age(self) -> float | None:
         """Tables read by id hold no XA transactions."""

@@ -46,6 +46,7 @@ from cdc_platform.events import (
     Op,
     PreparedXa,
     ResumePosition,
+    ServerIdentity,
     Transaction,
 )
 from cdc_platform.source.filters import Statement, StatementKind, TableFilter, classify_statement
@@ -127,6 +128,9 @@ class TransactionAssembler:
         self._pending_ddl: list[tuple[list[tuple[str, str]], str]] = []
         self._last_quiet = float("-inf")
         self._idle_commit: ChangeEvent | None = None
+        self.server: ServerIdentity | None = None
+        """The server the library's events come from now, named in every transaction begun
+        (set by the source before the first event of each connection)."""
         self._handlers: dict[type, Callable[[Any], list[ChangeEvent]]] = {
             WriteRowsEvent: self._library_rows,
             UpdateRowsEvent: self._library_rows,
@@ -245,6 +249,7 @@ class TransactionAssembler:
             timestamp=event.timestamp,
             filters=self._filters,
             xa_prepared=self._xa.pending,
+            server=self.server,
         )
         self._index = 0
         self._standalone = standalone
@@ -372,6 +377,7 @@ class TransactionAssembler:
             filters=self._filters,
             xa_prepared=self._xa.pending,
             idle=True,
+            server=self.server,
         )
         if self._heartbeats:
             out.append(ChangeEvent(EventKind.COMMIT, idle, boundary, 0))

@@ -141,6 +141,74 @@ def test_a_killed_holder_is_replaced_after_its_session_expires(
         holder.wait(10)
 
 
+def test_a_killed_holder_is_replaced_without_the_switch_delay(
+    make_lease: MakeLease, zk_hosts: str
+) -> None:
+    """Its session ended with its member node: nobody to wait for, the 30 s delay is waived."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from cdc_platform.ha import ZooKeeperLease\n"
+            f"lease = ZooKeeperLease({zk_hosts!r}, 'shop', address='a', "
+            f"session_timeout={SESSION})\n"
+            "print(lease.try_acquire(), flush=True)\n"
+            "time.sleep(120)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "0"
+        b = make_lease("b", switch_delay=30.0)
+        standby = Acquirer(b)
+        wait_for(lambda: "b" in {m.address for m in b.members()}, "b to stand by", timeout=10)
+        holder.kill()
+        holder.wait(10)
+        standby.thread.join(20)  # session expiry takes 2-3 s; the delay alone would be 30 s
+        assert standby.epoch == 1, "b took over once a's session expired, before the delay"
+    finally:
+        standby.stop.set()
+        holder.kill()
+        holder.wait(10)
+
+
+def test_a_holder_that_lives_on_keeps_the_switch_delay(
+    make_lease: MakeLease, admin: KazooClient
+) -> None:
+    """Its member node is still there: the delay stands, however long."""
+    a, b = make_lease("a"), make_lease("b", switch_delay=30.0)
+    a.start()
+    assert a.try_acquire() == 0
+    standby = Acquirer(b)
+    wait_for(lambda: "b" in {m.address for m in a.members()}, "b to stand by", timeout=10)
+    a.release()
+    wait_for(lambda: b.holder() is None, "the running node to go", timeout=10)
+    assert b.try_acquire() is None, "a still has its session: b waits the 30 s delay"
+    assert standby.epoch is None
+    standby.stop.set()
+    standby.thread.join(5)
+
+
+def test_the_holders_member_node_going_later_still_waives_the_delay(
+    make_lease: MakeLease, admin: KazooClient
+) -> None:
+    """A session's nodes go one by one: the member node may go after the running node."""
+    a, b = make_lease("a"), make_lease("b", switch_delay=30.0)
+    a.start()
+    assert a.try_acquire() == 0
+    standby = Acquirer(b)
+    wait_for(lambda: "b" in {m.address for m in a.members()}, "b to stand by", timeout=10)
+    admin.delete("/cdc/destinations/shop/running")
+    wait_for(lambda: b.holder() is None, "the running node to go", timeout=10)
+    assert standby.epoch is None, "a's member node is still there: b waits"
+    admin.delete("/cdc/destinations/shop/cluster/a")
+    standby.thread.join(20)
+    assert standby.epoch is not None, "a's member node went too: b took over before the delay"
+
+
 def test_our_own_node_deleted_is_grabbed_again_at_once(
     make_lease: MakeLease, admin: KazooClient
 ) -> None:

@@ -108,3 +108,36 @@ def test_running_data_round_trip_and_garbage() -> None:
     assert RunningData.parse(b"not json") is None
     assert RunningData.parse(b'{"address": "x"}') is None
     assert RunningData.parse(None) is None
+
+
+def test_a_holder_whose_session_ended_is_replaced_at_once() -> None:
+    clock = FakeClock()
+    r = rules(clock)
+    r.observe(holder("other"))
+    r.observe(None)
+    assert r.waiting_for_switch_delay()
+    r.holder_session_ended()
+    assert r.may_grab()
+    assert not r.waiting_for_switch_delay()
+
+
+def test_a_session_end_does_not_cut_our_release_cooldown() -> None:
+    clock = FakeClock()
+    r = rules(clock)
+    r.observe(holder("me"))
+    r.released_by_operator()
+    r.observe(None)
+    assert not r.waiting_for_switch_delay(), "a cool-down is not a switch delay"
+    r.holder_session_ended()
+    assert not r.may_grab()
+    clock.advance(COOLDOWN)
+    assert r.may_grab()
+
+
+def test_a_session_end_while_the_node_is_held_changes_nothing() -> None:
+    clock = FakeClock()
+    r = rules(clock)
+    r.observe(holder("other"))
+    r.holder_session_ended()
+    assert not r.may_grab()
+    assert r.grab_at is None

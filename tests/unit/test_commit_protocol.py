@@ -1,0 +1,104 @@
+"""The one commit protocol (backfill/commit.py), as every writer of a change log runs it.
+
+A real Delta change log in a local lake; the lease gate and the observer are recorded. The
+protocol's order is what makes a re-read after DDL safe: the gate, the re-read list (before
+the DDL is in the change log), the gate again right before the fenced commit, the report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from cdc_platform.backfill.commit import PendingCommit, commit_beside
+from cdc_platform.backfill.reread_list import RereadRecord
+from cdc_platform.config.lake import LakeLocation
+from cdc_platform.config.models import InstanceConfig, SourceConfig
+from cdc_platform.errors import LeaseLostError
+from cdc_platform.events import ChangeEvent
+from cdc_platform.sink.report import CommitReport
+from cdc_platform.sink.term import WriteTerm
+from cdc_platform.testing.events import EventBuilder
+
+pytestmark = pytest.mark.unit
+
+CONFIG = InstanceConfig(
+    source=SourceConfig(user="cdc", password_env="CDC_TEST_PASSWORD", server_id=7)
+)
+
+
+def _ddl(build: EventBuilder) -> ChangeEvent:
+    """A DDL that changes the rows of ``shop.orders`` without row events (a re-read)."""
+    return replace(build.ddl("ALTER TABLE orders MODIFY note BIGINT"), table="orders")
+
+
+def test_a_side_commit_gates_notes_gates_again_commits_and_reports(tmp_path: Path) -> None:
+    steps: list[str] = []
+    reports: list[CommitReport] = []
+    listed: list[set[str]] = []
+    lake = LakeLocation(str(tmp_path))
+    reread = RereadRecord(WriteTerm.in_lake("shop", CONFIG, lake).layout.reread_tables)
+
+    def gate() -> None:
+        steps.append("gate")
+        listed.append(set(reread.load()))
+
+    def on_commit(report: CommitReport) -> None:
+        steps.append("report")
+        reports.append(report)
+
+    term = WriteTerm(
+        "shop", CONFIG, str(tmp_path / "changes"), commit_gate=gate, on_commit=on_commit, lake=lake
+    )
+    build = EventBuilder()
+    events = [*build.transaction(2), _ddl(build)]
+    sink = term.open_change_log()
+    landed = commit_beside(
+        term, sink, events, batch_seq=1, resume=events[-1].resume_after(), epoch=1
+    )
+    assert steps == ["gate", "gate", "report"]
+    # Nothing listed at the first gate; at the gate right before the commit, the DDL's table.
+    assert listed == [set(), {"shop.orders"}]
+    (report,) = reports
+    assert report.rereads == ("shop.orders",)
+    assert report.ops == (("c", 2), ("ddl", 1))
+    assert (report.rows, report.events, report.version) == (
+        3,
+        4,
+        landed.version,
+    )  # 2 rows, COMMIT, DDL
+    assert (report.lag_seconds, report.transactions, report.partial) == (0.0, 0, False)
+    checkpoint = sink.recover()
+    assert checkpoint is not None
+    assert checkpoint.batch_seq == 1
+    sink.close()
+
+
+def test_a_gate_that_refuses_after_the_note_leaves_the_change_log_untouched(
+    tmp_path: Path,
+) -> None:
+    allowed = [True]
+
+    def gate() -> None:
+        if not allowed[0]:
+            raise LeaseLostError("shop", 1, "the lease is no longer held")
+
+    term = WriteTerm(
+        "shop",
+        CONFIG,
+        str(tmp_path / "changes"),
+        commit_gate=gate,
+        lake=LakeLocation(str(tmp_path)),
+    )
+    build = EventBuilder()
+    events = [_ddl(build)]
+    sink = term.open_change_log()
+    pending = PendingCommit(term, sink, events, 1, events[-1].resume_after(), 1)
+    assert pending.prepare() == ("shop.orders",)
+    allowed[0] = False  # the lease went while the list was written
+    with pytest.raises(LeaseLostError):
+        pending.land()
+    assert sink.recover() is None
+    sink.close()
