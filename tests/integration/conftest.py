@@ -26,7 +26,7 @@ from cdc_platform.config.models import SparkConfig
 from cdc_platform.spark.session import CONNECT_MARK, SparkSessionFactory, stop_embedded_server
 from cdc_platform.spark.storage import s3a_conf
 from cdc_platform.testing.seaweedfs import SeaweedFSServer
-from cdc_platform.testing.spark_connect import SMALL_LOCAL_CONF, SparkConnectServer
+from cdc_platform.testing.spark_connect import SMALL_DATA_CONF, SMALL_LOCAL_CONF, SparkConnectServer
 from cdc_platform.testing.spark_engines import SparkEngine
 
 
@@ -81,6 +81,7 @@ def classic_factory(
         master="local[2]",
         conf={
             **SMALL_LOCAL_CONF,
+            **SMALL_DATA_CONF,
             "spark.sql.warehouse.dir": str(work / "warehouse"),
             "spark.local.dir": str(work),
         },
@@ -100,7 +101,10 @@ def spark_connect_server(
     credentials in its own environment)."""
     server = SparkConnectServer(
         tmp_path_factory.mktemp("spark-connect"),
-        conf=s3a_conf(_s3_lake(seaweedfs), environ=seaweedfs.environment()),
+        conf={
+            **s3a_conf(_s3_lake(seaweedfs), environ=seaweedfs.environment()),
+            **SMALL_DATA_CONF,
+        },
         environment=seaweedfs.environment(),
     )
     server.start()
