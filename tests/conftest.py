@@ -11,6 +11,7 @@ import importlib.util
 import logging
 import os
 import re
+import threading
 import traceback
 import uuid
 from collections.abc import Iterator
@@ -50,6 +51,28 @@ def _no_secret_in_logs(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
         if leaked_secrets(_rendered(record))
     ]
     assert not leaks, f"a secret reached the log: {leaks}"
+
+
+def _signal_state() -> tuple[str, str]:
+    """This thread's blocked and the process's ignored signals (Linux: /proc masks).
+
+    Children inherit both through fork and exec: a test that left SIGTERM blocked or ignored
+    in a worker would make every later child of that worker deaf to SIGTERM."""
+    try:
+        lines = Path(f"/proc/self/task/{threading.get_native_id()}/status").read_text()
+    except OSError:
+        return ("", "")
+    fields = dict(line.split(":\t", 1) for line in lines.splitlines() if ":\t" in line)
+    return (fields.get("SigBlk", "").strip(), fields.get("SigIgn", "").strip())
+
+
+@pytest.fixture(autouse=True)
+def _signals_left_as_found() -> Iterator[None]:
+    """A test must leave the worker's signal masks as it found them (see _signal_state)."""
+    before = _signal_state()
+    yield
+    after = _signal_state()
+    assert after == before, f"signal masks (blocked, ignored) changed: {before} -> {after}"
 
 
 def _rendered(record: logging.LogRecord) -> str:
