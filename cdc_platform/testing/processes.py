@@ -129,6 +129,9 @@ def stop_process_group(
         proc.poll()
         left = group_members(pgid)
         if not left:
+            # the leader may have died between the poll and the listing: reap it
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
             return []
         time.sleep(0.1)
     return group_members(pgid)
