@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 from cdc_platform.backfill.repair import RepairResult, RepairTable
 from cdc_platform.backfill.request_folder import STALE_AFTER_SECONDS, RequestFolder
@@ -283,6 +283,27 @@ def _filter_of(source: SourceConfig) -> Callable[[str, str], bool]:
     return TableFilter(source.include_tables, source.exclude_tables).matches
 
 
+FolderT = TypeVar("FolderT", "RepairInbox", "SnapshotInbox")
+
+
+def _inbox(  # noqa: PLR0913 (which folder of which destination; the rest keyword-only)
+    cls: type[FolderT],
+    folder: str,
+    *,
+    kind: Literal["repair", "snapshot"],
+    destination: str,
+    source: SourceConfig | None,
+    storage_options: Mapping[str, str] | None,
+) -> FolderT:
+    """One request folder of ``destination``: signed with ``source``'s key for ``kind`` and
+    refusing tables outside its filters, or (no ``source``) one nothing can be submitted to or
+    served from."""
+    root = LakeFile(folder, storage_options)
+    if source is None:
+        return cls(root)
+    return cls(root, key=request_key(source, destination, kind), allowed=_filter_of(source))
+
+
 def repair_inbox(
     lake_root: str | os.PathLike[str],
     destination: str,
@@ -292,11 +313,15 @@ def repair_inbox(
     """The repair requests of ``destination``; with ``source``, requests are signed and
     checked with its key, and tables outside its filters are refused (without ``source``, or
     with its password variable unset, no request can be submitted or served)."""
-    root = LakeFile(DestinationLake.at(lake_root, destination).repair_inbox, storage_options)
-    if source is None:
-        return RepairInbox(root)
-    key = request_key(source, destination, "repair")
-    return RepairInbox(root, key=key, allowed=_filter_of(source))
+    folder = DestinationLake.at(lake_root, destination).repair_inbox
+    return _inbox(
+        RepairInbox,
+        folder,
+        kind="repair",
+        destination=destination,
+        source=source,
+        storage_options=storage_options,
+    )
 
 
 def snapshot_inbox(
@@ -308,11 +333,15 @@ def snapshot_inbox(
     """The snapshot requests of ``destination``; with ``source``, requests are signed and
     checked with its key, and tables outside its filters are refused (without ``source`` no
     request can be submitted or served)."""
-    root = LakeFile(DestinationLake.at(lake_root, destination).snapshot_inbox, storage_options)
-    if source is None:
-        return SnapshotInbox(root)
-    key = request_key(source, destination, "snapshot")
-    return SnapshotInbox(root, key=key, allowed=_filter_of(source))
+    folder = DestinationLake.at(lake_root, destination).snapshot_inbox
+    return _inbox(
+        SnapshotInbox,
+        folder,
+        kind="snapshot",
+        destination=destination,
+        source=source,
+        storage_options=storage_options,
+    )
 
 
 def holder_inbox(

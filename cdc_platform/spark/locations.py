@@ -110,8 +110,11 @@ def table_exists(
 def delta_version(uri: str, storage_options: Mapping[str, str] | None = None) -> int | None:
     """The table's current version read with delta-rs, or None when that is not possible
     (Sail cannot run ``DESCRIBE HISTORY``; delta-rs reads local and object-store tables)."""
-    facts = table_facts(uri, storage_options)
-    return facts.version if facts is not None else None
+    try:
+        return int(DeltaTable(uri, storage_options=dict(storage_options or {}) or None).version())
+    except Exception as exc:  # any storage / table problem: the version is informational
+        logger.debug("no Delta version for %s: %s", uri, exc)
+        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -339,7 +339,8 @@ class _Apply:
             .option("overwriteSchema", "true")
             .save(self.uri)
         )
-        rows = self._rows(table_facts(self.uri, self.options))
+        facts = table_facts(self.uri, self.options)
+        rows = self._rows(facts)
         return self._finish(
             line,
             history,
@@ -348,6 +349,7 @@ class _Apply:
             counts=(rows, 0, 0),
             previous=previous,
             mirror_rows=rows,
+            facts=facts,
         )
 
     def _finish(  # noqa: PLR0913 (the outcome of one apply; the figures keyword-only)
@@ -360,12 +362,15 @@ class _Apply:
         counts: tuple[int, int, int],
         previous: int,
         mirror_rows: int | None = None,
+        facts: TableFacts | None = None,
     ) -> MirrorResult:
+        """``facts``: the mirror's, when the caller read them after its commit already."""
         inserted, updated, deleted = counts
         self.hook("mirror_committed")
         target = line.target
         assert target is not None
-        facts = table_facts(self.uri, self.options)
+        if facts is None:
+            facts = table_facts(self.uri, self.options)
         if mirror_rows is None:
             mirror_rows = self._rows(facts)
         mirror_version = facts.version if facts is not None else None

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import re
+from types import SimpleNamespace
+from typing import Any
 
 from cdc_platform.events import (
     BinlogPosition,
@@ -17,7 +19,20 @@ from cdc_platform.events import (
     Transaction,
 )
 
-__all__ = ["EventBuilder"]
+__all__ = ["EventBuilder", "library_event"]
+
+
+def library_event(cls: type[Any], pos: int, size: int, **fields: Any) -> Any:
+    """A mysql-replication event object of class ``cls`` ending at ``pos`` (``size`` bytes),
+    with ``fields`` set, made without a packet to parse: what the source's transaction
+    assembler reads of an event, for its unit tests."""
+    event = object.__new__(cls)  # no __init__: it would parse a packet
+    event.packet = SimpleNamespace(log_pos=pos, event_size=size, server_id=7)
+    event.timestamp = 1_700_000_000
+    for name, value in fields.items():
+        setattr(event, name, value)
+    return event
+
 
 _FILE_NUMBER = re.compile(r"^(.*?)(\d+)$")
 

@@ -7,7 +7,6 @@ classes with their fields set the way the library's parser sets them.
 from __future__ import annotations
 
 import binascii
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,6 +16,7 @@ from cdc_platform.events import EventKind, ResumePosition, merge_gtid
 from cdc_platform.source.filters import TableFilter
 from cdc_platform.source.table_maps import Catalog, TablePlans
 from cdc_platform.source.transactions import TransactionAssembler
+from cdc_platform.testing.events import library_event
 
 pytestmark = pytest.mark.unit
 
@@ -43,21 +43,12 @@ def test_mariadb_states_are_unchanged() -> None:
     assert merge_gtid(None, "0-1-6") == "0-1-6"
 
 
-def _event(cls: type, pos: int, size: int, **fields: Any) -> Any:
-    event = cls.__new__(cls)
-    event.packet = SimpleNamespace(log_pos=pos, event_size=size, server_id=7)
-    event.timestamp = 1_700_000_000
-    for name, value in fields.items():
-        setattr(event, name, value)
-    return event
-
-
 def _mysql_transaction(start: int, gno: int) -> list[Any]:
     sid = binascii.unhexlify(UUID.replace("-", ""))
     return [
-        _event(GtidEvent, start + 79, 79, sid=sid, gno=gno),
-        _event(QueryEvent, start + 150, 71, schema=b"shop", query="BEGIN"),
-        _event(XidEvent, start + 181, 31),
+        library_event(GtidEvent, start + 79, 79, sid=sid, gno=gno),
+        library_event(QueryEvent, start + 150, 71, schema=b"shop", query="BEGIN"),
+        library_event(XidEvent, start + 181, 31),
     ]
 
 

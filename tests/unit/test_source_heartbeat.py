@@ -6,7 +6,6 @@ library's parser sets them (as in test_mysql_gtids.py).
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -22,17 +21,9 @@ from cdc_platform.events import EventKind, ResumePosition
 from cdc_platform.source.filters import TableFilter
 from cdc_platform.source.table_maps import Catalog, TablePlans
 from cdc_platform.source.transactions import TransactionAssembler
+from cdc_platform.testing.events import library_event
 
 pytestmark = pytest.mark.unit
-
-
-def _event(cls: type, pos: int, size: int, **fields: Any) -> Any:
-    event = cls.__new__(cls)
-    event.packet = SimpleNamespace(log_pos=pos, event_size=size, server_id=7)
-    event.timestamp = 1_700_000_000
-    for name, value in fields.items():
-        setattr(event, name, value)
-    return event
 
 
 def _assembler(
@@ -51,7 +42,7 @@ def _assembler(
 
 
 def _heartbeat(pos: int) -> Any:
-    return _event(HeartbeatLogEvent, pos, 19, timestamp=0, ident="mysql-bin.000001")
+    return library_event(HeartbeatLogEvent, pos, 19, timestamp=0, ident="mysql-bin.000001")
 
 
 def test_a_heartbeat_outside_a_transaction_is_an_idle_commit_at_the_boundary() -> None:
@@ -65,9 +56,9 @@ def test_a_heartbeat_outside_a_transaction_is_an_idle_commit_at_the_boundary() -
 
     # A transaction on a table not captured moves the boundary and the GTID state.
     group = [
-        _event(MariadbGtidEvent, 480, 80, gtid="0-1-6", flags=0),
-        _event(QueryEvent, 560, 80, schema=b"other", query="BEGIN"),
-        _event(XidEvent, 600, 40),
+        library_event(MariadbGtidEvent, 480, 80, gtid="0-1-6", flags=0),
+        library_event(QueryEvent, 560, 80, schema=b"other", query="BEGIN"),
+        library_event(XidEvent, 600, 40),
     ]
     (quiet,) = [out for event in group for out in assembler.feed(event)]
     assert not quiet.txn.idle
@@ -80,13 +71,13 @@ def test_a_heartbeat_outside_a_transaction_is_an_idle_commit_at_the_boundary() -
 
 def test_no_idle_commit_inside_an_open_transaction() -> None:
     assembler = _assembler(ResumePosition("mysql-bin.000001", 400, "0-1-5"), [1.0e9])
-    assembler.feed(_event(MariadbGtidEvent, 480, 80, gtid="0-1-6", flags=0))
+    assembler.feed(library_event(MariadbGtidEvent, 480, 80, gtid="0-1-6", flags=0))
     assert assembler.feed(_heartbeat(480)) == []
 
 
 def test_after_a_rotation_the_idle_commit_is_in_the_new_file() -> None:
     assembler = _assembler(ResumePosition("mysql-bin.000001", 400, "0-1-5"), [1.0e9])
-    assembler.feed(_event(RotateEvent, 450, 50, next_binlog="mysql-bin.000002", position=4))
+    assembler.feed(library_event(RotateEvent, 450, 50, next_binlog="mysql-bin.000002", position=4))
     (idle,) = assembler.feed(_heartbeat(4))
     assert idle.resume_after() == ResumePosition("mysql-bin.000002", 4, "0-1-5")
 

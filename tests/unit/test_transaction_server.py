@@ -8,7 +8,6 @@ assembler is fed the library's own event classes, as in test_source_heartbeat.py
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,21 +17,13 @@ from cdc_platform.events import ResumePosition, ServerIdentity
 from cdc_platform.source.filters import TableFilter
 from cdc_platform.source.table_maps import Catalog, TablePlans
 from cdc_platform.source.transactions import TransactionAssembler
+from cdc_platform.testing.events import library_event
 
 pytestmark = pytest.mark.unit
 
 FILE = "mysql-bin.000001"
 PRIMARY = ServerIdentity(1, gtid_domain_id=0)
 PROMOTED = ServerIdentity(2, gtid_domain_id=0)
-
-
-def _event(cls: type, pos: int, size: int, **fields: Any) -> Any:
-    event = cls.__new__(cls)
-    event.packet = SimpleNamespace(log_pos=pos, event_size=size, server_id=7)
-    event.timestamp = 1_700_000_000
-    for name, value in fields.items():
-        setattr(event, name, value)
-    return event
 
 
 def _assembler() -> TransactionAssembler:
@@ -50,9 +41,9 @@ def _assembler() -> TransactionAssembler:
 
 def _transaction(assembler: TransactionAssembler, pos: int, gtid: str) -> Any:
     group = [
-        _event(MariadbGtidEvent, pos + 80, 80, gtid=gtid, flags=0),
-        _event(QueryEvent, pos + 160, 80, schema=b"other", query="BEGIN"),
-        _event(XidEvent, pos + 200, 40),
+        library_event(MariadbGtidEvent, pos + 80, 80, gtid=gtid, flags=0),
+        library_event(QueryEvent, pos + 160, 80, schema=b"other", query="BEGIN"),
+        library_event(XidEvent, pos + 200, 40),
     ]
     (commit,) = [out for event in group for out in assembler.feed(event)]
     return commit
@@ -64,7 +55,7 @@ def test_every_transaction_and_its_checkpoint_name_the_server_of_its_connection(
     first = _transaction(assembler, 400, "0-1-6")
     assert first.txn.server == PRIMARY
     assert first.resume_after().server == PRIMARY
-    (idle,) = assembler.feed(_event(HeartbeatLogEvent, 600, 19, timestamp=0, ident=FILE))
+    (idle,) = assembler.feed(library_event(HeartbeatLogEvent, 600, 19, timestamp=0, ident=FILE))
     assert idle.txn.idle
     assert idle.resume_after().server == PRIMARY
 
