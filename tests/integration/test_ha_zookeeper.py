@@ -107,9 +107,8 @@ def test_one_holder_epochs_grow_and_the_running_node_says_who(
     assert a.last_epoch() == 1
 
 
-def test_a_killed_holder_is_replaced_after_its_session_expires(
-    make_lease: MakeLease, zk_hosts: str
-) -> None:
+def _holder_process(zk_hosts: str) -> subprocess.Popen[str]:
+    """Another process holding the lease as ``a`` (epoch 0), to be killed by the test."""
     holder = subprocess.Popen(
         [
             sys.executable,
@@ -124,9 +123,19 @@ def test_a_killed_holder_is_replaced_after_its_session_expires(
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert holder.stdout is not None
+    if holder.stdout.readline().strip() != "0":
+        holder.kill()
+        holder.wait(10)
+        raise AssertionError("the holder process did not take the lease at epoch 0")
+    return holder
+
+
+def test_a_killed_holder_is_replaced_after_its_session_expires(
+    make_lease: MakeLease, zk_hosts: str
+) -> None:
+    holder = _holder_process(zk_hosts)
     try:
-        assert holder.stdout is not None
-        assert holder.stdout.readline().strip() == "0"
         b = make_lease("b")
         standby = Acquirer(b)
         wait_for(lambda: "b" in {m.address for m in b.members()}, "b to stand by", timeout=10)
@@ -145,23 +154,8 @@ def test_a_killed_holder_is_replaced_without_the_switch_delay(
     make_lease: MakeLease, zk_hosts: str
 ) -> None:
     """Its session ended with its member node: nobody to wait for, the 30 s delay is waived."""
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, time\n"
-            "from cdc_platform.ha import ZooKeeperLease\n"
-            f"lease = ZooKeeperLease({zk_hosts!r}, 'shop', address='a', "
-            f"session_timeout={SESSION})\n"
-            "print(lease.try_acquire(), flush=True)\n"
-            "time.sleep(120)\n",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = _holder_process(zk_hosts)
     try:
-        assert holder.stdout is not None
-        assert holder.stdout.readline().strip() == "0"
         b = make_lease("b", switch_delay=30.0)
         standby = Acquirer(b)
         wait_for(lambda: "b" in {m.address for m in b.members()}, "b to stand by", timeout=10)
