@@ -13,6 +13,7 @@ the change log knows. ``catalogs`` skips discovery (the Component passes its cac
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -144,7 +145,12 @@ def build_definitions(
         ],
         sensors=[
             build_reconcile_schedule(
-                minimum_interval_seconds=max(interval, 30),
+                # every 30 s at most (a reconciliation is due every 15-30 min by default), but
+                # never less often than the shortest reconcile interval configured
+                minimum_interval_seconds=max(
+                    interval,
+                    min(30, math.ceil(configset.platform.reconcile.interval_minutes[0] * 60)),
+                ),
                 checks={
                     name: check_keys(name, catalogs[name], translator)
                     for name in configset.destinations
@@ -154,7 +160,7 @@ def build_definitions(
             *mirror_sensors,
             build_config_monitor(minimum_interval_seconds=interval),
             build_running_monitor(minimum_interval_seconds=interval, translator=translator),
-            build_run_failure_alert(),
+            build_run_failure_alert(minimum_interval_seconds=interval),
         ],
         resources={
             "platform": PlatformResource(conf_dir=conf_dir),

@@ -132,6 +132,14 @@ def _stopped(session: SparkSession) -> bool:
     return context is not None and getattr(context, "_jsc", None) is None
 
 
+def _running_classic_context() -> bool:
+    """Whether this process already runs a classic SparkContext."""
+    from pyspark import SparkContext  # noqa: PLC0415 (classic mode only)
+
+    context = SparkContext._active_spark_context
+    return context is not None and getattr(context, "_jsc", None) is not None
+
+
 _EMBEDDED = _EmbeddedServer()
 
 
@@ -204,6 +212,7 @@ class SparkSessionFactory:
         self._lock = threading.Lock()
         self._session: SparkSession | None = None
         self._session_url: str | None = None
+        self._borrowed = False
 
     def builder(self) -> SparkSession.Builder:
         """The session builder of the configured mode (embedded starts the Sail server)."""
@@ -249,6 +258,9 @@ class SparkSessionFactory:
                     "Spark in a process of its own"
                 )
             builder = self._builder(url)
+            # A classic session joins the process's running SparkContext when there is one:
+            # it is another factory's to stop, not this one's.
+            borrowed = url is None and _running_classic_context()
             try:
                 session = builder.getOrCreate() if url is None else builder.create()
                 for key, value in SESSION_CONF.items():
@@ -262,6 +274,7 @@ class SparkSessionFactory:
             if self.config.mode == "embedded":
                 _EMBEDDED.register(session)
             self._session, self._session_url = session, url
+            self._borrowed = borrowed
             return session
 
     def _redact(self, text: str) -> str:
@@ -281,8 +294,10 @@ class SparkSessionFactory:
         )
 
     def stop(self) -> None:
-        """Stop this factory's session (not the embedded server, which other factories share)."""
+        """Stop this factory's session (not the embedded server, which other factories share,
+        nor a classic SparkContext that another factory of the process started)."""
         with self._lock:
             session, self._session = self._session, None
-        if session is not None:
+            borrowed, self._borrowed = self._borrowed, False
+        if session is not None and not borrowed:
             _stop_session(session)

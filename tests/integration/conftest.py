@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from pyspark.sql import SparkSession
@@ -28,6 +29,12 @@ from cdc_platform.spark.storage import s3a_conf
 from cdc_platform.testing.seaweedfs import SeaweedFSServer
 from cdc_platform.testing.spark_connect import SMALL_DATA_CONF, SMALL_LOCAL_CONF, SparkConnectServer
 from cdc_platform.testing.spark_engines import SparkEngine
+from tests.conftest import MariaDBDatabase
+
+if TYPE_CHECKING:
+    from dagster import DagsterInstance
+
+    from tests.integration.dagster_daemon import Daemon
 
 
 @pytest.fixture(scope="session")
@@ -149,3 +156,23 @@ def spark_engine(
         server: SparkConnectServer = request.getfixturevalue("spark_connect_server")
         print(f"\n--- Spark Connect server log ({server.log_path}) ---")
         print(server.log_tail())
+
+
+@pytest.fixture
+def dagster_daemon(tmp_path: Path, mariadb: MariaDBDatabase) -> Iterator[Daemon]:
+    """A real Dagster daemon (not yet started: a test writes what its code location should
+    see first) with its own instance and conf directory; stopped with every process it
+    started."""
+    from tests.integration.dagster_daemon import daemon_for  # noqa: PLC0415 (imports dagster)
+
+    handle = daemon_for(tmp_path, mariadb)
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+@pytest.fixture
+def daemon(dagster_daemon: Daemon) -> tuple[DagsterInstance, Path]:
+    """A daemon started over an empty conf directory (destinations come and go later)."""
+    return dagster_daemon.start(), dagster_daemon.conf

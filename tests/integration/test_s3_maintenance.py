@@ -34,7 +34,8 @@ from tests.integration.test_delta_sink import Binlog, resume_of
 
 pytestmark = pytest.mark.integration
 
-BATCHES = 120
+BATCHES = 60
+"""Commits of one stream: every task of :data:`AGGRESSIVE` runs 8-20 times in it."""
 ROWS = 10
 
 
@@ -208,7 +209,9 @@ def test_another_process_maintaining_the_table_on_s3_never_breaks_a_commit_or_a_
     prefix."""
     lake = LakeLocation.resolve(s3_lake.uri, tmp_path, environ=os.environ)
     caplog.set_level(logging.INFO, logger="cdc_platform.sink")
-    _, reader = stream(lake, replace(AGGRESSIVE, compact_every=None), "shared", maintainer=True)
+    _, reader = stream(  # twice as long: the race with the other process must happen
+        lake, replace(AGGRESSIVE, compact_every=None), "shared", maintainer=True, batches=120
+    )
     assert reader.failures == [], reader.failures[:5]
     assert any("lost a commit race" in r.getMessage() for r in caplog.records)
 

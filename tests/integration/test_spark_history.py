@@ -92,6 +92,9 @@ def test_three_days_of_figures_and_as_of_mirrors(spark_engine: SparkEngine, tmp_
                 events.append(source.delete(rng.choice(keys)))
         return events
 
+    # orders has the DDL and the key updates; on the JVM engines, whose every Spark job costs
+    # about a second, users' applies and as-of tables add time but no case
+    as_of_tables = ("orders", "users") if spark_engine.name == "embedded" else ("orders",)
     for index, day in enumerate(DAYS):
         for hour in (1, 9, 17, 23):
             events = some_changes(orders, 15) + some_changes(users, 5)
@@ -101,7 +104,7 @@ def test_three_days_of_figures_and_as_of_mirrors(spark_engine: SparkEngine, tmp_
             committed = ts + timedelta(seconds=rng.choice([1, 5, 30]))  # 23:59:50 + 30 s: next day
             log.commit(events, ts=ts, committed_at=committed)
             if hour == 9:  # mid-day applies give the as-of mirrors a base version
-                for table in ("orders", "users"):
+                for table in as_of_tables:
                     apply_changes(spark, log.uri, root, "shop", table)
         snapshots[day] = {
             s.table: (copy.deepcopy(s.columns), copy.deepcopy(list(s.rows.values())))
@@ -121,9 +124,6 @@ def test_three_days_of_figures_and_as_of_mirrors(spark_engine: SparkEngine, tmp_
     assert daily_change_stats(spark, log.uri, DAYS[1])[0].ddl == 1
 
     assert len(state_history(spark, root, "shop", "orders")) == 3
-    # orders has the DDL and the key updates; on the JVM engines, whose every Spark job costs
-    # about a second, users' as-of tables add time but no case
-    as_of_tables = ("orders", "users") if spark_engine.name == "embedded" else ("orders",)
     for day in DAYS:
         for table in as_of_tables:
             columns, rows = snapshots[day][table]

@@ -88,3 +88,19 @@ def test_classic_mode_runs_delta_on_the_installed_jars(
           "WHEN NOT MATCHED THEN INSERT *")  # fmt: skip
     assert s.read.format("delta").load(p).count() == 4
     assert s.sql(f"SELECT * FROM delta.`{p}` VERSION AS OF 0").count() == 3
+
+
+@pytest.mark.parametrize("spark_engine", ["classic"], indirect=True)
+def test_a_factory_that_joined_the_running_context_leaves_it_running(
+    spark_engine: SparkEngine,
+) -> None:
+    """Classic sessions of one process share its SparkContext: a second factory (a Dagster
+    resource executed in-process beside another) gets the running one, and its stop must not
+    stop the context under the first factory's feet."""
+    first = spark_engine.spark
+    second = SparkSessionFactory(spark_engine.config)
+    joined = second.session()
+    assert joined.sparkContext is first.sparkContext
+    second.stop()
+    assert first.range(3).count() == 3, "the first factory's session still runs"
+    assert spark_engine.factory.session() is first

@@ -231,3 +231,29 @@ def test_get_asset_spec_shapes_each_mirror_and_cannot_steal_its_key(
 
     with pytest.raises(DagsterInvalidDefinitionError, match="rename mirrors through"):
         _defs(configset, KeyChanging())
+
+
+@pytest.mark.parametrize(
+    ("platform", "want"),
+    [
+        ("", {"reconcile_schedule": 30, "cdc_run_failure_alert": 15, "mirror_refresh": 15}),
+        (
+            "dagster: {sensor_interval_seconds: 1}\nreconcile: {interval_minutes: [0.05, 0.1]}\n",
+            {"reconcile_schedule": 3, "cdc_run_failure_alert": 1, "mirror_refresh": 5},
+        ),
+        (
+            "dagster: {sensor_interval_seconds: 60}\n",
+            {"reconcile_schedule": 60, "cdc_run_failure_alert": 60, "mirror_refresh": 60},
+        ),
+    ],
+)
+def test_sensors_tick_at_the_configured_interval(
+    configset: ConfigSet, platform: str, want: dict[str, int]
+) -> None:
+    """The failure alert follows `dagster.sensor_interval_seconds` (not Dagster's 30 s), and the
+    reconcile sensor never ticks less often than the shortest reconcile interval."""
+    path = configset.conf_dir / "platform.yaml"
+    path.write_text(path.read_text() + platform)
+    defs = build_definitions(str(configset.conf_dir), catalogs=CATALOGS)
+    got = {s.name: s.minimum_interval_seconds for s in defs.sensors or [] if s.name in want}
+    assert got == want
