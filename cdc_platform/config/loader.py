@@ -16,13 +16,9 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from cdc_platform.config.base import env_var_label
 from cdc_platform.config.lake import LakeLocation
-from cdc_platform.config.models import (
-    DESTINATION_NAME,
-    InstanceConfig,
-    PlatformConfig,
-    env_var_label,
-)
+from cdc_platform.config.models import DESTINATION_NAME, InstanceConfig, PlatformConfig
 from cdc_platform.errors import ConfigFileError
 
 __all__ = [

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
+from cdc_platform.config.base import ConfigModel, read_secret
 from cdc_platform.config.batch_mode import BatchMode
 from cdc_platform.config.lake import check_lake_root, check_storage_options
+from cdc_platform.config.leases import DatabaseLeaseConfig, LeaseConfig, ZooKeeperLeaseConfig
 from cdc_platform.config.tls import TlsConfig
 from cdc_platform.config.urls import parse_database_url, redact_url, url_has_secret
-from cdc_platform.errors import ConfigError
 
 __all__ = [
     "BatchMode",
@@ -47,39 +48,11 @@ DESTINATION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 """Destination names become paths, Delta app ids and ZooKeeper nodes: keep them plain."""
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-_CONVENTIONAL_ENV_NAME = re.compile(r"^[A-Z][A-Z0-9]*(_[A-Z0-9]+)*_?$")
-
-
-def env_var_label(env_var: str) -> str:
-    """How a message names the variable a ``password_env`` names: by its name when it looks
-    like a variable name (upper case, digits, ``_``), else without it: a mixed-case value is
-    more likely the password itself, put where its variable's name belongs."""
-    if _CONVENTIONAL_ENV_NAME.match(env_var):
-        return f"environment variable {env_var}"
-    return (
-        "the environment variable named there (its value is not shown: it does not look like a "
-        "variable name and may be the password itself; password_env takes the NAME of a "
-        "variable such as CDC_SHOP_PASSWORD)"
-    )
-
-
-def read_secret(env_var: str) -> SecretStr:
-    """Read a secret from the environment, or fail naming the variable (never the value)."""
-    value = os.environ.get(env_var)
-    if value is None:
-        raise ConfigError(f"{env_var_label(env_var)} is not set")
-    return SecretStr(value)
-
-
 _IDENTIFIER = r"[A-Za-z0-9_$]{1,64}"
 """A plain MySQL identifier (what id watch accepts for table and column names)."""
 
 
-class IdWatchExpireConfig(_Model):
+class IdWatchExpireConfig(ConfigModel):
     """Cleanup of expired rows (SOFARegistry's cleanDeleted): rows marked deleted and not modified
     for ``after_seconds`` are deleted in bounded batches after each list."""
 
@@ -95,7 +68,7 @@ class IdWatchExpireConfig(_Model):
     """DELETE statements per cleanup round at most; the rest waits for the next round."""
 
 
-class IdWatchTableConfig(_Model):
+class IdWatchTableConfig(ConfigModel):
     """One watched table: an increasing integer id and the row's insert time."""
 
     table: str
@@ -130,7 +103,7 @@ class IdWatchTableConfig(_Model):
         return self.table.split(".", 1)[1]
 
 
-class IdWatchConfig(_Model):
+class IdWatchConfig(ConfigModel):
     """Polling source for servers without binlog access (SOFARegistry's watch + list +
     cleanup; docs/id_watch.md)."""
 
@@ -167,7 +140,7 @@ _AUTO_DECODE_WORKERS = 8
 busy (its own framing and change events stay serial), and each holds about 35 MB."""
 
 
-class SourceConfig(_Model):
+class SourceConfig(ConfigModel):
     """Where the binlog comes from and which tables count."""
 
     host: str = "127.0.0.1"
@@ -264,7 +237,7 @@ class SourceConfig(_Model):
         return read_secret(self.password_env)
 
 
-class StoreConfig(_Model):
+class StoreConfig(ConfigModel):
     """The in-memory ring buffer between the binlog reader and the sink."""
 
     buffer_size: int = Field(default=16384, ge=1, le=2**24)
@@ -288,7 +261,7 @@ class StoreConfig(_Model):
         return value
 
 
-class SinkConfig(_Model):
+class SinkConfig(ConfigModel):
     """The Delta change-log table."""
 
     table: str = Field(default="changes", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
@@ -303,7 +276,7 @@ DEFAULT_CHUNK_BYTES = 64 * 1024 * 1024
 """Column bytes one chunk of a side read holds at most (``snapshot.chunk_bytes``)."""
 
 
-class SnapshotSettings(_Model):
+class SnapshotSettings(ConfigModel):
     """Automatic snapshots by the destination's run (docs/snapshot.md)."""
 
     new_tables: bool = False
@@ -335,7 +308,7 @@ _UTC_TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z$
 StartMode = Literal["initial", "latest", "earliest", "position", "gtid", "timestamp"]
 
 
-class StartConfig(_Model):
+class StartConfig(ConfigModel):
     """Where a destination without a checkpoint begins (docs/source.md, "Where a destination
     starts"). Once the change log has a checkpoint, the checkpoint rules."""
 
@@ -388,7 +361,7 @@ class StartConfig(_Model):
         return " ".join([self.mode, *values])
 
 
-class InstanceConfig(_Model):
+class InstanceConfig(ConfigModel):
     """One destination: one source, one binlog stream, one lease, one change-log table."""
 
     enabled: bool = True
@@ -404,88 +377,7 @@ class InstanceConfig(_Model):
     fails."""
 
 
-class ZooKeeperLeaseConfig(_Model):
-    """Lease through ZooKeeper ephemeral running nodes (Canal's ServerRunningMonitor)."""
-
-    backend: Literal["zookeeper"]
-    hosts: str
-    """kazoo connection string, e.g. `zk1:2181,zk2:2181/chroot`."""
-    root: str = Field(default="/cdc", pattern=r"^/[A-Za-z0-9_./-]*$")
-    """Parent path of the running and cluster nodes."""
-    session_timeout_seconds: float = Field(default=10.0, gt=0)
-    """ZooKeeper session timeout."""
-    switch_delay_seconds: float = Field(default=5.0, ge=0)
-    """Wait before grabbing a lease another process lost (anti-flap)."""
-    auth_env: str | None = None
-    """Environment variable holding `user:password` for a digest ACL, if any."""
-    address: str | None = None
-    """This process's name in the running and cluster nodes; default `host:pid`."""
-    release_cooldown_seconds: float | None = Field(default=None, ge=0)
-    """After a manual release, stay away this long so a standby takes over
-    (default 2 x switch delay + 1 s)."""
-
-    def auth(self) -> SecretStr | None:
-        """The digest credentials from the environment, or None without ACLs."""
-        return read_secret(self.auth_env) if self.auth_env else None
-
-
-class DatabaseLeaseConfig(_Model):
-    """Lease through a `master_lock` table (ServiceComb Alpha), using the database's clock."""
-
-    backend: Literal["database"]
-    url: str = "sqlite:///var/lease.db"
-    """`sqlite:///path`, `mysql://user@host:port/db` or `postgresql://user@host:port/db`."""
-    password_env: str | None = None
-    """Environment variable holding the database password, if any."""
-    tls: TlsConfig = TlsConfig()
-    """TLS to a MySQL/MariaDB lease database (same modes as ``source.tls``)."""
-    single_machine: bool = False
-    """Accept a SQLite lease with a lake on object storage: every process of these
-    destinations runs on this one machine. Without it such a pair is refused at `run`,
-    `serve` and the Dagster run: a process on another machine would take its own lease and
-    write the same change log."""
-    renew_interval_seconds: float = Field(default=1.0, gt=0)
-    """How often the holder renews."""
-    expiry_seconds: float = Field(default=5.0, gt=0)
-    """A lease not renewed for this long may be taken by another process."""
-    table: str = Field(default="master_lock", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-    """The lease table (one row per destination)."""
-    registry_table: str = Field(default="cdc_nodes", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-    """The node registry table (one heartbeat row per process and destination)."""
-    registry_expiry_seconds: float | None = Field(default=None, gt=0)
-    """A registry row not refreshed for this long is marked expired (default 2 x expiry)."""
-    address: str | None = None
-    """This process's `instance_id` in the lease row; default `host:pid`."""
-    release_cooldown_seconds: float | None = Field(default=None, ge=0)
-    """After a manual release, stay away this long so a standby takes over
-    (default 2 x renew interval + 1 s)."""
-
-    @field_validator("url")
-    @classmethod
-    def _database_url(cls, value: str) -> str:
-        parse_database_url(value)  # its ValueError never quotes a password
-        return value
-
-    @model_validator(mode="after")
-    def _renew_before_expiry(self) -> DatabaseLeaseConfig:
-        margin = min(1.0, self.expiry_seconds / 4)
-        if self.renew_interval_seconds >= self.expiry_seconds - margin:
-            raise ValueError(
-                f"renew_interval_seconds ({self.renew_interval_seconds:g}) must be shorter than "
-                f"expiry_seconds minus the safety margin ({self.expiry_seconds - margin:g}), "
-                "or the holder would lose its own lease between renewals"
-            )
-        return self
-
-    def password(self) -> SecretStr | None:
-        """The database password from the environment, or None."""
-        return read_secret(self.password_env) if self.password_env else None
-
-
-LeaseConfig = Annotated[ZooKeeperLeaseConfig | DatabaseLeaseConfig, Field(discriminator="backend")]
-
-
-class SparkConfig(_Model):
+class SparkConfig(ConfigModel):
     """Which Spark runs the downstream assets; the transformation code is the same for all."""
 
     mode: Literal["embedded", "connect", "classic"] = "embedded"
@@ -525,7 +417,7 @@ class SparkConfig(_Model):
         return read_secret(self.token_env) if self.token_env else None
 
 
-class DagsterSettings(_Model):
+class DagsterSettings(ConfigModel):
     """Defaults the Dagster face uses."""
 
     sensor_interval_seconds: int = Field(default=15, ge=1)
@@ -538,7 +430,7 @@ class DagsterSettings(_Model):
     """First day (UTC, YYYY-MM-DD) of the daily history partitions."""
 
 
-class ServeSettings(_Model):
+class ServeSettings(ConfigModel):
     """`cdc-platform serve`: how its config monitor scans the conf directory."""
 
     scan_interval_seconds: float = Field(default=10.0, gt=0)
@@ -548,7 +440,7 @@ class ServeSettings(_Model):
     takes longer is retried at the next scan."""
 
 
-class WatchConfig(_Model):
+class WatchConfig(ConfigModel):
     """Where the state watch (lease and config state for `status` and Dagster) is kept."""
 
     url: str | None = None
@@ -570,7 +462,7 @@ class WatchConfig(_Model):
     """Each process writes its status at most this often."""
 
 
-class MetricsConfig(_Model):
+class MetricsConfig(ConfigModel):
     """The Prometheus endpoint of `cdc-platform run` and `serve` (docs/operations.md)."""
 
     host: str = "127.0.0.1"
@@ -580,7 +472,7 @@ class MetricsConfig(_Model):
     no endpoint unless ``--metrics-port`` asks for one."""
 
 
-class ReconcileConfig(_Model):
+class ReconcileConfig(ConfigModel):
     """Scheduled full-list reconciliation of sources against their mirrors (docs/reconcile.md)."""
 
     enabled: bool = True
@@ -607,7 +499,7 @@ class ReconcileConfig(_Model):
         return value
 
 
-class PlatformConfig(_Model):
+class PlatformConfig(ConfigModel):
     """Settings shared by every destination."""
 
     lake_root: str = "var/lake"

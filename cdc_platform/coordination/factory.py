@@ -14,12 +14,9 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from cdc_platform.config.models import (
-    DatabaseLeaseConfig,
-    PlatformConfig,
-    ZooKeeperLeaseConfig,
-    read_secret,
-)
+from cdc_platform.config.base import read_secret
+from cdc_platform.config.leases import DatabaseLeaseConfig, ZooKeeperLeaseConfig
+from cdc_platform.config.models import PlatformConfig
 from cdc_platform.errors import WatchError
 from cdc_platform.ha.db_lease import DatabaseLease
 from cdc_platform.ha.lease import Lease
