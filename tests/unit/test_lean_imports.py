@@ -150,3 +150,17 @@ def test_allocator_settings_of_the_environment_win_and_a_loaded_library_is_left_
         "assert '_RJEM_MALLOC_CONF' not in os.environ\n"
     )
     _python(script, env={**_clean_env(), "_RJEM_MALLOC_CONF": "narenas:1"})
+
+
+def test_the_run_path_loads_no_pyarrow_file_systems(tmp_path: Path) -> None:
+    """The modules a ``run`` imports, and its side files, leave ``pyarrow.parquet`` and the
+    file systems it brings (with the S3 library, about 12 MB resident) to reconciliation."""
+    script = (
+        "import sys\n"
+        "import cdc_platform.cli.commands, cdc_platform.runtime.supervisor\n"
+        "import cdc_platform.runtime.instance, cdc_platform.sink.delta\n"
+        "from cdc_platform.sink.lake_files import LakeFile\n"
+        "LakeFile(sys.argv[1] + '/_start.json').write_json({'a': 1})\n"
+        "print(sorted(m for m in ('pyarrow.fs', 'pyarrow.parquet') if m in sys.modules))\n"
+    )
+    assert _python(script, str(tmp_path)).strip() == "[]"
