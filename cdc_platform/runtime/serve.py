@@ -15,14 +15,17 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cdc_platform.config.loader import ConfigSet, Destination, load_config
 from cdc_platform.infra.recorder import NULL_RECORDER
 from cdc_platform.runtime.config_watch import ConfigWatch
-from cdc_platform.runtime.prometheus import PrometheusMetrics
 from cdc_platform.runtime.serve_monitor import ServeMonitor, platform_file_hash
 from cdc_platform.runtime.supervised import supervised_destination
 from cdc_platform.runtime.supervisor import LeaseSupervisor
+
+if TYPE_CHECKING:
+    from cdc_platform.runtime.prometheus import PrometheusMetrics
 
 __all__ = ["ServeProcess", "ThreadRunner"]
 

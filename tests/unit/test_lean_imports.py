@@ -164,3 +164,18 @@ def test_the_run_path_loads_no_pyarrow_file_systems(tmp_path: Path) -> None:
         "print(sorted(m for m in ('pyarrow.fs', 'pyarrow.parquet') if m in sys.modules))\n"
     )
     assert _python(script, str(tmp_path)).strip() == "[]"
+
+
+def test_without_a_metrics_port_prometheus_client_stays_out(tmp_path: Path) -> None:
+    """``run`` and ``serve`` import prometheus_client only for an endpoint they serve."""
+    (tmp_path / "platform.yaml").write_text(f"lake_root: {tmp_path / 'lake'}\n")
+    script = (
+        "import argparse, pathlib, sys\n"
+        "import cdc_platform.runtime.serve\n"
+        "from cdc_platform.cli.commands import _metrics\n"
+        "from cdc_platform.config import load_config\n"
+        "args = argparse.Namespace(metrics_port=None, metrics_host=None)\n"
+        "assert _metrics(args, load_config(pathlib.Path(sys.argv[1]))) is None\n"
+        "print('prometheus_client' in sys.modules)\n"
+    )
+    assert _python(script, str(tmp_path)).strip() == "False"
