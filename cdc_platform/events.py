@@ -12,6 +12,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
+from sys import getsizeof
 from typing import Any
 
 __all__ = [
@@ -42,8 +43,12 @@ binary, varbinary, text, blob, enum, set, json, geometry, uuid, inet4, inet6. `p
 """
 
 _FILE_INDEX = re.compile(r"^(.*?)(\d+)$")
-EVENT_OVERHEAD_BYTES = 160
-"""Rough fixed cost of one ChangeEvent object in memory, on top of its strings."""
+EVENT_OVERHEAD_BYTES = 224
+"""Fixed cost of one ChangeEvent in memory, on top of its own strings (each counted by
+``sys.getsizeof``, header included): the object with its garbage-collector header (144 bytes
+in CPython 3.11's allocator), its ``index`` and ``size`` (int objects above 256, 32 each) and
+the allocator's rounding of two strings (16). The table's name and column list are shared by
+the table's events, not counted."""
 
 
 class EventKind(StrEnum):
@@ -371,13 +376,14 @@ class ChangeEvent:
     """JSON list describing the table's columns when the row was written (see
     :data:`COLUMNS_DOC`); one shared string per table version, so it costs no memory per row."""
     size: int = field(default=0, compare=False)
-    """Bytes this event holds in memory; computed from its strings when left 0."""
+    """Bytes this event holds in memory (what the store's byte limit counts); computed from
+    its strings when left 0 (see :data:`EVENT_OVERHEAD_BYTES`)."""
 
     def __post_init__(self) -> None:
         if self.size == 0:
-            strings = (self.db, self.table, self.pk, self.before, self.after, self.ddl)
-            estimate = EVENT_OVERHEAD_BYTES + sum(len(s) for s in strings if s)
-            self.size = estimate
+            strings = (self.pk, self.before, self.after, self.ddl)
+            estimate = EVENT_OVERHEAD_BYTES + len(self.db) + len(self.table)
+            self.size = estimate + sum(getsizeof(s) for s in strings if s is not None)
 
     @property
     def ends_transaction(self) -> bool:

@@ -10,6 +10,7 @@ size: they are not committed before the server's ``XA COMMIT``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from sys import getsizeof
 
 from cdc_platform.events import (
     EVENT_OVERHEAD_BYTES,
@@ -52,7 +53,7 @@ def row_changes(  # noqa: PLR0913 (one rows event and where its rows go in their
         update = Op.UPDATE
         for before, after, pk in decoded:
             if index >= skip:
-                size = base + len(pk) + len(before) + len(after)
+                size = base + getsizeof(pk) + getsizeof(before) + getsizeof(after)
                 append(
                     ChangeEvent(
                         row, txn, position, index, db, table, update, pk, before, after,
@@ -65,7 +66,7 @@ def row_changes(  # noqa: PLR0913 (one rows event and where its rows go in their
         inserts = op is Op.INSERT
         for image, pk in decoded:
             if index >= skip:
-                size = base + len(pk) + len(image)
+                size = base + getsizeof(pk) + getsizeof(image)
                 old, new = (None, image) if inserts else (image, None)
                 append(
                     ChangeEvent(
