@@ -251,7 +251,9 @@ class StoreConfig(ConfigModel):
     batch_size: int = Field(default=4096, ge=1)
     """Events (ITEMSIZE) or memunits (MEMSIZE) per sink batch, i.e. per Delta commit."""
     batch_timeout_seconds: float = Field(default=1.0, gt=0)
-    """Longest wait for a full batch before committing what there is (bounds the lag)."""
+    """Longest wait for a full batch before committing what there is (bounds the lag),
+    counted from the arrival of the oldest event waiting: after a slow commit or a compaction
+    the rows that waited meanwhile are committed at once."""
 
     @field_validator("buffer_size")
     @classmethod

@@ -368,7 +368,9 @@ class DestinationRuntime:
         while not self._stop.is_set():
             try:
                 batch = self.store.get(
-                    store_config.batch_size, timeout=store_config.batch_timeout_seconds
+                    store_config.batch_size,
+                    timeout=store_config.batch_timeout_seconds,
+                    max_age=store_config.batch_timeout_seconds,
                 )
             except StoreClosedError:
                 break

@@ -155,6 +155,8 @@ class EventStore:
         self._mem_limit = buffer_size * memunit
         self._ddl_isolation = ddl_isolation
         self._entries: list[ChangeEvent | None] = [None] * buffer_size
+        self._arrived: list[float] = [0.0] * buffer_size
+        """When each slot's event was put (monotonic), for :meth:`get`'s ``max_age``."""
         self._put = 0
         self._get = 0
         self._ack = 0
@@ -244,10 +246,12 @@ class EventStore:
         return fits
 
     def _store(self, events: Sequence[ChangeEvent], start: int, end: int) -> None:
+        now = time.monotonic()
         for i in range(start, end):
             event = events[i]
             seq = self._put
             self._entries[seq & self._mask] = event
+            self._arrived[seq & self._mask] = now
             self._put_mem += event.size
             if event.ends_transaction:
                 self._last_boundary = seq
@@ -258,8 +262,15 @@ class EventStore:
 
     # ------------------------------------------------------------------ get
 
-    def get(self, batch_size: int, timeout: float | None = None) -> Batch:
-        """The next batch, waiting until a full one is ready or ``timeout`` expires.
+    def get(
+        self, batch_size: int, timeout: float | None = None, *, max_age: float | None = None
+    ) -> Batch:
+        """The next batch, waiting until a full one is ready or ``timeout`` expires, or (with
+        ``max_age``) until the oldest event not handed out yet has been in the store that long.
+
+        ``max_age`` bounds how long an event waits for its batch wherever the wait began: a
+        consumer that comes back late (after a slow commit or maintenance) gets the whole
+        transactions there are at once instead of waiting ``timeout`` more for a fuller batch.
 
         Ready means ``batch_size`` events (ITEMSIZE) or ``batch_size * memunit`` bytes (MEMSIZE)
         are available and a transaction boundary among them, or the batch cannot grow any more
@@ -279,9 +290,20 @@ class EventStore:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             self._check_open()
-            while not self._ready(batch_size) and self._wait(self._data, deadline):
+            while not self._ready(batch_size) and self._wait(
+                self._data, self._until(deadline, max_age)
+            ):
                 pass
             return self._take(batch_size)
+
+    def _until(self, deadline: float | None, max_age: float | None) -> float | None:
+        """The earlier of ``deadline`` and the moment the oldest un-got event is ``max_age``
+        old; only ``deadline`` while no whole transaction waits (the part of one there is
+        cannot be handed out, so an age reached would only spin the consumer)."""
+        if max_age is None or self._last_boundary < self._get:
+            return deadline
+        due = self._arrived[self._get & self._mask] + max_age
+        return due if deadline is None else min(deadline, due)
 
     def try_get(self, batch_size: int) -> Batch:
         """The whole transactions available now, never waiting: ``get(batch_size, timeout=0)``."""

@@ -184,6 +184,32 @@ def test_get_timeout_returns_whole_transactions_available(builder: EventBuilder)
     assert store.get(100, timeout=0.05) == Batch(())
 
 
+def test_get_max_age_cuts_the_batch_once_the_oldest_event_has_waited_that_long(
+    builder: EventBuilder,
+) -> None:
+    """A consumer back late (a slow commit, a compaction) takes what waits at once: the
+    batch timeout counts from the oldest event's arrival, not from the call."""
+    store = item_store()
+    txn = builder.transaction(1)
+    assert store.try_put(txn)
+    getter = Background(lambda: store.get(100, timeout=3600, max_age=0.01))
+    assert getter.join().events == tuple(txn)
+
+
+def test_get_max_age_waits_for_a_first_event_then_for_the_batch(builder: EventBuilder) -> None:
+    store = item_store()
+    getter = Background(lambda: store.get(100, timeout=3600, max_age=0.01))
+    getter.assert_blocked()  # nothing waits yet: no age to reach
+    first, rest = builder.transaction(1), builder.transaction(3)[:2]
+    assert store.try_put(first + rest)
+    assert getter.join().events == tuple(first)
+    partial = Background(lambda: store.get(100, timeout=3600, max_age=0.01))
+    partial.assert_blocked()  # the rest is no whole transaction: nothing to hand out yet
+    store.close()
+    with pytest.raises(StoreClosedError):
+        partial.join()
+
+
 def test_get_with_batch_larger_than_store_returns_when_store_is_full(
     builder: EventBuilder,
 ) -> None:
