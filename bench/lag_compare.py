@@ -10,13 +10,15 @@ transaction, each row carrying its insert time; the pipeline runs in the same pr
 whose ``cdc_platform`` is this checkout's or, with ``--against``, that revision's (from
 ``git archive``), the two alternating ``--repeat`` times: old and new code in one run, as the
 machine's load moves the figures. Prints p50 / p90 / p99 / max, the rows per second the writer
-reached, and the batches with the largest lag, whose numbers show what held them back (a
-compaction is due after every 25th commit).
+reached, the batches with the largest lag, whose numbers show what held them back (a
+compaction is due after every 25th commit), and for each compaction the time from the append
+before it to the append after it in the change log's history (what the rows behind it waited).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import statistics
@@ -33,8 +35,10 @@ REPO = BENCH.parent
 
 def child(seconds: float, rate: int, workers: str) -> None:
     """One lag run in this process (its ``cdc_platform`` is whatever PYTHONPATH names)."""
-    import pyarrow.compute as pc  # noqa: PLC0415 (the child's imports follow its PYTHONPATH)
-    import throughput  # noqa: PLC0415
+    # throughput first: it keeps numpy out and sets the allocators before pyarrow loads, as
+    # the console script does; the child's imports follow its PYTHONPATH.
+    throughput = importlib.import_module("throughput")
+    import pyarrow.compute as pc  # noqa: PLC0415
     from deltalake import DeltaTable  # noqa: PLC0415
 
     from cdc_platform.testing.mariadb import MariaDBServer  # noqa: PLC0415
@@ -49,6 +53,13 @@ def child(seconds: float, rate: int, workers: str) -> None:
             cfg = throughput.config(server, user.name, workers_value, batch_timeout_seconds=0.1)
             lags = sorted(throughput.lag(server, cfg, root / "lake", seconds, rate))
             table = DeltaTable(str(root / "lake" / "lag" / "changes"))
+            history = sorted(table.history(), key=lambda h: int(h["version"]))
+            marks = [(h["timestamp"], h.get("cdc.operation") == "compaction") for h in history]
+            stalls = [
+                marks[i + 1][0] - marks[i - 1][0]
+                for i in range(1, len(marks) - 1)
+                if marks[i][1] and not marks[i - 1][1] and not marks[i + 1][1]
+            ]
             rows = table.to_pyarrow_table(columns=["op", "after", "committed_at", "batch_seq"])
             rows = rows.filter(pc.equal(rows["op"], "c"))
             worst: dict[int, float] = {}
@@ -71,6 +82,7 @@ def child(seconds: float, rate: int, workers: str) -> None:
                 "p99": lags[min(n - 1, int(n * 0.99))],
                 "max": lags[-1],
                 "worst": [[batch, round(lag * 1000)] for batch, lag in top],
+                "stalls": stalls,
             }
         )
     )
@@ -109,7 +121,8 @@ def main() -> None:
                     f"{name}: {r['rows'] / args.seconds:,.0f} rows/s written, lag p50 "
                     f"{r['p50'] * 1000:.0f} ms, p90 {r['p90'] * 1000:.0f}, p99 "
                     f"{r['p99'] * 1000:.0f}, max {r['max'] * 1000:.0f} (load "
-                    f"{os.getloadavg()[0]:.1f}); worst batches (batch, ms): {r['worst']}",
+                    f"{os.getloadavg()[0]:.1f}); worst batches (batch, ms): {r['worst']}; "
+                    f"append to append around each compaction (ms): {r['stalls']}",
                     flush=True,
                 )
 
