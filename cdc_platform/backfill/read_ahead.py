@@ -11,8 +11,8 @@ caller's thread as if the read had run there.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Generic, TypeVar
 
 __all__ = ["ReadAhead"]
@@ -21,44 +21,38 @@ T = TypeVar("T")
 
 
 class ReadAhead(Generic[T]):
-    """At most one read running ahead; :meth:`take` its result, :meth:`discard` it."""
+    """At most one read running ahead; :meth:`take` its result, :meth:`discard` it,
+    :meth:`close` at the end. One worker thread serves every read (starting a thread per
+    read made each chunk wait for the new thread to get the interpreter lock)."""
 
     def __init__(self) -> None:
-        self._thread: threading.Thread | None = None
-        self._result: list[T] = []
-        self._error: list[BaseException] = []
+        self._pool: ThreadPoolExecutor | None = None
+        self._running: Future[T] | None = None
 
     def start(self, read: Callable[[], T]) -> None:
-        """Run ``read`` in a thread now (the previous one must have been taken)."""
-        if self._thread is not None:
+        """Run ``read`` in the worker thread now (the previous one must have been taken)."""
+        if self._running is not None:
             raise RuntimeError("a read is already running ahead")
-
-        def run() -> None:
-            try:
-                self._result.append(read())
-            except BaseException as exc:  # handed to the caller's thread by take()
-                self._error.append(exc)
-
-        self._thread = threading.Thread(target=run, name="snapshot-read-ahead", daemon=True)
-        self._thread.start()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="snapshot-read-ahead")
+        self._running = self._pool.submit(read)
 
     def take(self) -> T | None:
         """The result of the read started last (waits for it; raises its error), or None
         when none was started."""
-        thread = self._thread
-        if thread is None:
-            return None
-        thread.join()
-        self._thread = None
-        if self._error:
-            raise self._error.pop()
-        return self._result.pop()
+        running, self._running = self._running, None
+        return None if running is None else running.result()
 
     def discard(self) -> None:
         """Wait for a read still running and drop its result and error: its connection is
         the caller's, idle again on return."""
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        self._result.clear()
-        self._error.clear()
+        running, self._running = self._running, None
+        if running is not None:
+            running.exception()  # waits; the error is dropped with the result
+
+    def close(self) -> None:
+        """:meth:`discard`, then end the worker thread."""
+        self.discard()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None

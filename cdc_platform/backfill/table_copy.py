@@ -168,7 +168,7 @@ class TableCopy:
         try:
             self._chunks(run, spec, state, tally, ahead)
         finally:
-            ahead.discard()
+            ahead.close()
 
     def _chunks(
         self,
@@ -192,7 +192,8 @@ class TableCopy:
                 self._hooks.end_table(state, spec.name, gone, result)
                 break
             read = self._segment(run, spec, {pk for pk, _ in chunk.rows}, high)
-            kept = [(pk, image) for pk, image in chunk.rows if pk not in read.touched]
+            touched = read.touched
+            kept = [row for row in chunk.rows if row[0] not in touched] if touched else chunk.rows
             done = len(chunk.rows) < asked
             next_index, next_after = (
                 (state.index + 1, None) if done else (state.index, encode_key(chunk.last_key or []))
@@ -212,15 +213,7 @@ class TableCopy:
             events = list(read.events)
             if done and not chunk.rows and tally.chunks == 0 and not read.altered:  # empty
                 events.append(definition_event(conn, spec, read.cut))
-            rows = RowsAtCut(
-                spec.db,
-                spec.table,
-                spec.columns_json,
-                read.cut.binlog_position,
-                int(time.time()),
-                [pk for pk, _ in kept],
-                [image for _, image in kept],
-            )
+            rows = _rows_at_cut(spec, read.cut, kept)
             if not done and not read.altered and not self._stop.is_set():
                 # The next chunk's SELECT runs while this one commits: it starts after this
                 # chunk's segment was read, so it lies inside the next segment, as it must.
@@ -353,6 +346,22 @@ class TableCopy:
         result.per_table[tally.table] = result.per_table.get(tally.table, 0) + kept
         if self._hooks.on_progress is not None:
             self._hooks.on_progress(replace(tally))
+
+
+def _rows_at_cut(
+    spec: SnapshotTable, cut: ResumePosition, kept: Sequence[tuple[str, str]]
+) -> RowsAtCut:
+    """A chunk's remaining (pk, image) rows as the sink takes them, at the segment's cut."""
+    pks, images = zip(*kept, strict=True) if kept else ((), ())
+    return RowsAtCut(
+        spec.db,
+        spec.table,
+        spec.columns_json,
+        cut.binlog_position,
+        int(time.time()),
+        pks,
+        images,
+    )
 
 
 class _ChunkTimes:

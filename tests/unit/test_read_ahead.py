@@ -25,8 +25,12 @@ def test_the_result_is_taken_once_in_the_callers_thread() -> None:
 
     ahead.start(read)
     assert ahead.take() == (7, "rows")
-    assert threads == ["snapshot-read-ahead"], "the read ran in its own thread"
+    assert threads[0].startswith("snapshot-read-ahead"), "the read ran in its own thread"
     assert ahead.take() is None, "taken once"
+    ahead.start(read)
+    assert ahead.take() == (7, "rows")
+    assert threads[1] == threads[0], "one worker thread for every read"
+    ahead.close()
 
 
 def test_an_error_of_the_read_is_raised_by_take() -> None:
@@ -68,3 +72,7 @@ def test_discard_waits_for_the_running_read_and_drops_its_outcome() -> None:
     assert ahead.take() is None
     ahead.start(lambda: 3)
     assert ahead.take() == 3, "a new read can start after a discard"
+    ahead.close()
+    ahead.start(lambda: 4)
+    assert ahead.take() == 4, "and after a close (a new worker)"
+    ahead.close()
