@@ -7,8 +7,9 @@ packets itself: two reads per packet (its header, its bytes), the values cut fro
 in one loop, and each value decoded as pymysql decodes it (its per-column encoding and
 converter; for integers and floats the same ``int``/``float`` parse of the text, without
 the detour through ``str``). The result is the same tuples ``cursor.fetchall()`` gives,
-about three times faster, on the same connection: its TLS, timeouts, errors and a stop that
-shuts its socket down behave as for any other read.
+2-2.5 times as fast (200,000 rows, the server's time included), on the same connection:
+its TLS, timeouts, errors and a stop that shuts its socket down behave as for any other
+read.
 
 What the protocol can send is handled as pymysql handles it: NULL, lengths of 2, 3 and 8
 bytes, rows split over several packets (over 16 MiB), an error packet instead of a row (a
