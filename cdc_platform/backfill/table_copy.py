@@ -8,11 +8,14 @@ touched, write the next position to the state file as pending, commit the segmen
 remaining rows as op ``r`` in one Delta commit, and confirm the position. A table without a
 primary key is copied whole instead (:mod:`.whole_copy`).
 
-The next chunk's SELECT and high watermark run ahead (:mod:`.read_ahead`) while a chunk
-commits. They start after the chunk's segment was read, so that SELECT runs after the
-chunk's cut and before its own high watermark: inside its own segment, as the merge
-requires. A stop, the table's end or a DDL in the segment start none; the one running is
-waited for and dropped when the loop ends (the connection is the run's).
+The next chunk's SELECT runs ahead (:mod:`.read_ahead`) while a chunk commits. It starts
+after the chunk's segment was read, and its high watermark is taken when its rows are taken,
+so that SELECT runs after the chunk's cut and before its own high watermark: inside its own
+segment, as the merge requires (a later high watermark only makes the segment longer: more
+of the chunk's keys are dropped and represented by their events). Taking the watermark when
+the read ended would make the stream's changes wait one chunk longer. A stop, the table's
+end or a DDL in the segment start none; the one running is waited for and dropped when the
+loop ends (the connection is the run's).
 """
 
 from __future__ import annotations
@@ -60,8 +63,8 @@ __all__ = ["CopyHooks", "CopyRun", "TableCopy"]
 
 log = logging.getLogger(__name__)
 
-_ChunkRead = tuple[ChunkRows | None, int, BinlogPosition | None]
-"""A chunk (None: the table is gone), the rows asked, and its high watermark."""
+_ChunkRead = tuple[ChunkRows | None, int]
+"""A chunk (None: the table is gone) and the rows asked."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,14 +187,14 @@ class TableCopy:
         times = _ChunkTimes(self.sizer, self._clock)
         while not self._stop.is_set():
             self._interrupt.check()
-            chunk, asked, high = ahead.take() or self._read_at(
-                conn, spec, state.after, self.sizer.rows
-            )
-            if chunk is None or high is None:
+            chunk, asked = ahead.take() or self._read(conn, spec, state.after, self.sizer.rows)
+            if chunk is None:
                 # Nothing of the segment was read: the DROP lands with the next table's chunks.
                 self._hooks.end_table(state, spec.name, gone, result)
                 break
-            read = self._segment(run, spec, {pk for pk, _ in chunk.rows}, high)
+            # The high watermark, on the chunk's own connection after its SELECT: taken now,
+            # not when a read ahead ended, so the stream's changes since wait no longer.
+            read = self._segment(run, spec, {pk for pk, _ in chunk.rows}, binlog_end(conn))
             touched = read.touched
             kept = [row for row in chunk.rows if row[0] not in touched] if touched else chunk.rows
             done = len(chunk.rows) < asked
@@ -218,7 +221,7 @@ class TableCopy:
                 # The next chunk's SELECT runs while this one commits: it starts after this
                 # chunk's segment was read, so it lies inside the next segment, as it must.
                 times.read_ahead(asked, len(chunk.rows))
-                ahead.start(partial(self._read_at, conn, spec, next_after, self.sizer.rows))
+                ahead.start(partial(self._read, conn, spec, next_after, self.sizer.rows))
             run.batch_seq += 1
             pending = PendingChunk.new(run.batch_seq, next_index, next_after)
             state.pending = pending
@@ -238,11 +241,10 @@ class TableCopy:
             table_index = state.index if not done else state.index - 1
             self._account(run, tally, table_index, counted=counted, kept=len(kept))
             log.debug(
-                "%s: %s chunk %d: high %s cut %s, %d rows, %d dropped",
+                "%s: %s chunk %d: cut %s, %d rows, %d dropped",
                 self.name,
                 spec.name,
                 tally.chunks,
-                high,
                 read.cut,
                 counted,
                 counted - len(kept),
@@ -302,14 +304,6 @@ class TableCopy:
             return describe_table(conn, spec.db, spec.table), None
         except SnapshotError as exc:  # dropped, renamed, key removed
             return spec, str(exc)
-
-    def _read_at(
-        self, conn: pymysql.connections.Connection[Any], spec: SnapshotTable, after: Any, rows: int
-    ) -> _ChunkRead:
-        """The next chunk (see :meth:`_read`) and the high watermark: the server's binlog end,
-        on the chunk's own connection right after its SELECT."""
-        chunk, asked = self._read(conn, spec, after, rows)
-        return chunk, asked, None if chunk is None else binlog_end(conn)
 
     def _read(
         self, conn: pymysql.connections.Connection[Any], spec: SnapshotTable, after: Any, rows: int
