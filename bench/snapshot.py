@@ -37,6 +37,7 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
+import cdc_platform
 from cdc_platform.backfill.snapshot import SnapshotProgress, SnapshotRunner, state_path
 from cdc_platform.config.models import InstanceConfig
 from cdc_platform.runtime import DestinationRuntime
@@ -52,16 +53,15 @@ TABLE = """CREATE TABLE bench.items (
 ) CHARACTER SET utf8mb4"""
 
 
-def fill(server: MariaDBServer, rows: int, per_txn: int = 5000) -> None:
+def fill(server: MariaDBServer, rows: int, per_txn: int = 50_000) -> None:
+    """``rows`` rows made by the server (its sequence engine), ``per_txn`` per transaction."""
     with server.connect("bench", autocommit=False) as conn, conn.cursor() as cur:
         for base in range(1, rows + 1, per_txn):
-            n = min(per_txn, rows + 1 - base)
-            cur.executemany(
-                "INSERT INTO items VALUES (%s, %s, %s, %s, %s, NOW(6))",
-                [
-                    (i, f"SKU-{i:08d}", i % 97, f"{i % 10000}.25", "n" * (i % 50))
-                    for i in range(base, base + n)
-                ],
+            last = min(base + per_txn, rows + 1) - 1
+            cur.execute(
+                "INSERT INTO items SELECT seq, CONCAT('SKU-', LPAD(seq, 8, '0')), seq % 97, "
+                "CONCAT(seq % 10000, '.25'), REPEAT('n', seq % 50), NOW(6) "
+                f"FROM seq_{base}_to_{last}"
             )
             conn.commit()
 
@@ -212,6 +212,7 @@ def main() -> None:
             started = time.perf_counter()
             fill(server, args.rows)
             print(f"filled {args.rows} rows in {time.perf_counter() - started:.1f} s")
+            print(f"code: {Path(cdc_platform.__file__).parent}, load average {os.getloadavg()}")
             lake = root / "lake"
             uri = str(lake / "bench" / "changes")
             stop = threading.Event()
@@ -264,6 +265,7 @@ def main() -> None:
                 f"({result.rows_dropped} merged from the binlog, {result.streamed_events} "
                 f"binlog events streamed{f', {updates[0]} updates' if updates else ''})"
             )
+            print(f"load average after the snapshot {os.getloadavg()}")
             if args.lag:
                 lags = stream_lag(uri, snapshot_started, snapshot_ended)
                 print(

@@ -41,8 +41,11 @@ removed and the normal run resumes from the change log's checkpoint, which now s
 snapshot. A table that cannot be copied any more (dropped, renamed, its key removed) ends with
 a reason in the file and the result instead of failing every rerun.
 
-The runner writes under its caller's :class:`~cdc_platform.sink.term.WriteTerm` (the lease's
-epoch and commit gate). The gate only runs before commits, so a
+The runner keeps the tables, the state file and the resume; each table is copied by
+:class:`~.table_copy.TableCopy` (the chunk loop, where the next chunk's read runs ahead of
+the commit). The runner writes under its caller's
+:class:`~cdc_platform.sink.term.WriteTerm` (the lease's epoch and commit gate). The gate only
+runs before commits, so a
 :class:`~cdc_platform.backfill.stop.SideWorkStop` triggered by the lease-loss callback cuts the
 source connection: a chunk read blocked on the source (a table lock, a partition) ends at once
 with LeaseLostError instead of at the read timeout.
@@ -56,40 +59,24 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
 from typing import Any
 
 import pymysql
 
-from cdc_platform.backfill.chunk_bytes import rows_within
 from cdc_platform.backfill.chunk_sizing import ChunkSizer
-from cdc_platform.backfill.commit import commit_beside
 from cdc_platform.backfill.progress import SnapshotProgress, SnapshotResult
-from cdc_platform.backfill.segments import ChunkSegment, SegmentStream, SegmentTail, chunk_segment
+from cdc_platform.backfill.segments import SegmentStream, SegmentTail
 from cdc_platform.backfill.stop import SideWorkStop
-from cdc_platform.backfill.table_definition import definition_event
-from cdc_platform.backfill.whole_copy import copy_whole_table
-from cdc_platform.errors import CdcError, SnapshotError, SourceTableMissingError
-from cdc_platform.events import BinlogPosition, ChangeEvent, ResumePosition
+from cdc_platform.backfill.table_copy import CopyHooks, CopyRun, TableCopy
+from cdc_platform.errors import CdcError, SnapshotError
 from cdc_platform.sink import DeltaChangeLog
 from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.lake_files import LakeFile
-from cdc_platform.sink.schema import RowsAtCut
-from cdc_platform.sink.snapshot_state import PendingChunk, SnapshotState, TableCounts
+from cdc_platform.sink.snapshot_state import PendingChunk, SnapshotState
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.binlog import BinlogSource
-from cdc_platform.source.binlog_server import binlog_end
-from cdc_platform.source.mysql import connect_source, is_missing_table, mysql_error
-from cdc_platform.source.row_reader import (
-    ChunkRows,
-    SnapshotTable,
-    base_tables,
-    decode_key,
-    describe_table,
-    encode_key,
-    estimated_rows,
-    read_chunk,
-)
+from cdc_platform.source.mysql import connect_source, mysql_error
+from cdc_platform.source.row_reader import SnapshotTable, base_tables, describe_table
 from cdc_platform.source.table_names import split_table_name
 
 __all__ = [
@@ -317,17 +304,18 @@ class SnapshotRunner:
             stream = SegmentStream(source, read_ahead=self.segment_events)
             result = SnapshotResult(tables=list(state.tables), resumed=resumed)
             tail = SegmentTail(self.segment_events)
-            ctx = _Chunking(
+            run = CopyRun(
                 conn, probe, stream, tail, sink, epoch, result, started, batch_seq, resume
             )
+            copy = self._table_copy()
             while state.index < len(specs) and not self._stop.is_set():
                 spec = specs[state.index]
                 if isinstance(spec, str):
                     self._end(state, state.tables[state.index], spec, result)
                     continue
-                self._table(ctx, spec, state)
-            result.last_batch_seq = ctx.batch_seq
-            result.resume = ctx.resume
+                copy.copy(run, spec, state)
+            result.last_batch_seq = run.batch_seq
+            result.resume = run.resume
             result.seconds = time.perf_counter() - started
             if state.index >= len(specs):
                 self.state_file.delete()
@@ -336,6 +324,25 @@ class SnapshotRunner:
             if stream is not None:
                 stream.stop()
             sink.close()
+
+    def _table_copy(self) -> TableCopy:
+        hooks = CopyHooks(
+            save_state=self._save_state,
+            end_table=self._end,
+            open_source=self._source,
+            on_progress=self._on_progress,
+            on_table_done=self._on_table_done,
+        )
+        return TableCopy(
+            term=self.term,
+            sizer=self.sizer,
+            chunk_bytes=self.config.snapshot.chunk_bytes,
+            segment_events=self.segment_events,
+            interrupt=self._interrupt,
+            stop=self._stop,
+            clock=self._clock,
+            hooks=hooks,
+        )
 
     def _describe(
         self, conn: pymysql.connections.Connection[Any], name: str, *, pending: bool
@@ -368,236 +375,3 @@ class SnapshotRunner:
         rows land later, with the newer state); skipping it would lose rows.
         """
         return pending.chunk is not None and sink.chunk_mark() == pending.chunk
-
-    def _commit(
-        self,
-        ctx: _Chunking,
-        events: list[ChangeEvent],
-        cut: ResumePosition,
-        rows: RowsAtCut | None = None,
-        chunk: int | None = None,
-    ) -> None:
-        """Commit batch ``ctx.batch_seq`` (``events``, then a chunk's ``rows`` as op ``r``,
-        marked ``chunk``) under the stop and the one commit protocol; the run resumes after
-        ``cut`` from then on."""
-        self._interrupt.check()
-        commit_beside(
-            self.term,
-            ctx.sink,
-            events,
-            batch_seq=ctx.batch_seq,
-            resume=cut,
-            epoch=ctx.epoch,
-            snapshot=rows,
-            chunk=chunk,
-        )
-        ctx.resume = cut
-
-    def _segment(
-        self, ctx: _Chunking, spec: SnapshotTable, chunk_keys: set[str], high: BinlogPosition
-    ) -> ChunkSegment:
-        """Read the chunk's segment up to ``high``, committing full parts of it on the way
-        (:func:`~.segments.chunk_segment`)."""
-
-        def commit_part(part: list[ChangeEvent], cut: ResumePosition) -> None:
-            ctx.batch_seq += 1
-            self._commit(ctx, part, cut)
-
-        segment = chunk_segment(
-            ctx.stream,
-            ctx.tail,
-            spec,
-            chunk_keys,
-            high=high,
-            cut=ctx.resume,
-            part_events=self.segment_events,
-            commit_part=commit_part,
-        )
-        ctx.result.streamed_events += segment.streamed
-        return segment
-
-    def _table(self, ctx: _Chunking, spec: SnapshotTable, state: SnapshotState) -> None:  # noqa: PLR0915 (one chunk's steps, in order)
-        """Chunks of one table until it is done, ended, or a stop is requested."""
-        conn, result = ctx.conn, ctx.result
-        gone = f"table {spec.name} does not exist (dropped or renamed during its snapshot)"
-        try:
-            estimated = estimated_rows(conn, spec)
-        except pymysql.MySQLError as exc:
-            if not is_missing_table(exc):
-                raise
-            self._end(state, spec.name, gone, result)
-            return
-        tally = SnapshotProgress.of_table(state, spec.name, estimated)
-        if not spec.primary_key:
-            self._copy_whole(ctx, spec, state, tally)
-            return
-        while not self._stop.is_set():
-            self._interrupt.check()
-            began = self._clock()
-            chunk, asked = self._read(conn, spec, state.after, self.sizer.rows)
-            if chunk is None:
-                # Nothing of the segment was read: the DROP lands with the next table's chunks.
-                self._end(state, spec.name, gone, result)
-                break
-            # The high watermark, on the chunk's own connection right after its SELECT.
-            high = binlog_end(conn)
-            read = self._segment(ctx, spec, {pk for pk, _ in chunk.rows}, high)
-            kept = [(pk, image) for pk, image in chunk.rows if pk not in read.touched]
-            done = len(chunk.rows) < asked
-            next_index, next_after = (
-                (state.index + 1, None) if done else (state.index, encode_key(chunk.last_key or []))
-            )
-            counted = len(chunk.rows)
-            ended: str | None = None
-            if read.altered:
-                # The table changed shape inside the segment: the chunk may have been read
-                # with either schema. Commit the segment alone and read the chunk again
-                # (or end the table if it cannot be copied any more).
-                kept, counted = [], 0
-                spec, ended = self._reshaped(conn, spec)
-                done = ended is not None
-                next_index, next_after = (
-                    (state.index + 1, None) if done else (state.index, state.after)
-                )
-            events = list(read.events)
-            if done and not chunk.rows and tally.chunks == 0 and not read.altered:  # empty
-                events.append(definition_event(conn, spec, read.cut))
-            rows = RowsAtCut(
-                spec.db,
-                spec.table,
-                spec.columns_json,
-                read.cut.binlog_position,
-                int(time.time()),
-                [pk for pk, _ in kept],
-                [image for _, image in kept],
-            )
-            ctx.batch_seq += 1
-            pending = PendingChunk.new(ctx.batch_seq, next_index, next_after)
-            state.pending = pending
-            self._save_state(state)
-            self._commit(ctx, events, read.cut, rows, pending.chunk)
-            if ended is not None:
-                log.warning("%s: ending the snapshot of %s: %s", self.name, spec.name, ended)
-                state.ended[spec.name] = ended
-                result.ended[spec.name] = ended
-            state.progress[spec.name] = TableCounts(
-                tally.rows_read + counted, tally.estimated_rows, tally.chunks + 1
-            )
-            state.advance(next_index, next_after)
-            self._save_state(state)
-            self.sizer.observe(asked, len(chunk.rows), self._clock() - began)
-            tally.chunk_rows = len(chunk.rows)
-            table_index = state.index if not done else state.index - 1
-            self._account(ctx, tally, table_index, counted=counted, kept=len(kept))
-            log.debug(
-                "%s: %s chunk %d: high %s cut %s, %d rows, %d dropped",
-                self.name,
-                spec.name,
-                tally.chunks,
-                high,
-                read.cut,
-                counted,
-                counted - len(kept),
-            )
-            if done:
-                if self._on_table_done is not None:
-                    self._on_table_done(spec.name, ended)
-                break
-
-    def _copy_whole(
-        self, ctx: _Chunking, spec: SnapshotTable, state: SnapshotState, tally: SnapshotProgress
-    ) -> None:
-        """A table without a primary key, copied in one consistent read (:mod:`.whole_copy`);
-        an interrupted copy starts over (its truncate row replaces the partial one)."""
-
-        def commit(
-            events: Sequence[ChangeEvent], cut: ResumePosition, rows: RowsAtCut | None
-        ) -> None:
-            ctx.batch_seq += 1
-            self._commit(ctx, list(events), cut, rows)
-
-        def segment(high: BinlogPosition) -> tuple[list[ChangeEvent], ResumePosition, bool]:
-            read = self._segment(ctx, spec, set(), high)
-            return read.events, read.cut, read.altered
-
-        try:
-            copied = copy_whole_table(
-                self._source, spec, read_segment=segment, commit=commit, batch_rows=self.sizer.rows
-            )
-        except pymysql.MySQLError as exc:
-            if not is_missing_table(exc):
-                raise
-            self._end(state, spec.name, f"table {spec.name} does not exist any more", ctx.result)
-            return
-        finally:
-            self._interrupt.attach(ctx.conn)  # the copy's own connection is closed
-        state.progress[spec.name] = TableCounts(copied, tally.estimated_rows, 1)
-        state.advance(state.index + 1, None)
-        self._save_state(state)
-        tally.chunk_rows = copied
-        self._account(ctx, tally, state.index - 1, counted=copied, kept=copied)
-        if self._on_table_done is not None:
-            self._on_table_done(spec.name, None)
-
-    def _reshaped(
-        self, conn: pymysql.connections.Connection[Any], spec: SnapshotTable
-    ) -> tuple[SnapshotTable, str | None]:
-        """The table's new shape after a DDL, or why it cannot be copied any more."""
-        log.info("%s: %s changed by DDL during a chunk; reading it again", self.name, spec.name)
-        try:
-            return describe_table(conn, spec.db, spec.table), None
-        except SnapshotError as exc:  # dropped, renamed, key removed
-            return spec, str(exc)
-
-    def _read(
-        self, conn: pymysql.connections.Connection[Any], spec: SnapshotTable, after: Any, rows: int
-    ) -> tuple[ChunkRows | None, int]:
-        """The next chunk of at most ``rows`` rows and ``snapshot.chunk_bytes`` bytes (fewer
-        rows than asked: the table ended), and the rows asked; None when the table no longer
-        exists."""
-        key = None if after is None else decode_key(after)
-        try:
-            asked = rows_within(conn, spec, key, rows, self.config.snapshot.chunk_bytes)
-            return read_chunk(conn, spec, key, asked), asked
-        except SourceTableMissingError:
-            return None, rows
-        except pymysql.MySQLError as exc:
-            if not is_missing_table(exc):
-                raise
-            return None, rows
-
-    def _account(
-        self, ctx: _Chunking, tally: SnapshotProgress, table_index: int, *, counted: int, kept: int
-    ) -> None:
-        """Add one committed chunk to the table's tally and the result; report progress."""
-        result = ctx.result
-        tally.chunks += 1
-        tally.rows_read += counted
-        tally.rows_written += kept
-        tally.rows_dropped += counted - kept
-        tally.batch_seq = ctx.batch_seq
-        tally.table_index = table_index
-        tally.seconds = time.perf_counter() - ctx.started
-        result.chunks += 1
-        result.rows_written += kept
-        result.rows_dropped += counted - kept
-        result.per_table[tally.table] = result.per_table.get(tally.table, 0) + kept
-        if self._on_progress is not None:
-            self._on_progress(replace(tally))
-
-
-@dataclass(slots=True)
-class _Chunking:
-    """What every chunk of one run shares, and where the run stands (last batch, cut)."""
-
-    conn: pymysql.connections.Connection[Any]
-    probe: BinlogSource
-    stream: SegmentStream
-    tail: SegmentTail
-    """The newest events before the cut (see :class:`SegmentTail`)."""
-    sink: DeltaChangeLog
-    epoch: int
-    result: SnapshotResult
-    started: float
-    batch_seq: int
-    resume: ResumePosition

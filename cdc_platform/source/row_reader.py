@@ -29,8 +29,10 @@ from cdc_platform.errors import SnapshotError
 from cdc_platform.source.charsets import server_text_is_exact, text_decoder
 from cdc_platform.source.filters import TableFilter
 from cdc_platform.source.mysql import source_errors
+from cdc_platform.source.result_rows import fetch_rows
 from cdc_platform.source.sql import format_safe, qualified_name, quote_identifier
 from cdc_platform.source.values import dumps
+from cdc_platform.source.values.image_json import FAST_JSON, float_fragment, image_encoder
 
 __all__ = [
     "ChunkRows",
@@ -130,6 +132,32 @@ def _double(value: Any) -> float:
 _DRIVER_TYPED = frozenset({_text, _integer, _double})
 """Conversions whose result the driver already gives for the selected expression (str for
 text and CAST(... AS CHAR), int for integers and YEAR, float for DOUBLE): skipped per row."""
+
+_FLOATS = frozenset({_double, _float32})
+"""Conversions that give floats: orjson writes them differently from the standard library,
+so with orjson their values become fragments of the standard library's text."""
+
+_write_image = image_encoder(FAST_JSON)
+"""A row image's JSON text: orjson when installed, the same text as :data:`dumps`."""
+
+
+def _converters(spec: SnapshotTable) -> list[tuple[int, str, Convert]]:
+    """(index, name, conversion) of the columns whose driver value is not yet what the
+    image encoder takes as it is."""
+    out: list[tuple[int, str, Convert]] = []
+    for i, c in enumerate(spec.columns):
+        convert = c.convert
+        if FAST_JSON and convert in _FLOATS:
+            out.append((i, c.name, _as_fragment(convert)))
+        elif convert not in _DRIVER_TYPED:
+            out.append((i, c.name, convert))
+    return out
+
+
+def _as_fragment(convert: Convert) -> Convert:
+    if convert is _double:
+        return float_fragment
+    return lambda value: float_fragment(convert(value))
 
 
 @dataclass(frozen=True, slots=True)
@@ -418,7 +446,7 @@ class ChunkRows:
 
     rows: list[tuple[str, str]]
     last_key: list[Any] | None
-    keys: list[list[Any]] = field(default_factory=list)
+    keys: list[Sequence[Any]] = field(default_factory=list)
     """Every row's raw key (as pymysql returned it), in row order."""
 
 
@@ -447,17 +475,15 @@ def select_rows(
     sql = f"SELECT {select} FROM {table} {tail}"  # noqa: S608 (identifiers quoted by the source's quoting, values bound as parameters)
     width = len(spec.columns)
     names = [c.name for c in spec.columns]
-    converted = [
-        (i, c.name, c.convert) for i, c in enumerate(spec.columns) if c.convert not in _DRIVER_TYPED
-    ]
+    converted = _converters(spec)
     key = spec.primary_key
     # One integer key column (the usual case): its JSON object written directly, the same
-    # text dumps gives ({"id":5}); other keys go through dumps.
+    # text dumps gives ({"id":5}); other keys go through the image encoder.
     int_key = (dumps(key[0]), key[0]) if len(key) == 1 else None
     out: list[tuple[str, str, tuple[Any, ...]]] = []
-    with source_errors(conn, f"reading {spec.name} from"), conn.cursor() as cur:
-        cur.execute(sql, args)
-        records: tuple[tuple[Any, ...], ...] = cur.fetchall()
+    write = _write_image
+    with source_errors(conn, f"reading {spec.name} from"):
+        records = fetch_rows(conn, sql, args)
     # Per row: the driver's values as they are, then only the columns that need converting
     # (this loop is most of a snapshot's Python time).
     for record in records:
@@ -470,14 +496,16 @@ def select_rows(
         if int_key is not None and type(value := image[int_key[1]]) is int:
             pk = f"{{{int_key[0]}:{value}}}"
         else:
-            pk = dumps({k: image[k] for k in key})
-        out.append((pk, dumps(image), record[width:]))
+            pk = write({k: image[k] for k in key})
+        out.append((pk, write(image), record[width:]))
     return out
 
 
 def _chunk(records: list[tuple[str, str, tuple[Any, ...]]]) -> ChunkRows:
-    keys = [list(raw) for _, _, raw in records]
-    return ChunkRows([(pk, image) for pk, image, _ in records], keys[-1] if keys else None, keys)
+    keys: list[Sequence[Any]] = [raw for _, _, raw in records]
+    return ChunkRows(
+        [(pk, image) for pk, image, _ in records], list(keys[-1]) if keys else None, keys
+    )
 
 
 def read_chunk(

@@ -20,7 +20,7 @@ from typing import Any
 
 from cdc_platform.source.values.columns import ColumnSpec, FieldType, Reader, dumps
 
-__all__ = ["FAST_JSON", "image_encoder", "native_reader"]
+__all__ = ["FAST_JSON", "float_fragment", "image_encoder", "native_reader"]
 
 try:
     import orjson
@@ -82,6 +82,17 @@ def native_reader(column: ColumnSpec, read: Reader) -> Reader:
         return fragment(dumps(value)), end
 
     return read_fragment
+
+
+def float_fragment(value: Any) -> Any:
+    """A float as an orjson fragment of the standard library's text of it (None stays None):
+    for image values that do not come from a binlog reader (the snapshot's rows)."""
+    if value is None:
+        return None
+    fragment = _fragment_type()
+    if type(value) is float and value - value == 0.0:  # finite
+        return fragment(float.__repr__(value))
+    return fragment(dumps(value))
 
 
 def _double_fragment(fragment: Any) -> Reader:
