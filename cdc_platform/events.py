@@ -47,8 +47,8 @@ EVENT_OVERHEAD_BYTES = 224
 """Fixed cost of one ChangeEvent in memory, on top of its own strings (each counted by
 ``sys.getsizeof``, header included): the object with its garbage-collector header (144 bytes
 in CPython 3.11's allocator), its ``index`` and ``size`` (int objects above 256, 32 each) and
-the allocator's rounding of two strings (16). The table's name and column list are shared by
-the table's events, not counted."""
+the allocator's rounding of two strings (16). The database and table names are counted by
+their length only and the column list not at all: they are shared by the table's events."""
 
 
 class EventKind(StrEnum):
