@@ -20,6 +20,7 @@ from cdc_platform.config.models import PlatformConfig
 from cdc_platform.errors import WatchError
 from cdc_platform.ha.db_lease import DatabaseLease
 from cdc_platform.ha.lease import Lease
+from cdc_platform.ha.liveness import LivenessOptions
 from cdc_platform.ha.registry import NodeRegistry
 from cdc_platform.infra.clock import SYSTEM_CLOCK, Clock
 from cdc_platform.infra.sqldb import Database
@@ -61,6 +62,8 @@ def open_lease(  # noqa: PLR0913 (what identifies the lease; the rest keyword-on
     if isinstance(lease, ZooKeeperLeaseConfig):
         from cdc_platform.ha.zookeeper import ZooKeeperLease  # noqa: PLC0415 (kazoo, ~6 MB)
 
+        liveness = lease.liveness
+
         return ZooKeeperLease(
             lease.hosts,
             destination,
@@ -70,6 +73,12 @@ def open_lease(  # noqa: PLR0913 (what identifies the lease; the rest keyword-on
             switch_delay=lease.switch_delay_seconds,
             release_cooldown=lease.release_cooldown_seconds,
             auth=lease.auth(),
+            liveness=LivenessOptions(
+                enabled=liveness.enabled,
+                host=liveness.host,
+                port=liveness.port,
+                connect_timeout=liveness.connect_timeout_seconds,
+            ),
             clock=clock,
         )
     db = Database(lease.url, password=lease.password(), base_dir=base_dir(conf_dir), tls=lease.tls)
