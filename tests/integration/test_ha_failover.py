@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from cdc_platform.ha.liveness import split_address
 from cdc_platform.ha.running_node import RunningData
 from cdc_platform.testing.ha import (
     Cluster,
@@ -326,9 +325,10 @@ def test_a_false_death_signal_switches_cleanly_and_the_epoch_fences_the_old_hold
     over as if a had died; a, alive and streaming, learns it lost and commits nothing after."""
     workload = Workload(mariadb.server, mariadb.name, seed=26)
     cluster, a, b, epoch_a = start_probed_pair(make_cluster, workload, zk_hosts)
-    listener = split_address(lease_nodes.running().liveness or "")
+    listener = lease_nodes.running().liveness
     assert listener is not None, "node-a publishes its liveness listener"
-    assert a.shut_sockets(listener[1]) >= 2, "the listener and node-b's connection"
+    port = int(listener.rpartition(":")[2])
+    assert a.shut_sockets(port) >= 2, "the listener and node-b's connection"
     found: list[int] = []
 
     def new_term() -> bool:
