@@ -19,6 +19,10 @@ counter alone. Canal's rules on the data watch of ``running``
   and stay away for ``release_cooldown`` so a standby takes over (Canal lets the releasing
   node race again after the delay, so a switch-over may land on the same node).
 
+A standby also probes the holder's liveness listener (:mod:`cdc_platform.ha.liveness`): when
+the holder's process is proven dead, it deletes the holder's running node (that run id and
+epoch only) and grabs at once, without waiting for the holder's session to expire.
+
 Connection states: SUSPENDED stops writes at once (:meth:`Lease.is_held` is False)
 but is not a loss, because the session may well survive a server outage; LOST (session
 expired) is. After a reconnect the holder re-confirms its node before writing again, and a
