@@ -79,10 +79,12 @@ def open_listener(run_id: str, options: LivenessOptions, what: str) -> LivenessL
     if not options.enabled:
         return None
     try:
-        return LivenessListener(run_id, options)
+        listener = LivenessListener(run_id, options)
     except OSError as exc:
         log.warning("%s: no liveness listener (%s): standbys rely on the lease expiry", what, exc)
         return None
+    log.info("%s: liveness listener at %s", what, listener.address)
+    return listener
 
 
 def split_address(address: str) -> tuple[str, int] | None:
@@ -289,7 +291,8 @@ class HolderProbe:
         threading.Thread(target=self.run, name="cdc-liveness-probe", daemon=True).start()
 
     def stop(self) -> None:
-        """Stop watching (the holder changed); never calls ``on_dead`` afterwards."""
+        """Stop watching (the holder changed). A decision already made may still be reported,
+        so ``on_dead`` checks that the holder it names is still the holder before acting."""
         self._stop.set()
 
     def run(self) -> None:
