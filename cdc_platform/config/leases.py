@@ -97,6 +97,9 @@ class DatabaseLeaseConfig(ConfigModel):
     release_cooldown_seconds: float | None = Field(default=None, ge=0)
     """After a manual release, stay away this long so a standby takes over
     (default 2 x renew interval + 1 s)."""
+    liveness: LivenessConfig = LivenessConfig()
+    """The holder's liveness listener, published in the node registry: a kill -9 is taken
+    over without waiting for the row to expire."""
 
     @field_validator("url")
     @classmethod

@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from cdc_platform.config.base import read_secret
-from cdc_platform.config.leases import DatabaseLeaseConfig, ZooKeeperLeaseConfig
+from cdc_platform.config.leases import DatabaseLeaseConfig, LivenessConfig, ZooKeeperLeaseConfig
 from cdc_platform.config.models import PlatformConfig
 from cdc_platform.errors import WatchError
 from cdc_platform.ha.db_lease import DatabaseLease
@@ -62,8 +62,6 @@ def open_lease(  # noqa: PLR0913 (what identifies the lease; the rest keyword-on
     if isinstance(lease, ZooKeeperLeaseConfig):
         from cdc_platform.ha.zookeeper import ZooKeeperLease  # noqa: PLC0415 (kazoo, ~6 MB)
 
-        liveness = lease.liveness
-
         return ZooKeeperLease(
             lease.hosts,
             destination,
@@ -73,12 +71,7 @@ def open_lease(  # noqa: PLR0913 (what identifies the lease; the rest keyword-on
             switch_delay=lease.switch_delay_seconds,
             release_cooldown=lease.release_cooldown_seconds,
             auth=lease.auth(),
-            liveness=LivenessOptions(
-                enabled=liveness.enabled,
-                host=liveness.host,
-                port=liveness.port,
-                connect_timeout=liveness.connect_timeout_seconds,
-            ),
+            liveness=_liveness(lease.liveness),
             clock=clock,
         )
     db = Database(lease.url, password=lease.password(), base_dir=base_dir(conf_dir), tls=lease.tls)
@@ -91,7 +84,17 @@ def open_lease(  # noqa: PLR0913 (what identifies the lease; the rest keyword-on
         release_cooldown=lease.release_cooldown_seconds,
         table=lease.table,
         registry=registry,
+        liveness=_liveness(lease.liveness),
         clock=clock,
+    )
+
+
+def _liveness(config: LivenessConfig) -> LivenessOptions:
+    return LivenessOptions(
+        enabled=config.enabled,
+        host=config.host,
+        port=config.port,
+        connect_timeout=config.connect_timeout_seconds,
     )
 
 

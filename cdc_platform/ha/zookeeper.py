@@ -55,12 +55,7 @@ from pydantic import SecretStr
 from cdc_platform.errors import ConfigError, LeaseBackendError
 from cdc_platform.ha.holder_session import HolderSessionWatch
 from cdc_platform.ha.lease import HolderInfo, Lease, MemberInfo
-from cdc_platform.ha.liveness import (
-    LivenessListener,
-    LivenessOptions,
-    ProbeFollower,
-    open_listener,
-)
+from cdc_platform.ha.liveness import LivenessOptions, ProbeFollower
 from cdc_platform.ha.running_node import UNKNOWN_HOLDER, RunningData, SwitchRules
 from cdc_platform.ha.zk_nodes import (
     delete_dead_holder,
@@ -155,8 +150,6 @@ class ZooKeeperLease(Lease):
             self.cluster_path, self.run_id, self._on_holder_gone
         )
         self.liveness = liveness or LivenessOptions()
-        self._listener: LivenessListener | None = None
-        self._listener_tried = False
         self._dead_run_id: str | None = None
         """The run id of a holder a liveness probe proved dead (its node may be deleted)."""
         self._probes = ProbeFollower(
@@ -315,13 +308,6 @@ class ZooKeeperLease(Lease):
         else:
             self._probes.follow(data.run_id, data.epoch, data.liveness)
 
-    def _liveness_address(self) -> str | None:
-        """This process's liveness listener, opened on the first acquisition attempt."""
-        if not self._listener_tried:
-            self._listener_tried = True
-            self._listener = open_listener(self.run_id, self.liveness, self.destination)
-        return self._listener.address if self._listener is not None else None
-
     def _on_holder_dead(self, run_id: str, epoch: int) -> None:
         """A probe proved the holder's process gone (a probe thread): delete its running node,
         if it is still that holder's (version-checked), and take over without the delay."""
@@ -400,7 +386,7 @@ class ZooKeeperLease(Lease):
                 True,
                 epoch,
                 self.clock.time(),
-                self._liveness_address(),
+                self.liveness_address(),
             )
             t0 = self.clock.monotonic()
             tx = client.transaction()
@@ -599,12 +585,9 @@ class ZooKeeperLease(Lease):
         return list_members(self._op, self._connect(), self.cluster_path)
 
     def _close_backend(self) -> None:
-        """Drop the liveness listener, the member node and the session, each within a bound
-        (see ``stop_client``)."""
+        """Stop probing; drop the member node and the session, each within a bound (see
+        ``stop_client``)."""
         self._probes.stop()
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            listener.close()
         with self._lock:
             usable = self._usable()
             client, self._client = self._client, None

@@ -69,16 +69,21 @@ def fast_zookeeper_lease(
     return "\n".join(lines) + "\n"
 
 
-def fast_database_lease(url: str, *, password_env: str | None = None) -> str:
-    """platform.yaml lease lines for tests: expiry 1.5 s, renewal every 0.3 s."""
+def fast_database_lease(
+    url: str, *, password_env: str | None = None, expiry: float = 1.5, liveness: bool = True
+) -> str:
+    """platform.yaml lease lines for tests: expiry 1.5 s, renewal every 0.3 s; the liveness
+    listener as in :func:`fast_zookeeper_lease`."""
     env = f"  password_env: {password_env}\n" if password_env else ""
+    off = "" if liveness else "  liveness: {enabled: false}\n"
     return (
         "lease:\n"
         "  backend: database\n"
         f"  url: '{url}'\n"
         f"{env}"
-        "  expiry_seconds: 1.5\n"
+        f"  expiry_seconds: {expiry:g}\n"
         "  renew_interval_seconds: 0.3\n"
+        f"{off}"
     )
 
 

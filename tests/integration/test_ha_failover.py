@@ -12,6 +12,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -350,3 +351,37 @@ def test_a_false_death_signal_switches_cleanly_and_the_epoch_fences_the_old_hold
         c for c in commit_history(cluster.uri) if c.version > claimed_at and c.epoch < found[-1]
     ]
     assert late == [], f"the old holder committed after the takeover: {late}"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "mariadb"])
+def test_kill_nine_with_a_database_lease_is_taken_over_before_the_row_expires(
+    backend: str,
+    make_cluster: MakeCluster,
+    mariadb: MariaDBDatabase,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+) -> None:
+    """The holder's listener is in the node registry: node-b expires a's row when a dies."""
+    url = (
+        f"sqlite:///{tmp_path}/shared/lease.db"
+        if backend == "sqlite"
+        else request.getfixturevalue("mariadb_lease_url")
+    )
+    cluster = make_cluster(fast_database_lease(url, expiry=LONG_SESSION))
+    workload = Workload(mariadb.server, mariadb.name, seed=27)
+    a, b, epoch_a = start_active_and_standby(cluster, workload)
+    cluster.wait(
+        lambda: "probing the holder's liveness listener" in b.text(),
+        "node-b to probe node-a's liveness listener",
+    )
+    killed_at = time.time()
+    a.kill()
+    taken = cluster.wait_holder(b, above=epoch_a, timeout=LONG_SESSION)
+    cluster.wait_claimed(taken.epoch, timeout=LONG_SESSION)
+    assert "liveness listener closed" in b.text()
+    assert taken.since is not None
+    assert taken.since < killed_at + LONG_SESSION - 1, (
+        "node-b held the lease before node-a's row could have expired"
+    )
+    keep_streaming(cluster, workload)
+    finish(cluster, workload, b)
