@@ -3,6 +3,7 @@ SUSPENDED handling, watches after a server restart, digest ACLs."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import threading
@@ -178,7 +179,7 @@ LONG_SESSION = 30.0
 
 
 def test_a_killed_holder_is_replaced_through_its_liveness_listener_before_its_session_expires(
-    make_lease: MakeLease, zk_hosts: str, admin: KazooClient
+    make_lease: MakeLease, zk_hosts: str, admin: KazooClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     """kill -9 closes the holder's listener: b deletes its node and takes over, while the dead
     holder's session (its member node) is still there, and without b's 30 s switch delay."""
@@ -189,9 +190,14 @@ def test_a_killed_holder_is_replaced_through_its_liveness_listener_before_its_se
         data = RunningData.parse(raw)
         assert data is not None
         assert data.liveness is not None, "the holder publishes its liveness listener"
+        caplog.set_level(logging.INFO, logger="cdc_platform.ha")
         b = make_lease("b", switch_delay=30.0)
         standby = Acquirer(b)
-        wait_for(lambda: "b" in {m.address for m in b.members()}, "b to stand by", timeout=10)
+        wait_for(
+            lambda: f"probing the holder's liveness listener at {data.liveness}" in caplog.text,
+            "b to probe a's liveness listener",
+            timeout=10,
+        )
         holder.kill()
         holder.wait(10)
         standby.thread.join(LONG_SESSION)
