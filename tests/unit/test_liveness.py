@@ -6,11 +6,14 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from cdc_platform.config.leases import LivenessConfig, ZooKeeperLeaseConfig
+from cdc_platform.config.leases import DatabaseLeaseConfig, LivenessConfig, ZooKeeperLeaseConfig
+from cdc_platform.config.models import PlatformConfig
+from cdc_platform.coordination.factory import open_lease
 from cdc_platform.ha.liveness import (
     GREETING,
     HolderProbe,
@@ -245,6 +248,7 @@ def test_liveness_is_on_by_default_and_refuses_a_wildcard_host() -> None:
     lease = ZooKeeperLeaseConfig(backend="zookeeper", hosts="zk:2181")
     assert lease.liveness.enabled
     assert lease.liveness.port == 0
+    assert DatabaseLeaseConfig(backend="database").liveness.enabled
     with pytest.raises(ValidationError, match="wildcard"):
         LivenessConfig(host="0.0.0.0")
     with pytest.raises(ValidationError):
@@ -258,3 +262,21 @@ def test_the_running_node_carries_the_listener_and_reads_nodes_without_it() -> N
     parsed = RunningData.parse(older)
     assert parsed is not None
     assert parsed.liveness is None
+
+
+def test_the_configured_settings_reach_the_lease(tmp_path: Path) -> None:
+    platform = PlatformConfig.model_validate(
+        {
+            "lease": {
+                "backend": "database",
+                "url": f"sqlite:///{tmp_path}/lease.db",
+                "liveness": {"enabled": False, "host": "127.0.0.1", "port": 4711},
+            }
+        }
+    )
+    lease = open_lease(platform, tmp_path / "conf", "shop")
+    try:
+        assert lease.liveness == LivenessOptions(enabled=False, host="127.0.0.1", port=4711)
+        assert lease.liveness_address() is None, "disabled: no listener"
+    finally:
+        lease.close()
