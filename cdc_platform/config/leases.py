@@ -10,7 +10,34 @@ from cdc_platform.config.base import ConfigModel, read_secret
 from cdc_platform.config.tls import TlsConfig
 from cdc_platform.config.urls import parse_database_url
 
-__all__ = ["DatabaseLeaseConfig", "LeaseConfig", "ZooKeeperLeaseConfig"]
+__all__ = ["DatabaseLeaseConfig", "LeaseConfig", "LivenessConfig", "ZooKeeperLeaseConfig"]
+
+
+class LivenessConfig(ConfigModel):
+    """The holder's liveness listener: a standby connected to it learns of the holder's death
+    (kill -9 included) when the connection closes and the port refuses, without waiting for the
+    session to expire. On by default: a wrong signal only switches early, and the epoch fences
+    the old holder (docs/ha.md)."""
+
+    enabled: bool = True
+    """Open the listener (holder) and probe it (standby); off: the session expiry alone."""
+    host: str | None = None
+    """Address to listen on and publish, reachable from the standbys' machines; default this
+    machine's host name as it resolves (127.0.0.1 when it does not)."""
+    port: int = Field(default=0, ge=0, le=65535)
+    """0: any free port."""
+    connect_timeout_seconds: float = Field(default=1.0, gt=0, le=30)
+    """A standby's connect and greeting timeout; past it the probe proves nothing."""
+
+    @field_validator("host")
+    @classmethod
+    def _one_address(cls, value: str | None) -> str | None:
+        if value is not None and value.strip("[]") in {"", "0.0.0.0", "::"}:  # noqa: S104 (refused here, not bound)
+            raise ValueError(
+                "liveness.host must be an address the standbys reach this process at, "
+                "not a wildcard"
+            )
+        return value
 
 
 class ZooKeeperLeaseConfig(ConfigModel):
@@ -32,6 +59,8 @@ class ZooKeeperLeaseConfig(ConfigModel):
     release_cooldown_seconds: float | None = Field(default=None, ge=0)
     """After a manual release, stay away this long so a standby takes over
     (default 2 x switch delay + 1 s)."""
+    liveness: LivenessConfig = LivenessConfig()
+    """The holder's liveness listener: a kill -9 is taken over without the session expiry."""
 
     def auth(self) -> SecretStr | None:
         """The digest credentials from the environment, or None without ACLs."""
@@ -68,6 +97,9 @@ class DatabaseLeaseConfig(ConfigModel):
     release_cooldown_seconds: float | None = Field(default=None, ge=0)
     """After a manual release, stay away this long so a standby takes over
     (default 2 x renew interval + 1 s)."""
+    liveness: LivenessConfig = LivenessConfig()
+    """The holder's liveness listener, published in the node registry: a kill -9 is taken
+    over without waiting for the row to expire."""
 
     @field_validator("url")
     @classmethod

@@ -19,7 +19,10 @@ AND active = 1``. Where it does better than the original:
 * ``active = 0`` (set by ``cdc-platform release``) asks the holder to let go: it releases at
   its next renewal and stays away for a cool-down so a standby takes over;
 * release sets ``expire_time = now`` (the row and its epoch stay), so a standby takes over at
-  its next poll instead of after the expiry.
+  its next poll instead of after the expiry;
+* a standby probes the holder's liveness listener (its address from the node registry,
+  :mod:`cdc_platform.ha.liveness`); when the holder's process is proven dead it expires that
+  holder's row at once (``WHERE run_id = dead AND epoch = its epoch``) and takes it over.
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from cdc_platform.errors import ConfigError
+from cdc_platform.errors import CdcError, ConfigError
 from cdc_platform.ha.lease import HolderInfo, Lease, MemberInfo, MemberSource
+from cdc_platform.ha.liveness import LivenessOptions, ProbeFollower
+from cdc_platform.ha.registry import NodeRegistry
 from cdc_platform.infra.clock import SYSTEM_CLOCK, Clock
 from cdc_platform.infra.sqldb import Database, Tx
 
@@ -79,6 +84,7 @@ class DatabaseLease(Lease):
         clock: Clock = SYSTEM_CLOCK,
         table: str = DEFAULT_TABLE,
         registry: MemberSource | None = None,
+        liveness: LivenessOptions | None = None,
     ) -> None:
         if renew_interval <= 0 or expiry <= 0:
             raise ConfigError("lease expiry and renew interval must be positive")
@@ -108,6 +114,13 @@ class DatabaseLease(Lease):
         self.table = table
         self._not_before = 0.0
         self.registry = registry
+        self.liveness = liveness or LivenessOptions()
+        self._dead_at: float | None = None
+        """When a probe expired a dead holder's row: the next attempt is due at once."""
+        self._followed: tuple[str, int] | None = None
+        self._probes = ProbeFollower(
+            self.run_id, self._on_holder_dead, timeout=self.liveness.connect_timeout
+        )
 
     # -- schema --------------------------------------------------------------------------------
 
@@ -149,7 +162,48 @@ class DatabaseLease(Lease):
     # -- Lease ---------------------------------------------------------------------------------
 
     def _grab_hint(self) -> float | None:
+        if self._dead_at is not None:
+            return self._dead_at
         return self._not_before if self._not_before > self.clock.monotonic() else None
+
+    # -- liveness (a standby's direct death signal) ---------------------------------------------
+
+    def _follow(self, row: _Row | None, now: float) -> None:
+        """Probe the live holder's listener, found in the node registry (once per term)."""
+        if row is None or row.run_id == self.run_id or row.expire_time <= now:
+            self._followed = None
+            self._probes.follow(None, -1, None)
+            return
+        if self._followed == (row.run_id, row.epoch) or not isinstance(self.registry, NodeRegistry):
+            return
+        address = self.registry.liveness_of(self.destination, row.run_id)
+        if address is not None:  # else ask again at the next poll: its heartbeat may be late
+            self._followed = (row.run_id, row.epoch)
+            self._probes.follow(row.run_id, row.epoch, address)
+
+    def _on_holder_dead(self, run_id: str, epoch: int) -> None:
+        """A probe proved the holder's process gone (a probe thread): expire its row now, if
+        it still is that holder's term, so the next attempt takes it."""
+        try:
+            with self.db.transaction() as tx:
+                now = tx.now()
+                expired = tx.execute(
+                    f"UPDATE {self.table} SET expire_time = ? WHERE service_name = ? "
+                    "AND run_id = ? AND epoch = ? AND expire_time > ?",
+                    (now, self.destination, run_id, epoch, now),
+                )
+        except CdcError as exc:
+            log.warning("%s: could not expire a dead holder's lease: %s", self.destination, exc)
+            return
+        if expired == 1:
+            log.warning(
+                "%s: the process of the holder at epoch %d is gone (its liveness listener "
+                "closed): expired its lease",
+                self.destination,
+                epoch,
+            )
+            self._dead_at = self.clock.monotonic()
+            self._notify()
 
     def try_acquire(self, *, min_epoch: int = 0) -> int | None:
         """One insert-or-update-if-expired-or-mine; the new epoch, or None if held elsewhere."""
@@ -158,8 +212,10 @@ class DatabaseLease(Lease):
                 return self._term.epoch
         if self.clock.monotonic() < self._not_before:
             return None
+        self._dead_at = None
         self._schema()
         floor = max(0, min_epoch)
+        seen: _Row | None = None
         t0 = self.clock.monotonic()
         with self.db.transaction() as tx:
             # Lock the row first: concurrent acquirers queue behind it instead of deadlocking.
@@ -193,9 +249,13 @@ class DatabaseLease(Lease):
                     ),
                 )
                 row = self._row(tx)
+                epoch = row.epoch if row is not None else -1
                 if taken != 1 or row is None or row.run_id != self.run_id:
-                    return None
-                epoch = row.epoch
+                    seen = existing
+        if seen is not None:
+            self._follow(seen, now)
+            return None
+        self._probes.follow(None, -1, None)
         self._begin_term(epoch, t0 + self.expiry - self.margin)
         return epoch
 
@@ -308,4 +368,5 @@ class DatabaseLease(Lease):
         return [MemberInfo(holder.address, holder.run_id, holder.since, holder.since)]
 
     def _close_backend(self) -> None:
+        self._probes.stop()
         self.db.close()

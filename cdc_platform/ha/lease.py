@@ -39,6 +39,7 @@ from types import TracebackType
 from typing import ClassVar, Protocol
 
 from cdc_platform.errors import CdcError, LeaseError, LeaseLostError
+from cdc_platform.ha.liveness import LivenessListener, LivenessOptions, open_listener
 from cdc_platform.infra.clock import SYSTEM_CLOCK, Clock
 
 __all__ = [
@@ -155,6 +156,10 @@ class Lease(ABC):
         self._thread: threading.Thread | None = None
         self._closing = threading.Event()
         self._last_error_log = -1e9
+        self.liveness = LivenessOptions(enabled=False)
+        """The liveness listener's settings (backends that publish one turn it on)."""
+        self._listener: LivenessListener | None = None
+        self._listener_tried = False
 
     # -- backend hooks -------------------------------------------------------------------------
 
@@ -194,6 +199,15 @@ class Lease(ABC):
     @abstractmethod
     def members(self) -> list[MemberInfo]:
         """Processes that take part in this destination (active and standby)."""
+
+    def liveness_address(self) -> str | None:
+        """``host:port`` of this process's liveness listener, opened on first use; None when
+        disabled or it could not listen (:mod:`cdc_platform.ha.liveness`)."""
+        with self._lock:
+            if not self._listener_tried:
+                self._listener_tried = True
+                self._listener = open_listener(self.run_id, self.liveness, self.destination)
+            return self._listener.address if self._listener is not None else None
 
     def _grab_hint(self) -> float | None:
         """Monotonic time at which an attempt is expected to succeed (a switch delay or a
@@ -442,6 +456,10 @@ class Lease(ABC):
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=10)
         self._thread = None
+        with self._lock:
+            listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
         self._close_backend()
 
     def __enter__(self) -> Lease:

@@ -244,6 +244,23 @@ class NodeRegistry:
             for r in found
         ]
 
+    def liveness_of(self, destination: str, run_id: str) -> str | None:
+        """The liveness listener (``info.liveness``) the process ``run_id`` published, if any."""
+        self._schema()
+        with self.db.transaction() as tx:
+            found = tx.one(
+                f"SELECT info FROM {self.table} WHERE destination = ? AND run_id = ? "
+                "AND deleted = 0",
+                (destination, run_id),
+            )
+        if found is None or not found[0]:
+            return None
+        try:
+            value = json.loads(found[0]).get("liveness")
+        except (ValueError, AttributeError):
+            return None
+        return value if isinstance(value, str) else None
+
     def members(self, destination: str) -> list[MemberInfo]:
         """Live members of one destination (rows not marked deleted and not yet expired)."""
         self._schema()

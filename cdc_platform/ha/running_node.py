@@ -27,6 +27,9 @@ class RunningData:
     active: bool
     epoch: int
     since: float | None = None
+    liveness: str | None = None
+    """``host:port`` of the holder's liveness listener (:mod:`cdc_platform.ha.liveness`), if
+    any; versions before it neither write nor read it."""
 
     def to_bytes(self) -> bytes:
         """JSON, as stored in the node."""
@@ -45,6 +48,7 @@ class RunningData:
                 active=bool(data.get("active", True)),
                 epoch=int(data["epoch"]),
                 since=data.get("since"),
+                liveness=data["liveness"] if isinstance(data.get("liveness"), str) else None,
             )
         except (ValueError, KeyError, TypeError):
             return None

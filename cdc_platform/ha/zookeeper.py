@@ -19,6 +19,10 @@ counter alone. Canal's rules on the data watch of ``running``
   and stay away for ``release_cooldown`` so a standby takes over (Canal lets the releasing
   node race again after the delay, so a switch-over may land on the same node).
 
+A standby also probes the holder's liveness listener (:mod:`cdc_platform.ha.liveness`): when
+the holder's process is proven dead, it deletes the holder's running node (that run id and
+epoch only) and grabs at once, without waiting for the holder's session to expire.
+
 Connection states: SUSPENDED stops writes at once (:meth:`Lease.is_held` is False)
 but is not a loss, because the session may well survive a server outage; LOST (session
 expired) is. After a reconnect the holder re-confirms its node before writing again, and a
@@ -46,15 +50,27 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 from kazoo.recipe.watchers import DataWatch
-from kazoo.security import make_digest_acl
 from pydantic import SecretStr
 
 from cdc_platform.errors import ConfigError, LeaseBackendError
 from cdc_platform.ha.holder_session import HolderSessionWatch
 from cdc_platform.ha.lease import HolderInfo, Lease, MemberInfo
+from cdc_platform.ha.liveness import LivenessOptions, ProbeFollower
 from cdc_platform.ha.running_node import UNKNOWN_HOLDER, RunningData, SwitchRules
+from cdc_platform.ha.zk_nodes import (
+    delete_dead_holder,
+    join_cluster,
+    list_members,
+    mark_released,
+    read_holder,
+)
 from cdc_platform.infra.clock import SYSTEM_CLOCK, Clock
-from cdc_platform.infra.zookeeper import CONNECTION_RETRY, remote_hosts, stop_client
+from cdc_platform.infra.zookeeper import (
+    CONNECTION_RETRY,
+    digest_acl_options,
+    remote_hosts,
+    stop_client,
+)
 
 __all__ = ["ZooKeeperLease"]
 
@@ -81,6 +97,7 @@ class ZooKeeperLease(Lease):
         auth: SecretStr | None = None,
         connect_timeout: float | None = None,
         safety_margin: float | None = None,
+        liveness: LivenessOptions | None = None,
         clock: Clock = SYSTEM_CLOCK,
         client_factory: Callable[..., Any] = KazooClient,
     ) -> None:
@@ -132,6 +149,12 @@ class ZooKeeperLease(Lease):
         self._holder_session = HolderSessionWatch(
             self.cluster_path, self.run_id, self._on_holder_gone
         )
+        self.liveness = liveness or LivenessOptions()
+        self._dead_run_id: str | None = None
+        """The run id of a holder a liveness probe proved dead (its node may be deleted)."""
+        self._probes = ProbeFollower(
+            self.run_id, self._on_holder_dead, timeout=self.liveness.connect_timeout
+        )
         self._rules = SwitchRules(
             self.run_id,
             switch_delay=switch_delay,
@@ -140,18 +163,6 @@ class ZooKeeperLease(Lease):
         )
 
     # -- connection ------------------------------------------------------------------------------
-
-    def _acl_options(self) -> dict[str, Any]:
-        if self._auth is None:
-            return {}
-        credentials = self._auth.get_secret_value()
-        user, sep, password = credentials.partition(":")
-        if not sep or not user:
-            raise ConfigError("ZooKeeper digest auth must be 'user:password'")
-        return {
-            "auth_data": [("digest", credentials)],
-            "default_acl": [make_digest_acl(user, password, all=True)],
-        }
 
     def _connect(self) -> Any:
         # Not under self._lock: kazoo calls our state listener from its own thread during
@@ -164,7 +175,7 @@ class ZooKeeperLease(Lease):
                 timeout=self.session_timeout,
                 connection_retry=dict(CONNECTION_RETRY),
                 command_retry={"max_tries": 2, "delay": 0.1, "backoff": 2, "max_delay": 1.0},
-                **self._acl_options(),
+                **digest_acl_options(self._auth),
             )
             client.add_listener(self._on_state)
             try:
@@ -257,6 +268,7 @@ class ZooKeeperLease(Lease):
                     self._release_requested = True
             epoch = term.epoch if term is not None else None
         self._holder_session.note(parsed, stat, self._client)
+        self._follow(parsed)
         if waived:
             self._log_waived()
         if reason is not None:
@@ -272,19 +284,56 @@ class ZooKeeperLease(Lease):
             self._notify()
 
     def _waive_if_holder_gone(self) -> bool:
-        """Under the lock: skip a pending switch delay if the holder's member node went."""
-        if not self._holder_session.gone() or not self._rules.waiting_for_switch_delay():
+        """Under the lock: skip a pending switch delay if the holder's member node went, or a
+        liveness probe proved its process gone."""
+        holder = self._rules.holder
+        dead = holder is not None and holder.run_id == self._dead_run_id
+        if not (dead or self._holder_session.gone()) or not self._rules.waiting_for_switch_delay():
             return False
         self._rules.holder_session_ended()
         return True
 
     def _log_waived(self) -> None:
         log.info(
-            "%s: the running node of %s went with its session: taking over without the "
-            "switch delay",
+            "%s: the running node's holder is gone: taking over without the switch delay",
             self.destination,
-            self._holder_session.address,
         )
+
+    # -- liveness (a standby's direct death signal; see cdc_platform.ha.liveness) -------------
+
+    def _follow(self, data: RunningData | None) -> None:
+        """Probe the other holder's liveness listener; only a standby (observers never act)."""
+        if data is None or not self._participating:
+            self._probes.follow(None, -1, None)
+        else:
+            self._probes.follow(data.run_id, data.epoch, data.liveness)
+
+    def _on_holder_dead(self, run_id: str, epoch: int) -> None:
+        """A probe proved the holder's process gone (a probe thread): delete its running node,
+        if it is still that holder's (version-checked), and take over without the delay."""
+        client = self._client
+        if client is None:
+            return
+        with self._lock:
+            self._dead_run_id = run_id
+        try:
+            deleted = delete_dead_holder(self._op, client, self.running_path, run_id, epoch)
+            if deleted is not None:
+                log.warning(
+                    "%s: the process of the holder %s (epoch %d) is gone (its liveness "
+                    "listener closed): deleted its running node",
+                    self.destination,
+                    deleted.address,
+                    epoch,
+                )
+        except LeaseBackendError as exc:
+            log.warning(
+                "%s: could not delete the running node of a dead holder (%s): waiting for "
+                "its session to expire",
+                self.destination,
+                exc,
+            )
+        self._on_holder_gone()
 
     # -- Lease -----------------------------------------------------------------------------------
 
@@ -331,7 +380,14 @@ class ZooKeeperLease(Lease):
             except ValueError:
                 last = -1
             epoch = max(last + 1, min_epoch, 0)
-            payload = RunningData(self.address, self.run_id, True, epoch, self.clock.time())
+            payload = RunningData(
+                self.address,
+                self.run_id,
+                True,
+                epoch,
+                self.clock.time(),
+                self.liveness_address(),
+            )
             t0 = self.clock.monotonic()
             tx = client.transaction()
             tx.set_data(self.epoch_path, str(epoch).encode(), version=epoch_stat.version)
@@ -370,6 +426,7 @@ class ZooKeeperLease(Lease):
         with self._lock:
             self._rules.observe(data or UNKNOWN_HOLDER)
         self._holder_session.note(data, stat, client)
+        self._follow(data)
         return False
 
     def renew(self) -> bool:  # noqa: PLR0911 (one return per outcome of the ZooKeeper transaction)
@@ -468,25 +525,19 @@ class ZooKeeperLease(Lease):
         """Create this process's ephemeral member node under the persistent cluster node."""
         member = json.dumps({"run_id": self.run_id, "since": self.clock.time()}).encode()
         try:
-            self._op("create", client.create_async, self.member_path, member, ephemeral=True)
-            self._member = True
-        except NodeExistsError:
-            try:
-                _raw, stat = self._op("read", client.get_async, self.member_path)
-            except NoNodeError:
-                return  # went away meanwhile: the next tick creates it
-            if stat.ephemeralOwner == self._session_id():
-                self._member = True
-            elif not self._member_warned:
-                self._member_warned = True
-                log.warning(
-                    "%s: member node %s belongs to another session (an earlier process with "
-                    "the same address, until its session expires)",
-                    self.destination,
-                    self.member_path,
-                )
+            joined = join_cluster(self._op, client, self.member_path, member, self._session_id())
         except NoNodeError:
             self._ensure_paths(client)
+            return
+        self._member = joined is True
+        if joined is False and not self._member_warned:
+            self._member_warned = True
+            log.warning(
+                "%s: member node %s belongs to another session (an earlier process with "
+                "the same address, until its session expires)",
+                self.destination,
+                self.member_path,
+            )
 
     def _tick_extra(self) -> None:
         client = self._client
@@ -499,22 +550,7 @@ class ZooKeeperLease(Lease):
 
     def holder(self) -> HolderInfo | None:
         """The running node's content, or None when absent."""
-        client = self._connect()
-        try:
-            raw, stat = self._op("read", client.get_async, self.running_path)
-        except NoNodeError:
-            return None
-        data = RunningData.parse(raw) or UNKNOWN_HOLDER
-        return HolderInfo(
-            destination=self.destination,
-            address=data.address,
-            run_id=data.run_id,
-            epoch=data.epoch,
-            active=data.active,
-            since=data.since if data.since is not None else stat.ctime / 1000.0,
-            expires_at=None,
-            backend=self.backend,
-        )
+        return read_holder(self._op, self._connect(), self.running_path, self.destination)
 
     def last_epoch(self) -> int | None:
         """The newest epoch handed out (held or not), or None before the first."""
@@ -531,68 +567,27 @@ class ZooKeeperLease(Lease):
 
     def request_release(self) -> HolderInfo | None:
         """Set ``active: false`` in the running node; its holder deletes it and steps aside."""
-        client = self._connect()
-        for _ in range(5):
-            try:
-                raw, stat = self._op("read", client.get_async, self.running_path)
-            except NoNodeError:
-                return None
-            data = RunningData.parse(raw)
-            if data is None:
-                return None
-            released = RunningData(data.address, data.run_id, False, data.epoch, data.since)
-            try:
-                self._op(
-                    "write",
-                    client.set_async,
-                    self.running_path,
-                    released.to_bytes(),
-                    version=stat.version,
-                )
-            except BadVersionError:
-                continue
-            except NoNodeError:
-                return None
-            return HolderInfo(
-                destination=self.destination,
-                address=data.address,
-                run_id=data.run_id,
-                epoch=data.epoch,
-                active=False,
-                since=data.since,
-                backend=self.backend,
-            )
-        return None
+        data = mark_released(self._op, self._connect(), self.running_path)
+        if data is None:
+            return None
+        return HolderInfo(
+            destination=self.destination,
+            address=data.address,
+            run_id=data.run_id,
+            epoch=data.epoch,
+            active=False,
+            since=data.since,
+            backend=self.backend,
+        )
 
     def members(self) -> list[MemberInfo]:
         """The member nodes under ``cluster``."""
-        client = self._connect()
-        try:
-            names = self._op("list", client.get_children_async, self.cluster_path)
-        except NoNodeError:
-            return []
-        found: list[MemberInfo] = []
-        for name in sorted(names):
-            try:
-                raw, stat = self._op("read", client.get_async, f"{self.cluster_path}/{name}")
-            except NoNodeError:
-                continue
-            try:
-                data = json.loads(raw or b"{}")
-            except ValueError:
-                data = {}
-            found.append(
-                MemberInfo(
-                    address=name,
-                    run_id=str(data.get("run_id", "?")),
-                    since=data.get("since", stat.ctime / 1000.0),
-                    last_seen=None,
-                )
-            )
-        return found
+        return list_members(self._op, self._connect(), self.cluster_path)
 
     def _close_backend(self) -> None:
-        """Drop the member node and the session, each within a bound (see ``stop_client``)."""
+        """Stop probing; drop the member node and the session, each within a bound (see
+        ``stop_client``)."""
+        self._probes.stop()
         with self._lock:
             usable = self._usable()
             client, self._client = self._client, None

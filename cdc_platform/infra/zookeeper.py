@@ -9,14 +9,33 @@ from typing import Any
 
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.security import make_digest_acl
+from pydantic import SecretStr
 
-__all__ = ["CONNECTION_RETRY", "remote_hosts", "stop_client"]
+from cdc_platform.errors import ConfigError
+
+__all__ = ["CONNECTION_RETRY", "digest_acl_options", "remote_hosts", "stop_client"]
 
 log = logging.getLogger("cdc_platform.infra")
 
 CONNECTION_RETRY: dict[str, float] = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0}
 """Reconnect within about a second after a server comes back (0.1 s doubling to 1 s), and never
 give up: a standby or a state publisher outlives any ZooKeeper outage."""
+
+
+def digest_acl_options(auth: SecretStr | None) -> dict[str, Any]:
+    """kazoo client options for digest ``user:password`` credentials: authenticate with them
+    and create every node readable and writable by them only; none without credentials."""
+    if auth is None:
+        return {}
+    credentials = auth.get_secret_value()
+    user, sep, password = credentials.partition(":")
+    if not sep or not user:
+        raise ConfigError("ZooKeeper digest auth must be 'user:password'")
+    return {
+        "auth_data": [("digest", credentials)],
+        "default_acl": [make_digest_acl(user, password, all=True)],
+    }
 
 
 def stop_client(client: Any, *, timeout: float = 10.0, what: str = "ZooKeeper client") -> bool:

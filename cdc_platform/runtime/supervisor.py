@@ -266,12 +266,14 @@ class LeaseSupervisor:
                 self._publish_status(self._epoch)
             if registry is not None:
                 try:
+                    liveness = self.lease.liveness_address()
                     registry.heartbeat(
                         self.name,
                         self.lease.address,
                         self.lease.run_id,
                         role=self.role,
                         epoch=self.lease.epoch,
+                        info={"liveness": liveness} if liveness else None,
                     )
                     beats += 1
                     if self.role == "active" and beats % _REGISTRY_MAINTENANCE_EVERY == 0:

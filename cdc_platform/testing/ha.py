@@ -7,10 +7,12 @@ machine makes a run slower, never red; only a wrong outcome fails.
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -43,27 +45,45 @@ __all__ = [
 ]
 
 
-def fast_zookeeper_lease(hosts: str, *, switch_delay: float = 0.5) -> str:
-    """platform.yaml lease lines for tests: 2 s sessions (tickTime 500), short switch delay."""
-    return (
-        "lease:\n"
-        "  backend: zookeeper\n"
-        f"  hosts: '{hosts}'\n"
-        "  session_timeout_seconds: 2\n"
-        f"  switch_delay_seconds: {switch_delay}\n"
-    )
+_SYS_PIDFD_GETFD = 438
+"""pidfd_getfd(2)'s number, the same on every Linux architecture (Linux 5.6)."""
 
 
-def fast_database_lease(url: str, *, password_env: str | None = None) -> str:
-    """platform.yaml lease lines for tests: expiry 1.5 s, renewal every 0.3 s."""
+def fast_zookeeper_lease(
+    hosts: str, *, switch_delay: float = 0.5, session_timeout: float = 2.0, liveness: bool = True
+) -> str:
+    """platform.yaml lease lines for tests: 2 s sessions (tickTime 500), short switch delay.
+
+    The liveness listener is on unless ``liveness`` is False; only that case writes its key, so
+    the lines also load in versions before it (``bench/failover.py --compare``).
+    """
+    lines = [
+        "lease:",
+        "  backend: zookeeper",
+        f"  hosts: '{hosts}'",
+        f"  session_timeout_seconds: {session_timeout:g}",
+        f"  switch_delay_seconds: {switch_delay}",
+    ]
+    if not liveness:
+        lines.append("  liveness: {enabled: false}")
+    return "\n".join(lines) + "\n"
+
+
+def fast_database_lease(
+    url: str, *, password_env: str | None = None, expiry: float = 1.5, liveness: bool = True
+) -> str:
+    """platform.yaml lease lines for tests: expiry 1.5 s, renewal every 0.3 s; the liveness
+    listener as in :func:`fast_zookeeper_lease`."""
     env = f"  password_env: {password_env}\n" if password_env else ""
+    off = "" if liveness else "  liveness: {enabled: false}\n"
     return (
         "lease:\n"
         "  backend: database\n"
         f"  url: '{url}'\n"
         f"{env}"
-        "  expiry_seconds: 1.5\n"
+        f"  expiry_seconds: {expiry:g}\n"
         "  renew_interval_seconds: 0.3\n"
+        f"{off}"
     )
 
 
@@ -106,6 +126,36 @@ class Node:
         """Send a signal to the process group."""
         if self.alive:
             os.killpg(self.proc.pid, signum)
+
+    def shut_sockets(self, port: int) -> int:
+        """Shut down, inside the running process, every TCP socket on local ``port`` (a
+        listener and the connections it accepted), as if its listener had failed while the
+        process lives on; how many. Linux's pidfd_getfd: this process may trace its child."""
+        pidfd = os.pidfd_open(self.proc.pid)
+        libc = ctypes.CDLL(None, use_errno=True)
+        shut = 0
+        try:
+            for name in os.listdir(f"/proc/{self.proc.pid}/fd"):
+                try:
+                    if not os.readlink(f"/proc/{self.proc.pid}/fd/{name}").startswith("socket:"):
+                        continue
+                except OSError:
+                    continue
+                fd = libc.syscall(_SYS_PIDFD_GETFD, pidfd, int(name), 0)
+                if fd < 0:
+                    continue
+                sock = socket.socket(fileno=fd)  # a duplicate: closing it leaves the original
+                try:
+                    if sock.type == socket.SOCK_STREAM and sock.getsockname()[1] == port:
+                        sock.shutdown(socket.SHUT_RDWR)
+                        shut += 1
+                except (OSError, IndexError, TypeError):
+                    pass
+                finally:
+                    sock.close()
+        finally:
+            os.close(pidfd)
+        return shut
 
     def kill(self) -> None:
         """kill -9."""

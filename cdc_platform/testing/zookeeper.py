@@ -2,7 +2,9 @@
 
 Debian's `zookeeper` package ships the jar but no service, and its scripts hard-code /etc paths,
 so the server is started directly with our own zoo.cfg. tickTime 500 ms makes the
-session-timeout floor 1 s, so a killed client's ephemeral node goes within ~2 s.
+session-timeout floor 1 s, so a killed client's ephemeral node goes within ~2 s; the ceiling is
+raised to 60 s (ZooKeeper's default is 20 ticks), so a test can show a takeover that did not
+wait for a long session to expire.
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ class ZooKeeperServer:
                     "admin.enableServer=false",
                     "4lw.commands.whitelist=ruok,srvr,stat,mntr,cons",
                     "maxClientCnxns=200",
+                    "maxSessionTimeout=60000",
                     "",
                 ]
             )

@@ -24,11 +24,10 @@ from urllib.parse import quote, unquote
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.security import make_digest_acl
 from pydantic import SecretStr
 
 from cdc_platform.errors import TooFarBehindError, WatchError
-from cdc_platform.infra.zookeeper import CONNECTION_RETRY, stop_client
+from cdc_platform.infra.zookeeper import CONNECTION_RETRY, digest_acl_options, stop_client
 from cdc_platform.watch.store import (
     DEFAULT_HISTORY,
     Entry,
@@ -71,17 +70,11 @@ class ZooKeeperStateStore(StateStore):
     def _connect(self) -> Any:
         if self._client is not None:
             return self._client
-        options: dict[str, Any] = {}
-        if self._auth is not None:
-            credentials = self._auth.get_secret_value()
-            user, _, password = credentials.partition(":")
-            options["auth_data"] = [("digest", credentials)]
-            options["default_acl"] = [make_digest_acl(user, password, all=True)]
         client = KazooClient(
             hosts=self.hosts,
             timeout=self._session_timeout,
             connection_retry=dict(CONNECTION_RETRY),
-            **options,
+            **digest_acl_options(self._auth),
         )
         try:
             client.start(timeout=self._session_timeout)

@@ -12,11 +12,14 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
 
+from cdc_platform.ha.running_node import RunningData
 from cdc_platform.testing.ha import (
     Cluster,
     Node,
@@ -114,7 +117,7 @@ def test_kill_nine_of_the_active_the_standby_takes_over(
     a.kill()
     taken = cluster.wait_holder(b, above=epoch_a)
     cluster.wait_claimed(taken.epoch)
-    cluster.wait_rows_beyond(cluster.rows())
+    keep_streaming(cluster, workload)
     finish(cluster, workload, b)
     assert {c.epoch for c in commit_history(cluster.uri)} >= {epoch_a, taken.epoch}
 
@@ -244,3 +247,141 @@ def test_zookeeper_restart_while_streaming_stops_writes_and_loses_nothing(
         zookeeper_server.start()
     cluster.wait_rows_beyond(cluster.rows())
     finish(cluster, workload, a, b)
+
+
+LONG_SESSION = 30.0
+"""A ZooKeeper session long enough that a takeover within it did not wait for its expiry."""
+
+
+class LeaseNodes:
+    """Reads the destination's running and member nodes, as the nodes' ZooKeeper holds them."""
+
+    def __init__(self, hosts: str, destination: str) -> None:
+        self.client = KazooClient(hosts=hosts, timeout=5.0)
+        self.client.start(timeout=10)
+        self.base = f"/cdc/destinations/{destination}"
+
+    def running(self) -> RunningData:
+        raw, _stat = self.client.get(f"{self.base}/running")
+        data = RunningData.parse(raw)
+        assert data is not None
+        return data
+
+    def member_alive(self, address: str) -> bool:
+        """True while ``address``'s member node, so its ZooKeeper session, exists."""
+        return self.client.exists(f"{self.base}/cluster/{address}") is not None
+
+    def close(self) -> None:
+        self.client.stop()
+        self.client.close()
+
+
+@pytest.fixture
+def lease_nodes(zk_hosts: str) -> Iterator[LeaseNodes]:
+    nodes = LeaseNodes(zk_hosts, "ha")
+    yield nodes
+    nodes.close()
+
+
+def keep_streaming(cluster: Cluster, workload: Workload) -> None:
+    """The takeover may be over before the workload did much: let the new holder stream on."""
+    cluster.wait(lambda: workload.stats.committed > 2 * RATE, "more of the workload")
+    cluster.wait_rows_beyond(cluster.rows())
+
+
+def start_probed_pair(
+    make_cluster: MakeCluster, workload: Workload, zk_hosts: str
+) -> tuple[Cluster, Node, Node, int]:
+    """node-a active with a 30 s session, node-b standing by and probing a's listener."""
+    cluster = make_cluster(fast_zookeeper_lease(zk_hosts, session_timeout=LONG_SESSION))
+    a, b, epoch_a = start_active_and_standby(cluster, workload)
+    cluster.wait(
+        lambda: "probing the holder's liveness listener" in b.text(),
+        "node-b to probe node-a's liveness listener",
+    )
+    return cluster, a, b, epoch_a
+
+
+def test_kill_nine_is_taken_over_through_the_liveness_listener_before_the_session_expires(
+    make_cluster: MakeCluster, mariadb: MariaDBDatabase, zk_hosts: str, lease_nodes: LeaseNodes
+) -> None:
+    workload = Workload(mariadb.server, mariadb.name, seed=25)
+    cluster, a, b, epoch_a = start_probed_pair(make_cluster, workload, zk_hosts)
+    a.kill()
+    taken = cluster.wait_holder(b, above=epoch_a, timeout=LONG_SESSION)
+    cluster.wait_claimed(taken.epoch, timeout=LONG_SESSION)
+    assert lease_nodes.member_alive("node-a"), (
+        "node-a's session had not expired yet: the takeover did not wait for it"
+    )
+    assert "liveness listener closed" in b.text()
+    keep_streaming(cluster, workload)
+    finish(cluster, workload, b)
+    assert {c.epoch for c in commit_history(cluster.uri)} >= {epoch_a, taken.epoch}
+
+
+def test_a_false_death_signal_switches_cleanly_and_the_epoch_fences_the_old_holder(
+    make_cluster: MakeCluster, mariadb: MariaDBDatabase, zk_hosts: str, lease_nodes: LeaseNodes
+) -> None:
+    """node-a's listener and its connections are shut inside the live process: node-b takes
+    over as if a had died; a, alive and streaming, learns it lost and commits nothing after."""
+    workload = Workload(mariadb.server, mariadb.name, seed=26)
+    cluster, a, b, epoch_a = start_probed_pair(make_cluster, workload, zk_hosts)
+    listener = lease_nodes.running().liveness
+    assert listener is not None, "node-a publishes its liveness listener"
+    port = int(listener.rpartition(":")[2])
+    assert a.shut_sockets(port) >= 2, "the listener and node-b's connection"
+    found: list[int] = []
+
+    def new_term() -> bool:
+        holder = cluster.holder()
+        if holder is not None and holder.epoch > epoch_a:
+            found.append(holder.epoch)
+            return True
+        return False
+
+    cluster.wait(new_term, f"a holder above epoch {epoch_a}", timeout=LONG_SESSION)
+    cluster.wait_claimed(found[-1], timeout=LONG_SESSION)
+    claimed_at = min(c.version for c in commit_history(cluster.uri) if c.epoch == found[-1])
+    cluster.wait(lambda: "lease lost" in a.text(), "node-a to notice that it lost the lease")
+    assert a.alive, "a wrong death signal never kills the holder"
+    assert lease_nodes.member_alive("node-a"), "node-a's session lives on"
+    keep_streaming(cluster, workload)
+    finish(cluster, workload, a, b)
+    late = [
+        c for c in commit_history(cluster.uri) if c.version > claimed_at and c.epoch < found[-1]
+    ]
+    assert late == [], f"the old holder committed after the takeover: {late}"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "mariadb"])
+def test_kill_nine_with_a_database_lease_is_taken_over_before_the_row_expires(
+    backend: str,
+    make_cluster: MakeCluster,
+    mariadb: MariaDBDatabase,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+) -> None:
+    """The holder's listener is in the node registry: node-b expires a's row when a dies."""
+    url = (
+        f"sqlite:///{tmp_path}/shared/lease.db"
+        if backend == "sqlite"
+        else request.getfixturevalue("mariadb_lease_url")
+    )
+    cluster = make_cluster(fast_database_lease(url, expiry=LONG_SESSION))
+    workload = Workload(mariadb.server, mariadb.name, seed=27)
+    a, b, epoch_a = start_active_and_standby(cluster, workload)
+    cluster.wait(
+        lambda: "probing the holder's liveness listener" in b.text(),
+        "node-b to probe node-a's liveness listener",
+    )
+    killed_at = time.time()
+    a.kill()
+    taken = cluster.wait_holder(b, above=epoch_a, timeout=LONG_SESSION)
+    cluster.wait_claimed(taken.epoch, timeout=LONG_SESSION)
+    assert taken.since is not None
+    assert taken.since < killed_at + LONG_SESSION - 1, (
+        "node-b held the lease before node-a's row could have expired"
+    )
+    assert "liveness listener closed" in b.text()
+    keep_streaming(cluster, workload)
+    finish(cluster, workload, b)

@@ -3,6 +3,7 @@ SUSPENDED handling, watches after a server restart, digest ACLs."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import threading
@@ -107,16 +108,20 @@ def test_one_holder_epochs_grow_and_the_running_node_says_who(
     assert a.last_epoch() == 1
 
 
-def _holder_process(zk_hosts: str) -> subprocess.Popen[str]:
-    """Another process holding the lease as ``a`` (epoch 0), to be killed by the test."""
+def _holder_process(
+    zk_hosts: str, *, session: float = SESSION, liveness: bool = False
+) -> subprocess.Popen[str]:
+    """Another process holding the lease as ``a`` (epoch 0), to be killed by the test; without
+    its liveness listener unless asked, so the session expiry is what a standby waits for."""
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
             "import sys, time\n"
             "from cdc_platform.ha import ZooKeeperLease\n"
+            "from cdc_platform.ha.liveness import LivenessOptions\n"
             f"lease = ZooKeeperLease({zk_hosts!r}, 'shop', address='a', "
-            f"session_timeout={SESSION})\n"
+            f"session_timeout={session}, liveness=LivenessOptions(enabled={liveness}))\n"
             "print(lease.try_acquire(), flush=True)\n"
             "time.sleep(120)\n",
         ],
@@ -167,6 +172,69 @@ def test_a_killed_holder_is_replaced_without_the_switch_delay(
         standby.stop.set()
         holder.kill()
         holder.wait(10)
+
+
+LONG_SESSION = 30.0
+"""Long enough that a takeover within it cannot have come from the session expiry."""
+
+
+def test_a_killed_holder_is_replaced_through_its_liveness_listener_before_its_session_expires(
+    make_lease: MakeLease, zk_hosts: str, admin: KazooClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """kill -9 closes the holder's listener: b deletes its node and takes over, while the dead
+    holder's session (its member node) is still there, and without b's 30 s switch delay."""
+    holder = _holder_process(zk_hosts, session=LONG_SESSION, liveness=True)
+    standby: Acquirer | None = None
+    try:
+        raw, _stat = admin.get("/cdc/destinations/shop/running")
+        data = RunningData.parse(raw)
+        assert data is not None
+        assert data.liveness is not None, "the holder publishes its liveness listener"
+        caplog.set_level(logging.INFO, logger="cdc_platform.ha")
+        b = make_lease("b", switch_delay=30.0)
+        standby = Acquirer(b)
+        wait_for(
+            lambda: f"probing the holder's liveness listener at {data.liveness}" in caplog.text,
+            "b to probe a's liveness listener",
+            timeout=10,
+        )
+        holder.kill()
+        holder.wait(10)
+        standby.thread.join(LONG_SESSION)
+        assert standby.epoch == 1, "b took over"
+        assert admin.exists("/cdc/destinations/shop/cluster/a") is not None, (
+            "a's session was still alive: the takeover did not wait for its expiry"
+        )
+    finally:
+        if standby is not None:
+            standby.stop.set()
+        holder.kill()
+        holder.wait(10)
+
+
+def test_a_holder_whose_listener_closed_while_it_lives_loses_to_the_next_epoch(
+    make_lease: MakeLease, admin: KazooClient
+) -> None:
+    """A wrong death signal: b takes over at epoch 1, and a learns it lost from ZooKeeper."""
+    a, b = make_lease("a", session_timeout=LONG_SESSION), make_lease("b", switch_delay=30.0)
+    lost: list[LeaseLostError] = []
+    a.on_lost(lost.append)
+    a.start()
+    assert a.try_acquire() == 0
+    standby = Acquirer(b)
+    wait_for(lambda: "b" in {m.address for m in a.members()}, "b to stand by", timeout=10)
+    listener = a._listener
+    assert listener is not None
+    wait_for(lambda: listener.connections == 1, "b to probe a's listener", timeout=10)
+    listener.close()
+    assert standby.wait(LONG_SESSION) == 1
+    wait_for(lambda: bool(lost), "a to learn that it lost the lease", timeout=10)
+    assert not a.is_held()
+    assert a.epoch is None
+    assert admin.exists("/cdc/destinations/shop/cluster/a") is not None, "a's session lives on"
+    holder = b.holder()
+    assert holder is not None
+    assert (holder.address, holder.epoch) == ("b", 1)
 
 
 def test_a_holder_that_lives_on_keeps_the_switch_delay(

@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from cdc_platform.errors import ConfigError, LeaseBackendError, LeaseLostError
-from cdc_platform.ha import DatabaseLease
+from cdc_platform.ha import DatabaseLease, NodeRegistry
+from cdc_platform.ha.liveness import LivenessOptions
 from cdc_platform.infra.sqldb import Database
 from cdc_platform.testing.fakes import FakeClock
+from cdc_platform.testing.ha import wait_for
 
 pytestmark = pytest.mark.unit
 
@@ -337,3 +339,33 @@ def test_relative_sqlite_path_is_under_the_base_dir(tmp_path: Path) -> None:
     assert lease.try_acquire() == 0
     lease.close()
     assert (tmp_path / "var" / "lease.db").exists()
+
+
+def test_a_holder_proven_dead_by_its_liveness_listener_is_taken_over_before_its_expiry(
+    make: Callable[..., DatabaseLease], tmp_path: Path, clock: FakeClock, db_clock: DbClock
+) -> None:
+    """The holder's listener closes (as at a kill -9, or wrongly while it lives): the standby
+    expires that holder's row at once and takes epoch + 1, and the holder, if it lives, loses
+    at its next renewal. The clocks stand still: the row's expiry never comes into it."""
+    registry = NodeRegistry(Database(f"sqlite:///{tmp_path}/lease.db", db_clock=db_clock))
+    liveness = LivenessOptions(host="127.0.0.1")
+    a = make("a", registry=registry, liveness=liveness)
+    b = make("b", registry=registry, liveness=liveness)
+    lost: list[LeaseLostError] = []
+    a.on_lost(lost.append)
+    assert a.try_acquire() == 0
+    address = a.liveness_address()
+    assert address is not None
+    registry.heartbeat("shop", "a", a.run_id, role="active", epoch=0, info={"liveness": address})
+    assert b.try_acquire() is None, "a's row is live: b probes a's listener"
+    listener = a._listener
+    assert listener is not None
+    wait_for(lambda: listener.connections == 1, "b's probe to connect", timeout=10)
+    listener.close()
+    wait_for(lambda: b._grab_hint() is not None, "b to expire a's row", timeout=10)
+    assert b.try_acquire() == 1
+    assert not a.renew()
+    assert lost
+    assert "taken over by b at epoch 1" in lost[0].reason
+    a.close()
+    b.close()
