@@ -56,11 +56,15 @@ Spark's 200 shuffle and Delta's 50 snapshot partitions, and a JVM tuned for a qu
 SMALL_DATA_CONF: dict[str, str] = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    "spark.sql.adaptive.enabled": "false",
 }
-"""For tests' tables of a few dozen rows: expressions interpreted instead of compiled to Java.
-Each new query shape otherwise pays for code generation and compilation; on eight small
-applies this cut the JVM's CPU time by about a third (67 to 46 s, load average 1.7). Bigger
-tables want the compiled code (so not in :data:`SMALL_LOCAL_CONF`, which the benches use)."""
+"""For tests' tables of a few dozen rows: expressions interpreted instead of compiled to Java,
+and plans fixed when made. Each new query shape otherwise pays for code generation and
+compilation; on eight small applies this cut the JVM's CPU time by about a third (67 to 46 s,
+load average 1.7). Adaptive query execution re-plans every query at each stage, which only
+pays on data big enough to skew: turned off, six applies took 59-63 instead of 73-74 JVM
+CPU-seconds (two pairs, load 2-6). Results do not depend on either setting. Bigger tables
+want both (so neither is in :data:`SMALL_LOCAL_CONF`, which the benches use)."""
 
 
 def spark_submit() -> Path:
