@@ -17,7 +17,7 @@ between (a successor's batch, a successor's compaction, an operator), delta-rs r
 no other row is (the counts are checked against the add actions), so each row is held once.
 
 No query engine is involved: reading the rows through delta-rs's ``QueryBuilder`` and writing
-them back with a predicate overwrite paged in DataFusion, 41-53 MB on top of a catch-up run's
+them back with a predicate overwrite paged in DataFusion, 45-57 MB on top of a catch-up run's
 steady state (docs/operations.md, "The 250 MB target"). pyarrow's Parquet reader and writer
 do this work (:mod:`cdc_platform.sink.parquet_io`, without ``pyarrow.parquet``'s imports).
 
@@ -96,6 +96,9 @@ class CompactedFile:
     size: int
     rows: int
     target: LakeFile
+
+    # delta-rs takes object keys (the log's paths decoded once) and encodes them itself; given
+    # the log's form, a remove would name no active file and still be accepted (rows twice).
 
     def add_action(self, now_ms: int) -> AddAction:
         return AddAction(
