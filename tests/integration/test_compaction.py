@@ -24,11 +24,13 @@ from cdc_platform.errors import SinkError
 from cdc_platform.sink import DeltaChangeLog, MaintenancePolicy
 from cdc_platform.sink.compaction import (
     CompactedFile,
+    _landed,
     commit_compaction,
     compact,
     write_compaction,
 )
 from cdc_platform.sink.compaction_plan import CompactionPlan, plan_compaction
+from cdc_platform.sink.lake_files import LakeFile
 from tests.integration.test_delta_sink import Binlog, read_rows, resume_of
 
 pytestmark = pytest.mark.integration
@@ -261,3 +263,26 @@ def test_a_compaction_killed_before_its_commit_leaves_the_log_readable_and_exact
     assert compact(table, plan, storage_options=None, metadata={})
     assert read_rows(uri) == before
     assert len(DeltaTable(str(uri)).file_uris()) == 2
+
+
+def test_a_lost_answer_is_told_apart_from_a_lost_race(tmp_path: Path) -> None:
+    """After ``CommitFailedError`` the compaction reads the commit of the version it tried: its
+    own (the commit landed, its answer was lost: the file must stay) or someone else's (the
+    file is deleted)."""
+    uri = tmp_path / "changes"
+    _log(uri, 4)
+    stale = DeltaTable(str(uri))
+    plan = plan_compaction(stale, None)
+    assert plan is not None
+    written = _write(stale, plan)
+    root = LakeFile(stale.table_uri)
+    _log_more(uri, batch=5)  # someone else's commit at plan.version + 1
+    assert _landed(root, plan, written) is False
+    table = DeltaTable(str(uri))
+    fresh = plan_compaction(table, None)
+    assert fresh is not None
+    mine = _write(table, fresh)
+    assert _commit(table, fresh, mine)
+    assert _landed(root, fresh, mine) is True
+    beyond = replace(fresh, version=fresh.version + 5)  # no such commit yet: cannot tell
+    assert _landed(root, beyond, mine) is None
