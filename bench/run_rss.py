@@ -13,7 +13,11 @@ waited-for children).
 
 With ``--against REV`` the same binlog is caught up on by the code of ``REV`` too (its
 ``cdc_platform/`` from ``git archive``), alternating with this checkout's, ``--repeat`` times
-each: old and new code in one run, as the machine's load moves the figures.
+each: old and new code in one run, as the machine's load moves the figures. The console
+script runs in the folder of the code it is meant to run: ``python -m`` puts its working
+folder first on ``sys.path``, so started from the checkout it would run the checkout's
+``cdc_platform/`` whatever ``PYTHONPATH`` says (earlier ``--against`` runs started from the
+checkout's root compared its code with itself).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from throughput import COUNTERS, ITEMS, insert_rows, seed_counters, update_rows
@@ -49,6 +54,21 @@ def code_of(rev: str, into: Path) -> Path:
     return into
 
 
+def console(
+    code: Path, argv: Sequence[str], env: Mapping[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """``python -m cdc_platform.cli`` of the ``cdc_platform/`` in ``code`` under
+    ``/usr/bin/time -v``, run in ``code`` (see the module docstring)."""
+    return subprocess.run(
+        ["/usr/bin/time", "-v", sys.executable, "-m", "cdc_platform.cli", *argv],
+        env={**env, "PYTHONPATH": str(code)},
+        cwd=code,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
 def catch_up(
     server: MariaDBServer,
     user: ReplicationUser,
@@ -69,13 +89,12 @@ def catch_up(
         f"  include_tables: ['bench\\..*']\n  decode_workers: {args.workers}\n"
         f"start: {{mode: position, file: {start.file}, pos: {start.pos}}}\n"
     )
-    env = {**os.environ, PASSWORD_ENV: user.password, "PYTHONPATH": str(code)}
     began = time.perf_counter()
-    done = subprocess.run(
-        ["/usr/bin/time", "-v", sys.executable, "-m", "cdc_platform.cli", "run",
-         "--conf", str(conf), "--destination", "d", "--exit-when-idle", "3"],
-        env=env, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    done = console(
+        code,
+        ["run", "--conf", str(conf), "--destination", "d", "--exit-when-idle", "3"],
+        {**os.environ, PASSWORD_ENV: user.password},
+    )
     seconds = time.perf_counter() - began - 3
     peak = re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr)
     if done.returncode:

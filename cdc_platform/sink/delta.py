@@ -77,7 +77,9 @@ class DeltaChangeLog:
         self._storage_options = dict(storage_options) if storage_options else None
         self._redact = Redactor(table_uri, self._storage_options)
         self._guard = StorageGuard(destination, self._redact)
-        self._maintenance = TableMaintenance(maintenance, self._guard, self._load)
+        self._maintenance = TableMaintenance(
+            maintenance, self._guard, self._load, self._storage_options
+        )
         self._table: DeltaTable | None = None
         self._lock = threading.Lock()
         self._commits = 0

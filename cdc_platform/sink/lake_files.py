@@ -33,12 +33,13 @@ from __future__ import annotations
 import builtins
 import contextlib
 import fcntl
+import io
 import json
 import os
 import shutil
 import uuid
 from collections.abc import Iterator, Mapping
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 from urllib.parse import urlsplit
 
 import obstore
@@ -292,6 +293,19 @@ class LakeFile:
                     os.unlink(tmp)
             self._head()  # remember the version written
 
+    def reader(self, size: int | None = None) -> io.RawIOBase:
+        """A seekable binary file over the object that fetches it in ranges as it is read (a
+        Parquet file's footer, then its row groups); ``size`` (bytes) saves a lookup."""
+        with self._guard("reading"):
+            return _RangedReader(obstore.open_reader(self._store, self._key, size=size))
+
+    def upload(self, source: BinaryIO) -> None:
+        """Create the object from the open file ``source``, streamed in parts; it becomes
+        visible only when complete. Refused (SinkError) when the object exists already: this
+        is for new objects under unique names (a compaction's data file)."""
+        with self._guard("writing"):
+            obstore.put(self._store, self._key, source, mode="create")
+
     def touch(self) -> None:
         """Renew the modification time (a sign of life); SinkError when the object is gone."""
         if self.is_local:
@@ -382,6 +396,36 @@ class LakeFile:
         self._seen = _NEVER
         self.delete()  # moved; someone else may have deleted the source meanwhile
         return True
+
+
+class _RangedReader(io.RawIOBase):
+    """An obstore reader as a standard binary file (what pyarrow takes)."""
+
+    def __init__(self, source: obstore.ReadableFile) -> None:
+        super().__init__()
+        self._source = source
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = memoryview(self._source.read(len(buffer)))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self._source.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._source.tell()
+
+    def close(self) -> None:
+        if not self.closed:
+            self._source.close()
+        super().close()
 
 
 @contextlib.contextmanager

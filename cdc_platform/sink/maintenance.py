@@ -10,16 +10,13 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from deltalake import DeltaTable
 
-from cdc_platform.sink.compaction import (
-    commit_compaction,
-    plan_compaction,
-    read_compaction_rows,
-)
+from cdc_platform.sink.compaction import compact
+from cdc_platform.sink.compaction_plan import plan_compaction
 from cdc_platform.sink.schema import STATS_COLUMNS
 from cdc_platform.sink.storage_errors import StorageGuard
 
@@ -185,11 +182,16 @@ class TableMaintenance:
     """Runs the tasks of a :class:`MaintenancePolicy` that are due after a commit."""
 
     def __init__(
-        self, policy: MaintenancePolicy, guard: StorageGuard, reopen: Callable[[], DeltaTable]
+        self,
+        policy: MaintenancePolicy,
+        guard: StorageGuard,
+        reopen: Callable[[], DeltaTable],
+        storage_options: Mapping[str, str] | None = None,
     ) -> None:
         self.policy = policy
         self._guard = guard
         self._reopen = reopen
+        self._storage_options = dict(storage_options) if storage_options else None
 
     def after_commit(self, table: DeltaTable, commits: int) -> DeltaTable | None:
         """Run what is due after commit number ``commits``; a failure is logged, never raised.
@@ -255,14 +257,13 @@ class TableMaintenance:
         plan = plan_compaction(table, target, self.policy.compact_max_bytes)
         if plan is None:
             return True
-        rows = read_compaction_rows(table, plan)
         metadata = {"cdc.operation": "compaction", "cdc.destination.compacted": guard.destination}
-        if commit_compaction(table, plan, rows, target_size=target, metadata=metadata):
+        if compact(table, plan, storage_options=self._storage_options, metadata=metadata):
             logger.debug(
                 "%s: compacted %d files (%d rows) of %s",
                 guard.destination,
                 plan.files,
-                rows.num_rows,
+                plan.rows,
                 guard.redact.uri,
             )
             return True

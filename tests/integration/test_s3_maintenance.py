@@ -21,11 +21,9 @@ from deltalake.transaction import CommitProperties
 from cdc_platform.config.lake import LakeLocation
 from cdc_platform.events import ResumePosition
 from cdc_platform.sink import DeltaChangeLog, MaintenancePolicy
-from cdc_platform.sink.compaction import (
-    commit_compaction,
-    plan_compaction,
-    read_compaction_rows,
-)
+from cdc_platform.sink.compaction import commit_compaction, compact, write_compaction
+from cdc_platform.sink.compaction_plan import plan_compaction
+from cdc_platform.sink.lake_files import LakeFile
 from cdc_platform.sink.maintenance import TableMaintenance
 from cdc_platform.sink.storage_errors import Redactor, StorageGuard
 from cdc_platform.testing.replay import replay
@@ -243,8 +241,9 @@ def test_a_stale_compaction_after_another_is_refused_and_keeps_rows_once(
     s3_lake: S3Lake, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The hazard above with the sink's own compaction: an old holder paused between planning
-    its compaction (rows read) and committing it, while its successor compacted the same files
-    and committed a batch. Its commit is refused and the log keeps every row once."""
+    its compaction (merged files written) and committing it, while its successor compacted the
+    same files and committed a batch. Its commit is refused, the log keeps every row once, and
+    its merged file is deleted from the bucket (no commit refers to it)."""
     lake = LakeLocation.resolve(s3_lake.uri, tmp_path, environ=os.environ)
     uri = lake.join("stale", "changes")
     options = lake.delta_options()
@@ -257,8 +256,9 @@ def test_a_stale_compaction_after_another_is_refused_and_keeps_rows_once(
     plan = plan_compaction(stale, None)
     assert plan is not None
     assert plan.files == 5
-    rows = read_compaction_rows(stale, plan)
-    assert rows.num_rows == 5 * ROWS
+    written = write_compaction(stale, plan, storage_options=options)
+    assert sum(item.rows for item in written) == 5 * ROWS
+    assert all(item.target.exists() for item in written)
     # the successor: its own compaction (by the sink's policy) and a batch
     policy = replace(AGGRESSIVE, compact_every=1, checkpoint_every=None, vacuum_every=None)
     successor = DeltaChangeLog(uri, "maint", storage_options=options, maintenance=policy)
@@ -266,7 +266,8 @@ def test_a_stale_compaction_after_another_is_refused_and_keeps_rows_once(
     successor.commit(events, batch_seq=6, resume=resume_of(events), epoch=2)
     history = DeltaTable(uri, storage_options=options).history()
     assert any(h.get("cdc.operation") == "compaction" for h in history)
-    assert not commit_compaction(stale, plan, rows, target_size=None, metadata={})
+    assert not commit_compaction(stale, plan, written, storage_options=options, metadata={})
+    assert not any(item.target.exists() for item in written)
     table = DeltaTable(uri, storage_options=options)
     seqs = sorted(table.to_pyarrow_table(columns=["seq"]).column("seq").to_pylist())
     assert seqs == list(range(1, 6 * ROWS + 1))
@@ -301,3 +302,32 @@ def test_compaction_is_skipped_once_someone_else_committed(
     TableMaintenance(policy, guard, lambda: DeltaTable(uri)).after_commit(DeltaTable(uri), 1)
     assert any(h.get("cdc.operation") == "compaction" for h in DeltaTable(uri).history())
     assert DeltaTable(uri).to_pyarrow_table(columns=["seq"]).num_rows == 4 * ROWS
+
+
+def test_a_compaction_on_s3_keeps_every_row_byte_for_byte(s3_lake: S3Lake, tmp_path: Path) -> None:
+    """Partitions with quotes, spaces and non-ASCII names on S3: the merged files hold the same
+    rows, row for row, each once, and the small files leave the snapshot."""
+    lake = LakeLocation.resolve(s3_lake.uri, tmp_path, environ=os.environ)
+    uri = lake.join("merge", "changes")
+    options = lake.delta_options()
+    sink = DeltaChangeLog(uri, "maint", storage_options=options)
+    binlog = Binlog()
+    names = [("shop", "orders"), ("we'ird", "ta ble"), ("ünï", "pct%_x")]
+    for batch in range(1, 10):
+        db, name = names[batch % 3]
+        events = binlog.rows(ROWS, db=db, table=name)
+        sink.commit(events, batch_seq=batch, resume=resume_of(events), epoch=1)
+    before = DeltaTable(uri, storage_options=options)
+    rows = before.to_pyarrow_table().sort_by("seq")
+    plan = plan_compaction(before, None)
+    assert plan is not None
+    assert (len(plan.groups), plan.files) == (3, 9)
+    assert compact(before, plan, storage_options=options, metadata={"cdc.operation": "compaction"})
+    after = DeltaTable(uri, storage_options=options)
+    assert len(after.file_uris()) == 3
+    assert after.to_pyarrow_table().sort_by("seq").equals(rows)
+    root = LakeFile(after.table_uri, options)
+    for path in after.file_uris():
+        assert root.child(path.removeprefix(after.table_uri.rstrip("/") + "/")).exists(), path
+    result = replay(uri)
+    assert (result.rows, result.duplicates, result.seq_gaps) == (9 * ROWS, [], [])
