@@ -109,6 +109,7 @@ def main() -> None:
                 done = subprocess.run(
                     [sys.executable, "-c", script],
                     env={**os.environ, "PYTHONPATH": str(code)},
+                    cwd=code,  # `python -c` puts its working folder first on sys.path
                     capture_output=True,
                     text=True,
                     check=False,
