@@ -317,8 +317,8 @@ def test_suspended_stops_writes_and_the_session_survives_a_server_restart(
 ) -> None:
     # The session must outlive the restart: the server counts a restored session's timeout from
     # its start, and a JVM start plus the client's reconnect backoff can take over 2 s (a CI
-    # run saw the session expire), so this test uses the server's longest session.
-    a = make_lease("a", session_timeout=10.0)
+    # run saw the session expire, and a loaded one a 10 s session), so this test uses 30 s.
+    a = make_lease("a", session_timeout=30.0)
     lost: list[LeaseLostError] = []
     a.on_lost(lost.append)
     a.start()
