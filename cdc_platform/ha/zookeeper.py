@@ -67,6 +67,7 @@ from cdc_platform.ha.zk_nodes import (
 from cdc_platform.infra.clock import SYSTEM_CLOCK, Clock
 from cdc_platform.infra.zookeeper import (
     CONNECTION_RETRY,
+    client_handler,
     digest_acl_options,
     remote_hosts,
     stop_client,
@@ -175,6 +176,7 @@ class ZooKeeperLease(Lease):
                 timeout=self.session_timeout,
                 connection_retry=dict(CONNECTION_RETRY),
                 command_retry={"max_tries": 2, "delay": 0.1, "backoff": 2, "max_delay": 1.0},
+                handler=client_handler(self.session_timeout),
                 **digest_acl_options(self._auth),
             )
             client.add_listener(self._on_state)

@@ -8,19 +8,55 @@ import threading
 from typing import Any
 
 from kazoo.exceptions import KazooException
-from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
 from kazoo.security import make_digest_acl
 from pydantic import SecretStr
 
 from cdc_platform.errors import ConfigError
 
-__all__ = ["CONNECTION_RETRY", "digest_acl_options", "remote_hosts", "stop_client"]
+__all__ = [
+    "CONNECTION_RETRY",
+    "BoundedReadHandler",
+    "client_handler",
+    "digest_acl_options",
+    "remote_hosts",
+    "stop_client",
+]
 
 log = logging.getLogger("cdc_platform.infra")
 
 CONNECTION_RETRY: dict[str, float] = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0}
 """Reconnect within about a second after a server comes back (0.1 s doubling to 1 s), and never
 give up: a standby or a state publisher outlives any ZooKeeper outage."""
+
+
+class BoundedReadHandler(SequentialThreadingHandler):  # type: ignore[misc]
+    """kazoo's threading handler with a bound on how long one read of its socket may wait.
+
+    kazoo waits for the answer to a (re)connect request for the session timeout divided by the
+    number of servers: with one server, the whole session. A server that accepts connections
+    before it serves (a restarting ZooKeeper binds its port, then loads its data; a proxy whose
+    backend is gone) holds such an attempt that long, and the session expires while the client
+    waits, although the server was back seconds later. Here a wait on the socket alone (the
+    connect answer, the rest of a message) ends after ``bound`` seconds, so the next attempt
+    comes while the session lives. kazoo's main loop (the socket and its wake-up pipe, paced by
+    its pings) is left as it is.
+    """
+
+    def __init__(self, bound: float) -> None:
+        super().__init__()
+        self.bound = bound
+
+    def select(self, rlist: Any, wlist: Any, xlist: Any, timeout: float | None = None) -> Any:
+        if len(rlist) == 1 and not wlist and (timeout is None or timeout > self.bound):
+            timeout = self.bound
+        return super().select(rlist, wlist, xlist, timeout)
+
+
+def client_handler(session_timeout: float) -> BoundedReadHandler:
+    """The handler of a client with this session timeout: a read waits at most a third of it
+    (at least 1 s), leaving the client two more thirds to reach a server that serves."""
+    return BoundedReadHandler(max(1.0, session_timeout / 3))
 
 
 def digest_acl_options(auth: SecretStr | None) -> dict[str, Any]:

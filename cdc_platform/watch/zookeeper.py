@@ -27,7 +27,12 @@ from kazoo.handlers.threading import KazooTimeoutError
 from pydantic import SecretStr
 
 from cdc_platform.errors import TooFarBehindError, WatchError
-from cdc_platform.infra.zookeeper import CONNECTION_RETRY, digest_acl_options, stop_client
+from cdc_platform.infra.zookeeper import (
+    CONNECTION_RETRY,
+    client_handler,
+    digest_acl_options,
+    stop_client,
+)
 from cdc_platform.watch.store import (
     DEFAULT_HISTORY,
     Entry,
@@ -74,6 +79,7 @@ class ZooKeeperStateStore(StateStore):
             hosts=self.hosts,
             timeout=self._session_timeout,
             connection_retry=dict(CONNECTION_RETRY),
+            handler=client_handler(self._session_timeout),
             **digest_acl_options(self._auth),
         )
         try:

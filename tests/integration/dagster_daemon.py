@@ -23,7 +23,7 @@ from dagster import (
     RunsFilter,
 )
 from dagster._core.definitions.run_request import InstigatorType
-from dagster._core.scheduler.instigation import TickStatus
+from dagster._core.scheduler.instigation import InstigatorStatus, TickStatus
 from deltalake import DeltaTable
 
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
@@ -106,6 +106,14 @@ def started_run(instance: DagsterInstance, name: str, exclude: set[str]) -> Dags
 def status(instance: DagsterInstance, run_id: str) -> DagsterRunStatus | None:
     run = instance.get_run_by_id(run_id)
     return run.status if run else None
+
+
+def keep_sensor_stopped(instance: DagsterInstance, sensor: str) -> None:
+    """Stop ``sensor`` as the UI does, again if it runs: a tick in progress when it is stopped
+    writes its own copy of the state back at its end (status included), undoing the stop."""
+    for state in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR):
+        if state.name == sensor and state.status != InstigatorStatus.STOPPED:
+            instance.update_instigator_state(state.with_status(InstigatorStatus.STOPPED))
 
 
 def finished_ticks(instance: DagsterInstance, sensor: str, *, after: float) -> int:

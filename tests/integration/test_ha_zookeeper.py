@@ -25,6 +25,7 @@ from cdc_platform.ha.running_node import RunningData
 from cdc_platform.sink import DeltaChangeLog
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.ha import wait_for
+from cdc_platform.testing.tcp_proxy import TcpProxy
 from cdc_platform.testing.zookeeper import ZooKeeperServer
 from cdc_platform.watch import EventKind, ZooKeeperStateStore
 
@@ -336,6 +337,34 @@ def test_suspended_stops_writes_and_the_session_survives_a_server_restart(
     # The data watch was re-established: deleting the node now is noticed.
     admin.delete("/cdc/destinations/shop/running")
     wait_for(lambda: bool(lost), "the re-registered watch to report the deletion", timeout=10)
+
+
+def test_a_reconnect_held_by_a_server_that_does_not_serve_yet_gives_up_within_the_session(
+    zk_hosts: str, zookeeper_server: ZooKeeperServer
+) -> None:
+    """A restarting ZooKeeper binds its port before it serves: a reconnect landing then is held
+    unanswered. kazoo alone waits a whole session (one server) for the answer, so the session
+    expired although the server served again a second later. Here the held attempt gives up after
+    a third of the session and the next one keeps the session (and the lease)."""
+    session = 9.0
+    chroot = zk_hosts[zk_hosts.index("/") :]
+    with TcpProxy((zookeeper_server.host, zookeeper_server.port)) as proxy:
+        a = ZooKeeperLease(proxy.address + chroot, "shop", address="a", session_timeout=session)
+        lost: list[LeaseLostError] = []
+        a.on_lost(lost.append)
+        try:
+            assert a.try_acquire() == 0
+            proxy.refuse()  # the server is down ...
+            wait_for(lambda: not a.is_held(), "SUSPENDED to close the gate", timeout=5)
+            time.sleep(1.5)  # ... for a while: the session's clock runs
+            proxy.black_hole()  # ... then binds its port before it serves
+            wait_for(lambda: proxy.held >= 1, "a reconnect attempt held unanswered", timeout=5)
+            proxy.forward()  # ... and serves again
+            wait_for(a.is_held, "the lease confirmed again on the same session", timeout=30)
+            assert not lost, f"the session expired while an attempt was held: {lost}"
+            assert a.epoch == 0
+        finally:
+            a.close()
 
 
 def test_digest_acl_keeps_others_out(zk_hosts: str) -> None:

@@ -78,9 +78,13 @@ def _clean_env() -> dict[str, str]:
 
 
 def _python(script: str, *args: str, env: dict[str, str] | None = None) -> str:
-    """The standard output of ``script`` in a fresh interpreter, which must succeed."""
+    """The standard output of ``script`` in a fresh interpreter, which must succeed.
+
+    The interpreter ends as the console script ends it (infra/process_exit.py): pyarrow's
+    teardown at interpreter exit aborts now and then after all work is done."""
+    ending = "\nfrom cdc_platform.infra.process_exit import exit_process\nexit_process(0)\n"
     done = subprocess.run(
-        [sys.executable, "-c", script, *args],
+        [sys.executable, "-c", script + ending, *args],
         capture_output=True,
         text=True,
         timeout=60,
