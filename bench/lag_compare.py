@@ -3,16 +3,17 @@
     .venv/bin/python bench/lag_compare.py [--against REV] [--repeat 3] [--seconds 20]
         [--rate 5000] [--workers auto]
 
-Each run is the lag run of bench/throughput.py (a writer inserts --rate rows/s, 100 a
-transaction, each row carrying its insert time; the pipeline runs in the same process with
-``batch_timeout_seconds: 0.1`` and the default decode workers; the lag of a row is its
-``committed_at`` minus its insert time), in a child process with a private MariaDB of its own,
-whose ``cdc_platform`` is this checkout's or, with ``--against``, that revision's (from
-``git archive``), the two alternating ``--repeat`` times: old and new code in one run, as the
-machine's load moves the figures. Prints p50 / p90 / p99 / max, the rows per second the writer
-reached, the batches with the largest lag, whose numbers show what held them back (a
-compaction is due after every 25th commit), and for each compaction the time from the append
-before it to the append after it in the change log's history (what the rows behind it waited).
+Each run is the lag run of bench/throughput.py (a writer process of its own,
+bench/steady_writer.py, inserts --rate rows/s, 100 a transaction, each row carrying its insert
+time; the pipeline runs with ``batch_timeout_seconds: 0.1`` and the default decode workers; the
+lag of a row is its ``committed_at`` minus its insert time), in a child process with a private
+MariaDB of its own, whose ``cdc_platform`` is this checkout's or, with ``--against``, that
+revision's (from ``git archive``), the two alternating ``--repeat`` times: old and new code in
+one run, as the machine's load moves the figures. Prints p50 / p90 / p99 / max, the rows per
+second the writer reached, the batches with the largest lag, whose numbers show what held them
+back (a compaction is due after every 25th commit), and for each compaction the time from the
+append before it to the append after it in the change log's history (what the rows behind it
+waited).
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ def child(seconds: float, rate: int, workers: str) -> None:
         json.dumps(
             {
                 "rows": n,
+                "written_per_second": throughput.LAST_WRITER["rows"]
+                / throughput.LAST_WRITER["seconds"],
                 "p50": statistics.median(lags),
                 "p90": lags[int(n * 0.9)],
                 "p99": lags[min(n - 1, int(n * 0.99))],
@@ -119,7 +122,7 @@ def main() -> None:
                     continue
                 r = json.loads(done.stdout.strip().splitlines()[-1])
                 print(
-                    f"{name}: {r['rows'] / args.seconds:,.0f} rows/s written, lag p50 "
+                    f"{name}: {r['written_per_second']:,.0f} rows/s written, lag p50 "
                     f"{r['p50'] * 1000:.0f} ms, p90 {r['p90'] * 1000:.0f}, p99 "
                     f"{r['p99'] * 1000:.0f}, max {r['max'] * 1000:.0f} (load "
                     f"{os.getloadavg()[0]:.1f}); worst batches (batch, ms): {r['worst']}; "
