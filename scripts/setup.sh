@@ -47,15 +47,15 @@ if [ "${#need[@]}" -gt 0 ]; then
 fi
 
 # --- The installer -----------------------------------------------------------------------------
-# uv installs the same pinned versions as pip in a fraction of its time and CPU (measured here:
-# 31 s and 35 CPU-s instead of 147 s and 98 CPU-s for .venv, which the test command waits for).
+# uv installs the same pinned versions as pip in half its wall time (measured here, caches warm:
+# .venv in 74 s instead of 147 s, which the test command waits for; about the same CPU).
 # It is installed into .venv by pip, at a pinned version, and compiles every module to bytecode at
 # install, as pip does: where PYTHONDONTWRITEBYTECODE is set (as on the project's machines) no
 # process would ever write a .pyc, and each would compile what it imports from source (it made
-# the test command far slower). uv does not read pip's configuration,
-# so pip's environment settings are passed on (index, extra index, find-links, certificate);
-# where uv still cannot install (a pip.conf-only index, a network it cannot reach), pip does the
-# work, as before.
+# the test command far slower). uv does not read pip's configuration, so pip's environment
+# settings are passed on (index, extra index, find-links, certificate); where uv still cannot
+# install (a pip.conf-only index, a network it cannot reach), or with CDC_SETUP_PIP=1, pip does
+# the work, as before.
 UV_VERSION=0.13.9
 uv_env=()
 [ -z "${PIP_INDEX_URL:-}" ] || uv_env+=("UV_INDEX_URL=$PIP_INDEX_URL")
