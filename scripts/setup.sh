@@ -47,8 +47,9 @@ if [ "${#need[@]}" -gt 0 ]; then
 fi
 
 # --- The installer -----------------------------------------------------------------------------
-# uv installs the same pinned versions as pip in half its wall time (measured here, caches warm:
-# .venv in 74 s instead of 147 s, which the test command waits for; about the same CPU).
+# uv installs the same pinned versions as pip, faster (measured here, caches warm: .venv in 81 s
+# instead of 110 s on a quiet machine, 74 s instead of 147 s on a loaded one; the test command
+# waits for it; about the same CPU, most of it compiling bytecode).
 # It is installed into .venv by pip, at a pinned version, and compiles every module to bytecode at
 # install, as pip does: where PYTHONDONTWRITEBYTECODE is set (as on the project's machines) no
 # process would ever write a .pyc, and each would compile what it imports from source (it made
