@@ -52,7 +52,8 @@ def child(seconds: float, rate: int, workers: str) -> None:
             server.execute("CREATE DATABASE bench", throughput.ITEMS)
             workers_value: int | str = workers if workers == "auto" else int(workers)
             cfg = throughput.config(server, user.name, workers_value, batch_timeout_seconds=0.1)
-            lags = sorted(throughput.lag(server, cfg, root / "lake", seconds, rate))
+            lags, written_per_second = throughput.lag(server, cfg, root / "lake", seconds, rate)
+            lags.sort()
             table = DeltaTable(str(root / "lake" / "lag" / "changes"))
             history = sorted(table.history(), key=lambda h: int(h["version"]))
             marks = [(h["timestamp"], h.get("cdc.operation") == "compaction") for h in history]
@@ -78,8 +79,7 @@ def child(seconds: float, rate: int, workers: str) -> None:
         json.dumps(
             {
                 "rows": n,
-                "written_per_second": throughput.LAST_WRITER["rows"]
-                / throughput.LAST_WRITER["seconds"],
+                "written_per_second": written_per_second,
                 "p50": statistics.median(lags),
                 "p90": lags[int(n * 0.9)],
                 "p99": lags[min(n - 1, int(n * 0.99))],

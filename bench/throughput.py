@@ -298,17 +298,13 @@ def pipeline(
     return measured
 
 
-LAST_WRITER: dict[str, float] = {}
-"""The last :func:`lag` writer's ``rows`` and ``seconds``."""
-
-
 def lag(
     server: MariaDBServer, cfg: InstanceConfig, lake: Path, seconds: float, rate: int
-) -> list[float]:
-    """Commit-to-visible lag of each row written at ``rate`` rows/s for ``seconds``. The writer
-    is a process of its own (bench/steady_writer.py): in this one it shared the interpreter
-    lock with the pipeline it measures and fell short of the rate. Its result (rows written,
-    seconds) is kept in :data:`LAST_WRITER`."""
+) -> tuple[list[float], float]:
+    """Commit-to-visible lag of each row written at ``rate`` rows/s for ``seconds``, and the
+    rows per second the writer reached. The writer is a process of its own
+    (bench/steady_writer.py): in this one it shared the interpreter lock with the pipeline it
+    measures and fell short of the rate."""
     uri = str(lake / "lag" / "changes")
     runtime = DestinationRuntime(
         WriteTerm("lag", cfg, uri),
@@ -327,8 +323,7 @@ def lag(
         check=True,
         timeout=seconds + 120,
     )
-    LAST_WRITER.clear()
-    LAST_WRITER.update(json.loads(done.stdout.strip().splitlines()[-1]))
+    written = json.loads(done.stdout.strip().splitlines()[-1])
     time.sleep(3)
     runtime.request_stop()
     runner.join(timeout=60)
@@ -339,7 +334,7 @@ def lag(
         table["after"].to_pylist(), table["committed_at"].to_pylist(), strict=True
     ):
         lags.append(committed.timestamp() - json.loads(after)["t_insert"])
-    return lags
+    return lags, written["rows"] / written["seconds"]
 
 
 def workloads(args: argparse.Namespace) -> dict[str, tuple[int, Callable[[MariaDBServer], None]]]:
@@ -426,20 +421,19 @@ def main() -> None:
                     line += f" {every:>10,.0f} {every / one:>6.2f}"
                 print(line, flush=True)
             if args.lag_seconds > 0:
-                lags = sorted(
-                    lag(
-                        server,
-                        config(server, user.name, args.lag_workers, batch_timeout_seconds=0.1),
-                        root / "lake",
-                        args.lag_seconds,
-                        args.lag_rate,
-                    )
+                lags, written_per_second = lag(
+                    server,
+                    config(server, user.name, args.lag_workers, batch_timeout_seconds=0.1),
+                    root / "lake",
+                    args.lag_seconds,
+                    args.lag_rate,
                 )
+                lags.sort()
                 p50 = statistics.median(lags)
                 p99 = lags[min(len(lags) - 1, int(len(lags) * 0.99))]
                 print(
                     f"commit-to-visible lag at {args.lag_rate} rows/s over {args.lag_seconds:g} s "
-                    f"(writer reached {LAST_WRITER['rows'] / LAST_WRITER['seconds']:,.0f} rows/s; "
+                    f"(writer reached {written_per_second:,.0f} rows/s; "
                     f"{len(lags)} rows, decode_workers {args.lag_workers}): "
                     f"p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms"
                 )
