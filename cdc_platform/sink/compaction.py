@@ -68,9 +68,11 @@ __all__ = [
     "CompactedFile",
     "commit_compaction",
     "compact",
+    "discard",
     "file_schema",
     "write_compacted",
     "write_compaction",
+    "write_plan",
 ]
 
 DICTIONARY_COLUMNS = ("columns",)
@@ -159,30 +161,44 @@ def write_compaction(
             (the files written so far are deleted).
     """
     root = LakeFile(table.table_uri, storage_options)
-    schema = file_schema(table)
+    return write_plan(root, plan, file_schema(table), piece_rows)
+
+
+def write_plan(
+    root: LakeFile, plan: CompactionPlan, schema: pa.Schema, piece_rows: int = PIECE_ROWS
+) -> list[CompactedFile]:
+    """:func:`write_compaction` without the table object (a thread beside the writer, which
+    keeps using that object, passes the table's root and :func:`file_schema` instead)."""
     written: list[CompactedFile] = []
     try:
         for group in plan.groups:
             written.append(write_compacted(root, group, schema, piece_rows))
     except BaseException:
-        _discard(written)
+        discard(written)
         raise
     return written
 
 
-def commit_compaction(
+def commit_compaction(  # noqa: PLR0913 (the swap; where it commits keyword-only)
     table: DeltaTable,
     plan: CompactionPlan,
     written: list[CompactedFile],
     *,
     storage_options: Mapping[str, str] | None,
     metadata: Mapping[str, str | int],
+    base_version: int | None = None,
 ) -> bool:
-    """Swap the plan's small files for ``written`` in one commit on ``plan.version``; False,
-    changing nothing, when someone committed since (the new files are then deleted, see the
-    module docstring)."""
-    if table.version() != plan.version:
-        _discard(written)
+    """Swap the plan's small files for ``written`` in one commit on ``base_version``
+    (default ``plan.version``); False, changing nothing, when the table is not at that
+    version or someone committed since (the new files are then deleted, see the module
+    docstring).
+
+    A later ``base_version`` than the plan's is only safe when every commit in between added
+    files and removed none (the writer's own appends): the caller checks that.
+    """
+    base = plan.version if base_version is None else base_version
+    if table.version() != base:
+        discard(written)
         return False
     now_ms = int(time.time() * 1000)
     actions: list[AddAction | RemoveAction] = []
@@ -206,9 +222,9 @@ def commit_compaction(
             commit_properties=properties,
         )
     except CommitFailedError:
-        landed = _landed(LakeFile(table.table_uri, storage_options), plan, written)
+        landed = _landed(LakeFile(table.table_uri, storage_options), base, written)
         if landed is False:
-            _discard(written)
+            discard(written)
         return landed is True
     # Unlike write_deltalake, the transaction leaves the object on the snapshot it read: a
     # vacuum on it next would take the new files for orphans (measured: deleted them).
@@ -294,11 +310,11 @@ def _full(pending: list[pa.RecordBatch]) -> bool:
     return rows >= ROW_GROUP_ROWS or sum(int(b.nbytes) for b in pending) >= ROW_GROUP_BYTES
 
 
-def _landed(root: LakeFile, plan: CompactionPlan, written: list[CompactedFile]) -> bool | None:
-    """Whether the commit this compaction tried to write is in the log after all (its answer
-    lost); None when that cannot be told."""
+def _landed(root: LakeFile, base: int, written: list[CompactedFile]) -> bool | None:
+    """Whether the commit this compaction tried to write on version ``base`` is in the log
+    after all (its answer lost); None when that cannot be told."""
     try:
-        entry = root.child("_delta_log", f"{plan.version + 1:020d}.json").read_text()
+        entry = root.child("_delta_log", f"{base + 1:020d}.json").read_text()
     except SinkError:
         return None
     if entry is None:
@@ -306,7 +322,7 @@ def _landed(root: LakeFile, plan: CompactionPlan, written: list[CompactedFile]) 
     return any(item.target.name in entry for item in written)
 
 
-def _discard(written: list[CompactedFile]) -> None:
+def discard(written: list[CompactedFile]) -> None:
     """Delete new files no commit refers to; what cannot be deleted is left to vacuum."""
     for item in written:
         with contextlib.suppress(SinkError):

@@ -341,6 +341,8 @@ class DeltaChangeLog:
             raise
 
     def close(self) -> None:
-        """Drop the open table; the next call reopens it."""
+        """Commit a compaction merged beside the stream (or delete its files), then drop the
+        open table; the next call reopens it."""
         with self._lock:
+            self._maintenance.close(self._table)
             self._table = None

@@ -3,6 +3,9 @@
 Compaction, checkpoints, vacuum, log cleanup and reopening the table run in the committing
 thread right after a commit, counted in that sink's commits; a failed task is logged and
 retried on its next cadence, never raised, since the commit before it has already landed.
+A compaction's files are merged by a thread beside the stream and committed after a later
+commit (:mod:`cdc_platform.sink.compaction_beside`); the writer waits for it only at the next
+compaction, before a vacuum (which would take its new files for orphans) and at close.
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from dataclasses import dataclass
 
 from deltalake import DeltaTable
 
-from cdc_platform.sink.compaction import compact
+from cdc_platform.sink.compaction import commit_compaction, discard, file_schema
+from cdc_platform.sink.compaction_beside import PendingCompaction
 from cdc_platform.sink.compaction_plan import plan_compaction
+from cdc_platform.sink.lake_files import LakeFile
 from cdc_platform.sink.schema import STATS_COLUMNS
 from cdc_platform.sink.storage_errors import StorageGuard
 
@@ -101,8 +106,10 @@ class MaintenancePolicy:
     """Bytes; None uses the table's ``delta.targetFileSize`` (100 MB by default)."""
     compact_max_bytes: int | None = 8 * 1024 * 1024
     """Small files one compaction merges at most, in bytes (the oldest first; the rest at the
-    next one): bounds the time a compaction adds to its commit, e.g. after a snapshot's large
-    chunks (25 chunk files of ~1.3 MB took 2.6-4 s to merge at once). None: no cap."""
+    next one): bounds the time and memory of one merge, e.g. after a snapshot's large chunks
+    (25 chunk files of ~1.3 MB took 2.6-4 s to merge at once). The merge runs beside the
+    stream; the writer waits for it only at the next due compaction, before a vacuum and at
+    close. None: no cap."""
     checkpoint_every: int | None = None
     """Extra checkpoints; delta-rs already writes one every ``checkpoint_interval`` versions."""
     checkpoint_interval: int = 100
@@ -192,6 +199,7 @@ class TableMaintenance:
         self._guard = guard
         self._reopen = reopen
         self._storage_options = dict(storage_options) if storage_options else None
+        self._pending: PendingCompaction | None = None
 
     def after_commit(self, table: DeltaTable, commits: int) -> DeltaTable | None:
         """Run what is due after commit number ``commits``; a failure is logged, never raised.
@@ -214,11 +222,18 @@ class TableMaintenance:
             nonlocal current
             current = self._reopen()
 
+        pending = self._pending
+        if pending is not None:
+            pending.follow(table.version())
         if due(policy.compact_every):
             run("compaction", lambda: self._compact(table))
         if due(policy.checkpoint_every):
             run("checkpoint", table.create_checkpoint)
+        if due(policy.cleanup_every):
+            run("log cleanup", table.cleanup_metadata)
         if due(policy.vacuum_every):
+            if self._pending is not None:  # its new files are not in the log yet
+                run("compaction commit", lambda: self._settle(table))
             run(
                 "vacuum",
                 lambda: table.vacuum(
@@ -228,20 +243,36 @@ class TableMaintenance:
                     full=policy.vacuum_full,
                 ),
             )
-        if due(policy.cleanup_every):
-            run("log cleanup", table.cleanup_metadata)
+        # after the checkpoint and the log cleanup: they work up to the table's version, and
+        # on the compaction's they would clean this commit's file, with its resume position
+        if self._pending is not None and self._pending.done:
+            run("compaction commit", lambda: self._settle(table))
         if due(policy.reopen_every) and current is not None:
             run("reopen", reopen)
         return current
 
+    def close(self, table: DeltaTable | None) -> None:
+        """Commit the compaction written beside the stream, if any, on ``table`` (the writer's
+        newest version); without a table, delete its files. Waits for its thread."""
+        pending = self._pending
+        if pending is None:
+            return
+        if table is None:
+            self._pending = None
+            pending.abandon()
+            return
+        self._run_task("compaction commit", lambda: self._settle(table))
+
     def _compact(self, table: DeltaTable) -> bool:
-        """Rewrite the small files as one fenced commit (:mod:`cdc_platform.sink.compaction`).
+        """Plan a compaction of the small files and start merging them beside the stream
+        (:mod:`cdc_platform.sink.compaction_beside`), after committing the previous one.
 
         Skipped, cheaply, once anyone else has committed since this sink's commit (a successor
         after a takeover, or an outside process); a commit by anyone between the plan and the
         compaction's own commit makes it lose cleanly. Returns False when the table object
         should be reloaded.
         """
+        trusted = self._settle(table) if self._pending is not None else True
         guard = self._guard
         version = table.version()
         table.update_incremental()
@@ -252,27 +283,56 @@ class TableMaintenance:
                 guard.redact.uri,
                 table.version(),
             )
-            return True
+            return trusted
         target = self.policy.compact_target_size
         plan = plan_compaction(table, target, self.policy.compact_max_bytes)
         if plan is None:
+            return trusted
+        root = LakeFile(table.table_uri, self._storage_options)
+        name = f"cdc-compaction-{guard.destination}"
+        self._pending = PendingCompaction(root, plan, file_schema(table), name=name)
+        return trusted
+
+    def _settle(self, table: DeltaTable) -> bool:
+        """Commit the pending compaction's files on ``table``, waiting for its thread; False
+        when it lost to someone else's commit (nothing changed; reload the table)."""
+        pending, self._pending = self._pending, None
+        if pending is None:
             return True
-        metadata = {"cdc.operation": "compaction", "cdc.destination.compacted": guard.destination}
-        if compact(table, plan, storage_options=self._storage_options, metadata=metadata):
-            logger.debug(
-                "%s: compacted %d files (%d rows) of %s",
-                guard.destination,
-                plan.files,
-                plan.rows,
-                guard.redact.uri,
-            )
-            return True
+        written = pending.written()  # SinkError: the merge failed, its files are deleted
+        guard, plan = self._guard, pending.plan
+        table.update_incremental()  # commits by another writer since this one's are checked
+        version = table.version()
+        if pending.safe_on(version):
+            metadata = {
+                "cdc.operation": "compaction",
+                "cdc.destination.compacted": guard.destination,
+            }
+            if commit_compaction(
+                table,
+                plan,
+                written,
+                storage_options=self._storage_options,
+                metadata=metadata,
+                base_version=version,
+            ):
+                logger.debug(
+                    "%s: compacted %d files (%d rows) of %s",
+                    guard.destination,
+                    plan.files,
+                    plan.rows,
+                    guard.redact.uri,
+                )
+                return True
+        else:
+            discard(written)
         logger.info(
-            "%s: compaction of %s lost a commit race (someone committed after version %d);"
-            " skipped, nothing changed",
+            "%s: compaction of %s lost a commit race (a commit after version %d removed "
+            "files, or someone committed after version %d); skipped, nothing changed",
             guard.destination,
             guard.redact.uri,
             plan.version,
+            version,
         )
         return False
 

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -455,7 +455,11 @@ def test_maintenance_policy_keeps_log_correct(uri: Path, caplog: pytest.LogCaptu
     assert len(data_files) == len(table.file_uris())  # vacuumed
     checkpoint = log(uri).recover()
     assert checkpoint is not None
-    assert (checkpoint.batch_seq, checkpoint.last_seq, checkpoint.resume) == (20, 150, last)
+    assert (checkpoint.batch_seq, checkpoint.last_seq) == (20, 150)
+    # With a log retention of 0, delta-rs's own cleanup after a later commit (a compaction
+    # committed beside the stream, the vacuum's) may remove the newest commit's file, and
+    # with it the GTID of its position: the position slot still has the file and position.
+    assert checkpoint.resume in (last, replace(last, gtid_set=None))
 
 
 def test_new_table_gets_the_policy_properties(uri: Path) -> None:

@@ -264,6 +264,7 @@ def test_a_stale_compaction_after_another_is_refused_and_keeps_rows_once(
     successor = DeltaChangeLog(uri, "maint", storage_options=options, maintenance=policy)
     events = binlog.rows(ROWS, table="t0")
     successor.commit(events, batch_seq=6, resume=resume_of(events), epoch=2)
+    successor.close()  # commits the compaction merged beside its stream
     history = DeltaTable(uri, storage_options=options).history()
     assert any(h.get("cdc.operation") == "compaction" for h in history)
     assert not commit_compaction(stale, plan, written, storage_options=options, metadata={})
@@ -298,8 +299,12 @@ def test_compaction_is_skipped_once_someone_else_committed(
     assert "compaction of" in caplog.text
     assert "skipped" in caplog.text
     assert all(h.get("cdc.operation") != "compaction" for h in DeltaTable(uri).history())
-    # With nobody else committing since, the same call compacts.
-    TableMaintenance(policy, guard, lambda: DeltaTable(uri)).after_commit(DeltaTable(uri), 1)
+    # With nobody else committing since, the same call compacts (merged beside the stream,
+    # committed at the latest when the writer closes).
+    maintenance = TableMaintenance(policy, guard, lambda: DeltaTable(uri))
+    fresh = DeltaTable(uri)
+    maintenance.after_commit(fresh, 1)
+    maintenance.close(fresh)
     assert any(h.get("cdc.operation") == "compaction" for h in DeltaTable(uri).history())
     assert DeltaTable(uri).to_pyarrow_table(columns=["seq"]).num_rows == 4 * ROWS
 

@@ -89,6 +89,7 @@ def _change_log(events: list[ChangeEvent], uri: str, options: dict[str, str] | N
     for batch, (_, group) in enumerate(groupby(events, key=lambda e: e.txn.gtid), start=1):
         txn = list(group)
         sink.commit(txn, batch_seq=batch, resume=txn[-1].resume_after(), epoch=1)
+    sink.close()  # commits the compaction still merging beside the stream
 
 
 @pytest.mark.parametrize(("spark_engine", "lake"), CASES, indirect=["spark_engine"])
