@@ -301,9 +301,14 @@ class TableMaintenance:
             return True
         written = pending.written()  # SinkError: the merge failed, its files are deleted
         guard, plan = self._guard, pending.plan
-        table.update_incremental()  # commits by another writer since this one's are checked
-        version = table.version()
-        if pending.safe_on(version):
+        try:  # until the commit is tried, the new files are in no commit: delete them on error
+            table.update_incremental()  # commits by another writer since this one's: checked
+            version = table.version()
+            safe = pending.safe_on(version)
+        except BaseException:
+            discard(written)
+            raise
+        if safe:
             metadata = {
                 "cdc.operation": "compaction",
                 "cdc.destination.compacted": guard.destination,
