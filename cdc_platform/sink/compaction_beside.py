@@ -83,16 +83,13 @@ class PendingCompaction:
         """Whether the thread finished (its files written, or failed)."""
         return not self._thread.is_alive()
 
-    def written(self, timeout: float | None = None) -> list[CompactedFile]:
-        """The new files, after waiting for the thread (at most ``timeout`` seconds).
+    def written(self) -> list[CompactedFile]:
+        """The new files, after waiting for the thread.
 
         Raises:
-            TimeoutError: the thread is still writing.
             SinkError: the merge failed (the files it wrote are already deleted).
         """
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            raise TimeoutError(f"compaction of {self._root} still writing")
+        self._thread.join()
         if self._taken:
             raise RuntimeError("the files of a pending compaction are handed over once")
         self._taken = True

@@ -62,6 +62,15 @@ def _versions(uri: Path) -> dict[str, list[int]]:
     }
 
 
+def _compact_elsewhere(uri: Path) -> None:
+    """Another process compacts the change log's small files (the same ones the writer's
+    held merge planned)."""
+    other = DeltaTable(str(uri))
+    plan = plan_compaction(other, None)
+    assert plan is not None
+    assert compact(other, plan, storage_options=None, metadata={"cdc.operation": "compaction"})
+
+
 def _commit(sink: DeltaChangeLog, binlog: Binlog, batch: int) -> None:
     events = binlog.rows(4, table="a")
     sink.commit(events, batch_seq=batch, resume=resume_of(events), epoch=1)
@@ -123,10 +132,7 @@ def test_a_compaction_by_someone_else_meanwhile_drops_the_merged_files(
     binlog = Binlog()
     for batch in range(1, 4):
         _commit(sink, binlog, batch)
-    other = DeltaTable(str(uri))
-    plan = plan_compaction(other, None)
-    assert plan is not None
-    assert compact(other, plan, storage_options=None, metadata={"cdc.operation": "compaction"})
+    _compact_elsewhere(uri)
     gate.release()
     _commit(sink, binlog, 4)
     sink.close()
@@ -147,10 +153,7 @@ def test_a_compaction_by_someone_else_after_the_last_append_drops_the_merged_fil
     binlog = Binlog()
     for batch in range(1, 5):
         _commit(sink, binlog, batch)
-    other = DeltaTable(str(uri))
-    plan = plan_compaction(other, None)
-    assert plan is not None
-    assert compact(other, plan, storage_options=None, metadata={"cdc.operation": "compaction"})
+    _compact_elsewhere(uri)
     gate.release()
     sink.close()
     assert len(_versions(uri)["compactions"]) == 1, "only the other process's"
