@@ -82,6 +82,30 @@ install_into() {
     && "$venv/bin/python" -m pip install --disable-pip-version-check "$@" >>"$log" 2>&1
 }
 
+# --- pyspark as a wheel, built once ---------------------------------------------------------------
+# pyspark is published as a source archive only (about 450 MB of jars). uv builds it again on every
+# fresh clone and keeps each build in its cache (about 1.9 GB a time: the disk of a machine that
+# sets up many clones fills up), and pip's own cache is only used by pip. So the pinned version is
+# built into a wheel once, by pip, into ${CDC_PLATFORM_CACHE:-~/.cache/cdc-platform}/wheels, and
+# every install finds it there. Where that fails (no network), the installers build it as before.
+# with_pyspark_wheel LOG CONSTRAINTS: sets find_links to the wheel of CONSTRAINTS' pyspark.
+find_links=()
+with_pyspark_wheel() {
+  local version dir log="$1"
+  find_links=()
+  version="$(sed -n 's/^pyspark==\([^ ;]*\).*/\1/p' "$2" | head -n 1)"
+  dir="${CDC_PLATFORM_CACHE:-$HOME/.cache/cdc-platform}/wheels"
+  if [ -n "$version" ] && ! ls "$dir/pyspark-$version-"*.whl >/dev/null 2>&1; then
+    mkdir -p "$dir"
+    .venv/bin/python -m pip wheel --disable-pip-version-check -q --no-deps -w "$dir" \
+      "pyspark==$version" >>"$log" 2>&1 \
+      || echo "setup: could not build the pyspark wheel (above); the installer builds it" >>"$log"
+  fi
+  if [ -n "$version" ] && ls "$dir/pyspark-$version-"*.whl >/dev/null 2>&1; then
+    find_links=(--find-links "$dir")
+  fi
+}
+
 # --- Python virtualenv ------------------------------------------------------------------------
 python_bin="${PYTHON:-python3}"
 if ! "$python_bin" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
@@ -98,7 +122,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c 'import
   say "installing the project and its dependencies into .venv (about a minute on a fresh machine)"
   log=.venv/pip-install.log
   : >"$log"
-  if ! install_into .venv "$log" -c constraints.txt -e '.[dev]'; then
+  with_pyspark_wheel "$log" constraints.txt
+  if ! install_into .venv "$log" ${find_links[@]+"${find_links[@]}"} -c constraints.txt -e '.[dev]'; then
     grep -v "^WARNING: Location" "$log" | tail -n 40 >&2
     say "install failed; full log in $log"
     exit 1
@@ -125,7 +150,9 @@ if [ -n "$with_airflow" ]; then
     say "installing Airflow and the engine into .venv-airflow (a few minutes on a fresh machine)"
     log=.venv-airflow/pip-install.log
     : >"$log"
-    if ! { install_into .venv-airflow "$log" -c constraints-airflow.txt -r requirements-airflow.txt \
+    with_pyspark_wheel "$log" constraints-airflow.txt
+    if ! { install_into .venv-airflow "$log" ${find_links[@]+"${find_links[@]}"} \
+             -c constraints-airflow.txt -r requirements-airflow.txt \
            && install_into .venv-airflow "$log" --no-deps -e .; }; then
       grep -v "^WARNING: Location" "$log" | tail -n 40 >&2
       say "install into .venv-airflow failed; full log in $log"

@@ -142,6 +142,8 @@ class SeaweedFSServer:
         self.config_path.write_text(json.dumps({"identities": [identity, reader]}))
         cmd = [
             find_weed(),
+            # Its own log files beside its data, not in the machine's /tmp.
+            f"-logdir={self.base_dir}",
             "mini",
             f"-dir={self.data_dir}",
             f"-bucket={self.bucket}",

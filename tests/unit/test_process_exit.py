@@ -15,7 +15,7 @@ READ_A_DELTA_TABLE = """
 import sys, tempfile
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
-path = tempfile.mkdtemp()
+path = tempfile.mkdtemp(dir=sys.argv[1])
 write_deltalake(path, pa.table({"a": list(range(100))}), partition_by=None)
 print(DeltaTable(path).to_pyarrow_dataset().to_table().num_rows)
 """
@@ -25,7 +25,11 @@ def run(script: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     file = tmp_path / "child.py"
     file.write_text(textwrap.dedent(script))
     return subprocess.run(
-        [sys.executable, str(file)], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, str(file), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 
