@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
+from cdc_platform.errors import SinkError
 from cdc_platform.sink import DeltaChangeLog, MaintenancePolicy, compaction_beside
+from cdc_platform.sink import delta as delta_module
 from cdc_platform.sink.compaction import CompactedFile, compact
 from cdc_platform.sink.compaction_plan import plan_compaction
 from tests.integration.test_delta_sink import Binlog, read_rows, resume_of
@@ -160,3 +162,33 @@ def test_a_compaction_by_someone_else_after_the_last_append_drops_the_merged_fil
     (mine,) = gate.written
     assert not any(item.target.exists() for item in mine), "deleted"
     assert [r["seq"] for r in read_rows(uri)] == list(range(1, 17))
+
+
+def test_a_close_after_a_failed_commit_deletes_the_merged_files(
+    tmp_path: Path, gate: Gate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An append fails with a storage error while the merge is held (the writer drops its
+    table object, which may be half-updated): the close has no version to commit the swap
+    on, so it commits nothing and deletes the merged files; every row stays once."""
+    uri = tmp_path / "changes"
+    sink = DeltaChangeLog(str(uri), "d", maintenance=POLICY)
+    binlog = Binlog()
+    for batch in range(1, 4):
+        _commit(sink, binlog, batch)
+    real_write = delta_module.write_deltalake
+
+    def unreachable(*args: Any, **kwargs: Any) -> None:
+        raise OSError("the store did not answer")
+
+    monkeypatch.setattr(delta_module, "write_deltalake", unreachable)
+    with pytest.raises(SinkError, match="commit of batch 4 failed"):
+        _commit(sink, binlog, 4)
+    monkeypatch.setattr(delta_module, "write_deltalake", real_write)
+    gate.release()
+    sink.close()
+    assert _versions(uri)["compactions"] == []
+    (mine,) = gate.written
+    assert mine, "the writer merged files"
+    assert not any(item.target.exists() for item in mine), "deleted"
+    assert len(DeltaTable(str(uri)).file_uris()) == 3
+    assert [r["seq"] for r in read_rows(uri)] == list(range(1, 13))
