@@ -194,33 +194,32 @@ class TableCopy:
                 break
             # The high watermark, on the chunk's own connection after its SELECT: taken now,
             # not when a read ahead ended, so the stream's changes since wait no longer.
-            read = self._segment(run, spec, {pk for pk, _ in chunk.rows}, binlog_end(conn))
-            touched = read.touched
-            kept = [row for row in chunk.rows if row[0] not in touched] if touched else chunk.rows
-            done = len(chunk.rows) < asked
+            read = self._segment(run, spec, set(chunk.pks), binlog_end(conn))
+            kept = _untouched(chunk, read.touched)
+            done = len(chunk) < asked
             next_index, next_after = (
                 (state.index + 1, None) if done else (state.index, encode_key(chunk.last_key or []))
             )
-            counted = len(chunk.rows)
+            counted = len(chunk)
             ended: str | None = None
             if read.altered:
                 # The table changed shape inside the segment: the chunk may have been read
                 # with either schema. Commit the segment alone and read the chunk again
                 # (or end the table if it cannot be copied any more).
-                kept, counted = [], 0
+                kept, counted = ([], []), 0
                 spec, ended = self._reshaped(conn, spec)
                 done = ended is not None
                 next_index, next_after = (
                     (state.index + 1, None) if done else (state.index, state.after)
                 )
             events = list(read.events)
-            if done and not chunk.rows and tally.chunks == 0 and not read.altered:  # empty
+            if done and not chunk and tally.chunks == 0 and not read.altered:  # empty
                 events.append(definition_event(conn, spec, read.cut))
             rows = _rows_at_cut(spec, read.cut, kept)
             if not done and not read.altered and not self._stop.is_set():
                 # The next chunk's SELECT runs while this one commits: it starts after this
                 # chunk's segment was read, so it lies inside the next segment, as it must.
-                times.read_ahead(asked, len(chunk.rows))
+                times.read_ahead(asked, len(chunk))
                 ahead.start(partial(self._read, conn, spec, next_after, self.sizer.rows))
             run.batch_seq += 1
             pending = PendingChunk.new(run.batch_seq, next_index, next_after)
@@ -236,10 +235,10 @@ class TableCopy:
             )
             state.advance(next_index, next_after)
             self._hooks.save_state(state)
-            times.done(asked, len(chunk.rows))
-            tally.chunk_rows = len(chunk.rows)
+            times.done(asked, len(chunk))
+            tally.chunk_rows = len(chunk)
             table_index = state.index if not done else state.index - 1
-            self._account(run, tally, table_index, counted=counted, kept=len(kept))
+            self._account(run, tally, table_index, counted=counted, kept=len(kept[0]))
             log.debug(
                 "%s: %s chunk %d: cut %s, %d rows, %d dropped",
                 self.name,
@@ -247,7 +246,7 @@ class TableCopy:
                 tally.chunks,
                 read.cut,
                 counted,
-                counted - len(kept),
+                counted - len(kept[0]),
             )
             if done:
                 if self._hooks.on_table_done is not None:
@@ -342,11 +341,19 @@ class TableCopy:
             self._hooks.on_progress(replace(tally))
 
 
+def _untouched(chunk: ChunkRows, touched: set[str]) -> tuple[list[str], list[str]]:
+    """The chunk's (pks, images) without the rows whose key the segment ``touched``."""
+    if not touched:
+        return chunk.pks, chunk.images
+    kept = [i for i, pk in enumerate(chunk.pks) if pk not in touched]
+    return [chunk.pks[i] for i in kept], [chunk.images[i] for i in kept]
+
+
 def _rows_at_cut(
-    spec: SnapshotTable, cut: ResumePosition, kept: Sequence[tuple[str, str]]
+    spec: SnapshotTable, cut: ResumePosition, kept: tuple[Sequence[str], Sequence[str]]
 ) -> RowsAtCut:
-    """A chunk's remaining (pk, image) rows as the sink takes them, at the segment's cut."""
-    pks, images = zip(*kept, strict=True) if kept else ((), ())
+    """A chunk's remaining (pks, images) as the sink takes them, at the segment's cut."""
+    pks, images = kept
     return RowsAtCut(
         spec.db,
         spec.table,

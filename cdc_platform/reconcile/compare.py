@@ -185,20 +185,20 @@ def _stage_source(  # noqa: PLR0913 (what to read where; keyword-only: how much,
     while True:
         asked = rows_within(conn, spec, after, chunk_size, chunk_bytes)
         chunk = read_chunk(conn, spec, after, asked)
-        for (pk, image), key in zip(chunk.rows, chunk.keys, strict=True):
+        for pk, image, key in zip(chunk.pks, chunk.images, chunk.keys, strict=True):
             held += len(pk) + len(image)
             columns[_CHUNK].append(chunks)
             columns["key"].append(json.dumps(encode_key(key)))
             columns["pk"].append(pk)
             columns["after"].append(image)
-        rows += len(chunk.rows)
-        if chunk.rows:
+        rows += len(chunk)
+        if chunk:
             chunks += 1
         if len(columns["pk"]) >= _ROWS_PER_FILE or held >= chunk_bytes:
             flush()
-        if on_chunk is not None and chunk.rows:
+        if on_chunk is not None and chunk:
             on_chunk(ChunkProgress(spec.name, chunks, rows, time.perf_counter() - started))
-        if len(chunk.rows) < asked:
+        if len(chunk) < asked:
             break
         after = chunk.last_key
     flush()

@@ -432,7 +432,7 @@ class IdWatchSource:
                 if self._stop.is_set():
                     return  # an unfinished list cannot tell deletes: rerun it next time
                 chunk = read_chunk(conn, table.spec, after, page)
-                seen.update(pk for pk, _ in chunk.rows)
+                seen.update(chunk.pks)
                 # Rows past the watch position are the watch's (as inserts), not the list's.
                 behind = [(pk, im) for pk, im in chunk.rows if table.id_of(pk, im) <= last]
                 changes = known.diff(table.name, behind, new_op=Op.SNAPSHOT)
@@ -440,7 +440,7 @@ class IdWatchSource:
                     yield from emitter.transaction(table, changes)
                     known.apply(table.name, changes)
                     emitted += len(changes)
-                if chunk.last_key is None or len(chunk.rows) < page:
+                if chunk.last_key is None or len(chunk) < page:
                     break
                 after = chunk.last_key
             gone = known.gone(table.name, seen)

@@ -30,6 +30,7 @@ from cdc_platform.source.charsets import server_text_is_exact, text_decoder
 from cdc_platform.source.filters import TableFilter
 from cdc_platform.source.mysql import source_errors
 from cdc_platform.source.result_rows import fetch_rows
+from cdc_platform.source.row_images import RowsJson, rows_json
 from cdc_platform.source.sql import format_safe, qualified_name, quote_identifier
 from cdc_platform.source.values import dumps
 from cdc_platform.source.values.image_json import FAST_JSON, float_fragment, image_encoder
@@ -442,12 +443,54 @@ def describe_table(
 
 @dataclass(frozen=True, slots=True)
 class ChunkRows:
-    """One chunk: (pk JSON, image JSON) per row in key order, and the last row's raw key."""
+    """One chunk in key order: each row's pk JSON and image JSON (two lists, the way the
+    change log takes them), and the last row's raw key."""
 
-    rows: list[tuple[str, str]]
+    pks: list[str]
+    images: list[str]
     last_key: list[Any] | None
     keys: list[Sequence[Any]] = field(default_factory=list)
     """Every row's raw key (as pymysql returned it), in row order."""
+
+    def __len__(self) -> int:
+        return len(self.pks)
+
+    @property
+    def rows(self) -> list[tuple[str, str]]:
+        """(pk JSON, image JSON) per row."""
+        return list(zip(self.pks, self.images, strict=True))
+
+
+def _rows_json(spec: SnapshotTable) -> RowsJson:
+    """The function writing ``spec``'s rows as key and image JSON (:mod:`.row_images`)."""
+    index = {c.name: i for i, c in enumerate(spec.columns)}
+    return rows_json(
+        [c.name for c in spec.columns],
+        [(i, convert) for i, _, convert in _converters(spec)],
+        [index[k] for k in spec.primary_key],
+        _write_image,
+        [dumps(k) for k in spec.primary_key],
+    )
+
+
+def _select(
+    conn: pymysql.connections.Connection[Any],
+    spec: SnapshotTable,
+    extra: str,
+    tail: str,
+    args: tuple[Any, ...],
+) -> tuple[list[str], list[str], list[tuple[Any, ...]]]:
+    """``SELECT <columns>, <extra> FROM <table> <tail>``: the pk JSONs, the image JSONs and
+    the rows as the driver returned them (the values of ``extra`` after the columns)."""
+    select = format_safe(", ".join(c.select for c in spec.columns))
+    if extra:
+        select += ", " + extra
+    table = format_safe(qualified_name(spec.db, spec.table))
+    sql = f"SELECT {select} FROM {table} {tail}"  # noqa: S608 (identifiers quoted by the source's quoting, values bound as parameters)
+    with source_errors(conn, f"reading {spec.name} from"):
+        records = fetch_rows(conn, sql, args)
+    pks, images = _rows_json(spec)(records)
+    return pks, images, records
 
 
 def select_rows(
@@ -468,44 +511,22 @@ def select_rows(
         SourceError: the server failed the read (see :func:`~.mysql.translate`), e.g.
             SourceTableMissingError, SourceTableChangedError, SourceConnectionError.
     """
-    select = format_safe(", ".join(c.select for c in spec.columns))
-    if extra:
-        select += ", " + extra
-    table = format_safe(qualified_name(spec.db, spec.table))
-    sql = f"SELECT {select} FROM {table} {tail}"  # noqa: S608 (identifiers quoted by the source's quoting, values bound as parameters)
+    pks, images, records = _select(conn, spec, extra, tail, args)
     width = len(spec.columns)
-    names = [c.name for c in spec.columns]
-    converted = _converters(spec)
-    key = spec.primary_key
-    # One integer key column (the usual case): its JSON object written directly, the same
-    # text dumps gives ({"id":5}); other keys go through the image encoder.
-    int_key = (dumps(key[0]), key[0]) if len(key) == 1 else None
-    out: list[tuple[str, str, tuple[Any, ...]]] = []
-    write = _write_image
-    with source_errors(conn, f"reading {spec.name} from"):
-        records = fetch_rows(conn, sql, args)
-    # Per row: the driver's values as they are, then only the columns that need converting
-    # (this loop is most of a snapshot's Python time).
-    for record in records:
-        # names is shorter than the record: the extra values are left out of the image.
-        image = dict(zip(names, record, strict=False))
-        for i, name, convert in converted:
-            value = record[i]
-            if value is not None:
-                image[name] = convert(value)
-        if int_key is not None and type(value := image[int_key[1]]) is int:
-            pk = f"{{{int_key[0]}:{value}}}"
-        else:
-            pk = write({k: image[k] for k in key})
-        out.append((pk, write(image), record[width:]))
-    return out
+    return list(zip(pks, images, (r[width:] for r in records), strict=True))
 
 
-def _chunk(records: list[tuple[str, str, tuple[Any, ...]]]) -> ChunkRows:
-    keys: list[Sequence[Any]] = [raw for _, _, raw in records]
-    return ChunkRows(
-        [(pk, image) for pk, image, _ in records], list(keys[-1]) if keys else None, keys
-    )
+def _chunk(
+    conn: pymysql.connections.Connection[Any],
+    spec: SnapshotTable,
+    tail: str,
+    args: tuple[Any, ...],
+) -> ChunkRows:
+    """The rows of ``tail`` as a chunk, with each row's raw key (``spec.key_select()``)."""
+    pks, images, records = _select(conn, spec, spec.key_select(), tail, args)
+    width = len(spec.columns)
+    keys: list[Sequence[Any]] = [r[width:] for r in records]
+    return ChunkRows(pks, images, list(keys[-1]) if keys else None, keys)
 
 
 def read_chunk(
@@ -526,7 +547,7 @@ def read_chunk(
         tail = f"WHERE ({key_sql}) > {spec.key_marks()} "
         args = tuple(after)
     tail += f"ORDER BY {key_sql} LIMIT {int(limit)}"
-    return _chunk(select_rows(conn, spec, spec.key_select(), tail, args))
+    return _chunk(conn, spec, tail, args)
 
 
 def encode_key(values: Sequence[Any]) -> list[Any]:
@@ -568,7 +589,7 @@ def read_keys(
     simply absent from the result.
     """
     if not keys:
-        return ChunkRows([], None)
+        return ChunkRows([], [], None)
     width_key = len(spec.primary_key)
     for key in keys:
         if len(key) != width_key:
@@ -579,7 +600,7 @@ def read_keys(
     row_marks = spec.key_marks()
     tail = f"WHERE ({key_sql}) IN ({', '.join([row_marks] * len(keys))}) ORDER BY {key_sql}"
     args = tuple(value for key in keys for value in key)
-    return _chunk(select_rows(conn, spec, spec.key_select(), tail, args))
+    return _chunk(conn, spec, tail, args)
 
 
 def estimated_rows(conn: pymysql.connections.Connection[Any], spec: SnapshotTable) -> int:
