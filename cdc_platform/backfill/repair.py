@@ -58,9 +58,9 @@ from cdc_platform.sink.delta import DeltaChangeLog
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.binlog import BinlogSource
 from cdc_platform.source.mysql import connect_source
+from cdc_platform.source.row_keys import decode_key
 from cdc_platform.source.row_reader import (
     SnapshotTable,
-    decode_key,
     describe_table,
     read_keys,
 )

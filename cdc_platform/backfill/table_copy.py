@@ -49,12 +49,11 @@ from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.binlog import BinlogSource
 from cdc_platform.source.binlog_server import binlog_end
 from cdc_platform.source.mysql import is_missing_table
+from cdc_platform.source.row_keys import decode_key, encode_key
 from cdc_platform.source.row_reader import (
     ChunkRows,
     SnapshotTable,
-    decode_key,
     describe_table,
-    encode_key,
     estimated_rows,
     read_chunk,
 )

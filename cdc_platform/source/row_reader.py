@@ -20,7 +20,6 @@ import json
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 import pymysql
@@ -39,9 +38,7 @@ __all__ = [
     "ChunkRows",
     "SnapshotTable",
     "base_tables",
-    "decode_key",
     "describe_table",
-    "encode_key",
     "estimated_rows",
     "read_chunk",
     "read_keys",
@@ -548,34 +545,6 @@ def read_chunk(
         args = tuple(after)
     tail += f"ORDER BY {key_sql} LIMIT {int(limit)}"
     return _chunk(conn, spec, tail, args)
-
-
-def encode_key(values: Sequence[Any]) -> list[Any]:
-    """A raw key as JSON-safe values for the progress file (bytes tagged as base64)."""
-    out: list[Any] = []
-    for value in values:
-        if isinstance(value, bytes | bytearray):
-            out.append({"b64": _b64(value)})
-        elif isinstance(value, int | str) or value is None:
-            out.append(value)
-        elif isinstance(value, Decimal | float):
-            out.append({"num": str(value)})
-        else:
-            out.append(str(value))
-    return out
-
-
-def decode_key(values: Sequence[Any]) -> list[Any]:
-    """The inverse of :func:`encode_key`, as values pymysql can bind."""
-    out: list[Any] = []
-    for value in values:
-        if isinstance(value, dict) and "b64" in value:
-            out.append(base64.b64decode(value["b64"]))
-        elif isinstance(value, dict) and "num" in value:
-            out.append(Decimal(value["num"]))
-        else:
-            out.append(value)
-    return out
 
 
 def read_keys(

@@ -23,11 +23,10 @@ from cdc_platform.config.models import SourceConfig
 from cdc_platform.errors import SourceTableChangedError, SourceTableMissingError
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.mysql import Connection, SourceServer
+from cdc_platform.source.row_keys import decode_key, encode_key
 from cdc_platform.source.row_reader import (
     SnapshotTable,
-    decode_key,
     describe_table,
-    encode_key,
     read_chunk,
     read_keys,
 )

@@ -24,6 +24,7 @@ from cdc_platform.events import (
     Transaction,
 )
 from cdc_platform.source.mysql import is_missing_table, mysql_error
+from cdc_platform.source.row_keys import decode_key, encode_key
 from cdc_platform.source.row_reader import (
     SnapshotTable,
     _bits,
@@ -31,8 +32,6 @@ from cdc_platform.source.row_reader import (
     _labels,
     _set,
     _timestamp,
-    decode_key,
-    encode_key,
 )
 from cdc_platform.source.sql import format_safe, quote_identifier
 
