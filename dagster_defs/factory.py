@@ -128,6 +128,7 @@ def build_definitions(
         DAILY_HISTORY_JOB,
         selection=AssetSelection.assets(*[key for a in history for key in a.keys]),
         description="Daily change figures and as-of-day tables; backfill it over a date range.",
+        executor_def=in_process_executor,  # one Spark session per run, not one per step
     )
     return Definitions(
         assets=[

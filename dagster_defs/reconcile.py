@@ -37,6 +37,7 @@ from dagster import (
     SensorResult,
     SkipReason,
     define_asset_job,
+    in_process_executor,
     sensor,
 )
 
@@ -219,6 +220,7 @@ def reconcile_job(checks: list[AssetChecksDefinition]) -> Any:
         RECONCILE_JOB,
         selection=AssetSelection.checks(*checks) if checks else AssetSelection.assets(),
         description="Full-list reconciliation of destinations against their mirrors.",
+        executor_def=in_process_executor,  # one Spark session per run, not one per step
     )
 
 

@@ -17,7 +17,7 @@ status says how the snapshot went. The long-lived run is never stopped.
 :class:`PlatformResource`).
 """
 
-from dagster import Config, Failure, OpExecutionContext, job, op
+from dagster import Config, Failure, OpExecutionContext, in_process_executor, job, op
 
 from cdc_platform.backfill.request_inbox import snapshot_inbox
 from cdc_platform.errors import ConfigError
@@ -73,7 +73,11 @@ def request_snapshot(context: OpExecutionContext, config: SnapshotRequestConfig)
     )
 
 
-@job(name=SNAPSHOT_REQUEST_JOB, tags={"cdc/snapshot_request": "true"})
+@job(
+    name=SNAPSHOT_REQUEST_JOB,
+    tags={"cdc/snapshot_request": "true"},
+    executor_def=in_process_executor,  # one step: no step subprocess
+)
 def snapshot_request_job() -> None:
     """Ask a destination's running node for an ad-hoc snapshot of chosen tables."""
     request_snapshot()
