@@ -375,7 +375,7 @@ def _repair(  # noqa: PLR0915 - one loop over batches; its context is all here
                     stream,
                     tail,
                     spec,
-                    {k.pk for k in part} | {pk for pk, _ in found.rows},
+                    {k.pk for k in part} | set(found.pks),
                     high=high.binlog_position,
                     cut=commits.resume,
                     part_events=part_events,
@@ -391,7 +391,7 @@ def _repair(  # noqa: PLR0915 - one loop over batches; its context is all here
                 else:
                     upserts, deletes, in_flight = _decide(
                         part,
-                        dict(found.rows),
+                        dict(zip(found.pks, found.images, strict=True)),
                         segment.touched,
                         logged,
                         request.mirror_seq,
