@@ -56,8 +56,8 @@ Spark's 200 shuffle and Delta's 50 snapshot partitions, and a JVM tuned for a qu
 (serial GC, the C1 compiler only), all on 127.0.0.1 with an in-memory catalog.
 
 The code cache is never swept: Spark and Delta compile many short-lived methods, and the
-sweeper thread that evicts them took more CPU time than the C1 compiler itself (20 of about
-230 CPU-seconds in a suite's Connect server). Kept whole in 256 MiB, three classic Spark tests'
+sweeper thread that evicts them took more CPU time than the C1 compiler itself (21 of about
+215 CPU-seconds in a suite's Connect server). Kept whole in 256 MiB, three classic Spark tests'
 JVM took 136 and 146 CPU-seconds instead of 158 and 170 (two pairs). The full C2 compiler
 (tiered) took 185 and 190: it finishes sooner but costs more CPU, the scarcer of the two here."""
 
