@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from deltalake import DeltaTable
 
-__all__ = ["ReplayResult", "RowKey", "replay"]
+__all__ = ["ReplayResult", "RowKey", "has_commits", "replay"]
 
 RowKey = tuple[tuple[str, Any], ...]
 """A row's identity: its primary-key columns and values, in key order."""
@@ -32,6 +33,16 @@ class ReplayResult:
 
 def _key(pk_columns: list[str], image: dict[str, Any]) -> RowKey:
     return tuple((column, image[column]) for column in pk_columns)
+
+
+def has_commits(table_uri: str | Path) -> bool:
+    """Whether the local Delta table at ``table_uri`` has a commit a reader can open.
+
+    Its ``_delta_log`` directory appears before the first commit file does, so a test waiting
+    for the directory alone races its first read ("No files in log segment").
+    """
+    log = Path(table_uri, "_delta_log")
+    return log.is_dir() and any(log.glob("[0-9]*.json"))
 
 
 def replay(table_uri: str, storage_options: dict[str, str] | None = None) -> ReplayResult:

@@ -14,7 +14,7 @@ import pytest
 from cdc_platform.cli import main
 from cdc_platform.config import load_config
 from cdc_platform.runtime.supervised import supervised_destination
-from cdc_platform.testing.replay import replay
+from cdc_platform.testing.replay import has_commits, replay
 from tests.conftest import MariaDBDatabase
 
 pytestmark = pytest.mark.integration
@@ -62,7 +62,7 @@ def test_imported_canal_destination_runs(
         runner.start()
         uri = loaded.table_uri("example")
         deadline = time.monotonic() + 30
-        while not Path(uri, "_delta_log").exists() and time.monotonic() < deadline:
+        while not has_commits(uri) and time.monotonic() < deadline:
             time.sleep(0.05)
         mariadb.server.execute("INSERT INTO t VALUES (2, 'after')", database=db)
         runner.join(timeout=60)

@@ -22,7 +22,7 @@ from dagster import (
     DagsterRunStatus,
 )
 
-from cdc_platform.testing.replay import replay
+from cdc_platform.testing.replay import has_commits, replay
 from cdc_platform.testing.workload import Workload, source_rows
 from dagster_defs.alerts import ALERTED_TAG, WEBHOOK_ENV
 from dagster_defs.cdc_job import METRICS_TAG, PID_TAG
@@ -58,7 +58,7 @@ def test_destination_lifecycle_under_a_real_daemon(
     shutil.copytree(staged, conf / "destinations" / name)
     first = wait_for("first run STARTED", lambda: started_run(instance, name, set()))
     assert isinstance(first, DagsterRun)
-    wait_for("change log created", lambda: Path(uri, "_delta_log").exists())
+    wait_for("change log created", lambda: has_commits(uri))
     workload.run_transactions(30)
     wait_for("rows in the change log", lambda: change_rows(uri) > 0)
     # The run's Prometheus endpoint is in its tags and counts what it committed.
@@ -149,7 +149,7 @@ def test_a_sigterm_to_the_run_worker_is_a_stop_not_a_failure(
         shutil.copytree(staged, conf / "destinations" / name)
         first = wait_for("first run STARTED", lambda: started_run(instance, name, set()))
         assert isinstance(first, DagsterRun)
-        wait_for("change log created", lambda: Path(uri, "_delta_log").exists())
+        wait_for("change log created", lambda: has_commits(uri))
         workload.run_transactions(20)
         wait_for("rows in the change log", lambda: change_rows(uri) > 0)
 

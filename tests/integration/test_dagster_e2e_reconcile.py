@@ -15,7 +15,7 @@ from dagster import (
     DagsterInstance,
 )
 
-from cdc_platform.testing.replay import replay
+from cdc_platform.testing.replay import has_commits, replay
 from cdc_platform.testing.workload import Workload, source_rows
 from dagster_defs.reconcile import CHECK_NAME
 from tests.conftest import MariaDBDatabase
@@ -70,7 +70,7 @@ def test_scheduled_reconciliation_under_a_real_daemon(
     instance = dagster_daemon.start()
     wait_for("run STARTED", lambda: started_run(instance, name, set()))
     uri = str(tmp_path / "lake" / name / "changes")
-    wait_for("change log created", lambda: Path(uri, "_delta_log").exists())
+    wait_for("change log created", lambda: has_commits(uri))
     workload.run_transactions(100)  # changes after the start: the mirrors get them
     db = mariadb.name
     for table in ("customers", "orders"):

@@ -34,7 +34,7 @@ from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.id_watch import IdWatchSource
 from cdc_platform.source.id_watch_state import load_known_state
 from cdc_platform.testing.destinations import PASSWORD_ENV
-from cdc_platform.testing.replay import RowKey, replay
+from cdc_platform.testing.replay import RowKey, has_commits, replay
 from tests.conftest import MariaDBDatabase, S3Lake
 
 pytestmark = pytest.mark.integration
@@ -165,7 +165,7 @@ def ids_in(uri: str, op: str) -> list[int]:
 
 
 def log_exists(uri: str) -> bool:
-    return (Path(uri) / "_delta_log").exists()
+    return has_commits(uri)
 
 
 @pytest.mark.usefixtures("env_password")

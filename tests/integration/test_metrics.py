@@ -22,6 +22,7 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_platform.testing.ha import Cluster, Node, fast_database_lease
+from cdc_platform.testing.replay import has_commits
 from tests.conftest import MariaDBDatabase
 from tests.integration.test_serve import Serve, instance_yaml, serve, write_instance
 
@@ -271,7 +272,7 @@ def test_serve_exposes_every_destination_on_one_endpoint(
         serve.wait(held("d2"), "d2 held")
         # Both have pinned their start position once the change logs exist.
         serve.wait(
-            lambda: all(Path(serve.uri(d), "_delta_log").exists() for d in ("d1", "d2")),
+            lambda: all(has_commits(serve.uri(d)) for d in ("d1", "d2")),
             "both change logs",
         )
         mariadb.server.execute(

@@ -22,7 +22,7 @@ from cdc_platform.sink import DeltaChangeLog
 from cdc_platform.sink.report import CommitReport
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
-from cdc_platform.testing.replay import replay
+from cdc_platform.testing.replay import has_commits, replay
 from tests.conftest import MariaDBDatabase
 
 pytestmark = pytest.mark.integration
@@ -85,7 +85,7 @@ def test_changes_land_in_order_with_positions(mariadb: MariaDBDatabase, lake_roo
     server.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))", database=db)
     uri = str(lake_root / "d" / "changes")
     running = Running(WriteTerm("d", instance(mariadb), uri))
-    running.wait_for(lambda: Path(uri, "_delta_log").exists())
+    running.wait_for(lambda: has_commits(uri))
     with server.connect(db, autocommit=False) as conn, conn.cursor() as cur:
         cur.execute("INSERT INTO t VALUES (1, 'a'), (2, 'b')")
         cur.execute("UPDATE t SET v = 'bb' WHERE id = 2")
@@ -130,7 +130,7 @@ def test_transaction_larger_than_the_buffer_commits_in_chunks(
     uri = str(lake_root / "d" / "changes")
     config = instance(mariadb, buffer_size=16, batch_mode="ITEMSIZE", batch_size=8)
     running = Running(WriteTerm("d", config, uri))
-    running.wait_for(lambda: Path(uri, "_delta_log").exists())
+    running.wait_for(lambda: has_commits(uri))
     with server.connect(db, autocommit=False) as conn, conn.cursor() as cur:
         cur.executemany("INSERT INTO big VALUES (%s, 'x')", [(i,) for i in range(100)])
         conn.commit()
@@ -159,7 +159,7 @@ def test_purged_binlog_fails_loudly_and_keeps_the_log(
     server.execute("CREATE TABLE t (id INT PRIMARY KEY)", database=db)
     uri = str(lake_root / "d" / "changes")
     running = Running(WriteTerm("d", instance(mariadb), uri))
-    running.wait_for(lambda: Path(uri, "_delta_log").exists())
+    running.wait_for(lambda: has_commits(uri))
     server.execute("INSERT INTO t VALUES (1)", database=db)
     running.wait_for(lambda: sum(r.rows for r in running.reports) >= 1)
     running.stop()
@@ -228,7 +228,7 @@ def test_rows_describe_their_table_columns(mariadb: MariaDBDatabase, lake_root: 
     )
     uri = str(lake_root / "d" / "changes")
     running = Running(WriteTerm("d", instance(mariadb), uri))
-    running.wait_for(lambda: Path(uri, "_delta_log").exists())
+    running.wait_for(lambda: has_commits(uri))
     server.execute("INSERT INTO typed VALUES (1, 2.50, 'x', NOW(3), 'a', X'00')", database=db)
     running.wait_for(lambda: sum(r.rows for r in running.reports) >= 1)
     running.stop()

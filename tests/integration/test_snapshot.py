@@ -19,7 +19,7 @@ from cdc_platform.config.models import InstanceConfig
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
-from cdc_platform.testing.replay import replay
+from cdc_platform.testing.replay import has_commits, replay
 from cdc_platform.testing.workload import Workload, source_rows
 from tests.conftest import MariaDBDatabase
 
@@ -181,7 +181,7 @@ def test_snapshot_resumes_after_kill_9(mariadb: MariaDBDatabase, lake_root: Path
         proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            if Path(uri, "_delta_log").exists() and len(DeltaTable(uri).history()) >= 6:
+            if has_commits(uri) and len(DeltaTable(uri).history()) >= 6:
                 break
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
             time.sleep(0.05)

@@ -20,7 +20,7 @@ from cdc_platform.errors import SnapshotError
 from cdc_platform.runtime.supervised import supervised_destination
 from cdc_platform.runtime.supervisor import LeaseSupervisor
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
-from cdc_platform.testing.replay import replay
+from cdc_platform.testing.replay import has_commits, replay
 from cdc_platform.testing.workload import Workload, source_rows
 from dagster_defs.resources import PlatformResource
 from dagster_defs.snapshot_request import snapshot_request_job
@@ -59,7 +59,7 @@ def test_ad_hoc_snapshots_while_streaming(
         runner.start()
         try:
             deadline = time.monotonic() + 30
-            while not Path(uri, "_delta_log").exists() and time.monotonic() < deadline:
+            while not has_commits(uri) and time.monotonic() < deadline:
                 time.sleep(0.05)
             before = replay(uri).tables
             assert len(before.get(f"{db}.customers", {})) < 400  # only what streamed so far

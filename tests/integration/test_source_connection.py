@@ -30,7 +30,7 @@ from cdc_platform.source import BinlogSource
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
 from cdc_platform.testing.processes import stop_process
-from cdc_platform.testing.replay import replay
+from cdc_platform.testing.replay import has_commits, replay
 from tests.conftest import MariaDBDatabase
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -103,7 +103,7 @@ def test_a_run_started_while_the_source_is_down_waits_for_it(
             running.wait_for(retried)
             assert running.runtime.metrics().state == "waiting for the source"
             server.start()  # the database is back (same address)
-            running.wait_for(lambda: Path(uri, "_delta_log").exists())
+            running.wait_for(lambda: has_commits(uri))
             server.execute("INSERT INTO shop.t VALUES (1), (2)")
             running.wait_for(lambda: running.rows() >= 2)
             summary = running.stop()
@@ -206,7 +206,7 @@ def test_a_term_start_asks_the_source_for_new_tables_only_after_a_ddl(
 
 def _ids_if_any(uri: str) -> list[int]:
     """The replayed ids of shop.t, [] while the change log has none yet."""
-    if not Path(uri, "_delta_log").exists():
+    if not has_commits(uri):
         return []
     table = replay(uri).tables.get("shop.t")
     return sorted(int(row["id"]) for row in table.values()) if table else []
@@ -301,7 +301,7 @@ def test_a_switched_primary_refuses_file_positions_and_continues_by_gtid(
         monkeypatch.setenv(PASSWORD_ENV, password)
         uri = str(tmp_path / "lake" / "d" / "changes")
         running = Running(WriteTerm("d", _config(a), uri))
-        running.wait_for(lambda: Path(uri, "_delta_log").exists())
+        running.wait_for(lambda: has_commits(uri))
         a.execute("INSERT INTO shop.t VALUES (1), (2)", "INSERT INTO shop.t VALUES (3)")
         running.wait_for(lambda: running.rows() >= 3)
         assert running.stop().error is None
