@@ -23,16 +23,14 @@ static_pid=$!
 # The Airflow tests (their own environment: Airflow's pins fight Dagster's) run at the same
 # time in the background, so they add nothing to the wall time; every exit code counts.
 # Their environment is set up there too (its first install takes minutes on a fresh machine;
-# the main suite needs none of it, so it does not wait for it). Their type check comes last,
-# at the lowest priority like the static checks above (without a cache it reads much of
-# Airflow: about 35 CPU-seconds, which the tests' busy minutes need more).
+# the main suite needs none of it, so it does not wait for it).
 airflow_log="$(mktemp "${TMPDIR:-/tmp}/cdc-airflow-tests.XXXXXX")"
 (
   set -e
   scripts/setup.sh --airflow
-  .venv-airflow/bin/pytest -q -p no:cacheprovider -m "unit or integration" tests/airflow
   echo "mypy --strict cdc_airflow (.venv-airflow):"
-  nice -n 19 .venv-airflow/bin/mypy --strict cdc_airflow
+  .venv-airflow/bin/mypy --strict cdc_airflow
+  .venv-airflow/bin/pytest -q -p no:cacheprovider -m "unit or integration" tests/airflow
 ) >"$airflow_log" 2>&1 &
 airflow_pid=$!
 trap 'kill "$airflow_pid" "$static_pid" 2>/dev/null || true' INT TERM
