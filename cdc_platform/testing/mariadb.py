@@ -95,6 +95,8 @@ class MariaDBServer:
         self.tmpdir = base_dir / "tmp"
         self.host = "127.0.0.1"
         self.port = port or free_port()
+        self._port_chosen_here = port is None
+        self._started = False
         self.server_id = server_id
         tls_args = (
             [
@@ -112,7 +114,25 @@ class MariaDBServer:
     # -- life cycle --------------------------------------------------------------------------
 
     def start(self, timeout: float = 60.0) -> None:
-        """Initialise the data directory on first start, then start and wait until SQL works."""
+        """Initialise the data directory on first start, then start and wait until SQL works.
+
+        A free port can be taken by another process between :func:`free_port` choosing it and
+        the server binding it (it happened: a whole worker's tests lost their server). On a
+        first start on a port chosen here, the server then gets another port, up to three
+        tries; a restart keeps its address (tests rely on it)."""
+        tries = 3 if self._port_chosen_here and not self._started else 1
+        for attempt in range(tries):
+            try:
+                self._start_once(timeout)
+            except ServerStartError as exc:
+                if attempt + 1 < tries and "Address already in use" in str(exc):
+                    self.port = free_port()
+                    continue
+                raise
+            self._started = True
+            return
+
+    def _start_once(self, timeout: float) -> None:
         if self._proc is not None and self._proc.poll() is None:
             return
         self.base_dir.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import socket
 import threading
+from pathlib import Path
 
 import pymysql
 import pytest
@@ -10,6 +12,7 @@ from kazoo.client import KazooClient
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import WriteRowsEvent
 
+from cdc_platform.testing.mariadb import MariaDBServer
 from cdc_platform.testing.zookeeper import ZooKeeperServer
 from tests.conftest import MariaDBDatabase
 
@@ -120,3 +123,18 @@ def test_zookeeper_chroot_is_unique_per_test(zk_hosts: str) -> None:
     finally:
         client.stop()
         client.close()
+
+
+def test_a_first_start_on_a_port_taken_meanwhile_moves_to_another(tmp_path: Path) -> None:
+    """The chosen port taken before the server binds it (another process won the race): the
+    server starts on another port instead of failing the worker's whole session."""
+    with socket.socket() as squatter:  # bound, not listening: a connection is refused
+        squatter.bind(("127.0.0.1", 0))
+        server = MariaDBServer(tmp_path / "m")
+        server.port = squatter.getsockname()[1]  # as if free_port() had just returned it
+        try:
+            server.start()
+            assert server.port != squatter.getsockname()[1]
+            assert server.query("SELECT 1") == [(1,)]
+        finally:
+            server.stop()
