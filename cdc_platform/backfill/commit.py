@@ -28,7 +28,7 @@ from cdc_platform.backfill.reread_list import note_rereads
 from cdc_platform.events import ChangeEvent, Op, ResumePosition
 from cdc_platform.sink.commit import CommitResult
 from cdc_platform.sink.delta import DeltaChangeLog
-from cdc_platform.sink.report import CommitReport, count_ops
+from cdc_platform.sink.report import CommitReport, count_ops, count_transactions
 from cdc_platform.sink.schema import RowsAtCut
 from cdc_platform.sink.term import WriteTerm
 
@@ -81,10 +81,10 @@ class PendingCommit:
         *,
         lag_seconds: float = 0.0,
         partial: bool = False,
-        transactions: int = 0,
     ) -> CommitReport:
         """Step 4's report of the commit that ``landed`` (``rereads``: the tables step 2
-        listed), for ``term.report``. A side writer's commit has no binlog lag."""
+        listed), for ``term.report``. A side writer's commit has no binlog lag; the source
+        transactions its events end count as the stream's do."""
         events, snapshot = self.events, self.snapshot
         ops = count_ops(events)
         if snapshot:
@@ -103,7 +103,7 @@ class PendingCommit:
             landed.seconds,
             partial=partial,
             ops=ops,
-            transactions=transactions,
+            transactions=count_transactions(events),
             rereads=rereads,
         )
 

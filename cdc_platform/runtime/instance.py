@@ -17,7 +17,7 @@ from typing import TypeVar
 
 from cdc_platform.backfill.commit import PendingCommit
 from cdc_platform.errors import CdcError, CommitRefusedError, SinkError, SourceError
-from cdc_platform.events import ChangeEvent, EventKind, ResumePosition
+from cdc_platform.events import EventKind, ResumePosition
 from cdc_platform.sink import Checkpoint, CommitResult, FencedCommitError
 from cdc_platform.sink.report import CommitReport
 from cdc_platform.sink.start_record import StartRecord
@@ -504,7 +504,6 @@ class DestinationRuntime:
             rereads or (),
             lag_seconds=max(0.0, time.time() - last.txn.timestamp),
             partial=batch.partial,
-            transactions=sum(1 for e in batch.events if _captured_end(e)),
         )
 
     def _landed(self, batch_seq: int, epoch: int, resume: ResumePosition) -> Checkpoint | None:
@@ -547,14 +546,6 @@ class DestinationRuntime:
                 "reconnects": m.source_reconnects,
             },
         )
-
-
-def _captured_end(event: ChangeEvent) -> bool:
-    """The end of a source transaction that changed captured tables: a DDL, or a COMMIT
-    after rows (not the COMMIT of a transaction with nothing captured, nor a heartbeat)."""
-    if event.kind is EventKind.DDL:
-        return True
-    return event.kind is EventKind.COMMIT and event.index > 0 and not event.txn.idle
 
 
 IDLE_WITHOUT_HEARTBEAT_FACTOR = 4.0

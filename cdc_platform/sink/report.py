@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from cdc_platform.events import ChangeEvent, EventKind, Op, ResumePosition
 
-__all__ = ["CommitReport", "count_ops", "ddl_rows"]
+__all__ = ["CommitReport", "count_ops", "count_transactions", "ddl_rows"]
 
 
 def count_ops(events: Iterable[ChangeEvent]) -> tuple[tuple[str, int], ...]:
@@ -22,6 +22,23 @@ def count_ops(events: Iterable[ChangeEvent]) -> tuple[tuple[str, int], ...]:
         str(e.op) for e in events if e.kind is not EventKind.COMMIT and e.op is not None
     )
     return tuple(sorted(counts.items()))
+
+
+def count_transactions(events: Iterable[ChangeEvent]) -> int:
+    """Source transactions that end among ``events`` and changed captured tables: a DDL, or a
+    COMMIT after rows (not the COMMIT of a transaction with nothing captured, nor a heartbeat,
+    nor the DDL rows the platform writes itself, server id 0: a snapshot's table definition).
+    Counted the same wherever the events are committed: by the stream, or beside it in a
+    snapshot's segment (the binlog read while a table is copied)."""
+    return sum(
+        1
+        for e in events
+        if e.txn.server_id != 0
+        and (
+            e.kind is EventKind.DDL
+            or (e.kind is EventKind.COMMIT and e.index > 0 and not e.txn.idle)
+        )
+    )
 
 
 def ddl_rows(events: Iterable[ChangeEvent]) -> tuple[tuple[str, str, str], ...]:

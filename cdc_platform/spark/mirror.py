@@ -43,13 +43,13 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F  # noqa: N812 (the PySpark idiom)
 from pyspark.sql import types as T  # noqa: N812 (the PySpark idiom)
 
 from cdc_platform.errors import CdcError, MirrorError, SinkError
 from cdc_platform.sink.lake_files import LakeFile, join_uri
 from cdc_platform.spark import ddl as ddl_parser
 from cdc_platform.spark import multiset
+from cdc_platform.spark.apply_counts import staged_counts
 from cdc_platform.spark.locations import (
     STAGING_DIR,
     TableFacts,
@@ -281,7 +281,7 @@ class _Apply:
         self._final(changes, line).write.format("delta").mode("overwrite").save(staging)
         final = self.spark.read.format("delta").load(staging)
         if target.has_primary_key:
-            inserted, updated, deleted = _counts(final, target)
+            inserted, updated, deleted = staged_counts(final, staging, target, self.options)
             source, sql = final, _merge_sql
         else:  # the MERGE's rows depend on the mirror's counts: staged before it changes
             (inserted, deleted), updated = multiset.delta_counts(final, target), 0
@@ -482,17 +482,6 @@ def _mirror_struct(target: TableSchema, db: str, table: str) -> T.StructType:
     return T.StructType(
         [T.StructField(c.name, spark_type(c, db=db, table=table)) for c in target.columns]
     )
-
-
-def _counts(final: DataFrame, target: TableSchema) -> tuple[int, int, int]:
-    existed = F.col(quote_identifier(target.engine.first_kind)).isin("update", "delete")
-    deleted = F.col(quote_identifier(target.engine.deleted))
-    row = final.agg(
-        F.count(F.when(~existed & ~deleted, 1)).alias("inserted"),
-        F.count(F.when(existed & ~deleted, 1)).alias("updated"),
-        F.count(F.when(existed & deleted, 1)).alias("deleted"),
-    ).collect()[0]
-    return int(row["inserted"]), int(row["updated"]), int(row["deleted"])
 
 
 def _merge_sql(uri: str, view: str, target: TableSchema) -> str:

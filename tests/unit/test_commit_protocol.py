@@ -18,7 +18,7 @@ from cdc_platform.config.lake import LakeLocation
 from cdc_platform.config.models import InstanceConfig, SourceConfig
 from cdc_platform.errors import LeaseLostError
 from cdc_platform.events import ChangeEvent
-from cdc_platform.sink.report import CommitReport
+from cdc_platform.sink.report import CommitReport, count_transactions
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.events import EventBuilder
 
@@ -69,11 +69,27 @@ def test_a_side_commit_gates_notes_gates_again_commits_and_reports(tmp_path: Pat
         4,
         landed.version,
     )  # 2 rows, COMMIT, DDL
-    assert (report.lag_seconds, report.transactions, report.partial) == (0.0, 0, False)
+    # the transaction and the DDL: a side commit's source transactions count as the stream's
+    assert (report.lag_seconds, report.transactions, report.partial) == (0.0, 2, False)
     checkpoint = sink.recover()
     assert checkpoint is not None
     assert checkpoint.batch_seq == 1
     sink.close()
+
+
+def test_transactions_are_those_that_end_with_captured_changes() -> None:
+    """A COMMIT after rows and a DDL end one each; the COMMIT of a transaction none of whose
+    rows were captured (index 0), a heartbeat's (idle) and a DDL row the platform wrote (a
+    snapshot's table definition: server id 0) end none."""
+    build = EventBuilder()
+    rows = build.transaction(3)
+    (empty,) = build.transaction(0)
+    heartbeat = replace(empty, txn=replace(empty.txn, idle=True, gtid=None))
+    ddl = _ddl(build)
+    definition = replace(ddl, txn=replace(ddl.txn, server_id=0, gtid=None))
+    events = [*rows, empty, ddl, heartbeat, definition, *build.transaction(1)]
+    assert count_transactions(events) == 3
+    assert count_transactions(rows[:-1]) == 0  # the COMMIT is in the next batch (a split one)
 
 
 def test_a_gate_that_refuses_after_the_note_leaves_the_change_log_untouched(
