@@ -34,17 +34,19 @@ def run(script: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_dataset_read_then_exit_process_always_ends_with_the_code(tmp_path: Path) -> None:
-    """Plain interpreter exit after a dataset read aborts often (exit 134; the control below
-    shows the hazard still exists in the installed pyarrow); ``exit_process`` never does."""
+    """Plain interpreter exit after a dataset read aborts now and then (exit 134; the control
+    below shows whether it did in this run); ``exit_process`` never does. Six exits each (each
+    a new interpreter, about 0.7 CPU-s): on an idle machine three runs in four had an abort
+    among the six plain exits; on a busy one the abort is rarer and the test xfails."""
     fixed = READ_A_DELTA_TABLE + (
         "from cdc_platform.infra.process_exit import exit_process\nexit_process(3)\n"
     )
-    codes = [run(fixed, tmp_path).returncode for _ in range(12)]
-    assert codes == [3] * 12
-    results = [run(READ_A_DELTA_TABLE, tmp_path) for _ in range(12)]
+    codes = [run(fixed, tmp_path).returncode for _ in range(6)]
+    assert codes == [3] * 6
+    results = [run(READ_A_DELTA_TABLE, tmp_path) for _ in range(6)]
     assert all(r.stdout.strip() == "100" for r in results)
     if all(r.returncode == 0 for r in results):
-        pytest.xfail("this pyarrow did not abort in 12 plain exits; exit_process may be moot")
+        pytest.xfail("this pyarrow did not abort in 6 plain exits; exit_process may be moot")
 
 
 def test_console_exit_codes(tmp_path: Path) -> None:
