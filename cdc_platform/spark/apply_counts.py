@@ -4,9 +4,10 @@ An apply writes the newest change per key to a staging table before its MERGE
 (:mod:`.mirror`). The counts need two of its columns: the kind of each key's first change in
 the range (an ``update`` or ``delete`` means the key existed before) and whether its newest
 change deletes it. Read with delta-rs where it speaks the lake's storage, they cost no Spark
-job: on the JVM engines a count over a table written a moment ago is six jobs (Delta first
-rebuilds the new table's snapshot), about a sixth of a small apply's driver time. Elsewhere,
-or when delta-rs cannot read the table, Spark counts them.
+job: on the JVM engines a count over a table written a moment ago is three to six jobs (Delta
+first rebuilds the new table's snapshot), and a small merge runs two fewer without it (its
+MERGE reads the table anyway). Elsewhere, or when delta-rs cannot read the table, Spark counts
+them.
 """
 
 from __future__ import annotations
