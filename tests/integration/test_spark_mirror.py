@@ -18,9 +18,11 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_platform.errors import MirrorError, UnsupportedColumnTypeError
+from cdc_platform.spark.apply_counts import staged_counts
 from cdc_platform.spark.locations import mirror_tables, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
 from cdc_platform.spark.mirror_state import read_state, state_history
+from cdc_platform.spark.types import parse_columns
 from cdc_platform.testing.spark_changes import ChangeLogWriter, SourceTable, column, expected_row
 from cdc_platform.testing.spark_engines import ENGINES, SparkEngine
 
@@ -271,6 +273,26 @@ def _same_rows(spark: SparkSession, a: str, b: str) -> bool:
     left = mirror_rows(spark, mirror_uri(a, "shop", "items"))
     right = mirror_rows(spark, mirror_uri(b, "shop", "items"))
     return left[0] == right[0] and sorted(map(repr, left[1])) == sorted(map(repr, right[1]))
+
+
+def test_merge_counts_by_delta_rs_equal_sparks(spark: SparkSession, tmp_path: Path) -> None:
+    """The counts read from a staging table with delta-rs equal Spark's count of it, and Spark
+    counts where delta-rs cannot read (a table that is not there)."""
+    target = parse_columns(items_table()._columns_json())
+    first_kind, deleted = target.engine.first_kind, target.engine.deleted
+    kinds = [("insert", False)] * 3 + [("insert", True)] * 2  # a key inserted then deleted
+    kinds += [("update", False)] * 4 + [("update", True)] + [("delete", True)] * 2
+    kinds += [("delete", False)]  # deleted, then inserted again: there before and now
+    staged = spark.createDataFrame(
+        [(i, kind, gone) for i, (kind, gone) in enumerate(kinds)],
+        f"id INT, `{first_kind}` STRING, `{deleted}` BOOLEAN",
+    )
+    uri = str(tmp_path / "staging")
+    staged.write.format("delta").save(uri)
+    frame = spark.read.format("delta").load(uri)
+    want = (3, 5, 3)  # inserted, updated, deleted
+    assert staged_counts(frame, uri, target) == want
+    assert staged_counts(frame, str(tmp_path / "missing"), target) == want  # Spark counted
 
 
 def test_ddl_after_the_last_row_evolves_the_mirror(spark: SparkSession, tmp_path: Path) -> None:
