@@ -21,10 +21,12 @@ import pymysql
 from cdc_platform.events import ResumePosition
 from cdc_platform.source.mysql import mysql_connection
 from cdc_platform.testing.processes import (
+    PORT_TRIES,
     ServerStartError,
     child_setup,
     find_binary,
     free_port,
+    start_on_a_free_port,
     stop_process,
     tail_of,
     wait_until,
@@ -120,17 +122,12 @@ class MariaDBServer:
         the server binding it (it happened: a whole worker's tests lost their server). On a
         first start on a port chosen here, the server then gets another port, up to three
         tries; a restart keeps its address (tests rely on it)."""
-        tries = 3 if self._port_chosen_here and not self._started else 1
-        for attempt in range(tries):
-            try:
-                self._start_once(timeout)
-            except ServerStartError as exc:
-                if attempt + 1 < tries and "Address already in use" in str(exc):
-                    self.port = free_port()
-                    continue
-                raise
-            self._started = True
-            return
+        tries = PORT_TRIES if self._port_chosen_here and not self._started else 1
+        start_on_a_free_port(lambda: self._start_once(timeout), self._move, tries=tries)
+        self._started = True
+
+    def _move(self) -> None:
+        self.port = free_port()
 
     def _start_once(self, timeout: float) -> None:
         if self._proc is not None and self._proc.poll() is None:

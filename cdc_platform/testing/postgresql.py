@@ -24,9 +24,11 @@ from types import TracebackType
 from typing import Any
 
 from cdc_platform.testing.processes import (
+    PORT_TRIES,
     ServerStartError,
     child_setup,
     free_port,
+    start_on_a_free_port,
     stop_process,
     tail_of,
     wait_until,
@@ -78,6 +80,9 @@ class PostgreSQLServer:
         self.log_path = base_dir / "postgresql.log"
         self.host = "127.0.0.1"
         self.port = port or free_port()
+        self._port_chosen_here = port is None
+        self._started = False
+        self._database_missing = False
         self.user = "postgres"
         self.database = database
         self._account = _unprivileged_account()
@@ -114,14 +119,24 @@ class PostgreSQLServer:
         }
 
     def start(self, timeout: float = 60.0) -> None:
-        """Initialise the cluster on first start, then start and wait until SQL works."""
+        """Initialise the cluster on first start, then start and wait until SQL works. A first
+        start on a port chosen here moves to another port when that one was taken meanwhile
+        (a restart keeps its address)."""
+        tries = PORT_TRIES if self._port_chosen_here and not self._started else 1
+        start_on_a_free_port(lambda: self._start_once(timeout), self._move, tries=tries)
+        self._started = True
+
+    def _move(self) -> None:
+        self.port = free_port()
+
+    def _start_once(self, timeout: float) -> None:
         if self._proc is not None and self._proc.poll() is None:
             return
         self.base_dir.mkdir(parents=True, exist_ok=True)
         bindir = find_postgres_bin()
-        fresh = not (self.data_dir / "PG_VERSION").exists()
-        if fresh:
+        if not (self.data_dir / "PG_VERSION").exists():
             self._initdb(bindir)
+            self._database_missing = True  # until created (a start that failed keeps it so)
         log = self.log_path.open("ab")
         self._proc = subprocess.Popen(
             [
@@ -163,8 +178,9 @@ class PostgreSQLServer:
             return self._answers("postgres")
 
         wait_until(ready, timeout=timeout, what="PostgreSQL", log=self.log_path)
-        if fresh:
+        if self._database_missing:
             self.execute(f'CREATE DATABASE "{self.database}"', database="postgres")
+            self._database_missing = False
 
     def _initdb(self, bindir: Path) -> None:
         result = subprocess.run(

@@ -15,12 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 __all__ = [
+    "PORT_TRIES",
     "ServerStartError",
     "child_setup",
     "die_with_parent",
     "find_binary",
     "free_port",
     "group_members",
+    "start_on_a_free_port",
     "stop_process",
     "stop_process_group",
     "wait_until",
@@ -37,6 +39,31 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+PORT_TRIES = 3
+"""First starts on a port chosen by :func:`free_port` that another process took first."""
+
+
+def start_on_a_free_port(
+    start_once: Callable[[], None], move: Callable[[], None], *, tries: int = PORT_TRIES
+) -> None:
+    """``start_once()``, calling ``move()`` (choose another port) and starting again when it
+    failed because its port was in use, up to ``tries`` starts.
+
+    :func:`free_port` returns a port that was free a moment ago: another process can bind it
+    before the server does (it happened: a test worker's whole session lost its server). A
+    caller passes ``tries=1`` where the address must not change (a restart, a port it was
+    given)."""
+    for attempt in range(tries):
+        try:
+            start_once()
+        except ServerStartError as exc:
+            if attempt + 1 < tries and "address already in use" in str(exc).lower():
+                move()
+                continue
+            raise
+        return
 
 
 def find_binary(name: str, *extra_dirs: str) -> str:

@@ -17,10 +17,12 @@ from pathlib import Path
 from types import TracebackType
 
 from cdc_platform.testing.processes import (
+    PORT_TRIES,
     ServerStartError,
     child_setup,
     find_binary,
     free_port,
+    start_on_a_free_port,
     stop_process,
     tail_of,
     wait_until,
@@ -57,6 +59,8 @@ class ZooKeeperServer:
         self.log_path = base_dir / "zookeeper.log"
         self.host = "127.0.0.1"
         self.port = port or free_port()
+        self._port_chosen_here = port is None
+        self._started = False
         self.tick_time_ms = tick_time_ms
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -66,7 +70,17 @@ class ZooKeeperServer:
         return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 30.0) -> None:
-        """Write zoo.cfg, start the JVM and wait until `srvr` answers."""
+        """Write zoo.cfg, start the JVM and wait until `srvr` answers. A first start on a port
+        chosen here moves to another port when that one was taken meanwhile (a restart keeps
+        its address)."""
+        tries = PORT_TRIES if self._port_chosen_here and not self._started else 1
+        start_on_a_free_port(lambda: self._start_once(timeout), self._move, tries=tries)
+        self._started = True
+
+    def _move(self) -> None:
+        self.port = free_port()
+
+    def _start_once(self, timeout: float) -> None:
         if self._proc is not None and self._proc.poll() is None:
             return
         for jar in _CLASSPATH:

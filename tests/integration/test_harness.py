@@ -13,7 +13,8 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import WriteRowsEvent
 
 from cdc_platform.testing.mariadb import MariaDBServer
-from cdc_platform.testing.zookeeper import ZooKeeperServer
+from cdc_platform.testing.postgresql import PostgreSQLServer
+from cdc_platform.testing.zookeeper import ZooKeeperServer, four_letter_word
 from tests.conftest import MariaDBDatabase
 
 pytestmark = pytest.mark.integration
@@ -125,16 +126,33 @@ def test_zookeeper_chroot_is_unique_per_test(zk_hosts: str) -> None:
         client.close()
 
 
-def test_a_first_start_on_a_port_taken_meanwhile_moves_to_another(tmp_path: Path) -> None:
+def _answers(server: MariaDBServer | ZooKeeperServer | PostgreSQLServer) -> bool:
+    if isinstance(server, MariaDBServer):
+        return server.query("SELECT 1") == [(1,)]
+    if isinstance(server, ZooKeeperServer):
+        return "Mode: standalone" in four_letter_word(server.host, server.port, "srvr")
+    server.execute("CREATE TABLE t (id INT)")  # in the test database, created on the retry
+    return True
+
+
+@pytest.mark.parametrize("kind", ["mariadb", "zookeeper", "postgresql"])
+def test_a_first_start_on_a_port_taken_meanwhile_moves_to_another(
+    kind: str, tmp_path: Path
+) -> None:
     """The chosen port taken before the server binds it (another process won the race): the
     server starts on another port instead of failing the worker's whole session."""
+    servers = {
+        "mariadb": MariaDBServer,
+        "zookeeper": ZooKeeperServer,
+        "postgresql": PostgreSQLServer,
+    }
     with socket.socket() as squatter:  # bound, not listening: a connection is refused
         squatter.bind(("127.0.0.1", 0))
-        server = MariaDBServer(tmp_path / "m")
+        server = servers[kind](tmp_path / kind)
         server.port = squatter.getsockname()[1]  # as if free_port() had just returned it
         try:
             server.start()
             assert server.port != squatter.getsockname()[1]
-            assert server.query("SELECT 1") == [(1,)]
+            assert _answers(server)
         finally:
             server.stop()
