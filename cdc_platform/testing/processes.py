@@ -59,11 +59,18 @@ def start_on_a_free_port(
         try:
             start_once()
         except ServerStartError as exc:
-            if attempt + 1 < tries and "address already in use" in str(exc).lower():
+            if attempt + 1 < tries and _port_taken(str(exc)):
                 move()
                 continue
             raise
         return
+
+
+def _port_taken(error: str) -> bool:
+    """Whether a server's start failed on its port: the system's message (MariaDB, ZooKeeper,
+    PostgreSQL) or Spark's, which names the address instead."""
+    text = error.lower()
+    return "address already in use" in text or "failed to bind to address" in text
 
 
 def find_binary(name: str, *extra_dirs: str) -> str:
