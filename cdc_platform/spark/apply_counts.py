@@ -69,7 +69,7 @@ def _spark_counts(final: DataFrame, target: TableSchema) -> tuple[int, int, int]
     deleted = F.col(quote_identifier(target.engine.deleted))
     row = final.agg(
         F.count(F.when(~existed & ~deleted, 1)).alias("inserted"),
-        F.count(F.when(existed & deleted, 1)).alias("deleted"),
         F.count(F.when(existed & ~deleted, 1)).alias("updated"),
+        F.count(F.when(existed & deleted, 1)).alias("deleted"),
     ).collect()[0]
     return int(row["inserted"]), int(row["updated"]), int(row["deleted"])

@@ -21,12 +21,10 @@ import pymysql
 from cdc_platform.events import ResumePosition
 from cdc_platform.source.mysql import mysql_connection
 from cdc_platform.testing.processes import (
-    PORT_TRIES,
+    PrivateServer,
     ServerStartError,
     child_setup,
     find_binary,
-    free_port,
-    start_on_a_free_port,
     stop_process,
     tail_of,
     wait_until,
@@ -73,7 +71,7 @@ class ReplicationUser:
         return f"ReplicationUser(name={self.name!r}, password='***')"
 
 
-class MariaDBServer:
+class MariaDBServer(PrivateServer):
     """One private ``mariadbd``: start, stop, kill, restart, connect, read its error log."""
 
     def __init__(
@@ -96,9 +94,7 @@ class MariaDBServer:
         # on their temporary table files ("Could not remove temporary table", install aborted).
         self.tmpdir = base_dir / "tmp"
         self.host = "127.0.0.1"
-        self.port = port or free_port()
-        self._port_chosen_here = port is None
-        self._started = False
+        super().__init__(port)
         self.server_id = server_id
         tls_args = (
             [
@@ -115,21 +111,10 @@ class MariaDBServer:
 
     # -- life cycle --------------------------------------------------------------------------
 
-    def start(self, timeout: float = 60.0) -> None:
-        """Initialise the data directory on first start, then start and wait until SQL works.
-
-        A free port can be taken by another process between :func:`free_port` choosing it and
-        the server binding it (it happened: a whole worker's tests lost their server). On a
-        first start on a port chosen here, the server then gets another port, up to three
-        tries; a restart keeps its address (tests rely on it)."""
-        tries = PORT_TRIES if self._port_chosen_here and not self._started else 1
-        start_on_a_free_port(lambda: self._start_once(timeout), self._move, tries=tries)
-        self._started = True
-
-    def _move(self) -> None:
-        self.port = free_port()
+    START_TIMEOUT = 60.0
 
     def _start_once(self, timeout: float) -> None:
+        """Initialise the data directory on first start, then start and wait until SQL works."""
         if self._proc is not None and self._proc.poll() is None:
             return
         self.base_dir.mkdir(parents=True, exist_ok=True)

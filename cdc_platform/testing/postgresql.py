@@ -24,11 +24,9 @@ from types import TracebackType
 from typing import Any
 
 from cdc_platform.testing.processes import (
-    PORT_TRIES,
+    PrivateServer,
     ServerStartError,
     child_setup,
-    free_port,
-    start_on_a_free_port,
     stop_process,
     tail_of,
     wait_until,
@@ -72,16 +70,14 @@ def _unprivileged_account() -> pwd.struct_passwd | None:
     )
 
 
-class PostgreSQLServer:
+class PostgreSQLServer(PrivateServer):
     """One private ``postgres``: start, stop, restart, a connection URL, its log."""
 
     def __init__(self, base_dir: Path, *, port: int | None = None, database: str = "test") -> None:
         self.base_dir = base_dir
         self.log_path = base_dir / "postgresql.log"
         self.host = "127.0.0.1"
-        self.port = port or free_port()
-        self._port_chosen_here = port is None
-        self._started = False
+        super().__init__(port)
         self._database_missing = False
         self.user = "postgres"
         self.database = database
@@ -118,18 +114,10 @@ class PostgreSQLServer:
             "env": {**os.environ, "HOME": str(self._workdir()), "USER": self._account.pw_name},
         }
 
-    def start(self, timeout: float = 60.0) -> None:
-        """Initialise the cluster on first start, then start and wait until SQL works. A first
-        start on a port chosen here moves to another port when that one was taken meanwhile
-        (a restart keeps its address)."""
-        tries = PORT_TRIES if self._port_chosen_here and not self._started else 1
-        start_on_a_free_port(lambda: self._start_once(timeout), self._move, tries=tries)
-        self._started = True
-
-    def _move(self) -> None:
-        self.port = free_port()
+    START_TIMEOUT = 60.0
 
     def _start_once(self, timeout: float) -> None:
+        """Initialise the cluster on first start, then start and wait until SQL works."""
         if self._proc is not None and self._proc.poll() is None:
             return
         self.base_dir.mkdir(parents=True, exist_ok=True)

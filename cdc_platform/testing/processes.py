@@ -13,9 +13,11 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import ClassVar
 
 __all__ = [
     "PORT_TRIES",
+    "PrivateServer",
     "ServerStartError",
     "child_setup",
     "die_with_parent",
@@ -64,6 +66,32 @@ def start_on_a_free_port(
                 continue
             raise
         return
+
+
+class PrivateServer:
+    """What the tests' private servers share: a port on 127.0.0.1 (:func:`free_port`'s unless
+    one is given) and a start that moves to another port when a first start on a port chosen
+    here finds it taken (:func:`start_on_a_free_port`); later starts keep the address."""
+
+    START_TIMEOUT: ClassVar[float] = 60.0
+    """Seconds a start may take unless the caller says otherwise."""
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self._port_may_move = port is None
+
+    def start(self, timeout: float | None = None) -> None:
+        """Start the server (:meth:`_start_once`) and wait until it serves."""
+        seconds = self.START_TIMEOUT if timeout is None else timeout
+        tries = PORT_TRIES if self._port_may_move else 1
+        start_on_a_free_port(lambda: self._start_once(seconds), self._move, tries=tries)
+        self._port_may_move = False
+
+    def _move(self) -> None:
+        self.port = free_port()
+
+    def _start_once(self, timeout: float) -> None:
+        raise NotImplementedError
 
 
 def _port_taken(error: str) -> bool:

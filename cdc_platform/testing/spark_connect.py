@@ -18,11 +18,9 @@ from pathlib import Path
 from cdc_platform.spark.jars import installed_jars
 from cdc_platform.spark.session import DELTA_SQL_CONF
 from cdc_platform.testing.processes import (
-    PORT_TRIES,
+    PrivateServer,
     ServerStartError,
     child_setup,
-    free_port,
-    start_on_a_free_port,
     stop_process,
     tail_of,
     wait_until,
@@ -85,7 +83,7 @@ def spark_submit() -> Path:
     return Path(pyspark.__file__).parent / "bin" / "spark-submit"
 
 
-class SparkConnectServer:
+class SparkConnectServer(PrivateServer):
     """One ``spark-submit --class SparkConnectServer`` process: start, stop, its ``sc://`` URL.
 
     ``environment`` is added to the server's environment (e.g. the AWS variables of a test's
@@ -105,8 +103,7 @@ class SparkConnectServer:
         self.base_dir = base_dir
         self.log_path = base_dir / "spark-connect.log"
         self.host = "127.0.0.1"
-        self.port = free_port()
-        self._started = False
+        super().__init__()
         self.master = master
         self.driver_memory = driver_memory
         self.conf = dict(conf or {})
@@ -158,18 +155,10 @@ class SparkConnectServer:
             cmd += ["--conf", f"{key}={value}"]
         return [*cmd, "spark-internal"]
 
-    def start(self, timeout: float = 300.0) -> None:
-        """Start the server and wait until its gRPC port accepts connections. A first start
-        moves to another port when the chosen one was taken meanwhile (a restart keeps its
-        address: sessions know its URL)."""
-        tries = 1 if self._started else PORT_TRIES
-        start_on_a_free_port(lambda: self._start_once(timeout), self._move, tries=tries)
-        self._started = True
-
-    def _move(self) -> None:
-        self.port = free_port()
+    START_TIMEOUT = 300.0
 
     def _start_once(self, timeout: float) -> None:
+        """Start the server and wait until its gRPC port accepts connections."""
         if self.running:
             return
         self.base_dir.mkdir(parents=True, exist_ok=True)

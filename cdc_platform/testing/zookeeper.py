@@ -17,12 +17,10 @@ from pathlib import Path
 from types import TracebackType
 
 from cdc_platform.testing.processes import (
-    PORT_TRIES,
+    PrivateServer,
     ServerStartError,
     child_setup,
     find_binary,
-    free_port,
-    start_on_a_free_port,
     stop_process,
     tail_of,
     wait_until,
@@ -50,7 +48,7 @@ def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> s
         return ""
 
 
-class ZooKeeperServer:
+class ZooKeeperServer(PrivateServer):
     """One private ZooKeeper server process: start, stop, kill, restart."""
 
     def __init__(self, base_dir: Path, *, port: int | None = None, tick_time_ms: int = 500) -> None:
@@ -58,9 +56,7 @@ class ZooKeeperServer:
         self.data_dir = base_dir / "data"
         self.log_path = base_dir / "zookeeper.log"
         self.host = "127.0.0.1"
-        self.port = port or free_port()
-        self._port_chosen_here = port is None
-        self._started = False
+        super().__init__(port)
         self.tick_time_ms = tick_time_ms
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -69,18 +65,10 @@ class ZooKeeperServer:
         """The kazoo connection string."""
         return f"{self.host}:{self.port}"
 
-    def start(self, timeout: float = 30.0) -> None:
-        """Write zoo.cfg, start the JVM and wait until `srvr` answers. A first start on a port
-        chosen here moves to another port when that one was taken meanwhile (a restart keeps
-        its address)."""
-        tries = PORT_TRIES if self._port_chosen_here and not self._started else 1
-        start_on_a_free_port(lambda: self._start_once(timeout), self._move, tries=tries)
-        self._started = True
-
-    def _move(self) -> None:
-        self.port = free_port()
+    START_TIMEOUT = 30.0
 
     def _start_once(self, timeout: float) -> None:
+        """Write zoo.cfg, start the JVM and wait until `srvr` answers."""
         if self._proc is not None and self._proc.poll() is None:
             return
         for jar in _CLASSPATH:

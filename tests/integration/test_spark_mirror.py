@@ -8,6 +8,7 @@ delta-spark, an Apache Spark Connect server); the rest on the embedded engine.
 
 from __future__ import annotations
 
+import json
 import random
 from datetime import UTC, datetime
 from pathlib import Path
@@ -278,7 +279,7 @@ def _same_rows(spark: SparkSession, a: str, b: str) -> bool:
 def test_merge_counts_by_delta_rs_equal_sparks(spark: SparkSession, tmp_path: Path) -> None:
     """The counts read from a staging table with delta-rs equal Spark's count of it, and Spark
     counts where delta-rs cannot read (a table that is not there)."""
-    target = parse_columns(items_table()._columns_json())
+    target = parse_columns(json.dumps(items_table().columns))
     first_kind, deleted = target.engine.first_kind, target.engine.deleted
     kinds = [("insert", False)] * 3 + [("insert", True)] * 2  # a key inserted then deleted
     kinds += [("update", False)] * 4 + [("update", True)] + [("delete", True)] * 2
