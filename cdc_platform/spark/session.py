@@ -25,6 +25,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import sys
 import threading
 import weakref
 from typing import Any
@@ -177,6 +178,26 @@ def connect_builder(
     return builder
 
 
+def _choose_worker_python(config: SparkConfig) -> None:
+    """Set ``PYSPARK_PYTHON`` (unless it is set) for a classic session's Python workers.
+
+    PySpark reads only that variable when its context starts and otherwise runs ``python3``
+    from PATH, which fails a local session whenever the platform runs from an interpreter
+    not first on PATH (a virtual environment, a Dagster run worker): Spark refuses a worker
+    of another minor version (PYTHON_VERSION_MISMATCH), and another interpreter may lack the
+    packages. On a ``local`` master the workers run this interpreter; ``spark.pyspark.python``
+    in ``conf`` is taken on any master (as spark-submit does); a cluster master without it
+    keeps PySpark's default, a path that exists on every node.
+    """
+    if os.environ.get("PYSPARK_PYTHON"):
+        return
+    python = config.conf.get("spark.pyspark.python")
+    if not python and config.master.startswith("local") and sys.executable:
+        python = sys.executable
+    if python:
+        os.environ["PYSPARK_PYTHON"] = python
+
+
 def classic_builder(config: SparkConfig, lake: LakeLocation | None = None) -> SparkSession.Builder:
     """A classic PySpark builder with Delta configured; creating it starts no JVM.
 
@@ -184,8 +205,10 @@ def classic_builder(config: SparkConfig, lake: LakeLocation | None = None) -> Sp
     ``spark.jars`` ahead of any the user's ``conf`` gives (raises SparkSessionError when they
     were never fetched); with ``maven`` Spark resolves :data:`.jars.ARTIFACTS` when the
     session starts. With a ``lake`` on S3 it also has the ``spark.hadoop.fs.s3a.*`` settings
-    of :func:`.storage.s3a_conf`.
+    of :func:`.storage.s3a_conf`. Sets ``PYSPARK_PYTHON`` when it is unset
+    (:func:`_choose_worker_python`), as the session reads it when it starts.
     """
+    _choose_worker_python(config)
     settings = {**DELTA_SQL_CONF, **_settings(config, lake)}
     if config.jars == "installed":
         given = config.conf.get("spark.jars")

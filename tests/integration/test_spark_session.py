@@ -7,6 +7,7 @@ on the jars scripts/setup.sh installed, in the test worker's classic JVM.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -76,8 +77,11 @@ def test_classic_mode_runs_delta_on_the_installed_jars(
 ) -> None:
     """Classic mode as the engine starts it (the test worker's own JVM): delta-spark from the
     jars scripts/setup.sh fetched, nothing resolved at start; a Delta table is written,
-    merged into and read at a version."""
+    merged into and read at a version. Its Python workers run the interpreter the session
+    chose, not ``python3`` from PATH (the test command does not put .venv/bin on PATH)."""
     s = spark_engine.spark
+    assert s.sparkContext.pythonExec == os.environ.get("PYSPARK_PYTHON"), "set before it started"
+    assert s.createDataFrame([(1, "a")], "id int, v string").collect() == [(1, "a")]
     settings = dict(s.sparkContext.getConf().getAll())
     assert "spark.jars.packages" not in settings, "nothing is resolved when a session starts"
     listed = set(settings["spark.jars"].split(","))

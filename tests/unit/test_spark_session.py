@@ -6,6 +6,8 @@ engine-parametrised integration tests.
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -161,3 +163,43 @@ def test_embedded_mode_takes_the_lake_overrides_through_the_environment() -> Non
     }
     assert sail_environment(_s3_lake()) == {}
     assert s3a_conf(lake, environ={})["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "true"
+
+
+def _classic(master: str, python: str | None = None) -> SparkConfig:
+    conf = {"spark.pyspark.python": python} if python else {}
+    return SparkConfig(mode="classic", master=master, conf=conf)
+
+
+OPT_PYTHON = "/opt/py/bin/python"
+
+
+@pytest.mark.parametrize(
+    ("config", "preset", "chosen"),
+    [
+        (_classic("local[2]"), None, sys.executable),
+        (_classic("local"), None, sys.executable),
+        (_classic("local[2]", OPT_PYTHON), None, OPT_PYTHON),
+        (_classic("yarn", OPT_PYTHON), None, OPT_PYTHON),
+        (_classic("yarn"), None, None),
+        (_classic("spark://head:7077"), None, None),
+        (_classic("local[2]"), "/usr/bin/python3.11", "/usr/bin/python3.11"),
+    ],
+)  # fmt: skip
+def test_classic_python_workers_run_this_interpreter_on_a_local_master(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    config: SparkConfig,
+    preset: str | None,
+    chosen: str | None,
+) -> None:
+    """PySpark's workers run ``PYSPARK_PYTHON``, else ``python3`` from PATH (another minor
+    version fails every Python worker): a local master gets this interpreter, the user's
+    ``spark.pyspark.python`` is taken anywhere, a cluster keeps the default, a set variable
+    is kept."""
+    _installed(monkeypatch, tmp_path)
+    if preset is None:
+        monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    else:
+        monkeypatch.setenv("PYSPARK_PYTHON", preset)
+    classic_builder(config)
+    assert os.environ.get("PYSPARK_PYTHON") == chosen
