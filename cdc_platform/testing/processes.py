@@ -94,11 +94,16 @@ class PrivateServer:
         raise NotImplementedError
 
 
+_PORT_TAKEN = ("address already in use", "failed to bind to address", "port allocation failed")
+"""How a start that lost its port says so: the system's message (MariaDB, ZooKeeper,
+PostgreSQL), Spark's (which names the address instead) and SeaweedFS's (which checks its
+ports before it binds them)."""
+
+
 def _port_taken(error: str) -> bool:
-    """Whether a server's start failed on its port: the system's message (MariaDB, ZooKeeper,
-    PostgreSQL) or Spark's, which names the address instead."""
+    """Whether a server's start failed on its port (:data:`_PORT_TAKEN`)."""
     text = error.lower()
-    return "address already in use" in text or "failed to bind to address" in text
+    return any(message in text for message in _PORT_TAKEN)
 
 
 def find_binary(name: str, *extra_dirs: str) -> str:

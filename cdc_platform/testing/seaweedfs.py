@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from types import TracebackType
 from pyarrow.fs import AwsStandardS3RetryStrategy, FileType, S3FileSystem
 
 from cdc_platform.testing.processes import (
+    PrivateServer,
     ServerStartError,
     child_setup,
     free_port,
@@ -82,23 +84,40 @@ def _free_ports(count: int) -> Iterator[int]:
     yield from ports
 
 
-class SeaweedFSServer:
-    """One private ``weed mini``: start, stop, kill; its S3 endpoint and credentials."""
+class SeaweedFSServer(PrivateServer):
+    """One private ``weed mini``: start, stop, kill; its S3 endpoint and credentials.
+
+    ``port`` is the S3 port; a first start that finds any of its ports taken (``weed mini``
+    checks them all before it serves: "Port allocation failed") starts again on new ones."""
 
     def __init__(self, base_dir: Path, *, bucket: str = "lake") -> None:
+        super().__init__()
         self.base_dir = base_dir
         self.data_dir = base_dir / "data"
         self.log_path = base_dir / "weed.log"
         self.config_path = base_dir / "s3.json"
         self.host = "127.0.0.1"
         self.bucket = bucket
+        self._choose_ports()
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def _choose_ports(self) -> None:
         ports = _free_ports(2 * len(_PORTS) + 2)
         self.ports = {name: next(ports) for name in _PORTS}
         self.grpc_ports = {name: next(ports) for name in _PORTS}
         self.debug_port = next(ports)
-        self.s3_port = self.ports["s3"]
         self._spare = next(ports)
-        self._proc: subprocess.Popen[bytes] | None = None
+        self.port = self.ports["s3"]
+
+    def _move(self) -> None:
+        """New ports for the next first start; what the failed one wrote goes too."""
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+        self._choose_ports()
+
+    @property
+    def s3_port(self) -> int:
+        """The S3 API's port (the one clients use)."""
+        return self.ports["s3"]
 
     @property
     def endpoint(self) -> str:
@@ -119,7 +138,7 @@ class SeaweedFSServer:
         """An endpoint on this host where nothing listens (for unreachable-endpoint tests)."""
         return f"http://{self.host}:{free_port()}"
 
-    def start(self, timeout: float = 60.0) -> None:
+    def _start_once(self, timeout: float) -> None:
         """Write the identity file, start ``weed mini`` and wait until S3 answers."""
         if self._proc is not None and self._proc.poll() is None:
             return

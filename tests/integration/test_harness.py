@@ -9,11 +9,13 @@ from pathlib import Path
 import pymysql
 import pytest
 from kazoo.client import KazooClient
+from pyarrow.fs import FileType
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import WriteRowsEvent
 
 from cdc_platform.testing.mariadb import MariaDBServer
 from cdc_platform.testing.postgresql import PostgreSQLServer
+from cdc_platform.testing.seaweedfs import SeaweedFSServer
 from cdc_platform.testing.zookeeper import ZooKeeperServer, four_letter_word
 from tests.conftest import MariaDBDatabase
 
@@ -126,7 +128,12 @@ def test_zookeeper_chroot_is_unique_per_test(zk_hosts: str) -> None:
         client.close()
 
 
-def _answers(server: MariaDBServer | ZooKeeperServer | PostgreSQLServer) -> bool:
+def _answers(
+    server: MariaDBServer | ZooKeeperServer | PostgreSQLServer | SeaweedFSServer,
+) -> bool:
+    if isinstance(server, SeaweedFSServer):
+        listed = server.filesystem().get_file_info(server.bucket)
+        return bool(listed.type == FileType.Directory)
     if isinstance(server, MariaDBServer):
         return server.query("SELECT 1") == [(1,)]
     if isinstance(server, ZooKeeperServer):
@@ -135,7 +142,7 @@ def _answers(server: MariaDBServer | ZooKeeperServer | PostgreSQLServer) -> bool
     return True
 
 
-@pytest.mark.parametrize("kind", ["mariadb", "zookeeper", "postgresql"])
+@pytest.mark.parametrize("kind", ["mariadb", "zookeeper", "postgresql", "seaweedfs"])
 def test_a_first_start_on_a_port_taken_meanwhile_moves_to_another(
     kind: str, tmp_path: Path
 ) -> None:
@@ -145,11 +152,14 @@ def test_a_first_start_on_a_port_taken_meanwhile_moves_to_another(
         "mariadb": MariaDBServer,
         "zookeeper": ZooKeeperServer,
         "postgresql": PostgreSQLServer,
+        "seaweedfs": SeaweedFSServer,
     }
     with socket.socket() as squatter:  # bound, not listening: a connection is refused
         squatter.bind(("127.0.0.1", 0))
         server = servers[kind](tmp_path / kind)
         server.port = squatter.getsockname()[1]  # as if free_port() had just returned it
+        if isinstance(server, SeaweedFSServer):
+            server.ports["s3"] = server.port  # one of its ports
         try:
             server.start()
             assert server.port != squatter.getsockname()[1]

@@ -13,6 +13,10 @@ SPARK = (
     "'org.apache.spark.sql.connect.service.SparkConnectService' failed after 0 retries"
 )
 POSTGRES = 'LOG:  could not bind IPv4 address "127.0.0.1": Address already in use'
+SEAWEEDFS = (
+    "E1127 11:23:14.974315 mini.go:1244 Port allocation failed: port 46801 for S3 (specified "
+    "by flag s3.port) is not available on 127.0.0.1 and cannot be used"
+)
 
 
 class Server:
@@ -31,7 +35,7 @@ class Server:
         self.moves += 1
 
 
-@pytest.mark.parametrize("message", [SPARK, POSTGRES])
+@pytest.mark.parametrize("message", [SPARK, POSTGRES, SEAWEEDFS])
 def test_a_taken_port_moves_the_server_and_starts_again(message: str) -> None:
     server = Server(2, message)
     start_on_a_free_port(server.start_once, server.move, tries=3)
