@@ -111,8 +111,6 @@ class MariaDBServer(PrivateServer):
 
     # -- life cycle --------------------------------------------------------------------------
 
-    START_TIMEOUT = 60.0
-
     def _start_once(self, timeout: float) -> None:
         """Initialise the data directory on first start, then start and wait until SQL works."""
         if self._proc is not None and self._proc.poll() is None:

@@ -114,8 +114,6 @@ class PostgreSQLServer(PrivateServer):
             "env": {**os.environ, "HOME": str(self._workdir()), "USER": self._account.pw_name},
         }
 
-    START_TIMEOUT = 60.0
-
     def _start_once(self, timeout: float) -> None:
         """Initialise the cluster on first start, then start and wait until SQL works."""
         if self._proc is not None and self._proc.poll() is None:

@@ -28,6 +28,14 @@ from cdc_platform.spark.storage import S3A_FILESYSTEM, s3a_conf, sail_environmen
 pytestmark = pytest.mark.unit
 
 
+@pytest.fixture(autouse=True)
+def _no_worker_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Start without ``PYSPARK_PYTHON`` and undo the one a classic builder sets (recorded
+    here by setting it first), so that no test leaves it to the rest of the process."""
+    monkeypatch.setenv("PYSPARK_PYTHON", "")
+    monkeypatch.delenv("PYSPARK_PYTHON")
+
+
 def _installed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
     """A fake installed jar set: a manifest in a private cache naming existing files."""
     monkeypatch.setenv("CDC_PLATFORM_CACHE", str(tmp_path / "cache"))
@@ -197,9 +205,7 @@ def test_classic_python_workers_run_this_interpreter_on_a_local_master(
     ``spark.pyspark.python`` is taken anywhere, a cluster keeps the default, a set variable
     is kept."""
     _installed(monkeypatch, tmp_path)
-    if preset is None:
-        monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
-    else:
+    if preset is not None:
         monkeypatch.setenv("PYSPARK_PYTHON", preset)
     classic_builder(config)
     assert os.environ.get("PYSPARK_PYTHON") == chosen
