@@ -89,10 +89,14 @@ def table_outs(
 ) -> dict[str, AssetOut]:
     """The specs as multi-asset outputs, named by :func:`~dagster_defs.names.identifier` of
     ``db``, ``table`` (Dagster would derive names from the keys, and refuse most odd ones).
-    Their deps go to the multi-asset's ``deps`` (an output cannot carry them)."""
+    Their deps go to the multi-asset's ``deps`` (an output cannot carry them). None is
+    required: a run of a subset yields only the selected tables (a required output that is not
+    yielded fails the step, whatever the selection)."""
     names = unique_identifiers([(t.db, t.table) for t in tables])
     return {
-        name: AssetOut.from_spec(spec.replace_attributes(deps=[]), io_manager_key=io_manager_key)
+        name: AssetOut.from_spec(
+            spec.replace_attributes(deps=[]), is_required=False, io_manager_key=io_manager_key
+        )
         for name, spec in zip(names, specs, strict=True)
     }
 

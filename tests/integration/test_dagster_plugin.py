@@ -1,8 +1,9 @@
 """The platform inside a user's own Dagster project: a separate code location in a temporary
 directory merges ``build_definitions(...)`` with its own asset on ``cdc/shop/shop/orders``;
-the ``dagster`` CLI materializes the mirror and the user's asset, which finds the table
-through the mirror's ``dagster/uri``; four more take the mirror as an input (pyarrow, pandas,
-polars, a Spark DataFrame from the embedded engine), loaded by the platform's IO manager."""
+the ``dagster`` CLI materializes that mirror (one of the destination's two) and the user's
+asset, which finds the table through the mirror's ``dagster/uri``; four more take the mirror as
+an input (pyarrow, pandas, polars, a Spark DataFrame from the embedded engine), loaded by the
+platform's IO manager."""
 
 from __future__ import annotations
 
@@ -108,10 +109,13 @@ def test_a_users_project_materializes_a_mirror_and_its_own_asset_on_it(
     orders = SourceTable(
         "shop", "orders", [column("id", "bigint", pk=True), column("status", "varchar", length=8)]
     )
+    # A second table: selecting one mirror of a destination materializes that one only.
+    items = SourceTable("shop", "items", [column("id", "bigint", pk=True)])
     log = ChangeLogWriter(load_config(conf).table_uri("shop"))
     now = datetime.now(UTC)
     log.commit(
-        [orders.insert({"id": i, "status": "open" if i % 3 else "closed"}) for i in range(1, 10)],
+        [orders.insert({"id": i, "status": "open" if i % 3 else "closed"}) for i in range(1, 10)]
+        + [items.insert({"id": i}) for i in range(1, 4)],
         ts=now,
         committed_at=now,
     )
@@ -139,6 +143,7 @@ def test_a_users_project_materializes_a_mirror_and_its_own_asset_on_it(
         cwd=project, env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert not (tmp_path / "lake" / "shop" / "mirror" / "shop.items").exists()
     found = json.loads(output.read_text())
     assert found["uri"] == str(tmp_path / "lake" / "shop" / "mirror" / "shop.orders")
     expected = sorted(row["id"] for row in orders.rows.values() if row["status"] == "open")
