@@ -16,7 +16,6 @@ the binlog window are defined.
 from __future__ import annotations
 
 import base64
-import json
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -102,12 +101,6 @@ def _set(text: Any) -> list[str]:
 def _json(text: Any) -> Any:
     """A MariaDB JSON document as its text, as the binlog path keeps it (docs/types.md)."""
     return str(text)
-
-
-def _mysql_json(text: Any) -> Any:
-    """A MySQL 8 JSON document (the server prints its binary form with spaces) as the
-    binlog path writes it: compact text of the parsed document."""
-    return dumps(json.loads(str(text)))
 
 
 def _geometry(raw: Any) -> dict[str, Any]:
@@ -229,8 +222,8 @@ def _column(  # noqa: PLR0912, PLR0915 - one flat case per column type reads bes
             select, convert = _character(q, row.get("CHARACTER_SET_NAME"))
     elif data_type in _BLOB_TYPES:
         type_name, convert = "blob", _b64
-    elif data_type == "json":  # MySQL 8 native JSON: the server's text
-        select, convert = as_char, _mysql_json
+    elif data_type == "json":  # MySQL's binary JSON: the server's text, as the stream
+        select, convert = as_char, _text  # prints it (values/mysql_json.py)
     elif data_type == "enum":
         convert = _text
         values = _labels(column_type)

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.json_binary import parse_json
 
 from cdc_platform.errors import (
     SourceError,
@@ -129,23 +128,6 @@ _CHARACTER_TYPES = frozenset(
         FieldType.LONG_BLOB,
     }
 )
-
-
-def _mysql_json(raw: bytes) -> Any:
-    """MySQL's binary JSON through the library's parser, with its bytes made text."""
-    return _json_safe(parse_json(raw[0], raw[1:]))
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    if isinstance(value, dict):
-        return {_json_safe(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_safe(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
 
 
 class TablePlans:
@@ -324,7 +306,7 @@ class TablePlans:
         primary_key: list[int] = list(getattr(metadata, "simple_primary_key_list", None) or [])
         if not primary_key:
             primary_key = list((getattr(metadata, "primary_keys_with_prefix", None) or {}).keys())
-        return RowDecoder(schema, table, specs, primary_key, mysql_json=_mysql_json)
+        return RowDecoder(schema, table, specs, primary_key)
 
 
 _BLOB_TYPES = frozenset(

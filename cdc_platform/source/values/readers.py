@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from cdc_platform.errors import SourceError
 from cdc_platform.source.values.columns import ColumnSpec, FieldType, Reader
@@ -32,7 +31,7 @@ from cdc_platform.source.values.temporal import (
 __all__ = ["make_reader"]
 
 
-def make_reader(column: ColumnSpec, mysql_json: Callable[[bytes], Any] | None = None) -> Reader:
+def make_reader(column: ColumnSpec) -> Reader:
     """The reader for one column; SourceError for a type the change log cannot represent."""
     integer = INTEGER_READERS.get((column.type, column.unsigned))
     if integer is not None:
@@ -43,8 +42,8 @@ def make_reader(column: ColumnSpec, mysql_json: Callable[[bytes], Any] | None = 
     factory = _READER_FACTORIES.get(column.type)
     if factory is not None:
         return factory(column)
-    if column.type == FieldType.JSON and mysql_json is not None:
-        return mysql_json_reader(column.length_size, mysql_json)
+    if column.type == FieldType.JSON:
+        return mysql_json_reader(column.length_size, column.name)
     raise SourceError(
         f"column {column.name!r} has binlog type {column.type}, which is not supported"
     )

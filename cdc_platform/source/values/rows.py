@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from cdc_platform.errors import SourceError, SourceSettingsError
@@ -104,7 +104,6 @@ class RowDecoder:
         "_columns",
         "_dumps",
         "_fast_json",
-        "_mysql_json",
         "_pk_names",
         "_pk_prefix",
         "columns_json",
@@ -112,14 +111,13 @@ class RowDecoder:
         "table",
     )
 
-    def __init__(  # noqa: PLR0913 (the table, its columns and key; two decoding options)
+    def __init__(
         self,
         db: str,
         table: str,
         columns: Sequence[ColumnSpec],
         primary_key: Sequence[int] = (),
         *,
-        mysql_json: Callable[[bytes], Any] | None = None,
         fast_json: bool = FAST_JSON,
     ) -> None:
         self.db = db
@@ -128,7 +126,6 @@ class RowDecoder:
         """Writes images and keys: the same text either way (:mod:`.image_json`)."""
         self.table = table
         self._columns = tuple(columns)
-        self._mysql_json = mysql_json
         self._pk_names = tuple(columns[i].name for i in primary_key if i < len(columns))
         self._pk_prefix = "{" + dumps(self._pk_names[0]) + ":" if len(self._pk_names) == 1 else ""
         """``{"name":`` of a one-column key: its JSON is then this, the value's JSON and ``}``
@@ -145,7 +142,7 @@ class RowDecoder:
         primary_key = [names.index(name) for name in self._pk_names]
         return (
             _rebuild,
-            (self.db, self.table, self._columns, primary_key, self._mysql_json, self._fast_json),
+            (self.db, self.table, self._columns, primary_key, self._fast_json),
         )
 
     @property
@@ -182,7 +179,7 @@ class RowDecoder:
         return cached
 
     def _reader(self, column: ColumnSpec) -> Reader:
-        read = make_reader(column, self._mysql_json)
+        read = make_reader(column)
         return native_reader(column, read) if self._fast_json else read
 
     @staticmethod
@@ -219,7 +216,7 @@ class RowDecoder:
                 row, pos = image_of(data, pos, readers, null_bytes)
                 image = dumps_image(row)
                 out.append((image, self._pk(row, image)))
-        except (ValueError, IndexError, struct.error, TypeError) as exc:
+        except (ValueError, IndexError, struct.error, TypeError, SourceError) as exc:
             raise self._error(exc) from exc
         self._check_end(pos, end)
         return out
@@ -239,13 +236,15 @@ class RowDecoder:
                 after, pos = image_of(data, pos, after_readers, after_nulls)
                 after_json = dumps_image(after)
                 out.append((dumps_image(before), after_json, self._pk(after, after_json)))
-        except (ValueError, IndexError, struct.error, TypeError) as exc:
+        except (ValueError, IndexError, struct.error, TypeError, SourceError) as exc:
             raise self._error(exc) from exc
         self._check_end(pos, end)
         return out
 
     def _error(self, exc: Exception) -> SourceError:
-        return SourceError(f"cannot decode a row of {self.db}.{self.table}: {exc!r}")
+        """The table named (a reader's SourceError names the column and says what to do)."""
+        detail = str(exc) if isinstance(exc, SourceError) else repr(exc)
+        return SourceError(f"cannot decode a row of {self.db}.{self.table}: {detail}")
 
     def _check_end(self, pos: int, end: int) -> None:
         # Every column width must add up to the event exactly; anything else means the
@@ -257,12 +256,8 @@ class RowDecoder:
             )
 
 
-def _rebuild(  # noqa: PLR0913, PLR0917 (RowDecoder's arguments, positional for pickle)
-    db: str,
-    table: str,
-    columns: Sequence[ColumnSpec],
-    primary_key: Sequence[int],
-    mysql_json: Callable[[bytes], Any] | None,
-    fast_json: bool,
+def _rebuild(
+    db: str, table: str, columns: Sequence[ColumnSpec], primary_key: Sequence[int], fast_json: bool
 ) -> RowDecoder:
-    return RowDecoder(db, table, columns, primary_key, mysql_json=mysql_json, fast_json=fast_json)
+    """RowDecoder's arguments, positional for pickle."""
+    return RowDecoder(db, table, columns, primary_key, fast_json=fast_json)
