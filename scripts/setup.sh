@@ -20,7 +20,8 @@ say() { printf 'setup: %s\n' "$*" >&2; }
 
 # --- Debian packages --------------------------------------------------------------------------
 # mariadb-server/-client: private binlog servers for tests and the demo (never the system one).
-# zookeeper: the HA backend's server jar. A Java runtime runs ZooKeeper and Apache Spark;
+# zookeeper: the HA backend's server jar (with libnetty-java, which its TLS client port runs on,
+# tests/integration/test_ha_zookeeper_tls.py). A Java runtime runs ZooKeeper and Apache Spark;
 # maven fetches Spark's Delta and S3 jars (below).
 # postgresql: initdb/postgres for the private server of the PostgreSQL lease tests.
 # chromium: headless screenshots of the Dagster UI (`python -m cdc_platform.testing.demo_check`).

@@ -9,6 +9,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from cdc_platform.config.base import ConfigModel, read_secret
 from cdc_platform.config.tls import TlsConfig
 from cdc_platform.config.urls import parse_database_url
+from cdc_platform.config.zookeeper_tls import ZooKeeperTlsConfig
 
 __all__ = ["DatabaseLeaseConfig", "LeaseConfig", "LivenessConfig", "ZooKeeperLeaseConfig"]
 
@@ -54,6 +55,9 @@ class ZooKeeperLeaseConfig(ConfigModel):
     """Wait before grabbing a lease another process lost (anti-flap)."""
     auth_env: str | None = None
     """Environment variable holding `user:password` for a digest ACL, if any."""
+    tls: ZooKeeperTlsConfig | None = None
+    """TLS to the servers' `secureClientPort` (then `hosts` names those ports); without it
+    the digest credentials and the lease nodes travel in plain text."""
     address: str | None = None
     """This process's name in the running and cluster nodes; default `host:pid`."""
     release_cooldown_seconds: float | None = Field(default=None, ge=0)

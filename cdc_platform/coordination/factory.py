@@ -71,6 +71,7 @@ def open_lease(  # noqa: PLR0913 (what identifies the lease; the rest keyword-on
             switch_delay=lease.switch_delay_seconds,
             release_cooldown=lease.release_cooldown_seconds,
             auth=lease.auth(),
+            tls=lease.tls,
             liveness=_liveness(lease.liveness),
             clock=clock,
         )
@@ -119,6 +120,7 @@ def open_state_store(platform: PlatformConfig, conf_dir: Path) -> StateStore:
             history=watch.history,
             session_timeout=lease.session_timeout_seconds,
             auth=lease.auth(),
+            tls=lease.tls,
         )
     db = Database(url, password=password, base_dir=base_dir(conf_dir), error=WatchError)
     return SqlStateStore(db, history=watch.history)

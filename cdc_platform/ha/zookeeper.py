@@ -52,6 +52,7 @@ from kazoo.protocol.states import KazooState
 from kazoo.recipe.watchers import DataWatch
 from pydantic import SecretStr
 
+from cdc_platform.config.zookeeper_tls import ZooKeeperTlsConfig
 from cdc_platform.errors import ConfigError, LeaseBackendError
 from cdc_platform.ha.holder_session import HolderSessionWatch
 from cdc_platform.ha.lease import HolderInfo, Lease, MemberInfo
@@ -69,9 +70,9 @@ from cdc_platform.infra.zookeeper import (
     CONNECTION_RETRY,
     client_handler,
     digest_acl_options,
-    remote_hosts,
     stop_client,
 )
+from cdc_platform.infra.zookeeper_tls import refusal_message, security_warnings, tls_options
 
 __all__ = ["ZooKeeperLease"]
 
@@ -96,6 +97,7 @@ class ZooKeeperLease(Lease):
         switch_delay: float = 5.0,
         release_cooldown: float | None = None,
         auth: SecretStr | None = None,
+        tls: ZooKeeperTlsConfig | None = None,
         connect_timeout: float | None = None,
         safety_margin: float | None = None,
         liveness: LivenessOptions | None = None,
@@ -128,16 +130,10 @@ class ZooKeeperLease(Lease):
         self.connect_timeout = connect_timeout if connect_timeout is not None else session_timeout
         self._op_timeout = max(2.0, session_timeout)
         self._auth = auth
-        unprotected = remote_hosts(hosts) if auth is None else []
-        if unprotected:
-            log.warning(
-                "%s: ZooKeeper at %s is used WITHOUT ACLs (no lease.auth_env): anyone who can "
-                "reach %s can delete or fake this destination's lease and epoch; set "
-                "lease.auth_env to a variable holding 'user:password' (docs/ha.md)",
-                destination,
-                hosts,
-                ", ".join(unprotected),
-            )
+        self._tls = tls
+        self._tls_options = tls_options(tls)  # a bad file: ConfigError now, not retried later
+        for warning in security_warnings(hosts, auth, tls):
+            log.warning("%s: %s", destination, warning)
         self._client_factory = client_factory
         self._client: Any = None
         self._connect_lock = threading.Lock()
@@ -171,22 +167,25 @@ class ZooKeeperLease(Lease):
         with self._connect_lock:
             if self._client is not None:
                 return self._client
+            handler = client_handler(self.session_timeout)
             client = self._client_factory(
                 hosts=self.hosts,
                 timeout=self.session_timeout,
                 connection_retry=dict(CONNECTION_RETRY),
                 command_retry={"max_tries": 2, "delay": 0.1, "backoff": 2, "max_delay": 1.0},
-                handler=client_handler(self.session_timeout),
+                handler=handler,
                 **digest_acl_options(self._auth),
+                **self._tls_options,
             )
             client.add_listener(self._on_state)
             try:
                 client.start(timeout=self.connect_timeout)
             except (KazooTimeoutError, KazooException, OSError) as exc:
                 stop_client(client, timeout=self.session_timeout)
+                cause = refusal_message(handler.tls_refusal, self._tls)
                 raise LeaseBackendError(
                     f"{self.destination}: cannot connect to ZooKeeper at {self.hosts}: "
-                    f"{type(exc).__name__}: {exc}"
+                    f"{cause or f'{type(exc).__name__}: {exc}'}"
                 ) from exc
             try:
                 self._ensure_paths(client)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import ssl
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from kazoo.exceptions import KazooException
@@ -17,6 +19,7 @@ from cdc_platform.errors import ConfigError
 __all__ = [
     "CONNECTION_RETRY",
     "BoundedReadHandler",
+    "TlsRefusal",
     "client_handler",
     "digest_acl_options",
     "remote_hosts",
@@ -30,6 +33,15 @@ CONNECTION_RETRY: dict[str, float] = {"max_tries": -1, "delay": 0.1, "backoff": 
 give up: a standby or a state publisher outlives any ZooKeeper outage."""
 
 
+@dataclass(frozen=True)
+class TlsRefusal:
+    """The last TLS handshake a client's handler saw fail: which server and why."""
+
+    host: str
+    port: int
+    error: ssl.SSLError
+
+
 class BoundedReadHandler(SequentialThreadingHandler):  # type: ignore[misc]
     """kazoo's threading handler with a bound on how long one read of its socket may wait.
 
@@ -41,11 +53,27 @@ class BoundedReadHandler(SequentialThreadingHandler):  # type: ignore[misc]
     connect answer, the rest of a message) ends after ``bound`` seconds, so the next attempt
     comes while the session lives. kazoo's main loop (the socket and its wake-up pipe, paced by
     its pings) is left as it is.
+
+    It also keeps the last refused TLS handshake (:attr:`tls_refusal`, cleared by a connection
+    that succeeds): kazoo takes one for a dropped connection and retries it until its start
+    times out, which then says only "Connection time-out".
     """
 
     def __init__(self, bound: float) -> None:
         super().__init__()
         self.bound = bound
+        self.tls_refusal: TlsRefusal | None = None
+
+    def create_connection(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            sock = super().create_connection(*args, **kwargs)
+        except ssl.SSLError as exc:
+            address = kwargs.get("address") or (args[0] if args else ("?", 0))
+            host = kwargs.get("hostname") or address[0]
+            self.tls_refusal = TlsRefusal(str(host), int(address[1]), exc)
+            raise
+        self.tls_refusal = None
+        return sock
 
     def select(self, rlist: Any, wlist: Any, xlist: Any, timeout: float | None = None) -> Any:
         if len(rlist) == 1 and not wlist and (timeout is None or timeout > self.bound):

@@ -26,6 +26,7 @@ from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, N
 from kazoo.handlers.threading import KazooTimeoutError
 from pydantic import SecretStr
 
+from cdc_platform.config.zookeeper_tls import ZooKeeperTlsConfig
 from cdc_platform.errors import TooFarBehindError, WatchError
 from cdc_platform.infra.zookeeper import (
     CONNECTION_RETRY,
@@ -33,6 +34,7 @@ from cdc_platform.infra.zookeeper import (
     digest_acl_options,
     stop_client,
 )
+from cdc_platform.infra.zookeeper_tls import refusal_message, tls_options
 from cdc_platform.watch.store import (
     DEFAULT_HISTORY,
     Entry,
@@ -51,7 +53,7 @@ _ZK_ERRORS = (KazooException, KazooTimeoutError, OSError)
 class ZooKeeperStateStore(StateStore):
     """A :class:`StateStore` in ZooKeeper; many processes may read and write it."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (the hosts; the rest keyword-only settings with defaults)
         self,
         hosts: str,
         *,
@@ -59,6 +61,7 @@ class ZooKeeperStateStore(StateStore):
         history: int = DEFAULT_HISTORY,
         session_timeout: float = 10.0,
         auth: SecretStr | None = None,
+        tls: ZooKeeperTlsConfig | None = None,
     ) -> None:
         if history < 1:
             raise ValueError("history must be >= 1")
@@ -70,17 +73,21 @@ class ZooKeeperStateStore(StateStore):
         self.history = history
         self._session_timeout = session_timeout
         self._auth = auth
+        self._tls = tls
+        self._tls_options = tls_options(tls)
         self._client: Any = None
 
     def _connect(self) -> Any:
         if self._client is not None:
             return self._client
+        handler = client_handler(self._session_timeout)
         client = KazooClient(
             hosts=self.hosts,
             timeout=self._session_timeout,
             connection_retry=dict(CONNECTION_RETRY),
-            handler=client_handler(self._session_timeout),
+            handler=handler,
             **digest_acl_options(self._auth),
+            **self._tls_options,
         )
         try:
             client.start(timeout=self._session_timeout)
@@ -90,7 +97,8 @@ class ZooKeeperStateStore(StateStore):
                 client.create(self._meta, json.dumps({"index": 0, "floor": 0}).encode())
         except _ZK_ERRORS as exc:
             stop_client(client, timeout=self._session_timeout, what="state watch")
-            raise WatchError(f"state watch: cannot use ZooKeeper at {self.hosts}: {exc!r}") from exc
+            cause = refusal_message(handler.tls_refusal, self._tls) or repr(exc)
+            raise WatchError(f"state watch: cannot use ZooKeeper at {self.hosts}: {cause}") from exc
         self._client = client
         return client
 
