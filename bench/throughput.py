@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/throughput.py [--rows 200000] [--wide-rows N] [--workers N]
         [--lag-seconds 20] [--lag-rate 5000] [--workloads insert,update,wide]
+        [--store buffer_size=1024,memunit=1024,batch_mode=MEMSIZE]
 
 For each workload, in a private MariaDB (binlog ROW/FULL/FULL), the rows are written once and
 that one binlog range is then decoded three ways in the same run:
@@ -337,6 +338,14 @@ def lag(
     return lags, written["rows"] / written["seconds"]
 
 
+def _store_settings(text: str) -> dict[str, str]:
+    """``key=value,...`` -> the store settings they name (validated by StoreConfig)."""
+    pairs = [item.split("=", 1) for item in text.split(",") if item]
+    if any(len(pair) != 2 for pair in pairs):
+        raise argparse.ArgumentTypeError(f"expected key=value,...; got {text!r}")
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
 def workloads(args: argparse.Namespace) -> dict[str, tuple[int, Callable[[MariaDBServer], None]]]:
     """name -> (rows in the binlog range, the writer that makes them)."""
     wide_rows = args.wide_rows or max(1, args.rows // 4)
@@ -363,6 +372,13 @@ def main() -> None:
         action="store_true",
         help="also N workers with every rows event sent to them (none decoded in the reader)",
     )
+    parser.add_argument(
+        "--store",
+        type=_store_settings,
+        default={},
+        help="store settings of the pipelines, key=value,... (e.g. a small destination's "
+        "buffer_size=1024,memunit=1024,batch_mode=MEMSIZE); default: the configuration's",
+    )
     parser.add_argument("--lag-seconds", type=float, default=20.0)
     parser.add_argument("--lag-rate", type=int, default=5000)
     parser.add_argument(
@@ -380,7 +396,10 @@ def main() -> None:
             os.environ["BENCH_CDC_PASSWORD"] = user.password
             server.execute("CREATE DATABASE bench", ITEMS, COUNTERS, WIDE)
             seed_counters(server, min(args.rows, 50_000))
-            print(f"decode workers N = {args.workers}; cores = {os.cpu_count()}")
+            print(
+                f"decode workers N = {args.workers}; cores = {os.cpu_count()}; "
+                f"store {args.store or 'defaults'}"
+            )
             header = (
                 f"{'workload':<8} {'rows':>8} {'bare rows/s':>12} {'1 worker':>10} "
                 f"{'N workers':>10} {'1/bare':>7} {'N/bare':>7} {'N/1':>6} "
@@ -397,10 +416,13 @@ def main() -> None:
                 bare = bare_decode(server, (user.name, user.password), start, rows)
                 lake = root / "lake" / name
                 one, rss_one, _ = pipeline(
-                    config(server, user.name, 1), start, rows, str(lake / "one" / "changes")
+                    config(server, user.name, 1, **args.store),
+                    start,
+                    rows,
+                    str(lake / "one" / "changes"),
                 )
                 many, rss_many, rss_worker = pipeline(
-                    config(server, user.name, args.workers),
+                    config(server, user.name, args.workers, **args.store),
                     start,
                     rows,
                     str(lake / "many" / "changes"),
@@ -412,7 +434,7 @@ def main() -> None:
                 )
                 if args.all_to_workers:
                     every, _, _ = pipeline(
-                        config(server, user.name, args.workers),
+                        config(server, user.name, args.workers, **args.store),
                         start,
                         rows,
                         str(lake / "every" / "changes"),
