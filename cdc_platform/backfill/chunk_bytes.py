@@ -57,8 +57,8 @@ def rows_within(
     tail = ""
     args: tuple[Any, ...] = ()
     if after is not None:
-        tail = f"WHERE ({key_sql}) > ({', '.join(['%s'] * len(spec.primary_key))}) "
-        args = tuple(after)
+        tail = f"WHERE ({key_sql}) > {spec.key_marks()} "
+        args = spec.key_args(after)
     table = format_safe(qualified_name(spec.db, spec.table))
     sql = f"SELECT {_lengths(spec)} FROM {table} {tail}ORDER BY {key_sql} LIMIT {int(limit)}"  # noqa: S608 (identifiers quoted by the source's quoting, values bound as parameters)
     with conn.cursor() as cur:
@@ -85,14 +85,14 @@ def keys_within(
     if bound is not None and bound * count <= max_bytes:
         return count
     table = format_safe(qualified_name(spec.db, spec.table))
-    marks = "(" + ", ".join(["%s"] * len(spec.primary_key)) + ")"
+    marks = spec.key_marks()
     while count > 1:
         sql = (
             f"SELECT SUM({_lengths(spec)} + {_ROW_OVERHEAD_BYTES}) FROM {table} "  # noqa: S608 (identifiers quoted by the source's quoting, values bound as parameters)
             f"WHERE ({_key_sql(spec)}) IN ({', '.join([marks] * count)})"
         )
         with conn.cursor() as cur:
-            cur.execute(sql, tuple(value for key in keys[:count] for value in key))
+            cur.execute(sql, tuple(v for key in keys[:count] for v in spec.key_args(key)))
             row = cur.fetchone()
         if int((row[0] if row else 0) or 0) <= max_bytes:
             return count

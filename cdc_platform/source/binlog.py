@@ -76,6 +76,7 @@ from cdc_platform.source.start_position import resolve_start
 from cdc_platform.source.table_maps import JSON_VALID_CHECK, Catalog, TablePlans, enum_labels
 from cdc_platform.source.transactions import TransactionAssembler
 from cdc_platform.source.xa import XaAge, aging_prepared
+from cdc_platform.source.xa_failover import prepared_here, relocate_held
 from cdc_platform.source.xa_rows import XaBudget, XaRows
 
 __all__ = ["BinlogSource", "SourceInfo"]
@@ -261,13 +262,9 @@ class BinlogSource:
         self._delay = self.config.reconnect_initial_seconds
         position = start
         while not self._stop.is_set():
-            if self.reconnects:
-                # The address may lead to another server now (a switched primary).
-                checked = self._until_reachable(
-                    lambda: self._same_server(position, self.server)  # noqa: B023 (called at once, within this iteration)
-                )
-                if checked is None:
-                    return
+            # The address may lead to another server now (a switched primary).
+            if self.reconnects and not self._recheck_server(position, assembler):
+                return
             assembler.server = self.server  # named in each transaction of this connection
             reader = self._reader(position, plans)
             plans.attach(reader)
@@ -293,6 +290,18 @@ class BinlogSource:
                 # Ending (stop, consumer gone, error): end the server's dump thread too.
                 self._close(reader, end_dump_thread=not lost)
 
+    def _recheck_server(self, position: ResumePosition, assembler: TransactionAssembler) -> bool:
+        """After a reconnect: another server behind the address is refused (file/position) or
+        followed by GTID, with the held XA transactions' places in its binlog
+        (:func:`.xa_failover.relocate_held`); False once stopped."""
+        before = self.server
+
+        def check() -> bool:
+            found = self._same_server(position, self.server)
+            return relocate_held(self.binlog_server, assembler, before, found)
+
+        return self._until_reachable(check) is not None
+
     def _unexpected(self, exc: Exception, position: ResumePosition) -> SourceError:
         """The error ending the stream for a failure that is not the server's going away."""
         where = f"the binlog of {self._where()} after {position}"
@@ -306,7 +315,9 @@ class BinlogSource:
 
     def _assembler(self, start: ResumePosition, plans: TablePlans) -> TransactionAssembler:
         """The assembler for a stream from ``start``, holding the rows of the XA transactions
-        prepared before it (read again from their prepared groups)."""
+        prepared before it (read again from their prepared groups; found by GTID when the
+        checkpoint was taken on another server, :mod:`.xa_failover`)."""
+        start = prepared_here(self.binlog_server, start, self.server)
         assembler = TransactionAssembler(
             start,
             self._tables,

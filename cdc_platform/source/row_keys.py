@@ -2,7 +2,8 @@
 
 The progress file keeps the key the next chunk starts after; the values must bind back to
 exactly what the driver read (bytes, decimals and floats tagged, so that JSON does not turn
-them into text or a rounded number).
+them into text or a rounded number). A FLOAT or DOUBLE key comes back as a Decimal of the
+driver's double; the reader binds it as a float (:mod:`.key_forms`), never as the Decimal.
 """
 
 from __future__ import annotations

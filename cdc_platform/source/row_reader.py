@@ -26,6 +26,7 @@ import pymysql
 from cdc_platform.errors import SnapshotError
 from cdc_platform.source.charsets import server_text_is_exact, text_decoder
 from cdc_platform.source.filters import TableFilter
+from cdc_platform.source.key_forms import KeyForm, key_form
 from cdc_platform.source.mysql import source_errors
 from cdc_platform.source.result_rows import fetch_rows
 from cdc_platform.source.row_images import RowsJson, rows_json
@@ -158,17 +159,9 @@ class _Column:
     """SQL expression whose value :attr:`convert` turns into the change log's representation."""
     convert: Convert
     described: dict[str, Any]
-    key_select: str = ""
-    """As a key: SQL (names already ``format_safe``) whose value the driver returns exactly
-    and that :attr:`key_bind` turns back into the column's own value (empty: the column)."""
-    key_bind: str = "%s"
-    """As a key: the SQL a bound raw key value goes through, so the comparison with the
-    column orders and matches the way ``ORDER BY`` the column does."""
-
-
-_TIME_KEY_BIND = "CAST(%s AS TIME(6))"
-"""TIME keys are read as the server's text ('-00:30:00', '838:59:59'): pymysql's timedelta
-binds -00:30:00 as '-1:30:00' and the progress file's str(timedelta) is no TIME at all."""
+    key: KeyForm = field(default_factory=KeyForm)
+    """As a key: how it is read and bound, so the comparison with the column orders and
+    matches the way ``ORDER BY`` the column does (:mod:`.key_forms`)."""
 
 
 def _column(  # noqa: PLR0912, PLR0915 - one flat case per column type reads best
@@ -238,7 +231,6 @@ def _column(  # noqa: PLR0912, PLR0915 - one flat case per column type reads bes
         raise SnapshotError(
             f"column {name!r} has type {column_type!r}, which the snapshot cannot read"
         )
-    key_select, key_bind = _key_form(q, data_type, row)
     described = {
         "name": name,
         "type": type_name,
@@ -250,40 +242,7 @@ def _column(  # noqa: PLR0912, PLR0915 - one flat case per column type reads bes
         "pk": pk,
         "values": values,
     }
-    return _Column(name, select, convert, described, key_select, key_bind)
-
-
-def _key_form(quoted: str, data_type: str, row: dict[str, Any]) -> tuple[str, str]:
-    """How a key column is read and bound for keyset paging (``WHERE (key) > (last)
-    ORDER BY key``), where the bound value must compare exactly as the column orders.
-
-    - TIME: the server's text, cast back (see ``_TIME_KEY_BIND``).
-    - ENUM and SET: their number. ``ORDER BY`` sorts them by index (ENUM) or bit value
-      (SET), but a label bound as text compares as text: 'b' < 'a' when 'b' is the first
-      label, so pages skip or repeat rows. Compared with a number, the column compares by
-      that number too.
-    - CHAR/VARCHAR/TEXT in a charset whose text the utf8mb4 session cannot hold exactly
-      (bytes the charset does not define read back as '?'): the column's bytes, bound back
-      as that charset in the column's collation.
-    """
-    if data_type == "time":
-        return format_safe(f"CAST({quoted} AS CHAR)"), _TIME_KEY_BIND
-    if data_type in ("enum", "set"):
-        return format_safe(f"{quoted} + 0"), "%s"
-    if data_type in ("char", "varchar", *_TEXT_TYPES):
-        charset = str(row.get("CHARACTER_SET_NAME") or "utf8mb4")
-        collation = row.get("COLLATION_NAME")
-        if not server_text_is_exact(charset) and _is_name(charset) and _is_name(collation):
-            return (
-                format_safe(f"CAST({quoted} AS BINARY)"),
-                f"CAST(%s AS CHAR CHARACTER SET {charset}) COLLATE {collation}",
-            )
-    return "", "%s"
-
-
-def _is_name(text: Any) -> bool:
-    """A charset or collation name as information_schema gives it (letters, digits, _)."""
-    return isinstance(text, str) and bool(text) and text.replace("_", "").isalnum()
+    return _Column(name, select, convert, described, key_form(q, data_type, row))
 
 
 def _character(quoted: str, charset: Any) -> tuple[str, Convert]:
@@ -343,12 +302,19 @@ class SnapshotTable:
         return format_safe(", ".join(quote_identifier(k) for k in self.primary_key))
 
     def key_select(self) -> str:
-        """What a chunk selects as the raw key (see ``_key_form``)."""
-        return ", ".join(c.key_select or format_safe(quote_identifier(c.name)) for c in self._key)
+        """What a chunk selects as the raw key (see :func:`.key_forms.key_form`)."""
+        return ", ".join(c.key.select or format_safe(quote_identifier(c.name)) for c in self._key)
 
     def key_marks(self) -> str:
         """``(%s, ...)`` with each key column's bind form, for one raw key."""
-        return "(" + ", ".join(c.key_bind for c in self._key) + ")"
+        return "(" + ", ".join(c.key.bind for c in self._key) + ")"
+
+    def key_args(self, key: Sequence[Any]) -> tuple[Any, ...]:
+        """One raw key's values as :meth:`key_marks` binds them."""
+        return tuple(
+            v if v is None or c.key.value is None else c.key.value(v)
+            for c, v in zip(self._key, key, strict=True)
+        )
 
     @property
     def _key(self) -> list[_Column]:
@@ -535,7 +501,7 @@ def read_chunk(
     args: tuple[Any, ...] = ()
     if after is not None:
         tail = f"WHERE ({key_sql}) > {spec.key_marks()} "
-        args = tuple(after)
+        args = spec.key_args(after)
     tail += f"ORDER BY {key_sql} LIMIT {int(limit)}"
     return _chunk(conn, spec, tail, args)
 
@@ -561,7 +527,7 @@ def read_keys(
     key_sql = spec.key_sql()
     row_marks = spec.key_marks()
     tail = f"WHERE ({key_sql}) IN ({', '.join([row_marks] * len(keys))}) ORDER BY {key_sql}"
-    args = tuple(value for key in keys for value in key)
+    args = tuple(value for key in keys for value in spec.key_args(key))
     return _chunk(conn, spec, tail, args)
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "find_time",
     "resolve_start",
     "server_binlog",
+    "transaction_at",
     "transaction_heads",
     "utc_seconds",
 ]
@@ -200,6 +201,31 @@ def _after_gtid(server: BinlogServer, logs: list[str], gtid: str, oldest: str) -
         if seq > wanted.get(domain, 0):
             return ResumePosition(head.file, head.pos)
     return server.current_position()
+
+
+def transaction_at(server: BinlogServer, gtid: str) -> ResumePosition | None:
+    """Where the transaction with the MariaDB GTID ``gtid`` starts in ``server``'s retained
+    binlog (None: not there). A GTID names the same transaction on every server of a
+    topology, at other files and positions: this finds it on a promoted replica. The file is
+    the last whose ``Gtid_list`` is still before it; its transaction heads are scanned from
+    there until the GTID, or a later one of its domain, comes."""
+    parts = gtid.split("-")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        return None
+    domain, seq = int(parts[0]), int(parts[2])
+    logs = _binary_logs(server)
+    index = _last(logs, lambda file: _file_gtids(server, file).get(domain, 0) < seq)
+    heads = _transactions(server, logs[index])
+    try:
+        for head in heads:
+            if head.gtid == gtid:
+                return ResumePosition(head.file, head.pos)
+            found = _parse_gtids(head.gtid or "")
+            if found.get(domain, 0) > seq:
+                return None
+    finally:
+        _close(heads)
+    return None
 
 
 def _at_time(server: BinlogServer, logs: list[str], timestamp: str, oldest: str) -> ResumePosition:

@@ -193,6 +193,13 @@ class TransactionAssembler:
         from a checkpoint that lists it); they come out at its XA COMMIT."""
         self._xa.adopt(xa, rows, prepared_at)
 
+    def relocate_prepared(
+        self, move: Callable[[tuple[PreparedXa, ...]], Sequence[PreparedXa]]
+    ) -> None:
+        """The pending XA transactions at ``move``'s places (another server's binlog)."""
+        if self._xa.pending:
+            self._xa.relocate(tuple(move(self._xa.pending)))
+
     def prepared_rows(self, xid: str) -> tuple[XaRows, int] | None:
         """The held rows of a prepared XA transaction seen by this assembler and the binlog
         time of its prepared group, if any."""

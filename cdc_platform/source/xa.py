@@ -78,6 +78,14 @@ class XaState:
         held = [(at, xid) for xid, (_, _, at) in list(self._prepared.items())]
         return None if not held else (min(held)[1], min(held)[0])
 
+    def relocate(self, moved: tuple[PreparedXa, ...]) -> None:
+        """The pending transactions' groups at their places in another server's binlog (the
+        stream went on there by GTID), so that later checkpoints name those places."""
+        by_xid = {xa.xid: xa for xa in moved}
+        self.pending = tuple(by_xid.get(xa.xid, xa) for xa in self.pending)
+        for xid, (entry, rows, at) in list(self._prepared.items()):
+            self._prepared[xid] = (by_xid.get(xid, entry), rows, at)
+
     def _drop(self, xid: str) -> None:
         found = self._prepared.pop(xid, None)
         if found is not None:

@@ -2,8 +2,9 @@
 
 Real MariaDB: each primary-key family whose driver value does not compare the way the column
 orders (TIME beyond a day or negative, ENUM and SET, text in a charset the utf8mb4 session
-cannot hold exactly) is paged in small chunks, straight and through the progress file's
-form, and every row must come exactly once; the repair's read by key must find each row.
+cannot hold exactly, FLOAT and DOUBLE) is paged in small chunks, straight and through the
+progress file's form, and every row must come exactly once; the repair's read by key must
+find each row.
 The connection's isolation and the translation of driver errors are shown here as well.
 """
 
@@ -18,6 +19,7 @@ import pymysql
 import pytest
 from deltalake import DeltaTable
 
+from cdc_platform.backfill import table_copy
 from cdc_platform.backfill.snapshot import SnapshotRunner, state_path
 from cdc_platform.config.models import SourceConfig
 from cdc_platform.errors import SourceTableChangedError, SourceTableMissingError
@@ -25,6 +27,7 @@ from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.mysql import Connection, SourceServer
 from cdc_platform.source.row_keys import decode_key, encode_key
 from cdc_platform.source.row_reader import (
+    ChunkRows,
     SnapshotTable,
     describe_table,
     read_chunk,
@@ -63,6 +66,42 @@ KEY_FAMILIES: dict[str, tuple[str, list[str]]] = {
     "set_key": (
         "k SET('y','x','z') PRIMARY KEY",
         ["''", "'y'", "'x'", "'y,x'", "'z'", "'y,z'", "'x,z'", "'y,x,z'"],
+    ),
+    # FLOAT is single precision: the server prints 6 digits ('123457' for 123456.789) and
+    # a stored 1.1 is not the double 1.1 (1.1 < k, k NOT IN (1.1)); the subnormal 1e-40
+    # and the largest float too. DOUBLE keys at the ends of their range beside them.
+    "float_key": (
+        "k FLOAT PRIMARY KEY",
+        [
+            "-3.4e38",
+            "-1.1",
+            "-0.1",
+            "0",
+            "1e-40",
+            "0.1",
+            "1.1",
+            "2.5",
+            "123456.789",
+            "16777217",
+            "3.4e38",
+        ],
+    ),
+    "float_pair_key": (
+        "k FLOAT, i INT, PRIMARY KEY (k, i)",
+        [f"({k}, {i})" for k in ("-1.1", "0.1", "123456.789") for i in (1, 2)],
+    ),
+    "double_key": (
+        "k DOUBLE PRIMARY KEY",
+        [
+            "-1.7976931348623157e308",
+            "-0.1",
+            "4.9e-324",
+            "0.1",
+            "0.30000000000000004",
+            "1.1",
+            "123456.789",
+            "1e300",
+        ],
     ),
     # 0x98 is no character of cp1251: the session's utf8mb4 text of every such key is '?'.
     "cp1251_key": (
@@ -140,15 +179,36 @@ def test_every_key_family_pages_every_row_exactly_once(
     assert sorted(json.loads(image)["v"] for _, image in found.rows) == everything
 
 
-@pytest.mark.parametrize("table", ["time_key", "enum_pair_key", "set_key", "cp1251_key"])
+@pytest.mark.parametrize(
+    ("table", "chunk_size"),
+    [
+        ("time_key", 2),
+        ("enum_pair_key", 2),
+        ("set_key", 2),
+        ("cp1251_key", 2),
+        # one row per chunk: a boundary row read again would stop the snapshot advancing
+        ("float_key", 1),
+        ("float_pair_key", 1),
+        ("double_key", 1),
+    ],
+)
 def test_a_snapshot_copies_every_row_of_each_key_family_once(
     mariadb: MariaDBDatabase,
     lake_root: Path,
     monkeypatch: pytest.MonkeyPatch,
     table: str,
+    chunk_size: int,
 ) -> None:
     monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
     rows = _create(mariadb, table)
+    reads: list[int] = []
+
+    def bounded_read_chunk(*args: Any) -> ChunkRows:
+        reads.append(1)
+        assert len(reads) <= rows + 2, "the snapshot does not advance"
+        return read_chunk(*args)
+
+    monkeypatch.setattr(table_copy, "read_chunk", bounded_read_chunk)
     uri = str(lake_root / "d" / "changes")
     config = instance_config(
         mariadb.server, mariadb.user.name, [rf"{mariadb.name}\..*"], server_id=2402
@@ -157,7 +217,7 @@ def test_a_snapshot_copies_every_row_of_each_key_family_once(
         WriteTerm("d", config, uri),
         state_path(lake_root, "d"),
         tables=[f"{mariadb.name}.{table}"],
-        chunk_size=2,
+        chunk_size=chunk_size,
     ).run()
     changes = DeltaTable(uri).to_pyarrow_table(columns=["op", "after"]).to_pylist()
     copied = sorted(json.loads(r["after"])["v"] for r in changes if r["op"] == "r")

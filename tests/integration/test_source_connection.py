@@ -21,7 +21,7 @@ from cdc_platform.backfill.new_tables import snapshot_new_tables
 from cdc_platform.cli import main
 from cdc_platform.config.models import InstanceConfig, StartConfig
 from cdc_platform.errors import SourceConnectionError, SourceServerChangedError
-from cdc_platform.events import ResumePosition, ServerIdentity
+from cdc_platform.events import PreparedXa, ResumePosition, ServerIdentity
 from cdc_platform.runtime import DestinationRuntime, RunSummary
 from cdc_platform.sink import DeltaChangeLog
 from cdc_platform.sink.report import CommitReport
@@ -31,6 +31,7 @@ from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, wri
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
 from cdc_platform.testing.processes import stop_process
 from cdc_platform.testing.replay import has_commits, replay
+from cdc_platform.testing.tcp_proxy import TcpProxy
 from tests.conftest import MariaDBDatabase
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -373,3 +374,128 @@ def test_a_checkpoint_without_server_identity_resumes_and_records_it(
     assert after is not None
     assert after.resume.server == ServerIdentity(1, gtid_domain_id=0)
     assert replay(uri).tables[f"{db}.t"]
+
+
+def _gtid_event_at(server: MariaDBServer, gtid: str) -> tuple[str, int] | None:
+    """(file, position) of the GTID event of ``gtid`` in ``server``'s binlog."""
+    for name, _size in server.query("SHOW BINARY LOGS"):
+        for row in server.query(f"SHOW BINLOG EVENTS IN '{name}'"):
+            if row[2] == "Gtid" and str(row[5]).endswith(f"GTID {gtid}"):
+                return str(name), int(row[1])
+    return None
+
+
+def _replica_of(a: MariaDBServer, b: MariaDBServer) -> str:
+    """A with shop.t, B replicating it; B's binlog first holds transactions of its own (in
+    another GTID domain), so A's binlog positions are other events on B."""
+    password = _shop(a)
+    b.start()
+    with b.connect() as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION gtid_domain_id = 7")
+        cur.execute("CREATE DATABASE b_only")
+        cur.execute("CREATE TABLE b_only.pad (x TEXT)")
+        cur.execute("INSERT INTO b_only.pad VALUES (REPEAT('x', 3000))")
+    _replicate(b, a, password)
+    return password
+
+
+def _prepare_xa(server: MariaDBServer, xid: str) -> None:
+    """XA transaction ``xid`` inserting ids 10 and 11, prepared (left so when disconnected)."""
+    with server.connect("shop") as conn, conn.cursor() as cur:
+        cur.execute(f"XA START '{xid}'")
+        cur.execute("INSERT INTO t VALUES (10), (11)")
+        cur.execute(f"XA END '{xid}'")
+        cur.execute(f"XA PREPARE '{xid}'")
+
+
+def _prepared_listed(uri: str, xid: str) -> tuple[ResumePosition, PreparedXa]:
+    checkpoint = DeltaChangeLog(uri, "d").recover()
+    assert checkpoint is not None
+    (prepared,) = checkpoint.resume.xa_prepared
+    assert prepared.xid == f"X'{xid.encode().hex()}',X'',1"
+    assert prepared.gtid is not None
+    return checkpoint.resume, prepared
+
+
+def _commit_on_b_and_resume(b: MariaDBServer, xid: str, uri: str, *ids: int) -> None:
+    """XA COMMIT on B, the destination resumed on B by GTID: the XA rows come out."""
+    b.execute(f"XA COMMIT '{xid}'")
+    summary = DestinationRuntime(WriteTerm("d", _by_gtid(_config(b)), uri)).run(
+        exit_when_idle_seconds=2
+    )
+    assert summary.error is None, summary.error
+    assert _ids(uri) == sorted([*ids, 10, 11])
+    moved = DeltaChangeLog(uri, "d").recover()
+    assert moved is not None
+    assert moved.resume.server == ServerIdentity(12, gtid_domain_id=0)
+    assert moved.resume.xa_prepared == ()
+
+
+def test_a_prepared_xa_is_read_again_at_its_gtid_on_a_switched_primary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint on primary A lists an XA transaction prepared there; B is promoted, the
+    transaction committed there, and the destination resumed on B by GTID (issue 42.4)."""
+    a = MariaDBServer(tmp_path / "a", server_id=11)
+    b = MariaDBServer(tmp_path / "b", server_id=12, extra_args=["--log-slave-updates=ON"])
+    xid = "floatxa-switched-restart"
+    try:
+        monkeypatch.setenv(PASSWORD_ENV, _replica_of(a, b))
+        uri = str(tmp_path / "lake" / "d" / "changes")
+        running = Running(WriteTerm("d", _by_gtid(_config(a)), uri))
+        running.wait_for(lambda: has_commits(uri))
+        _prepare_xa(a, xid)
+        a.execute("INSERT INTO shop.t VALUES (1)")
+        running.wait_for(lambda: running.rows() >= 1)
+        assert running.stop().error is None
+        _, prepared = _prepared_listed(uri, xid)
+        _wait(lambda: _caught_up(b, a))
+        b.execute("STOP SLAVE")  # promoted
+        # The premise: the prepared group is somewhere else in B's binlog.
+        assert prepared.gtid is not None
+        on_b = _gtid_event_at(b, prepared.gtid)
+        assert on_b is not None
+        assert on_b != (prepared.file, prepared.pos)
+        b.execute("INSERT INTO shop.t VALUES (4)")
+        _commit_on_b_and_resume(b, xid, uri, 1, 4)
+    finally:
+        b.stop()
+        a.stop()
+
+
+def test_a_prepared_xa_held_while_the_stream_moves_to_a_new_primary_is_listed_at_its_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The address the destination reads from switches from A to B while an XA transaction
+    prepared on A is held: the stream goes on by GTID, and the checkpoints it writes on B list
+    the transaction at its place in B's binlog, so a restart on B reads it from there."""
+    a = MariaDBServer(tmp_path / "a", server_id=11)
+    b = MariaDBServer(tmp_path / "b", server_id=12, extra_args=["--log-slave-updates=ON"])
+    xid = "floatxa-switched-stream"
+    try:
+        monkeypatch.setenv(PASSWORD_ENV, _replica_of(a, b))
+        uri = str(tmp_path / "lake" / "d" / "changes")
+        with TcpProxy((a.host, a.port)) as proxy:
+            config = _by_gtid(_config(a))
+            source = config.source.model_copy(update={"port": proxy.port})
+            running = Running(WriteTerm("d", config.model_copy(update={"source": source}), uri))
+            running.wait_for(lambda: has_commits(uri))
+            _prepare_xa(a, xid)
+            a.execute("INSERT INTO shop.t VALUES (1)")
+            running.wait_for(lambda: running.rows() >= 1)
+            _wait(lambda: _caught_up(b, a))
+            b.execute("STOP SLAVE")  # promoted
+            proxy.refuse()  # the old primary goes away; the address leads to B
+            proxy.target = (b.host, b.port)
+            proxy.forward()
+            b.execute("INSERT INTO shop.t VALUES (5)")
+            running.wait_for(lambda: running.rows() >= 2)
+            assert running.stop().error is None
+        resume, prepared = _prepared_listed(uri, xid)
+        assert resume.server == ServerIdentity(12, gtid_domain_id=0)
+        assert prepared.gtid is not None
+        assert (prepared.file, prepared.pos) == _gtid_event_at(b, prepared.gtid)
+        _commit_on_b_and_resume(b, xid, uri, 1, 5)
+    finally:
+        b.stop()
+        a.stop()
