@@ -74,6 +74,16 @@ def test_files_that_a_mode_would_ignore_are_refused() -> None:
         TlsConfig.model_validate({"mode": "required", "verify": True})
 
 
+def test_a_ca_file_with_mode_required_is_refused_naming_verify_ca() -> None:
+    """required checks no certificate: a ca_file there would only make the operator believe
+    the server is verified (issue 42.13)."""
+    with pytest.raises(ValidationError, match=r"ca_file set with mode required.*verify_ca"):
+        TlsConfig(mode="required", ca_file="/ca.pem")
+    # A client certificate is presented whatever the mode checks of the server's: allowed.
+    client = TlsConfig(mode="required", cert_file="/c.pem", key_file="/k.pem")
+    assert client.cert_file == "/c.pem"
+
+
 def test_loopback_hosts() -> None:
     assert is_loopback("127.0.0.1")
     assert is_loopback("127.1.2.3")
