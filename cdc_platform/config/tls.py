@@ -31,7 +31,8 @@ class TlsConfig(BaseModel):
     connection, certificate not checked; verify_ca: the certificate must be signed by
     ``ca_file`` (or a system CA); verify_identity: and name the host connected to."""
     ca_file: str | None = None
-    """PEM file of the CA(s) that sign the server's certificate (default: the system's)."""
+    """PEM file of the CA(s) that sign the server's certificate (default: the system's);
+    verify_ca and verify_identity only (required checks no certificate)."""
     cert_file: str | None = None
     """PEM client certificate, for servers that require one (``REQUIRE X509``)."""
     key_file: str | None = None
@@ -46,6 +47,11 @@ class TlsConfig(BaseModel):
             raise ValueError(
                 f"{' and '.join(files)} set with mode {self.mode}, which would ignore them "
                 "or fall back to plain text: use mode required, verify_ca or verify_identity"
+            )
+        if self.ca_file is not None and self.mode == "required":
+            raise ValueError(
+                "ca_file set with mode required, which checks no certificate: use mode "
+                "verify_ca (signed by ca_file) or verify_identity (and naming the host)"
             )
         return self
 

@@ -231,6 +231,8 @@ class Database:
             import pymysql  # noqa: PLC0415 (only when a MySQL lease is configured)
             from pymysql.constants import CLIENT  # noqa: PLC0415 (only when a MySQL lease is configured)
 
+            from cdc_platform.infra.mysql_tls import named_refusal  # noqa: PLC0415 (as pymysql)
+
             conn = pymysql.connect(
                 host=self.url.host,
                 port=self.url.port or 3306,
@@ -244,8 +246,16 @@ class Database:
                 charset="utf8mb4",
                 client_flag=CLIENT.FOUND_ROWS,  # rowcount = rows matched, not rows changed
                 init_command="SET time_zone = '+00:00'",  # UTC for UNIX_TIMESTAMP
+                defer_connect=True,
                 **self._tls.pymysql_args(),
             )
+            try:
+                conn.connect()
+            except pymysql.err.OperationalError as exc:  # a refused certificate, named
+                refusal = named_refusal(exc, conn)
+                if refusal is None:
+                    raise
+                raise refusal from None
             with conn.cursor() as cursor:
                 # No gap locks: concurrent inserts-if-absent queue instead of deadlocking.
                 cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")

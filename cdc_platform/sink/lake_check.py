@@ -1,4 +1,4 @@
-"""The start check of a lake on object storage: reachable, usable, and safe to commit to.
+"""The start check of a lake: reachable, usable, and (on object storage) safe to commit to.
 
 Run before every writer starts (the streaming run, the snapshot CLI, reconcile's own repair:
 :func:`check_lake_once` from ``take_lease``; `config check` runs :func:`check_lake` afresh),
@@ -43,6 +43,7 @@ from cdc_platform.config.lake import (
 )
 from cdc_platform.errors import LakeAccessError, SinkError, StaleSideFileError
 from cdc_platform.sink.lake_files import LakeFile
+from cdc_platform.sink.local_lake import check_local_lake
 from cdc_platform.sink.storage_errors import LIBRARY_ERRORS, Redactor
 
 __all__ = ["PROBE_PARTS", "SIDE_PROBE_PARTS", "check_lake", "check_lake_once"]
@@ -111,10 +112,11 @@ def check_lake(lake: LakeLocation) -> None:
     """Raise LakeAccessError unless ``lake`` can be read, written and committed to safely
     (see the module docstring).
 
-    A local lake needs no check (its directory is created on first commit; renames and a
-    folder lock give one winner).
+    A local lake is only made and written once (renames and a folder lock give one winner):
+    a path that is no directory, no permission or a read-only file system fails here.
     """
     if not lake.is_remote:
+        check_local_lake(lake.uri)
         return
     uri = lake.join(*PROBE_PARTS)
     options = lake.delta_options()
@@ -148,8 +150,12 @@ def check_lake(lake: LakeLocation) -> None:
 
 def check_lake_once(lake: LakeLocation | None) -> None:
     """:func:`check_lake` unless this process has already checked ``lake`` (every writer
-    calls this before it takes the lease; None: no lake to check)."""
-    if lake is None or not lake.is_remote:
+    calls this before it takes the lease; None: no lake to check). A local lake is checked
+    every time (one directory and one small file)."""
+    if lake is None:
+        return
+    if not lake.is_remote:
+        check_local_lake(lake.uri)
         return
     with _CHECKED_LOCK:
         if _checked_key(lake) in _CHECKED:

@@ -25,7 +25,8 @@ A :meth:`LakeFile.move_to` is atomic with a single winner on local disks (a rena
 stores it is a server-side copy then a delete, so two movers of one object may both succeed:
 the callers (the request inbox) are built so that is harmless. Library errors are raised
 once here as :class:`SinkError` (transient: storage trouble may pass) with no storage secret
-in the message.
+in the message; a local lake that cannot be written (not a directory, no permission, a
+read-only file system) as a non-transient LakeAccessError (:mod:`.local_lake`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ import obstore
 import pyarrow as pa
 
 from cdc_platform.errors import ConfigError, LakeAccessError, SinkError, StaleSideFileError
+from cdc_platform.sink.local_lake import permanent_local_error
 from cdc_platform.sink.object_store import STORE_ERRORS, Store, local_store, s3_store
 from cdc_platform.sink.storage_errors import Redactor
 
@@ -128,7 +130,9 @@ class LakeFile:
                 f"{what} failed, the store does not support it: {detail}",
                 "use a store that honours conditional puts (If-Match, If-None-Match)",
             )
-        return SinkError(f"{what} {self._redact.uri} failed: {detail}")
+        uri = self._redact.uri
+        refusal = permanent_local_error(uri, exc, what, self._redact) if self.is_local else None
+        return refusal or SinkError(f"{what} {uri} failed: {detail}")
 
     def _stale(self, why: str) -> StaleSideFileError:
         return StaleSideFileError(

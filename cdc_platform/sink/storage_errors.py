@@ -16,6 +16,7 @@ import pyarrow as pa
 from deltalake.exceptions import DeltaError
 
 from cdc_platform.errors import SinkError
+from cdc_platform.sink.local_lake import permanent_local_error
 
 __all__ = ["LIBRARY_ERRORS", "Redactor", "StorageGuard"]
 
@@ -84,6 +85,13 @@ class StorageGuard:
             raise self.error(f"{what} failed", exc) from self.redact.cause(exc)
 
     def error(self, what: str, exc: BaseException) -> SinkError:
-        """A SinkError naming the destination, the (masked) table and the redacted cause."""
+        """A SinkError naming the destination, the (masked) table and the redacted cause
+        (not transient for a local table that cannot be written: :mod:`.local_lake`)."""
+        uri = self.redact.uri
+        local = "://" not in uri or uri.startswith("file://")
+        doing = f"{self.destination}: {what}"
+        refusal = permanent_local_error(uri, exc, doing, self.redact) if local else None
+        if refusal is not None:
+            return refusal
         detail = self.redact(f"{type(exc).__name__}: {exc}")
         return SinkError(f"{self.destination}: {what} on {self.redact.uri}: {detail}")

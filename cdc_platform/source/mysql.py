@@ -42,6 +42,7 @@ from cdc_platform.errors import (
     SourceTableMissingError,
 )
 from cdc_platform.events import ResumePosition
+from cdc_platform.infra.mysql_tls import is_tls_failure, named_refusal
 from cdc_platform.source.library_internals import LibraryTlsConnection
 
 __all__ = [
@@ -99,6 +100,16 @@ class _SourceConnection(LibraryTlsConnection):
             return _preferred_tls
         return self.library_tls_context(sslp)
 
+    def connect(self, sock: socket.socket | None = None) -> None:
+        """pymysql's connect; a refused server certificate comes out with its cause named."""
+        try:
+            super().connect(sock)
+        except pymysql.err.OperationalError as exc:
+            refusal = named_refusal(exc, self)
+            if refusal is None:
+                raise
+            raise refusal from None
+
 
 def mysql_connection(**settings: Any) -> Connection:
     """``pymysql.connect(**settings)``, sharing the default TLS context (see above)."""
@@ -138,9 +149,6 @@ _SERVER_GONE = frozenset({1040, 1053, 1927})
 """Too many connections, server shutdown, connection killed: a new connection may succeed."""
 _UNKNOWN_HOST = 2005
 _CANNOT_CONNECT = 2003
-_SSL_CONNECTION_ERROR = 2026
-"""CR_SSL_CONNECTION_ERROR: TLS is required (source.tls) but the server offers none."""
-_TLS_TEXT = re.compile(r"\[SSL|CERTIFICATE_VERIFY_FAILED|certificate verify failed|SSLError", re.I)
 _BINLOG_DUMP = 1236
 _SAME_SERVER_ID = 4052
 """MariaDB's ER_SLAVE_SAME_ID, sent to the older of two dumps with one server_id."""
@@ -214,7 +222,7 @@ def classify(exc: BaseException) -> Failure:
     code = error_code(exc)
     if code == _BINLOG_DUMP:
         return _dump_failure(_text(exc))
-    if _is_tls_failure(exc, code):
+    if is_tls_failure(exc):
         return Failure.TLS
     if code in _BY_CODE:
         return _BY_CODE[code]
@@ -226,15 +234,6 @@ def classify(exc: BaseException) -> Failure:
     if isinstance(exc, _LOST_OUTSIDE_PYMYSQL) or (isinstance(exc, _CONNECTION) and client_side):
         return Failure.CONNECTION_LOST
     return Failure.REFUSED
-
-
-def _is_tls_failure(exc: BaseException, code: int | None) -> bool:
-    """A TLS handshake the client refused (certificate not trusted, wrong host name), or a
-    server without TLS where TLS is required: the same settings fail again."""
-    if isinstance(exc, ssl.SSLError | ssl.CertificateError) or code == _SSL_CONNECTION_ERROR:
-        return True
-    # pymysql wraps an OSError of the handshake (SSLCertVerificationError) into error 2003.
-    return code == _CANNOT_CONNECT and _TLS_TEXT.search(_text(exc)) is not None
 
 
 def _dump_failure(text: str) -> Failure:
@@ -577,11 +576,12 @@ def _message(failure: Failure, ctx: _Context) -> str:  # noqa: PLR0911 - one ret
     if failure in (Failure.BINLOG_GAP, Failure.BINLOG_READ):
         return _dump_refusal(failure, ctx)
     if failure is Failure.TLS:
-        mode = server.config.tls.mode if server is not None else "the configured mode"
+        tls = server.config.tls if server is not None else None
+        mode = f"source.tls.mode {tls.mode}" if tls is not None else "source.tls"
+        ca = f", ca_file {tls.ca_file}" if tls is not None and tls.ca_file else ""
         return (
-            f"TLS to MySQL/MariaDB failed{at} (source.tls.mode {mode}): {detail}; the server "
-            "must offer TLS with a certificate signed by tls.ca_file (verify_ca) for the host "
-            "name in source.host (verify_identity): check both, or the server's ssl settings"
+            f"TLS to MySQL/MariaDB failed{at} ({mode}{ca}): {detail}; check source.tls "
+            "against the server's certificate and ssl settings"
         )
     return f"the server refused{at}: {detail}"
 

@@ -13,7 +13,7 @@ import pytest
 from pydantic import SecretStr
 
 from cdc_platform.config.models import SourceConfig, TlsConfig
-from cdc_platform.errors import SourceLoginError, SourceSettingsError
+from cdc_platform.errors import LeaseBackendError, SourceLoginError, SourceSettingsError
 from cdc_platform.events import EventKind
 from cdc_platform.infra.sqldb import Database
 from cdc_platform.source import BinlogSource
@@ -118,8 +118,45 @@ def test_a_certificate_the_ca_did_not_sign_is_refused_for_good(
     assert not caught.value.transient
     assert "verify_ca" in str(caught.value)
     assert user.password not in str(caught.value)
-    with pytest.raises(SourceSettingsError, match=r"TLS to MySQL/MariaDB failed"):
+    # The cause, named (issue 42.14): not "error 2003: Can't connect to MySQL server".
+    for message in (str(caught.value), _stream_refusal(config, user)):
+        assert "not signed by" in message, message
+        assert "'another CA'" in message, message  # the CA ca_file holds
+        assert str(stranger.ca_file) in message, message
+        assert "Can't connect" not in message, message
+
+
+def _stream_refusal(config: SourceConfig, user: ReplicationUser) -> str:
+    """The binlog source's refusal (its control connection, through pymysqlreplication)."""
+    with pytest.raises(SourceSettingsError, match=r"TLS to MySQL/MariaDB failed") as caught:
         BinlogSource(config, password=user.password).current_position()
+    assert not caught.value.transient
+    return str(caught.value)
+
+
+def test_a_host_name_the_certificate_does_not_name_is_refused_naming_both(
+    tls_server: tuple[MariaDBServer, ReplicationUser], certificates: Certificates
+) -> None:
+    """The certificate names 127.0.0.1; the source is reached as localhost (same server)."""
+    server, user = tls_server
+    tls = TlsConfig(mode="verify_identity", ca_file=str(certificates.ca_file))
+    config = _config(server, user, tls).model_copy(update={"host": "localhost"})
+    with pytest.raises(SourceSettingsError, match=r"TLS to MySQL/MariaDB failed") as caught:
+        SourceServer(config, user.password, purpose="snapshot").connect(30.0)
+    assert not caught.value.transient
+    for message in (str(caught.value), _stream_refusal(config, user)):
+        assert "certificate names 127.0.0.1, not 'localhost'" in message, message
+        assert "Can't connect" not in message, message
+        assert user.password not in message
+    # A MySQL lease database reached by the same name: the same cause.
+    db = Database(
+        f"mysql://{user.name}@localhost:{server.port}/tls_db",
+        password=SecretStr(user.password),
+        tls=tls,
+    )
+    refused = pytest.raises(LeaseBackendError, match=r"names 127\.0\.0\.1, not 'localhost'")
+    with refused, db.transaction() as tx:
+        tx.one("SELECT 1")
 
 
 def test_a_client_certificate_is_presented(

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import logging
 import ssl
+from types import SimpleNamespace
+from typing import Any, cast
 
+import pymysql
 import pytest
 from pydantic import ValidationError
 
 from cdc_platform.config.models import SourceConfig, TlsConfig
 from cdc_platform.config.tls import is_loopback
+from cdc_platform.infra.mysql_tls import named_refusal
 from cdc_platform.source import mysql
 
 pytestmark = pytest.mark.unit
@@ -74,6 +78,16 @@ def test_files_that_a_mode_would_ignore_are_refused() -> None:
         TlsConfig.model_validate({"mode": "required", "verify": True})
 
 
+def test_a_ca_file_with_mode_required_is_refused_naming_verify_ca() -> None:
+    """required checks no certificate: a ca_file there would only make the operator believe
+    the server is verified (issue 42.13)."""
+    with pytest.raises(ValidationError, match=r"ca_file set with mode required.*verify_ca"):
+        TlsConfig(mode="required", ca_file="/ca.pem")
+    # A client certificate is presented whatever the mode checks of the server's: allowed.
+    client = TlsConfig(mode="required", cert_file="/c.pem", key_file="/k.pem")
+    assert client.cert_file == "/c.pem"
+
+
 def test_loopback_hosts() -> None:
     assert is_loopback("127.0.0.1")
     assert is_loopback("127.1.2.3")
@@ -81,3 +95,32 @@ def test_loopback_hosts() -> None:
     assert is_loopback("LOCALHOST")
     assert not is_loopback("10.0.0.1")
     assert not is_loopback("db.internal")
+
+
+def _refused(code: int, message: str) -> pymysql.err.OperationalError:
+    """pymysql's error 2003 around the handshake's verification error, as connect raises it."""
+    cause = ssl.SSLCertVerificationError(1, f"certificate verify failed: {message}")
+    cause.verify_code, cause.verify_message = code, message
+    exc = pymysql.err.OperationalError(2003, f"Can't connect to MySQL server ({cause})")
+    exc.original_exception = cause  # type: ignore[attr-defined]
+    return exc
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "cause"),
+    [
+        (10, "certificate has expired", "has expired: renew it"),
+        (9, "certificate is not yet valid", "not valid yet: check the clocks"),
+        (26, "unsuitable certificate purpose", "was refused (OpenSSL: unsuitable certificate"),
+    ],
+)
+def test_a_refused_certificate_is_named_as_error_2026(code: int, message: str, cause: str) -> None:
+    """The CA and host name causes are shown against a real server (test_source_tls)."""
+    conn = cast("pymysql.connections.Connection[Any]", SimpleNamespace(host="db", ctx=None))
+    named = named_refusal(_refused(code, message), conn)
+    assert named is not None
+    assert named.args[0] == 2026
+    assert cause in named.args[1]
+    assert mysql.classify(named) is mysql.Failure.TLS
+    refused = pymysql.err.OperationalError(2003, "Can't connect to MySQL server (timed out)")
+    assert named_refusal(refused, conn) is None
