@@ -20,8 +20,8 @@ import time
 
 from cdc_platform.events import BinlogPosition, ChangeEvent, ResumePosition, Transaction
 from cdc_platform.sink.schema import events_to_table
-from cdc_platform.source.row_changes import row_changes
-from cdc_platform.source.rows_framing import WRITE, RowsFrame
+from cdc_platform.source.stream.row_changes import row_changes
+from cdc_platform.source.stream.rows_framing import WRITE, RowsFrame
 from cdc_platform.source.values import ColumnSpec, FieldType, RowDecoder
 from cdc_platform.testing.binlog_values import encode_datetime2, encode_decimal
 

@@ -33,7 +33,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from cdc_platform.config.models import SourceConfig
 from cdc_platform.events import EventKind, ResumePosition
 from cdc_platform.source import BinlogSource
-from cdc_platform.source.decode_pool import DecodePool
+from cdc_platform.source.stream.decode_pool import DecodePool
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
 
 TABLE = """CREATE TABLE bench.orders (

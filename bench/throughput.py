@@ -61,7 +61,7 @@ from cdc_platform.events import ResumePosition
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink import DeltaChangeLog
 from cdc_platform.sink.term import WriteTerm
-from cdc_platform.source.decode_pool import DecodePool
+from cdc_platform.source.stream.decode_pool import DecodePool
 from cdc_platform.testing.destinations import instance_config
 from cdc_platform.testing.mariadb import MariaDBServer
 

@@ -56,14 +56,14 @@ from cdc_platform.errors import CdcError, ReconcileError, SnapshotError, SourceE
 from cdc_platform.events import ChangeEvent, EventKind, Op, ResumePosition
 from cdc_platform.sink.delta import DeltaChangeLog
 from cdc_platform.sink.term import WriteTerm
-from cdc_platform.source.binlog import BinlogSource
 from cdc_platform.source.mysql import connect_source
-from cdc_platform.source.row_keys import decode_key
-from cdc_platform.source.row_reader import (
+from cdc_platform.source.reading.row_keys import decode_key
+from cdc_platform.source.reading.row_reader import (
     SnapshotTable,
     describe_table,
     read_keys,
 )
+from cdc_platform.source.stream.binlog import BinlogSource
 from cdc_platform.source.values import dumps
 
 __all__ = ["RepairKey", "RepairResult", "RepairTable", "repair_keys"]

@@ -2,7 +2,7 @@
 
 ``ALTER TABLE t ADD COLUMN c ... DEFAULT 'red'`` fills every existing row with 'red', and
 ``MODIFY`` converts every stored value, yet the binlog carries no row event for them
-(:mod:`cdc_platform.source.ddl_effects` lists such statements). So the lease holder, once
+(:mod:`cdc_platform.source.stream.ddl_effects` lists such statements). So the lease holder, once
 such a DDL is in the change log, copies the table again with the watermark snapshot
 (:class:`~cdc_platform.backfill.snapshot.SnapshotRunner`): its ``r`` rows, ordered after the
 DDL, carry the values the server now holds, and the mirror just applies them. Nothing

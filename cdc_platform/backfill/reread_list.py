@@ -1,7 +1,7 @@
 """The list of tables waiting for a re-read after DDL, and noting a batch's DDL on it.
 
 ``<lake_root>/<destination>/_reread_tables.json`` (format ``v`` 1) names the tables whose rows
-a committed DDL changed without row events (:mod:`cdc_platform.source.ddl_effects`). Every
+a committed DDL changed without row events (:mod:`cdc_platform.source.stream.ddl_effects`). Every
 writer's commit adds to it before the batch commits (:func:`note_rereads`, called by the one
 commit protocol of :mod:`.commit`); the re-read (:mod:`.reread`) empties it.
 """
@@ -21,7 +21,7 @@ from cdc_platform.sink.lake_files import LakeFile
 from cdc_platform.sink.report import ddl_rows
 from cdc_platform.sink.table_records import RereadList
 from cdc_platform.sink.term import WriteTerm
-from cdc_platform.source.ddl_effects import ddl_effects
+from cdc_platform.source.stream.ddl_effects import ddl_effects
 
 __all__ = [
     "RereadRecord",

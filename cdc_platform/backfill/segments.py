@@ -32,8 +32,8 @@ from cdc_platform.events import (
     ResumePosition,
     Transaction,
 )
-from cdc_platform.source.binlog import BinlogSource
-from cdc_platform.source.row_reader import SnapshotTable
+from cdc_platform.source.reading.row_reader import SnapshotTable
+from cdc_platform.source.stream.binlog import BinlogSource
 from cdc_platform.source.values import dumps
 
 __all__ = [

@@ -46,17 +46,17 @@ from cdc_platform.sink import DeltaChangeLog
 from cdc_platform.sink.schema import RowsAtCut
 from cdc_platform.sink.snapshot_state import PendingChunk, SnapshotState, TableCounts
 from cdc_platform.sink.term import WriteTerm
-from cdc_platform.source.binlog import BinlogSource
 from cdc_platform.source.binlog_server import binlog_end
 from cdc_platform.source.mysql import is_missing_table
-from cdc_platform.source.row_keys import decode_key, encode_key
-from cdc_platform.source.row_reader import (
+from cdc_platform.source.reading.row_keys import decode_key, encode_key
+from cdc_platform.source.reading.row_reader import (
     ChunkRows,
     SnapshotTable,
     describe_table,
     estimated_rows,
     read_chunk,
 )
+from cdc_platform.source.stream.binlog import BinlogSource
 
 __all__ = ["CopyHooks", "CopyRun", "TableCopy"]
 

@@ -44,7 +44,7 @@ from cdc_platform.events import (
     Transaction,
 )
 from cdc_platform.sink.schema import RowsAtCut
-from cdc_platform.source.row_reader import SnapshotTable, describe_table
+from cdc_platform.source.reading.row_reader import SnapshotTable, describe_table
 from cdc_platform.source.sql import qualified_name
 from cdc_platform.source.values import dumps
 

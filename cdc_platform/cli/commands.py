@@ -121,8 +121,8 @@ def _connect_check(config: ConfigSet, dest: Destination) -> tuple[str, bool]:
     check its settings and grants; one line for the report and whether it passed."""
     from cdc_platform.sink.destination_lake import DestinationLake  # noqa: PLC0415 (keep `config check` light)
     from cdc_platform.sink.start_record import StartRecord  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
-    from cdc_platform.source.binlog import SourceInfo  # noqa: PLC0415 (keep `config check` light)
     from cdc_platform.source.factory import open_source  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
+    from cdc_platform.source.stream.binlog import SourceInfo  # noqa: PLC0415 (keep `config check` light)
 
     source, start = dest.config.source, dest.config.start
     where = f"source {source.host}:{source.port} ({source.mode})"
@@ -254,7 +254,7 @@ def status_command(args: argparse.Namespace) -> int:
 
 def tables_command(args: argparse.Namespace) -> int:
     """The source tables one destination captures and the ones its filters skip, and why."""
-    from cdc_platform.source.table_listing import list_tables  # noqa: PLC0415 (light CLI)
+    from cdc_platform.source.reading.table_listing import list_tables  # noqa: PLC0415 (light CLI)
 
     _config, dest = _destination(args)
     source = dest.config.source

@@ -46,8 +46,8 @@ from cdc_platform.config.models import DEFAULT_CHUNK_BYTES
 from cdc_platform.errors import SinkError
 from cdc_platform.sink.lake_files import LakeFile, join_uri
 from cdc_platform.source.mysql import source_errors
-from cdc_platform.source.row_keys import encode_key
-from cdc_platform.source.row_reader import SnapshotTable, read_chunk
+from cdc_platform.source.reading.row_keys import encode_key
+from cdc_platform.source.reading.row_reader import SnapshotTable, read_chunk
 from cdc_platform.source.sql import qualified_name
 from cdc_platform.source.values import dumps
 from cdc_platform.spark.locations import STAGING_DIR, mirror_uri, table_exists

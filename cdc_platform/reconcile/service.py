@@ -34,7 +34,7 @@ from cdc_platform.ha.lease import Lease
 from cdc_platform.reconcile.compare import ChunkProgress, TableComparison, compare_table
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.mysql import connect_source
-from cdc_platform.source.row_reader import base_tables, describe_table
+from cdc_platform.source.reading.row_reader import base_tables, describe_table
 from cdc_platform.source.table_names import split_table_name
 from cdc_platform.spark.locations import mirror_root
 

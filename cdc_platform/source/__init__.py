@@ -11,14 +11,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from cdc_platform.source.binlog import BinlogSource
     from cdc_platform.source.binlog_server import SourceInfo
     from cdc_platform.source.filters import TableFilter
+    from cdc_platform.source.stream.binlog import BinlogSource
 
 __all__ = ["BinlogSource", "SourceInfo", "TableFilter"]
 
 _HOMES = {
-    "BinlogSource": "cdc_platform.source.binlog",
+    "BinlogSource": "cdc_platform.source.stream.binlog",
     "SourceInfo": "cdc_platform.source.binlog_server",
     "TableFilter": "cdc_platform.source.filters",
 }

@@ -15,8 +15,8 @@ from pydantic import SecretStr
 
 from cdc_platform.config.models import SourceConfig, StartConfig
 from cdc_platform.events import ChangeEvent, ResumePosition
-from cdc_platform.source.binlog import BinlogSource
-from cdc_platform.source.id_watch import IdWatchSource
+from cdc_platform.source.id_watch.watch import IdWatchSource
+from cdc_platform.source.stream.binlog import BinlogSource
 
 __all__ = ["Source", "open_source"]
 

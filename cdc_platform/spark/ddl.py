@@ -19,8 +19,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from cdc_platform.source.ddl_effects import TableEffect, ddl_effects, strip_comments
 from cdc_platform.source.sql import split_top_level
+from cdc_platform.source.stream.ddl_effects import TableEffect, ddl_effects, strip_comments
 from cdc_platform.spark.types import TYPE_ALIASES, ColumnSpec, TableSchema
 
 __all__ = [
@@ -252,7 +252,7 @@ def table_effect(
 ) -> TableEffect | None:
     """What ``statement``, a DDL row recorded under ``db.table`` (``database_level``: under
     ``db`` and no table), did to the rows of ``db.table`` beyond its row events (see
-    :mod:`cdc_platform.source.ddl_effects`); None when nothing.
+    :mod:`cdc_platform.source.stream.ddl_effects`); None when nothing.
 
     Unqualified names are read in ``db``: the change log keeps the table's database, not the
     statement's session database.

@@ -36,7 +36,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark idiom)
 
 from cdc_platform.errors import SparkError
-from cdc_platform.source.ddl_effects import Effect
+from cdc_platform.source.stream.ddl_effects import Effect
 from cdc_platform.spark import ddl as ddl_parser
 from cdc_platform.spark.multiset import apply_counts, row_deltas
 from cdc_platform.spark.names import col, quote_identifier

@@ -22,7 +22,7 @@ from cdc_platform.config.models import SourceConfig
 from cdc_platform.events import ChangeEvent, EventKind
 from cdc_platform.source import BinlogSource
 from cdc_platform.source.mysql import connect_source
-from cdc_platform.source.row_reader import describe_table, read_chunk
+from cdc_platform.source.reading.row_reader import describe_table, read_chunk
 from cdc_platform.testing.binlog import collect_events
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
 from tests.conftest import MariaDBDatabase
@@ -248,7 +248,7 @@ def test_every_collation_id_of_the_server_resolves_to_its_charset(
     mariadb: MariaDBDatabase,
 ) -> None:
     """The collation-id table is complete for this server (uca1400 ids included)."""
-    from cdc_platform.source.charsets import charset_of_collation  # noqa: PLC0415 (this test's subject, imported where it is used)
+    from cdc_platform.source.values.charsets import charset_of_collation  # noqa: PLC0415 (this test's subject, imported where it is used)
 
     rows = mariadb.server.query(
         "SELECT ID, CHARACTER_SET_NAME "

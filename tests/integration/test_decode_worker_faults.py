@@ -32,8 +32,8 @@ from cdc_platform.events import ResumePosition
 from cdc_platform.runtime import DestinationRuntime, RunSummary
 from cdc_platform.sink import DeltaChangeLog
 from cdc_platform.sink.term import WriteTerm
-from cdc_platform.source.binlog import BinlogSource
-from cdc_platform.source.decode_pool import DEFAULT_INLINE_BYTES, DecodePool
+from cdc_platform.source.stream.binlog import BinlogSource
+from cdc_platform.source.stream.decode_pool import DEFAULT_INLINE_BYTES, DecodePool
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config
 from tests.conftest import MariaDBDatabase
 

@@ -22,7 +22,7 @@ from cdc_platform.events import ResumePosition
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink import DeltaChangeLog
 from cdc_platform.sink.term import WriteTerm
-from cdc_platform.source.decode_pool import DEFAULT_INLINE_BYTES
+from cdc_platform.source.stream.decode_pool import DEFAULT_INLINE_BYTES
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config
 from cdc_platform.testing.mariadb import MariaDBServer
 from tests.conftest import MariaDBDatabase

@@ -31,8 +31,8 @@ from cdc_platform.events import Op
 from cdc_platform.runtime import DestinationRuntime, RunSummary
 from cdc_platform.sink.report import CommitReport
 from cdc_platform.sink.term import WriteTerm
-from cdc_platform.source.id_watch import IdWatchSource
-from cdc_platform.source.id_watch_state import load_known_state
+from cdc_platform.source.id_watch.state import load_known_state
+from cdc_platform.source.id_watch.watch import IdWatchSource
 from cdc_platform.testing.destinations import PASSWORD_ENV
 from cdc_platform.testing.replay import RowKey, has_commits, replay
 from tests.conftest import MariaDBDatabase, S3Lake

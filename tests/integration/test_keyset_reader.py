@@ -25,8 +25,8 @@ from cdc_platform.config.models import SourceConfig
 from cdc_platform.errors import SourceTableChangedError, SourceTableMissingError
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.mysql import Connection, SourceServer
-from cdc_platform.source.row_keys import decode_key, encode_key
-from cdc_platform.source.row_reader import (
+from cdc_platform.source.reading.row_keys import decode_key, encode_key
+from cdc_platform.source.reading.row_reader import (
     ChunkRows,
     SnapshotTable,
     describe_table,

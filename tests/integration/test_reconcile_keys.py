@@ -14,7 +14,7 @@ from cdc_platform.config import ConfigSet
 from cdc_platform.reconcile.compare import compare_table
 from cdc_platform.reconcile.service import reconcile_destination
 from cdc_platform.source.mysql import connect_source
-from cdc_platform.source.row_reader import describe_table
+from cdc_platform.source.reading.row_reader import describe_table
 from cdc_platform.spark.locations import mirror_root, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
 from tests.conftest import MariaDBDatabase

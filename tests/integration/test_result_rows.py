@@ -13,7 +13,7 @@ from typing import Any
 import pymysql
 import pytest
 
-from cdc_platform.source.result_rows import fetch_rows
+from cdc_platform.source.reading.result_rows import fetch_rows
 from cdc_platform.testing.ha import wait_for
 from tests.conftest import MariaDBDatabase
 

@@ -3,7 +3,7 @@ change events of the library's events decoded in the reader thread.
 
 The same binlog range (every column type of test_column_types, multi-row inserts, updates and
 deletes, a table the filters leave out, several transactions) is read twice: once with lean
-framing (:mod:`cdc_platform.source.rows_framing`) and once with every event left to
+framing (:mod:`cdc_platform.source.stream.rows_framing`) and once with every event left to
 mysql-replication, and with two decode worker processes (default bounds, and bounds so small
 that every rows event is its own task and waits for the one before). The change events must be
 equal, field for field, in the same order.
@@ -19,7 +19,7 @@ import pytest
 from cdc_platform.config.models import SourceConfig
 from cdc_platform.events import ChangeEvent, EventKind, Op
 from cdc_platform.source import BinlogSource
-from cdc_platform.source.decode_pool import DecodePool
+from cdc_platform.source.stream.decode_pool import DecodePool
 from cdc_platform.testing.binlog import collect_events
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
 from tests.integration.test_column_types import COLUMNS

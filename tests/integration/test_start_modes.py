@@ -24,7 +24,7 @@ from cdc_platform.sink.snapshot_progress import TableProgress, read_snapshot_pro
 from cdc_platform.sink.start_record import StartRecord, start_drift, start_record_file
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.binlog_server import BinlogServer
-from cdc_platform.source.start_position import find_time, resolve_start, server_binlog
+from cdc_platform.source.stream.start_position import find_time, resolve_start, server_binlog
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
 from cdc_platform.testing.replay import replay

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_platform.source.ddl_effects import Effect, TableEffect, ddl_effects
+from cdc_platform.source.stream.ddl_effects import Effect, TableEffect, ddl_effects
 
 pytestmark = pytest.mark.unit
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_platform.source.ddl_history import touched_columns
+from cdc_platform.source.stream.ddl_history import touched_columns
 
 pytestmark = pytest.mark.unit
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from cdc_platform.source.decode_pool import PROCESS_WORKERS, DecodePool
+from cdc_platform.source.stream.decode_pool import PROCESS_WORKERS, DecodePool
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(120)]
 

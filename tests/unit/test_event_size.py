@@ -10,8 +10,8 @@ from typing import Any, cast
 import pytest
 
 from cdc_platform.events import BinlogPosition, ChangeEvent, EventKind, Op, Transaction
-from cdc_platform.source.row_changes import row_changes
-from cdc_platform.source.rows_framing import UPDATE, WRITE
+from cdc_platform.source.stream.row_changes import row_changes
+from cdc_platform.source.stream.rows_framing import UPDATE, WRITE
 
 pytestmark = pytest.mark.unit
 

@@ -10,7 +10,8 @@ import pytest
 from cdc_platform.config.models import IdWatchTableConfig
 from cdc_platform.errors import CheckpointError
 from cdc_platform.events import EventKind, Op, ResumePosition
-from cdc_platform.source.id_watch import (
+from cdc_platform.source.id_watch.tables import WatchedTable
+from cdc_platform.source.id_watch.watch import (
     ROW_FILE,
     Change,
     KnownState,
@@ -21,8 +22,7 @@ from cdc_platform.source.id_watch import (
     next_list_delay,
     stable_prefix,
 )
-from cdc_platform.source.id_watch_tables import WatchedTable
-from cdc_platform.source.row_reader import SnapshotTable
+from cdc_platform.source.reading.row_reader import SnapshotTable
 from cdc_platform.testing.fakes import FakeClock
 
 pytestmark = pytest.mark.unit

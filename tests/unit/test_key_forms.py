@@ -9,8 +9,8 @@ from decimal import Decimal
 
 import pytest
 
-from cdc_platform.source.key_forms import key_form
-from cdc_platform.source.row_keys import decode_key, encode_key
+from cdc_platform.source.reading.key_forms import key_form
+from cdc_platform.source.reading.row_keys import decode_key, encode_key
 
 pytestmark = pytest.mark.unit
 

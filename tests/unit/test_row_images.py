@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdc_platform.source.row_images import rows_json
+from cdc_platform.source.reading.row_images import rows_json
 from cdc_platform.source.values import dumps
 from cdc_platform.source.values.image_json import image_encoder
 

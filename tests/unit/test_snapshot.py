@@ -24,8 +24,8 @@ from cdc_platform.events import (
     Transaction,
 )
 from cdc_platform.source.mysql import is_missing_table, mysql_error
-from cdc_platform.source.row_keys import decode_key, encode_key
-from cdc_platform.source.row_reader import (
+from cdc_platform.source.reading.row_keys import decode_key, encode_key
+from cdc_platform.source.reading.row_reader import (
     SnapshotTable,
     _bits,
     _float32,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_platform.source.charsets import (
+from cdc_platform.source.values.charsets import (
     ESCAPE_BASE,
     charset_of_collation,
     server_text_is_exact,

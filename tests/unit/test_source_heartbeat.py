@@ -19,8 +19,8 @@ from pymysqlreplication.event import (
 
 from cdc_platform.events import EventKind, ResumePosition
 from cdc_platform.source.filters import TableFilter
-from cdc_platform.source.table_maps import Catalog, TablePlans
-from cdc_platform.source.transactions import TransactionAssembler
+from cdc_platform.source.stream.table_maps import Catalog, TablePlans
+from cdc_platform.source.stream.transactions import TransactionAssembler
 from cdc_platform.testing.events import library_event
 
 pytestmark = pytest.mark.unit

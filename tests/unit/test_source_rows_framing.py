@@ -13,7 +13,7 @@ import struct
 import pytest
 
 from cdc_platform.errors import SourceError
-from cdc_platform.source.rows_framing import (
+from cdc_platform.source.stream.rows_framing import (
     DELETE,
     UPDATE,
     WRITE,

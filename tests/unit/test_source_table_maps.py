@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from cdc_platform.errors import SourceError
-from cdc_platform.source.table_maps import (
+from cdc_platform.source.stream.table_maps import (
     Catalog,
     _charsets,
     _labels_in,

@@ -13,7 +13,7 @@ from cdc_platform.errors import ConfigFileError
 from cdc_platform.sink.lake_files import LakeFile
 from cdc_platform.sink.snapshot_progress import progress_of_state
 from cdc_platform.sink.start_record import StartRecord, start_drift
-from cdc_platform.source.start_position import utc_seconds
+from cdc_platform.source.stream.start_position import utc_seconds
 
 pytestmark = pytest.mark.unit
 

@@ -9,7 +9,7 @@ import pytest
 
 from cdc_platform.errors import StartPositionError
 from cdc_platform.events import ResumePosition
-from cdc_platform.source.start_position import BinlogFiles, TransactionHead, find_time
+from cdc_platform.source.stream.start_position import BinlogFiles, TransactionHead, find_time
 
 pytestmark = pytest.mark.unit
 

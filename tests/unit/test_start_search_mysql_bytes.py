@@ -21,7 +21,7 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.packet import BinLogPacketWrapper
 
 from cdc_platform.events import ResumePosition
-from cdc_platform.source.start_position import (
+from cdc_platform.source.stream.start_position import (
     HEAD_EVENTS,
     BinlogFiles,
     TransactionHead,

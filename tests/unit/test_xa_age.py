@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from cdc_platform.source.xa import XaAge
+from cdc_platform.source.stream.xa import XaAge
 
 pytestmark = pytest.mark.unit
 

@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 
 from cdc_platform.events import ChangeEvent, EventKind
-from cdc_platform.source.row_changes import HeldRows
-from cdc_platform.source.xa_rows import XaBudget, XaRows
+from cdc_platform.source.stream.row_changes import HeldRows
+from cdc_platform.source.stream.xa_rows import XaBudget, XaRows
 from cdc_platform.testing.events import EventBuilder
 
 pytestmark = pytest.mark.unit

@@ -59,7 +59,7 @@ class ColumnSpec:
     """What the decoder needs to know about one column (from the table-map event).
 
     ``encoding`` is the MySQL charset name (``utf8mb4``, ``cp1250``...) of character columns
-    and None for binary ones; :mod:`cdc_platform.source.charsets` decodes it.
+    and None for binary ones; :mod:`cdc_platform.source.values.charsets` decodes it.
     ``logical`` names a MariaDB type stored under another binlog type: ``uuid``, ``inet4``,
     ``inet6`` (all BINARY(n) in the binlog) or ``json`` (LONGTEXT in the binlog); the binlog
     does not say, so the source looks it up in information_schema.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cdc_platform.errors import SourceError
-from cdc_platform.source.charsets import text_decoder
+from cdc_platform.source.values.charsets import text_decoder
 from cdc_platform.source.values.columns import Reader
 from cdc_platform.source.values.wire import b64, length_prefixed
 

@@ -51,7 +51,7 @@ from cdc_platform.events import (
 )
 from cdc_platform.source.filters import Statement, StatementKind, TableFilter, classify_statement
 from cdc_platform.source.mysql import GAP_ADVICE
-from cdc_platform.source.refusals import (
+from cdc_platform.source.stream.refusals import (
     ANONYMOUS_GTID_EVENT,
     check_resume_filters,
     check_same_transaction,
@@ -60,12 +60,17 @@ from cdc_platform.source.refusals import (
     refuse_unknown_event,
     txn_name,
 )
-from cdc_platform.source.row_changes import HeldRows, row_changes
-from cdc_platform.source.rows_framing import UPDATE, RowsFrame, frame_library_event, header_of
-from cdc_platform.source.table_maps import TablePlans
+from cdc_platform.source.stream.row_changes import HeldRows, row_changes
+from cdc_platform.source.stream.rows_framing import (
+    UPDATE,
+    RowsFrame,
+    frame_library_event,
+    header_of,
+)
+from cdc_platform.source.stream.table_maps import TablePlans
+from cdc_platform.source.stream.xa import XaState, xa_statement
+from cdc_platform.source.stream.xa_rows import XaBudget, XaRows
 from cdc_platform.source.values import RowDecoder
-from cdc_platform.source.xa import XaState, xa_statement
-from cdc_platform.source.xa_rows import XaBudget, XaRows
 
 log = logging.getLogger("cdc_platform.source")
 

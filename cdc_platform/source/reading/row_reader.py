@@ -24,14 +24,14 @@ from typing import Any
 import pymysql
 
 from cdc_platform.errors import SnapshotError
-from cdc_platform.source.charsets import server_text_is_exact, text_decoder
 from cdc_platform.source.filters import TableFilter
-from cdc_platform.source.key_forms import KeyForm, key_form
 from cdc_platform.source.mysql import source_errors
-from cdc_platform.source.result_rows import fetch_rows
-from cdc_platform.source.row_images import RowsJson, rows_json
+from cdc_platform.source.reading.key_forms import KeyForm, key_form
+from cdc_platform.source.reading.result_rows import fetch_rows
+from cdc_platform.source.reading.row_images import RowsJson, rows_json
 from cdc_platform.source.sql import format_safe, qualified_name, quote_identifier
 from cdc_platform.source.values import dumps
+from cdc_platform.source.values.charsets import server_text_is_exact, text_decoder
 from cdc_platform.source.values.image_json import FAST_JSON, float_fragment, image_encoder
 
 __all__ = [

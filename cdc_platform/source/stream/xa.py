@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from cdc_platform.events import BinlogPosition, ChangeEvent, PreparedXa, Transaction
-from cdc_platform.source.xa_rows import DEFAULT_XA_MEMORY_BYTES, XaBudget, XaRows
+from cdc_platform.source.stream.xa_rows import DEFAULT_XA_MEMORY_BYTES, XaBudget, XaRows
 
 log = logging.getLogger("cdc_platform.source")
 

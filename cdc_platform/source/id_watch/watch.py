@@ -60,7 +60,7 @@ from cdc_platform.events import (
     Transaction,
 )
 from cdc_platform.infra.clock import SYSTEM_CLOCK, Clock
-from cdc_platform.source.id_watch_state import (
+from cdc_platform.source.id_watch.state import (
     POSITION_FORMAT_VERSION,
     Change,
     KnownState,
@@ -71,14 +71,14 @@ from cdc_platform.source.id_watch_state import (
     next_list_delay,
     stable_prefix,
 )
-from cdc_platform.source.id_watch_tables import (
+from cdc_platform.source.id_watch.tables import (
     WatchedTable,
     db_now,
     describe_watched,
     key_json,
 )
 from cdc_platform.source.mysql import MYSQL_ERRORS, Connection, SourceServer
-from cdc_platform.source.row_reader import SnapshotTable, read_chunk, select_rows
+from cdc_platform.source.reading.row_reader import SnapshotTable, read_chunk, select_rows
 from cdc_platform.source.sql import quote_identifier
 
 __all__ = [
@@ -97,7 +97,7 @@ __all__ = [
     "stable_prefix",
 ]
 
-log = logging.getLogger("cdc_platform.source.id_watch")
+log = logging.getLogger("cdc_platform.source.id_watch.watch")
 
 _FAILURES: tuple[type[BaseException], ...] = (*MYSQL_ERRORS, SourceError)
 """What a round of reading may raise: library errors (translated) and the engine's own."""
@@ -189,7 +189,7 @@ class _Emitter:
 
 class IdWatchSource:
     """Polls tables by id (watch), lists them fully now and then (list), and deletes expired
-    rows (cleanup); the same interface as :class:`~cdc_platform.source.binlog.BinlogSource`.
+    rows (cleanup); the same interface as :class:`~cdc_platform.source.stream.binlog.BinlogSource`.
 
     ``events()`` is a blocking generator for one reader thread; ``stop()`` may be called from
     any thread. ``reconnects`` counts lost connections. ``table_uri`` (the destination's change

@@ -3,7 +3,7 @@
 One binlog stream is read by one thread; the rows events it frames (:mod:`.rows_framing`)
 are decoded by :class:`DecodePool`'s worker processes (row values to JSON images, the
 pure-Python work that dominates the reader's profile), and :func:`ordered_events` feeds the
-results to the :class:`~cdc_platform.source.transactions.TransactionAssembler` in the order
+results to the :class:`~cdc_platform.source.stream.transactions.TransactionAssembler` in the order
 the events were read, so transaction boundaries, indices, ``seq`` order and the restart
 positions are those of the in-thread path. The rows in flight are bounded in bytes. What a
 worker process imports and runs is :mod:`.decode_worker`.
@@ -25,16 +25,16 @@ from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, XidEvent
 from pymysqlreplication.row_event import TableMapEvent
 
 from cdc_platform.events import ChangeEvent
-from cdc_platform.source.decode_worker import (
+from cdc_platform.source.mysql import StreamLostError
+from cdc_platform.source.stream.decode_worker import (
     MAX_DECODERS,
     Decoded,
     decode_frame,
     decode_in_worker,
     worker_ready,
 )
-from cdc_platform.source.mysql import StreamLostError
-from cdc_platform.source.rows_framing import RowsFrame
-from cdc_platform.source.transactions import TransactionAssembler
+from cdc_platform.source.stream.rows_framing import RowsFrame
+from cdc_platform.source.stream.transactions import TransactionAssembler
 from cdc_platform.source.values import RowDecoder
 
 __all__ = [

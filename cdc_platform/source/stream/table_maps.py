@@ -23,10 +23,10 @@ from cdc_platform.errors import (
     SourceError,
     SourceSettingsError,
 )
-from cdc_platform.source.charsets import charset_of_collation, text_decoder
-from cdc_platform.source.ddl_history import LaterStatement, touched_columns
 from cdc_platform.source.filters import TableFilter
+from cdc_platform.source.stream.ddl_history import LaterStatement, touched_columns
 from cdc_platform.source.values import ColumnSpec, FieldType, RowDecoder
+from cdc_platform.source.values.charsets import charset_of_collation, text_decoder
 
 log = logging.getLogger("cdc_platform.source")
 

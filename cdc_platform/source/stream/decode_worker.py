@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pickle
 
-from cdc_platform.source.rows_framing import UPDATE, RowsFrame
+from cdc_platform.source.stream.rows_framing import UPDATE, RowsFrame
 from cdc_platform.source.values import RowDecoder
 
 __all__ = ["MAX_DECODERS", "Decoded", "decode_frame", "decode_in_worker", "worker_ready"]

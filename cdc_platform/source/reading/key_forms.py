@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cdc_platform.source.charsets import server_text_is_exact
 from cdc_platform.source.sql import format_safe
+from cdc_platform.source.values.charsets import server_text_is_exact
 
 __all__ = ["KeyForm", "key_form"]
 

@@ -60,8 +60,6 @@ from cdc_platform.events import (
     ServerIdentity,
 )
 from cdc_platform.source.binlog_server import BinlogServer, SourceInfo
-from cdc_platform.source.ddl_history import LaterStatement, statements_after
-from cdc_platform.source.decode_pool import DecodePool, StreamHooks, ordered_events
 from cdc_platform.source.filters import TableFilter, filter_fingerprint
 from cdc_platform.source.mysql import (
     GAP_ADVICE,
@@ -71,13 +69,15 @@ from cdc_platform.source.mysql import (
     connection_over,
     library_connection,
 )
-from cdc_platform.source.rows_framing import FramingReader
-from cdc_platform.source.start_position import resolve_start
-from cdc_platform.source.table_maps import JSON_VALID_CHECK, Catalog, TablePlans, enum_labels
-from cdc_platform.source.transactions import TransactionAssembler
-from cdc_platform.source.xa import XaAge, aging_prepared
-from cdc_platform.source.xa_failover import prepared_here, relocate_held
-from cdc_platform.source.xa_rows import XaBudget, XaRows
+from cdc_platform.source.stream.ddl_history import LaterStatement, statements_after
+from cdc_platform.source.stream.decode_pool import DecodePool, StreamHooks, ordered_events
+from cdc_platform.source.stream.rows_framing import FramingReader
+from cdc_platform.source.stream.start_position import resolve_start
+from cdc_platform.source.stream.table_maps import JSON_VALID_CHECK, Catalog, TablePlans, enum_labels
+from cdc_platform.source.stream.transactions import TransactionAssembler
+from cdc_platform.source.stream.xa import XaAge, aging_prepared
+from cdc_platform.source.stream.xa_failover import prepared_here, relocate_held
+from cdc_platform.source.stream.xa_rows import XaBudget, XaRows
 
 __all__ = ["BinlogSource", "SourceInfo"]
 

@@ -17,8 +17,8 @@ from cdc_platform.errors import BinlogGapError
 from cdc_platform.events import PreparedXa, ResumePosition, ServerIdentity
 from cdc_platform.source.binlog_server import BinlogServer
 from cdc_platform.source.mysql import GAP_ADVICE
-from cdc_platform.source.start_position import transaction_at
-from cdc_platform.source.transactions import TransactionAssembler
+from cdc_platform.source.stream.start_position import transaction_at
+from cdc_platform.source.stream.transactions import TransactionAssembler
 
 __all__ = ["prepared_here", "relocate_held", "relocated_prepared"]
 

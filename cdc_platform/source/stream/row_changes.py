@@ -20,9 +20,9 @@ from cdc_platform.events import (
     Op,
     Transaction,
 )
-from cdc_platform.source.rows_framing import UPDATE, WRITE, RowsFrame
+from cdc_platform.source.stream.rows_framing import UPDATE, WRITE, RowsFrame
+from cdc_platform.source.stream.xa_rows import XaRows
 from cdc_platform.source.values import RowDecoder
-from cdc_platform.source.xa_rows import XaRows
 
 __all__ = ["HeldRows", "row_changes"]
 

@@ -1,0 +1,1 @@
+"""The binlog stream: the dump connection's events assembled into transactions of ChangeEvents."""
