@@ -15,6 +15,9 @@ log's; a source that is down costs only its tables not yet in the change log).
 
 from __future__ import annotations
 
+import hashlib
+import re
+import unicodedata
 from datetime import UTC, datetime
 
 from airflow.sdk import DAG, Asset, AssetWatcher, CronDataIntervalTimetable
@@ -36,10 +39,34 @@ __all__ = ["destination_dags", "task_id", "watched_change_log"]
 TAGS = ["cdc-platform"]
 
 
+MAX_TASK_ID = 250
+"""Airflow's longest task id."""
+_PLAIN_DB = re.compile(r"[A-Za-z0-9-]+")
+_PLAIN_TABLE = re.compile(r"[A-Za-z0-9_-]+")
+_NOT_ID = re.compile(r"[^A-Za-z0-9_-]")
+
+
 def task_id(prefix: str, db: str, table: str) -> str:
-    """A valid task id for a table (Airflow allows letters, digits, ``-``, ``_``, ``.``)."""
-    name = "".join(c if c.isalnum() or c in "-_" else "_" for c in f"{db}.{table}")
-    return f"{prefix}_{name}"
+    """A valid task id for a table, never another table's (Airflow allows letters, digits,
+    ``-``, ``_``, ``.``; at most 250, no ``..``).
+
+    ``<prefix>_<db>_<table>`` when that names one table only: ASCII letters, digits and
+    ``-``, no ``_`` in the database (the first ``_`` after the prefix ends it). Any other
+    name (``app_user.log`` beside ``app.user_log``, a dot, an accent) is made readable as in
+    ``dagster_defs/names.py`` and ends with ``.`` and a hash of the exact names: a plain id
+    has no ``.``, so the two kinds never meet.
+    """
+    plain = f"{prefix}_{db}_{table}"
+    if _PLAIN_DB.fullmatch(db) and _PLAIN_TABLE.fullmatch(table) and len(plain) <= MAX_TASK_ID:
+        return plain
+    folded = [
+        _NOT_ID.sub("_", unicodedata.normalize("NFKD", p).encode("ascii", "ignore").decode())
+        for p in (db, table)
+    ]
+    exact = "\x00".join((db, table)).encode("utf-8", "surrogatepass")
+    digest = hashlib.blake2b(exact, digest_size=6).hexdigest()
+    readable = f"{prefix}_{folded[0]}_{folded[1]}"[: MAX_TASK_ID - len(digest) - 1]
+    return f"{readable}.{digest}"
 
 
 def watched_change_log(
@@ -78,7 +105,7 @@ def destination_dags(
         doc_md=f"Mirrors of {destination}, applied on each new change-log commit.",
     ) as mirrors:
         for db, table in tables:
-            CdcMirrorOperator(task_id=task_id("mirror", db, table), table=f"{db}.{table}", **common)
+            CdcMirrorOperator(task_id=task_id("mirror", db, table), db=db, table=table, **common)
 
     settings = configset.platform.reconcile
     with DAG(
@@ -106,7 +133,7 @@ def destination_dags(
     ) as history:
         for db, table in tables:
             CdcDailyHistoryOperator(
-                task_id=task_id("history", db, table), table=f"{db}.{table}", **common
+                task_id=task_id("history", db, table), db=db, table=table, **common
             )
 
     return [mirrors, reconcile, history]

@@ -9,7 +9,7 @@ computation is the engine's, the same calls ``dagster_defs`` makes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from airflow.sdk import Asset, BaseOperator, Context
@@ -19,6 +19,9 @@ from cdc_airflow.assets import change_log_asset, history_asset, history_uri, mir
 from cdc_airflow.hooks import CdcHook
 from cdc_platform.backfill.request_inbox import snapshot_inbox
 from cdc_platform.backfill.reread import pending_rereads
+from cdc_platform.config import ConfigSet
+from cdc_platform.coordination.table_catalog import catalog_table_name
+from cdc_platform.errors import SnapshotError
 from cdc_platform.reconcile.service import reconcile_destination
 from cdc_platform.spark import apply_changes, daily_change_stats, mirror_as_of, mirror_root
 
@@ -31,13 +34,21 @@ __all__ = [
 ]
 
 
-def split_table(name: str) -> tuple[str, str]:
-    """``db.table`` -> (db, table), split at the first dot (a database name holding a dot
-    cannot be named this way)."""
-    db, sep, table = name.partition(".")
-    if not sep or not db or not table:
-        raise ValueError(f"not a db.table name: {name!r}")
-    return db, table
+def split_table(
+    load: Callable[[], ConfigSet], destination: str, table: str, db: str | None = None
+) -> tuple[str, str]:
+    """``(db, table)`` of an operator's table: ``db`` and ``table`` as given, or ``table``
+    as ``db.table`` by the engine's one resolution (a database name may hold a dot: the
+    split the destination's catalog has a table for, :func:`catalog_table_name`; ``load``
+    reads the configuration, only then)."""
+    if db is not None:
+        if not db or not table:
+            raise ValueError(f"an empty database or table name: {db!r}, {table!r}")
+        return db, table
+    try:
+        return catalog_table_name(load(), destination, table)
+    except SnapshotError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def _emit(context: Context, asset: Asset, extra: dict[str, Any]) -> None:
@@ -63,12 +74,13 @@ class _CdcOperator(BaseOperator):
 
 
 class CdcMirrorOperator(_CdcOperator):
-    """Apply the change log to the mirror of one table (``db.table``); outlet: the mirror."""
+    """Apply the change log to the mirror of one table (``table="db.table"``, or ``db=`` and
+    ``table=`` its own name: see :func:`split_table`); outlet: the mirror."""
 
-    def __init__(self, *, table: str, **kwargs: Any) -> None:
-        db, name = split_table(table)
-        hook = CdcHook(kwargs.get("cdc_conn_id", CdcHook.default_conn_name))
-        mirror = mirror_asset(hook.load(), kwargs["destination"], db, name)
+    def __init__(self, *, table: str, db: str | None = None, **kwargs: Any) -> None:
+        configset = CdcHook(kwargs.get("cdc_conn_id", CdcHook.default_conn_name)).load()
+        db, name = split_table(lambda: configset, kwargs["destination"], table, db)
+        mirror = mirror_asset(configset, kwargs["destination"], db, name)
         super().__init__(outlets=[mirror], **kwargs)
         self.db, self.table, self.mirror = db, name, mirror
 
@@ -193,11 +205,13 @@ class CdcSnapshotRequestOperator(_CdcOperator):
 
 
 class CdcDailyHistoryOperator(_CdcOperator):
-    """``db.table`` as of the end of the UTC day of ``data_interval_start`` (a daily DAG's
-    run, or each day of ``airflow dags backfill``), with the day's change figures."""
+    """``db.table`` (named as for :class:`CdcMirrorOperator`) as of the end of the UTC day of
+    ``data_interval_start`` (a daily DAG's run, or each day of ``airflow dags backfill``),
+    with the day's change figures."""
 
-    def __init__(self, *, table: str, **kwargs: Any) -> None:
-        db, name = split_table(table)
+    def __init__(self, *, table: str, db: str | None = None, **kwargs: Any) -> None:
+        hook = CdcHook(kwargs.get("cdc_conn_id", CdcHook.default_conn_name))
+        db, name = split_table(hook.load, kwargs["destination"], table, db)
         history = history_asset(kwargs["destination"], db, name)
         super().__init__(outlets=[history], **kwargs)
         self.db, self.table, self.history = db, name, history

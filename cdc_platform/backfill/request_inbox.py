@@ -39,6 +39,7 @@ from cdc_platform.errors import ReconcileError, SnapshotError
 from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.lake_files import LakeFile
 from cdc_platform.source.filters import TableFilter
+from cdc_platform.source.table_names import any_split_captured, choose_split
 
 __all__ = [
     "HolderInbox",
@@ -192,12 +193,14 @@ class SnapshotInbox(RequestFolder[SnapshotRequest]):
     """Its progress is in the destination's state file: the next holder finishes it."""
 
     def _checked_tables(self, tables: Sequence[str]) -> list[str]:
+        """The request's names, each ``db.table`` and possibly captured. Without the server
+        a dotted database's name has several meanings: it is refused only when none is
+        captured; the holder's snapshot resolves it and checks the filters on the table the
+        server has (:mod:`cdc_platform.source.table_names`)."""
         names: list[str] = []
         for table in tables:
-            db, dot, name = str(table).partition(".")
-            if not dot or not db or not name:
-                raise SnapshotError(f"{table!r} is not `db.table`")
-            if self._allowed is not None and not self._allowed(db, name):
+            choose_split(str(table), ())  # SnapshotError unless `db.table`
+            if self._allowed is not None and not any_split_captured(str(table), self._allowed):
                 raise SnapshotError(f"{table} is not captured by the destination's filters")
             if table not in names:
                 names.append(table)

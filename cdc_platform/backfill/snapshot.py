@@ -74,10 +74,11 @@ from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.lake_files import LakeFile
 from cdc_platform.sink.snapshot_state import PendingChunk, SnapshotState
 from cdc_platform.sink.term import WriteTerm
+from cdc_platform.source.filters import TableFilter
 from cdc_platform.source.mysql import connect_source, mysql_error
 from cdc_platform.source.reading.row_reader import SnapshotTable, base_tables, describe_table
 from cdc_platform.source.stream.binlog import BinlogSource
-from cdc_platform.source.table_names import split_table_name
+from cdc_platform.source.table_names import captured_split, choose_split
 
 __all__ = [
     "DEFAULT_SEGMENT_EVENTS",
@@ -212,14 +213,17 @@ class SnapshotRunner:
     def _discover(self, conn: pymysql.connections.Connection[Any]) -> list[str]:
         source = self.config.source
         if self.requested:
-            names = []
             for name in self.requested:
-                db, sep, table = name.partition(".")
-                if not sep or not db or not table:
-                    raise SnapshotError(f"--table {name!r}: expected db.table")
-                names.append(name)
-            return names
+                choose_split(name, ())  # `db.table` at all; resolved and checked when described
+            return list(self.requested)
         return base_tables(conn, source.include_tables, source.exclude_tables)
+
+    def _resolved(self, conn: pymysql.connections.Connection[Any], name: str) -> tuple[str, str]:
+        """The table ``name`` means on the server, if the destination's filters capture it
+        (a requested table, a resumed snapshot's table after a filter change)."""
+        source = self.config.source
+        captured = TableFilter(source.include_tables, source.exclude_tables).matches
+        return captured_split(conn, name, captured)
 
     def captured_tables(self) -> list[str]:
         """Every base table the destination's filters capture now (``db.table``)."""
@@ -233,7 +237,7 @@ class SnapshotRunner:
         with self._errors("describing tables"), self._source() as conn:
             for name in tables:
                 try:
-                    describe_table(conn, *split_table_name(conn, name), require_key=False)
+                    describe_table(conn, *self._resolved(conn, name), require_key=False)
                 except SnapshotError as exc:
                     refused[name] = str(exc)
         return refused
@@ -350,7 +354,7 @@ class SnapshotRunner:
         """The table's spec; for a snapshot already under way, why it cannot go on instead
         of an error (a fresh request for a table that cannot be copied is refused)."""
         try:
-            return describe_table(conn, *split_table_name(conn, name), require_key=False)
+            return describe_table(conn, *self._resolved(conn, name), require_key=False)
         except SnapshotError as exc:
             if not pending:
                 raise

@@ -28,12 +28,14 @@ from cdc_platform.config import ConfigSet, SourceConfig
 from cdc_platform.errors import CdcError, SinkError
 from cdc_platform.source.filters import TableFilter
 from cdc_platform.source.mysql import MYSQL_ERRORS, SourceServer
+from cdc_platform.source.table_names import choose_split, table_name_splits
 
 __all__ = [
     "CATALOG_FORMAT_VERSION",
     "Catalog",
     "CatalogColumn",
     "CatalogTable",
+    "catalog_table_name",
     "change_log_tables",
     "discover_tables",
     "source_tables",
@@ -290,3 +292,17 @@ def discover_tables(
     except CdcError as exc:
         problems.append(f"change log: {exc}")
     return _merge(destination, found, problems)
+
+
+def catalog_table_name(configset: ConfigSet, destination: str, name: str) -> tuple[str, str]:
+    """``(db, table)`` of ``name`` by the one resolution (:func:`choose_split`) over the
+    destination's catalog (its source and change-log tables: a mirror outlives its source
+    table, and the source may be down), read only when ``name`` has several meanings.
+
+    Raises:
+        SnapshotError: ``name`` is not ``db.table``.
+    """
+    if len(table_name_splits(name)) <= 1:
+        return choose_split(name, ())
+    catalog = discover_tables(configset, destination)
+    return choose_split(name, {(t.db, t.table) for t in catalog.tables})

@@ -35,7 +35,7 @@ from cdc_platform.reconcile.compare import ChunkProgress, TableComparison, compa
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.mysql import connect_source
 from cdc_platform.source.reading.row_reader import base_tables, describe_table
-from cdc_platform.source.table_names import split_table_name
+from cdc_platform.source.table_names import split_table_name, table_name_splits
 from cdc_platform.spark.locations import mirror_root
 
 __all__ = ["ReconcileReport", "reconcile_destination"]
@@ -140,8 +140,7 @@ def reconcile_destination(  # noqa: PLR0912, PLR0913, PLR0915 (the two phases, w
         if tables:
             names = []
             for name in tables:
-                db, sep, table = name.partition(".")
-                if not sep or not db or not table:
+                if not table_name_splits(name):
                     raise ReconcileError(f"--table {name!r}: expected db.table")
                 names.append(name)
         else:

@@ -38,6 +38,7 @@ from airflow.utils.state import DagRunState, TaskInstanceState
 from deltalake import DeltaTable
 from sqlalchemy import select
 
+from cdc_airflow.operators import CdcMirrorOperator
 from cdc_airflow.probes import change_log_head, parse_position
 from cdc_airflow.triggers import ChangeLogCommitTrigger
 from cdc_platform.errors import CdcError
@@ -336,3 +337,46 @@ def test_deferred_sensor_completes_when_the_change_log_passes_a_position(
         assert ti.state == TaskInstanceState.SUCCESS
     assert seen.get("deferred"), "the capture resumed before the sensor deferred"
     assert capture.passed(target)
+
+
+def test_look_alike_and_dotted_database_tables_load_and_mirror(
+    airflow_db: Path, mariadb: MariaDBDatabase, capture: Capture
+) -> None:
+    """`<db>.a_b` and `<db>.a` + `b` (a database whose name holds a dot) were one task id
+    (`mirror_<db>_a_b`: DuplicateTaskIdFound, none of the three DAGs loaded), and the
+    operators split `<db>.a.b` at the first dot (table `a.b` of `<db>`, which does not
+    exist). Now all three DAGs load, and the mirrors run builds both mirrors, each equal to
+    its own source table."""
+    db, dotted = mariadb.name, f"{mariadb.name}.a"
+    server = mariadb.server
+    server.execute(f"DROP DATABASE IF EXISTS `{dotted}`", f"CREATE DATABASE `{dotted}`")
+    try:
+        server.execute("CREATE TABLE a_b (id INT PRIMARY KEY, v VARCHAR(20))", database=db)
+        server.execute("CREATE TABLE b (id INT PRIMARY KEY, v VARCHAR(20))", database=dotted)
+        capture.start()
+        server.execute("INSERT INTO a_b VALUES (1, 'plain'), (2, 'plain')", database=db)
+        server.execute("INSERT INTO b VALUES (1, 'dotted'), (3, 'dotted')", database=dotted)
+        end = str(server.binlog_position().binlog_position)
+        wait_for("both tables' rows in the change log", lambda: capture.passed(end))
+        shutil.copy(PROJECT / "cdc_airflow" / "example_dags" / "cdc_destination.py", DAGS_FOLDER)
+        bag = DagBag(dag_folder=str(DAGS_FOLDER), safe_mode=False, bundle_name=BUNDLE)
+        assert not bag.import_errors
+        assert sorted(bag.dags) == [
+            f"cdc_{DESTINATION}_{n}" for n in ("daily_history", "mirrors", "reconcile")
+        ]
+        mirrors = bag.dags[f"cdc_{DESTINATION}_mirrors"]
+        history = bag.dags[f"cdc_{DESTINATION}_daily_history"]
+        for dag in (mirrors, history):
+            assert sorted((t.db, t.table) for t in dag.tasks) == [(db, "a_b"), (dotted, "b")]
+        assert mirrors.test().state == DagRunState.SUCCESS
+        # A hand-written operator naming `<db>.a.b`: the table the catalog has.
+        named = CdcMirrorOperator(task_id="by_name", destination=DESTINATION, table=f"{dotted}.b")
+        assert (named.db, named.table) == (dotted, "b")
+        for operator in mirrors.tasks:
+            extra = _event_extra(f"cdc/{DESTINATION}/{operator.db}/{operator.table}")
+            assert extra["row_count"] == 2
+            rows = DeltaTable(str(extra["uri"])).to_pyarrow_table().to_pylist()
+            got = {(("id", r["id"]),): {"id": r["id"], "v": r["v"]} for r in rows}
+            assert got == source_rows(server, operator.db, operator.table), operator.task_id
+    finally:
+        server.execute(f"DROP DATABASE IF EXISTS `{dotted}`")
