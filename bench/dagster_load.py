@@ -35,7 +35,7 @@ def main() -> None:
     args = parser.parse_args()
 
     def count(defs: object) -> int:
-        return len(defs.resolve_asset_graph().get_all_asset_keys())  # type: ignore[attr-defined]
+        return len(defs.resolve_asset_graph().get_all_asset_keys())
 
     with tempfile.TemporaryDirectory(prefix="cdc-load-") as tmp:
         root = Path(tmp)

@@ -42,7 +42,7 @@ class MaintenanceTimes(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if record.msg == "%s: %s took %.3f s" and isinstance(record.args, tuple):
             _, task, seconds = record.args
-            self.times.setdefault(str(task), []).append(float(seconds))  # type: ignore[arg-type]
+            self.times.setdefault(str(task), []).append(float(seconds))
 
 
 @dataclass

@@ -118,7 +118,7 @@ def trial_loop(
         stamped["lease"].append((held.since or killed_wall) - killed_wall)
         stamped["commit"].append(first_commit_time(cluster.uri, epoch) - killed_wall)
         active, standby = standby, cluster.start(f"node-{trial + 1}")
-        cluster.wait(lambda node=standby: "standby" in node.text(), "the new standby")  # type: ignore[misc]
+        cluster.wait(lambda node=standby: "standby" in node.text(), "the new standby")
         workload.stop()
         cluster.wait_caught_up()
         problems = exactly_once_problems(cluster.server, cluster.database, cluster.uri)

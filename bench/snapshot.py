@@ -142,7 +142,7 @@ def reconcile(
         conf,
         destination="bench",
         server=server,
-        user=user,  # type: ignore[arg-type]
+        user=user,
         database="bench",
         lake_root=lake,
         server_id=3102,

@@ -155,7 +155,7 @@ def compare_workers(
 
 def timed(label: str, rows: int, run: object) -> float:
     began = time.perf_counter()
-    got = run()  # type: ignore[operator]
+    got = run()
     elapsed = time.perf_counter() - began
     assert got in (rows, -1), f"{label}: decoded {got} rows, expected {rows}"
     rate = rows / elapsed

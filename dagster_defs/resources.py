@@ -108,7 +108,7 @@ def default_conf_dir() -> str:
     return os.environ.get("CDC_CONF_DIR") or str(Path(__file__).resolve().parents[1] / "conf")
 
 
-class CdcResource(ConfigurableResource):  # type: ignore[type-arg]
+class CdcResource(ConfigurableResource):  # type: ignore[type-arg]  # generic in the resource it yields; this one yields itself
     """The platform for Dagster bodies: its configuration (read when asked: a few small YAML
     files), its lake locations and the mirror applies."""
 
@@ -207,7 +207,7 @@ PlatformResource = CdcResource
 """The former name of :class:`CdcResource` (same resource, key ``platform``)."""
 
 
-class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
+class SparkResource(ConfigurableResource):  # type: ignore[type-arg]  # generic in the resource it yields; this one yields itself
     """The Spark session chosen by `spark:` in platform.yaml (embedded Sail by default).
 
     Its life is the execution's: set up with the Spark settings read when the execution starts,

@@ -42,7 +42,7 @@ class TlsRefusal:
     error: ssl.SSLError
 
 
-class BoundedReadHandler(SequentialThreadingHandler):  # type: ignore[misc]
+class BoundedReadHandler(SequentialThreadingHandler):  # type: ignore[misc]  # kazoo ships no types: its handler class is Any
     """kazoo's threading handler with a bound on how long one read of its socket may wait.
 
     kazoo waits for the answer to a (re)connect request for the session timeout divided by the

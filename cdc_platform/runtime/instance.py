@@ -189,7 +189,7 @@ class DestinationRuntime:
 
     def _update(self, **changes: object) -> None:
         with self._lock:
-            self._metrics = replace(self._metrics, **changes)  # type: ignore[arg-type]
+            self._metrics = replace(self._metrics, **changes)  # type: ignore[arg-type]  # the fields' values differ in type; each caller names its own
 
     # -- run -------------------------------------------------------------------------------
 

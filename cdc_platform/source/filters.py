@@ -245,7 +245,8 @@ def classify_statement(sql: str, default_db: str) -> Statement:
     control, DML, CREATE/ALTER/DROP/RENAME/TRUNCATE of tables) are recognised exactly;
     anything else is DDL without a parsed table and is filtered by its database.
     """
-    text = sql[_LEADING_COMMENTS.match(sql).end() :]  # type: ignore[union-attr]
+    leading = _LEADING_COMMENTS.match(sql)  # always matches: the pattern may be empty
+    text = sql[leading.end() :] if leading else sql
     words = text.split(None, 3)
     if not words:
         return Statement(StatementKind.ADMIN, database=default_db)

@@ -184,7 +184,7 @@ class LibraryTlsConnection(_PymysqlConnection):
 
     def library_tls_context(self, sslp: Any) -> ssl.SSLContext:
         """The context pymysql itself builds for ``sslp``."""
-        created: ssl.SSLContext = super()._create_ssl_ctx(sslp)  # type: ignore[misc]
+        created: ssl.SSLContext = super()._create_ssl_ctx(sslp)  # type: ignore[misc]  # pymysql's private method is untyped
         return created
 
 

@@ -125,7 +125,7 @@ def test_destination_lifecycle_under_a_real_daemon(
         records_filter=AssetKey(["cdc", name, "changes"]), limit=1000
     ).records
     assert materializations, "committed batches must show up as materializations"
-    metadata = materializations[0].asset_materialization.metadata  # type: ignore[union-attr]
+    metadata = materializations[0].asset_materialization.metadata
     assert metadata["rows_per_second"].value >= 0  # charted beside lag_seconds
     assert "lag_seconds" in metadata
 

@@ -83,15 +83,13 @@ def test_scheduled_reconciliation_under_a_real_daemon(
     wait_for(
         "a reconciliation that compared the customers mirror and passed",
         lambda: any(
-            e.passed and int(e.metadata["source_rows"].value) > 0  # type: ignore[arg-type]
+            e.passed and int(e.metadata["source_rows"].value) > 0
             for e in check_evaluations(instance, name, db, "customers")
         ),
         timeout=180,
     )
     seen = len(check_evaluations(instance, name, db, "customers"))
-    quiet_id = int(
-        mariadb.server.query("SELECT MIN(id) FROM customers", mariadb.name)[0][0]  # type: ignore[arg-type]
-    )
+    quiet_id = int(mariadb.server.query("SELECT MIN(id) FROM customers", mariadb.name)[0][0])
     mariadb.server.execute(
         "SET sql_log_bin = 0",
         f"UPDATE customers SET name = 'changed quietly' WHERE id = {quiet_id}",
@@ -102,13 +100,13 @@ def test_scheduled_reconciliation_under_a_real_daemon(
         lambda: [
             e
             for e in check_evaluations(instance, name, db, "customers")[: -seen or None]
-            if not e.passed and int(e.metadata["changed"].value) >= 1  # type: ignore[arg-type]
+            if not e.passed and int(e.metadata["changed"].value) >= 1
         ],
         timeout=240,
     )
     assert isinstance(failed, list)
     assert failed[0].severity == AssetCheckSeverity.WARN
-    assert failed[0].metadata["repaired_by"].value.endswith("(lease holder)")  # type: ignore[union-attr]
+    assert failed[0].metadata["repaired_by"].value.endswith("(lease holder)")
     key = (("id", quiet_id),)
     expected = source_rows(mariadb.server, mariadb.name, "customers")[key]
     assert expected["name"] == "changed quietly"

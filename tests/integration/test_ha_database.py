@@ -34,7 +34,7 @@ class Target:
     suffix: str
 
     def db(self, **kwargs: object) -> Database:
-        return Database(self.url, **kwargs)  # type: ignore[arg-type]
+        return Database(self.url, **kwargs)
 
     @property
     def lock_table(self) -> str:
@@ -88,7 +88,7 @@ def make_lease(target: Target) -> Iterator[Callable[..., DatabaseLease]]:
             "table": target.lock_table,
         }
         options.update(kwargs)
-        lease = DatabaseLease(target.db(), "shop", address=address, **options)  # type: ignore[arg-type]
+        lease = DatabaseLease(target.db(), "shop", address=address, **options)
         made.append(lease)
         return lease
 

@@ -44,7 +44,7 @@ def make_lease(zk_hosts: str) -> Iterator[MakeLease]:
     def make(address: str, **kwargs: object) -> ZooKeeperLease:
         options: dict[str, object] = {"session_timeout": SESSION, "switch_delay": 0.5}
         options.update(kwargs)
-        lease = ZooKeeperLease(zk_hosts, "shop", address=address, **options)  # type: ignore[arg-type]
+        lease = ZooKeeperLease(zk_hosts, "shop", address=address, **options)
         made.append(lease)
         return lease
 

@@ -40,7 +40,7 @@ def _read(
 ) -> list[ChangeEvent]:
     source = BinlogSource(
         config.model_copy(update={"server_id": next(_SERVER_IDS), "decode_workers": workers}),
-        resume=start,  # type: ignore[arg-type]
+        resume=start,
         password=user.password,
         lean_framing=lean,
         decode_pool=pool,  # None: the configured workers; else the same reader, other bounds

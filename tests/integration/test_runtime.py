@@ -76,7 +76,7 @@ def summary_file(uri: str) -> str:
 
 def rows_of(uri: str) -> list[dict[str, object]]:
     table = DeltaTable(uri).to_pyarrow_table()
-    return sorted(table.to_pylist(), key=lambda row: int(row["seq"]))  # type: ignore[arg-type]
+    return sorted(table.to_pylist(), key=lambda row: int(row["seq"]))
 
 
 @pytest.mark.usefixtures("env_password")
@@ -117,7 +117,7 @@ def test_changes_land_in_order_with_positions(mariadb: MariaDBDatabase, lake_roo
     assert json.loads(str(rows[2]["after"])) == {"id": 2, "v": "bb"}
     assert "ADD COLUMN" in str(rows[4]["ddl"])
     assert json.loads(str(rows[5]["after"])) == {"id": 4, "v": "d", "w": 40}
-    assert all(r["binlog_file"] and int(r["binlog_pos"]) > 0 for r in rows)  # type: ignore[call-overload]
+    assert all(r["binlog_file"] and int(r["binlog_pos"]) > 0 for r in rows)
     assert "never" not in json.dumps([r["after"] for r in rows])
 
 

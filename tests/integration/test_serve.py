@@ -237,7 +237,7 @@ def test_kill_nine_and_restart_lose_and_duplicate_nothing(
         workload.start()
         for _ in range(3):
             target = workload.stats.committed + 10
-            serve.wait(lambda t=target: workload.stats.committed > t, "workload")  # type: ignore[misc]
+            serve.wait(lambda t=target: workload.stats.committed > t, "workload")
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             proc = serve.start()

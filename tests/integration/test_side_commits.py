@@ -68,7 +68,7 @@ def destination(
 def term(configs: ConfigSet, **fields: object) -> WriteTerm:
     """The destination's term in its lake (epoch 0, no lease), with ``fields`` replaced."""
     made = WriteTerm.in_lake("d", configs.destinations["d"].config, configs.lake, epoch=0)
-    return replace(made, **fields)  # type: ignore[arg-type]
+    return replace(made, **fields)
 
 
 def checkpoint(config: ConfigSet) -> Checkpoint:

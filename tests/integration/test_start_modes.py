@@ -89,7 +89,7 @@ def run(db: MariaDBDatabase, lake_root: Path, start: StartConfig) -> dict[object
 
 
 def ids(rows: dict[object, object]) -> list[int]:
-    return sorted(int(row["id"]) for row in rows.values())  # type: ignore[index]
+    return sorted(int(row["id"]) for row in rows.values())
 
 
 def insert(db: MariaDBDatabase, *values: int, at: int | None = None) -> None:

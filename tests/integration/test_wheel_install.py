@@ -60,7 +60,7 @@ print(json.dumps({
 
 
 def _run(args: list[str], **kwargs: object) -> str:
-    done = subprocess.run(args, capture_output=True, text=True, check=False, **kwargs)  # type: ignore[call-overload]
+    done = subprocess.run(args, capture_output=True, text=True, check=False, **kwargs)
     tail = f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     assert done.returncode == 0, f"{args[:4]} failed:\n{tail}"
     return str(done.stdout)

@@ -42,7 +42,7 @@ def test_a_broken_pool_is_replaced_for_the_sources_that_start_after() -> None:
     executor = first._executor
     assert executor is not None
     wait_for_processes(2)
-    victim = next(iter(executor._processes))  # type: ignore[attr-defined]
+    victim = next(iter(executor._processes))
     os.kill(victim, signal.SIGKILL)
     deadline = time.monotonic() + 60
     while not getattr(executor, "_broken", False):

@@ -55,7 +55,7 @@ def make(tmp_path: Path, clock: FakeClock, db_clock: DbClock) -> Callable[..., D
         db = Database(f"sqlite:///{tmp_path}/lease.db", db_clock=db_clock)
         options: dict[str, object] = {"expiry": EXPIRY, "renew_interval": RENEW, "clock": clock}
         options.update(kwargs)
-        return DatabaseLease(db, "shop", address=address, **options)  # type: ignore[arg-type]
+        return DatabaseLease(db, "shop", address=address, **options)
 
     return factory
 

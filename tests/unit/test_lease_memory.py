@@ -21,7 +21,7 @@ def store(clock: FakeClock) -> InMemoryLeaseStore:
 
 
 def lease(store: InMemoryLeaseStore, address: str, **kwargs: object) -> InMemoryLease:
-    return InMemoryLease(store, "shop", address=address, expiry=3.0, renew_interval=0.5, **kwargs)  # type: ignore[arg-type]
+    return InMemoryLease(store, "shop", address=address, expiry=3.0, renew_interval=0.5, **kwargs)
 
 
 def test_lost_callback_fires_once_per_term(store: InMemoryLeaseStore, clock: FakeClock) -> None:

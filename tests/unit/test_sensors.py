@@ -48,7 +48,7 @@ def put(conf: Path, name: str, text: str) -> None:
     (conf / "destinations" / name / "instance.yaml").write_text(text)
 
 
-def tick(sensor_def, instance: DagsterInstance, conf: Path, cursor: str | None) -> SensorResult:  # type: ignore[no-untyped-def]
+def tick(sensor_def, instance: DagsterInstance, conf: Path, cursor: str | None) -> SensorResult:
     context = build_sensor_context(
         instance=instance,
         cursor=cursor,

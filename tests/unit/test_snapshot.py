@@ -93,7 +93,7 @@ class _FakeSource:
 def test_segment_ends_at_the_first_transaction_after_the_high_watermark() -> None:
     t1, t2 = _txn(100), _txn(200)
     events = [_row(t1, 150, 0, 1), _commit(t1, 200, 1), _row(t2, 250, 0, 2), _commit(t2, 300, 1)]
-    stream = SegmentStream(_FakeSource(events))  # type: ignore[arg-type]
+    stream = SegmentStream(_FakeSource(events))
     start = ResumePosition("b.000001", 100)
     segment, cut = stream.until(BinlogPosition("b.000001", 180), start)
     assert segment == events[:2]
@@ -116,7 +116,7 @@ def test_segment_part_stops_at_a_transaction_end_once_the_limit_is_reached() -> 
         _row(t3, 350, 0, 4),
         _commit(t3, 400, 1),
     ]
-    stream = SegmentStream(_FakeSource(events))  # type: ignore[arg-type]
+    stream = SegmentStream(_FakeSource(events))
     high = BinlogPosition("b.000001", 400)
     part, cut, complete = stream.part(high, ResumePosition("b.000001", 100), 2)
     assert (part, cut.pos, complete) == (events[:3], 200, False)  # t1 kept whole
@@ -134,7 +134,7 @@ def test_a_chunk_drops_the_keys_the_previous_segment_touched() -> None:
     spec = SnapshotTable("d", "t", (), ("id",), "[]")
     t1 = _txn(100)
     events = [_row(t1, 150, 0, 5), _commit(t1, 200, 1)]  # touches {"id":5} and {"id":105}
-    stream = SegmentStream(_FakeSource(events))  # type: ignore[arg-type]
+    stream = SegmentStream(_FakeSource(events))
     tail = SegmentTail(100)
     parts: list[list[ChangeEvent]] = []
     high = BinlogPosition("b.000001", 200)

@@ -118,7 +118,7 @@ def _server(**options: object) -> SourceServer:
     config = SourceConfig(
         host="db.example", port=3307, user="cdc", password_env="CDC_PW", server_id=77
     )
-    return SourceServer(config, SECRET, **options)  # type: ignore[arg-type]
+    return SourceServer(config, SECRET, **options)
 
 
 @pytest.mark.parametrize(("exc", "failure", "kind", "transient"), CASES)

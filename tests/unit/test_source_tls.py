@@ -102,7 +102,7 @@ def _refused(code: int, message: str) -> pymysql.err.OperationalError:
     cause = ssl.SSLCertVerificationError(1, f"certificate verify failed: {message}")
     cause.verify_code, cause.verify_message = code, message
     exc = pymysql.err.OperationalError(2003, f"Can't connect to MySQL server ({cause})")
-    exc.original_exception = cause  # type: ignore[attr-defined]
+    exc.original_exception = cause
     return exc
 
 

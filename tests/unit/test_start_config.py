@@ -36,7 +36,7 @@ def test_default_is_initial() -> None:
 )
 def test_bad_starts_are_refused(values: dict[str, object], problem: str) -> None:
     with pytest.raises(ValidationError, match=problem):
-        StartConfig(**values)  # type: ignore[arg-type]
+        StartConfig(**values)
 
 
 def test_good_starts() -> None:

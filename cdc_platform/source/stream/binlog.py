@@ -537,7 +537,7 @@ class BinlogSource:
                 self._sock = sock
             conn = connection_over(sock, kwargs)
             with self._sock_lock:
-                self._stream_thread = conn.thread_id()  # type: ignore[no-untyped-call]
+                self._stream_thread = conn.thread_id()  # type: ignore[no-untyped-call]  # pymysql's thread_id has no annotations
             return conn
 
         return connect

@@ -195,7 +195,7 @@ class _Framed(Exception):  # noqa: N818 -- not an error: carries a frame out of 
         self.frame = frame
 
 
-class FramingReader(BinLogStreamReader):  # type: ignore[misc]
+class FramingReader(BinLogStreamReader):  # type: ignore[misc]  # mysql-replication ships no types: its reader is Any
     """The library's stream reader, except that the rows events of tables ``known(table_id)``
     accepts come out of :meth:`fetchone` as :class:`RowsFrame`.
 

@@ -25,7 +25,7 @@ __all__ = ["FAST_JSON", "float_fragment", "image_encoder", "native_reader"]
 try:
     import orjson
 except ImportError:  # pragma: no cover - the project depends on orjson; kept for a bare install
-    orjson = None  # type: ignore[assignment]
+    orjson = None  # type: ignore[assignment]  # orjson is optional; None says it is missing
 
 FAST_JSON: bool = orjson is not None
 """Whether orjson is importable (the default of :class:`.rows.RowDecoder`'s ``fast_json``)."""
