@@ -10,6 +10,8 @@ Columns added or dropped beside it leave its facts usable: the catch-up goes on.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -149,3 +151,144 @@ def test_a_catch_up_across_changed_enum_labels_outside_utf8_refuses(
     source = BinlogSource(_config(mariadb, 2496), resume=start, password=mariadb.user.password)
     with pytest.raises(SourceError, match=rf"{db}\.e: column\(s\) e may have changed type"):
         collect_events(source, lambda events: any(e.kind is EventKind.ROW for e in events))
+
+
+def test_the_same_table_name_in_another_database_does_not_stop_a_catch_up(
+    mariadb: MariaDBDatabase,
+) -> None:
+    """A UUID column (BINARY(16) in the table map), then ADD COLUMN (so the reader asks the
+    binlog's history), then ``CREATE TABLE other.orders`` from the same session: that
+    statement names another database's table, so the catch-up of this one goes on, its UUID
+    values decoded (issue 42.7: it stopped the reader, naming the CREATE TABLE)."""
+    server, db = mariadb.server, mariadb.name
+    other = f"{db}_other"
+    server.execute("CREATE TABLE orders (id INT PRIMARY KEY, u UUID)", database=db)
+    start = server.binlog_position()
+    server.execute(
+        "INSERT INTO orders VALUES (1, '00112233-4455-6677-8899-aabbccddeeff')", database=db
+    )
+    server.execute("ALTER TABLE orders ADD COLUMN w INT", database=db)
+    server.execute(f"CREATE DATABASE `{other}`")
+    try:
+        server.execute(
+            f"CREATE TABLE `{other}`.orders (id INT PRIMARY KEY, u BINARY(16))",
+            "CREATE USER IF NOT EXISTS 'orders'@'%'",
+            "DROP USER 'orders'@'%'",
+            "CREATE TABLE order_lines (id INT PRIMARY KEY, FOREIGN KEY (id) REFERENCES orders(id))",
+            "ALTER  TABLE orders ADD COLUMN v INT",
+            database=db,
+        )
+        server.execute(
+            "INSERT INTO orders VALUES (2, '00000000-0000-0000-0000-000000000002', 7, 8)",
+            database=db,
+        )
+        source = BinlogSource(_config(mariadb, 2497), resume=start, password=mariadb.user.password)
+        events = collect_events(
+            source, lambda events: sum(e.kind is EventKind.ROW for e in events) >= 2
+        )
+    finally:
+        server.execute(f"DROP DATABASE `{other}`")
+    rows = [json.loads(e.after or "{}") for e in events if e.kind is EventKind.ROW]
+    assert rows == [
+        {"id": 1, "u": "00112233-4455-6677-8899-aabbccddeeff"},
+        {"id": 2, "u": "00000000-0000-0000-0000-000000000002", "w": 7, "v": 8},
+    ]
+
+
+def test_an_executable_comment_changing_a_type_stops_a_catch_up(mariadb: MariaDBDatabase) -> None:
+    """``/*!100100 ALTER TABLE b MODIFY c UUID */``: MariaDB runs the comment's body, so the
+    BINARY(16) row before it must not be decoded as a UUID (issue 42.7: the comment counted
+    as touching nothing and the old row came out as UUID text)."""
+    server, db = mariadb.server, mariadb.name
+    server.execute("CREATE TABLE b (id INT PRIMARY KEY, c BINARY(16))", database=db)
+    start = server.binlog_position()
+    server.execute(
+        "INSERT INTO b VALUES (1, UNHEX('00112233445566778899AABBCCDDEEFF'))", database=db
+    )
+    server.execute("/*!100100 ALTER TABLE b MODIFY c UUID */", database=db)
+    assert server.query(
+        "SELECT DATA_TYPE FROM information_schema.COLUMNS "
+        f"WHERE TABLE_SCHEMA = '{db}' AND TABLE_NAME = 'b' AND COLUMN_NAME = 'c'"
+    ) == [("uuid",)]
+    source = BinlogSource(_config(mariadb, 2498), resume=start, password=mariadb.user.password)
+    with pytest.raises(SourceError, match=rf"{db}\.b: column\(s\) c may have changed type"):
+        collect_events(source, lambda events: any(e.kind is EventKind.ROW for e in events))
+
+
+class _Counting:
+    """The source's control connection, counting the binlog events ``SHOW BINLOG EVENTS``
+    returns to it (what a history scan reads) and how often it is asked."""
+
+    def __init__(self, conn: Any, counts: dict[str, int]) -> None:
+        self._conn, self._counts = conn, counts
+
+    def cursor(self, *args: Any) -> _CountingCursor:
+        return _CountingCursor(self._conn.cursor(*args), self._counts)
+
+    def __enter__(self) -> _Counting:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._conn.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+class _CountingCursor:
+    def __init__(self, cur: Any, counts: dict[str, int]) -> None:
+        self._cur, self._counts, self._scan = cur, counts, False
+
+    def __enter__(self) -> _CountingCursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._cur.close()
+
+    def execute(self, sql: str, args: Any = None) -> Any:
+        self._scan = sql.startswith("SHOW BINLOG EVENTS")
+        self._counts["scans"] += self._scan
+        return self._cur.execute(sql, args)
+
+    def __iter__(self) -> Iterator[Any]:
+        for row in self._cur:
+            self._counts["events"] += self._scan
+            yield row
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cur, name)
+
+
+def test_a_catch_up_across_many_ddl_reads_the_history_once(
+    mariadb: MariaDBDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A BINARY(16) table, a CREATE TABLE of another table after every few rows, ADD COLUMN
+    at the end: every DDL makes the reader ask the history again for the next table map.
+    Each binlog event of the backlog is read by ``SHOW BINLOG EVENTS`` at most once over
+    the catch-up (issue 42.8: each question scanned to the binlog's end again, so a backlog
+    with DDL every few thousand events was read once per DDL, in the reader thread)."""
+    server, db = mariadb.server, mariadb.name
+    server.execute("CREATE TABLE h (id INT PRIMARY KEY, c BINARY(16))", database=db)
+    start = server.binlog_position()
+    ddl = 8
+    statements = []
+    for i in range(ddl * 3):
+        statements.append(f"INSERT INTO h VALUES ({i}, UNHEX(MD5({i})))")
+        if i % 3 == 2:
+            statements.append(f"CREATE TABLE side_{i} (id INT PRIMARY KEY)")
+    server.execute(*statements, "ALTER TABLE h ADD COLUMN w INT", database=db)
+    end = server.binlog_position()
+    assert end.file == start.file  # one file: the backlog's events counted below
+    backlog = len(server.query(f"SHOW BINLOG EVENTS IN '{start.file}' FROM {start.pos}"))
+    counts = {"scans": 0, "events": 0}
+    source = BinlogSource(_config(mariadb, 2499), resume=start, password=mariadb.user.password)
+    connect = source.binlog_server.connect
+    monkeypatch.setattr(source.binlog_server, "connect", lambda: _Counting(connect(), counts))
+    events = collect_events(
+        source, lambda events: sum(e.kind is EventKind.ROW for e in events) >= ddl * 3
+    )
+    assert [json.loads(e.after or "{}")["id"] for e in events if e.kind is EventKind.ROW] == list(
+        range(ddl * 3)
+    )
+    assert counts["scans"] >= ddl  # asked again after each DDL: the test shows the repeat
+    assert counts["events"] <= backlog

@@ -69,7 +69,7 @@ from cdc_platform.source.mysql import (
     connection_over,
     library_connection,
 )
-from cdc_platform.source.stream.ddl_history import LaterStatement, statements_after
+from cdc_platform.source.stream.ddl_index import DUMP_WRITE_TIMEOUT, DdlIndex, LaterStatement
 from cdc_platform.source.stream.decode_pool import DecodePool, StreamHooks, ordered_events
 from cdc_platform.source.stream.rows_framing import FramingReader
 from cdc_platform.source.stream.start_position import resolve_start
@@ -146,6 +146,7 @@ class BinlogSource:
         self._sock: socket.socket | None = None
         self._stream_thread: int | None = None
         self._control: Connection | None = None
+        self._history = DdlIndex()
         self._delay = config.reconnect_initial_seconds
         self.server: ServerIdentity | None = None
         self._lean_framing = lean_framing
@@ -488,10 +489,11 @@ class BinlogSource:
 
     def _reader(self, start: ResumePosition, plans: TablePlans) -> BinLogStreamReader:
         # Heartbeats arrive every heartbeat_seconds when idle: silence for several periods
-        # means the server or the network is gone.
+        # means the server or the network is gone. The server waits DUMP_WRITE_TIMEOUT for a
+        # reader that is busy (a DDL history scan, :mod:`.ddl_index`) before dropping it.
         settings = self.binlog_server.mysql.stream_settings(
             read_timeout=max(4 * self.config.heartbeat_seconds, 10.0)
-        )
+        ) | {"init_command": f"SET SESSION net_write_timeout = {DUMP_WRITE_TIMEOUT}"}
         mode: dict[str, Any]
         if self._use_gtid(start):
             # The library ignores log_file/log_pos when is_mariadb=True; GTID needs auto_position.
@@ -565,16 +567,14 @@ class BinlogSource:
         always kill its own connections; failures only mean the thread is gone already."""
         self.binlog_server.end_connection(thread_id)
 
-    def _later(self, file: str, pos: int) -> Iterator[LaterStatement]:
-        """The binlog's statements after ``file``:``pos`` (see :mod:`.ddl_history`)."""
-        if self._control is None:
-            self._control = self.binlog_server.connect()
-        return statements_after(self._control, file, pos)
+    def _later(self, file: str, pos: int) -> list[LaterStatement]:
+        """The binlog's DDL after ``file``:``pos``, kept over reconnects (:mod:`.ddl_index`)."""
+        self._control = self._control or self.binlog_server.connect()
+        return self._history.after(self._control, self.server, file, pos)
 
     def _catalog(self, db: str, table: str) -> Catalog:
         """What the binlog's table map cannot say about a table, from information_schema."""
-        if self._control is None:
-            self._control = self.binlog_server.connect()
+        self._control = self._control or self.binlog_server.connect()
         catalog = Catalog()
         with self._control.cursor() as cur:
             cur.execute(

@@ -113,11 +113,31 @@ _ALTER_RENAME = re.compile(
 _CONVERT = re.compile(r"^CONVERT\s+TO\s+(?:CHARACTER\s+SET|CHARSET)\b", _FLAGS)
 
 
+_LEXEMES = re.compile(
+    r"`(?:[^`]|``)*`|'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.|\"\")*\""
+    r"|/\*M?!\d*|/\*.*?\*/|\*/|(?:--(?=\s)|#)[^\n]*",
+    re.DOTALL,
+)
+"""What :func:`strip_comments` looks at: quoted text (kept whole), executable comments' marks,
+comments."""
+
+
 def strip_comments(sql: str) -> str:
-    """``sql`` without comments; the body of a versioned comment (``/*!50100 ...*/``) stays."""
-    sql = re.sub(r"/\*(?![!M]).*?\*/", " ", sql, flags=re.DOTALL)
-    sql = re.sub(r"/\*M?!\d*(.*?)\*/", r"\1", sql, flags=re.DOTALL)
-    return re.sub(r"(?:--\s|#)[^\n]*", " ", sql).strip()
+    """``sql`` without comments. The body of an executable comment (``/*!50100 ...*/``,
+    MariaDB's ``/*M!100100 ...*/``) stays: the server runs it. Quoted text is kept whole (a
+    ``#`` or ``--`` in a string or a name starts no comment)."""
+    executable = False
+
+    def lexeme(match: re.Match[str]) -> str:
+        nonlocal executable
+        text = match.group(0)
+        if text[0] in "`'\"" or (text == "*/" and not executable):
+            return text
+        if text == "*/" or text.startswith(("/*!", "/*M!")):
+            executable = text != "*/"
+        return " "
+
+    return _LEXEMES.sub(lexeme, sql).strip()
 
 
 def _unquote(ident: str) -> str:

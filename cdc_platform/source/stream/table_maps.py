@@ -256,7 +256,7 @@ class TablePlans:
             return
         schema, table = key
         for statement in self._later(str(file), int(pos)):
-            touched = touched_columns(statement.text, table, needed)
+            touched = touched_columns(statement.text, schema, table, needed)
             if touched:
                 raise SourceError(
                     f"{schema}.{table}: column(s) {', '.join(touched)} may have changed type "
