@@ -249,7 +249,8 @@ class StoreConfig(ConfigModel):
     ddl_isolation: bool = False
     """Return each DDL in a batch of its own."""
     batch_size: int = Field(default=4096, ge=1)
-    """Events (ITEMSIZE) or memunits (MEMSIZE) per sink batch, i.e. per Delta commit."""
+    """Events (ITEMSIZE) or memunits (MEMSIZE) per sink batch, i.e. per Delta commit; taken
+    from the store in several gets when the store holds less (docs/source.md)."""
     batch_timeout_seconds: float = Field(default=1.0, gt=0)
     """Longest wait for a full batch before committing what there is (bounds the lag),
     counted from the arrival of the oldest event waiting: after a slow commit or a compaction

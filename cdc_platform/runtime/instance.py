@@ -18,6 +18,7 @@ from typing import TypeVar
 from cdc_platform.backfill.commit import PendingCommit
 from cdc_platform.errors import CdcError, CommitRefusedError, SinkError, SourceError
 from cdc_platform.events import EventKind, ResumePosition
+from cdc_platform.runtime.batch_gathering import gather_batch
 from cdc_platform.sink import Checkpoint, CommitResult, FencedCommitError
 from cdc_platform.sink.report import CommitReport
 from cdc_platform.sink.start_record import StartRecord
@@ -394,17 +395,16 @@ class DestinationRuntime:
                 continue
             last_activity = now
             heard_idle = False
+            batch = gather_batch(self.store, batch, store_config)  # acked: the rows are ours
             try:
                 report = self._commit(batch, batch_seq + 1, epoch)
             except CdcError as exc:
                 return batch_seq, resume, exc
-            if report is None:  # stop requested while retrying: the batch is abandoned
-                self.store.rollback()
-                break
+            if report is None:  # stop requested while retrying: the batch is abandoned (the
+                break  # next run reads it again from the change log's checkpoint)
             batch_seq, resume = report.batch_seq, report.resume
             ack_point = batch.ack_point
             assert ack_point is not None
-            self.store.ack(ack_point)
             self._last_commit = now
             self._caught_up(ack_point.txn.timestamp)
             rates.events += report.events

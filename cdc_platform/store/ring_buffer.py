@@ -87,6 +87,8 @@ class Batch:
     events: tuple[ChangeEvent, ...]
     partial: bool = False
     """True when the batch ends inside a transaction (a chunk of one larger than the store)."""
+    arrived: float = field(default=0.0, compare=False)
+    """When its first event was put (``time.monotonic``): how long the batch has waited."""
     size_bytes: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -338,7 +340,11 @@ class EventStore:
         if bounds is None:
             return Batch(())
         end, partial = bounds
-        batch = Batch(tuple(self._at(seq) for seq in range(start, end)), partial=partial)
+        batch = Batch(
+            tuple(self._at(seq) for seq in range(start, end)),
+            partial=partial,
+            arrived=self._arrived[start & self._mask],
+        )
         self._get = end
         self._get_mem += batch.size_bytes
         self._got_total += len(batch.events)
