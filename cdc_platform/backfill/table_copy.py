@@ -36,12 +36,18 @@ from cdc_platform.backfill.chunk_sizing import ChunkSizer
 from cdc_platform.backfill.commit import commit_beside
 from cdc_platform.backfill.progress import SnapshotProgress, SnapshotResult
 from cdc_platform.backfill.read_ahead import ReadAhead
-from cdc_platform.backfill.segments import ChunkSegment, SegmentStream, SegmentTail, chunk_segment
+from cdc_platform.backfill.segments import (
+    ChunkSegment,
+    SegmentStream,
+    SegmentTail,
+    altered,
+    chunk_segment,
+)
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.backfill.table_definition import definition_event
 from cdc_platform.backfill.whole_copy import copy_whole_table
 from cdc_platform.errors import SnapshotError, SourceTableMissingError
-from cdc_platform.events import BinlogPosition, ChangeEvent, ResumePosition
+from cdc_platform.events import BinlogPosition, ChangeEvent, EventKind, ResumePosition
 from cdc_platform.sink import DeltaChangeLog
 from cdc_platform.sink.schema import RowsAtCut
 from cdc_platform.sink.snapshot_state import PendingChunk, SnapshotState, TableCounts
@@ -265,8 +271,20 @@ class TableCopy:
             self._commit(run, list(events), cut, rows)
 
         def segment(high: BinlogPosition) -> tuple[list[ChangeEvent], ResumePosition, bool]:
-            read = self._segment(run, spec, set(), high)
-            return read.events, read.cut, read.altered
+            """The binlog up to the copy's place, exactly: no idle cut (the rows count)."""
+            changed = False
+            while True:
+                self._interrupt.check()
+                part, cut, reached = run.stream.part(
+                    high, run.resume, self.segment_events, exact=True
+                )
+                run.tail.extend(part)
+                changed = changed or altered(part, spec)
+                run.result.streamed_events += sum(e.kind is not EventKind.COMMIT for e in part)
+                if reached:
+                    return part, cut, changed
+                if part:
+                    commit(part, cut, None)
 
         try:
             copied = copy_whole_table(

@@ -10,7 +10,11 @@ cannot be told apart, so it is copied differently:
    after it). The table is described inside the transaction: a DDL after the read view began
    makes the SELECT fail (the server's "table definition has changed"), and the copy starts
    over; one before it is in the description and in the rows alike.
-2. The binlog is read on to that place (the segment), committed as usual.
+2. The binlog is read on to that place exactly (the segment, committed as usual): not to where
+   the stream went quiet (a reconnect, a second between two commits of uncaptured tables).
+   Every change before the place is in the read: it must precede the rows, or it is applied
+   again after them. The place is reached at a transaction ending at or after it, before one
+   starting after it, or at a server heartbeat past it (the snapshot's stream asks for them).
 3. A ``TRUNCATE TABLE`` row (marked as the copy's, in a comment) follows the segment, then
    every row of the read as op ``r``, streamed from an unbuffered SELECT and committed in
    parts of ``batch_rows`` rows, all at the same place. The mirror of a keyless table counts
@@ -57,8 +61,8 @@ TABLE_DEFINITION_CHANGED = 1412
 _ATTEMPTS = 3
 
 Segment = Callable[[BinlogPosition], tuple[list[ChangeEvent], ResumePosition, bool]]
-"""Reads (and commits full parts of) the binlog up to a place: the last part, the cut after
-it, and whether a DDL may have changed the table."""
+"""Reads (and commits full parts of) the binlog up to a place exactly: the last part, the cut
+after it, and whether a DDL may have changed the table."""
 Commit = Callable[[Sequence[ChangeEvent], ResumePosition, RowsAtCut | None], None]
 """Commits events, then rows at the cut, as one change-log commit."""
 
