@@ -51,6 +51,7 @@ from cdc_platform.events import BinlogPosition, ChangeEvent, EventKind, ResumePo
 from cdc_platform.sink import DeltaChangeLog
 from cdc_platform.sink.schema import RowsAtCut
 from cdc_platform.sink.snapshot_state import PendingChunk, SnapshotState, TableCounts
+from cdc_platform.sink.spilled_rows import SnapshotRows
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.binlog_server import binlog_end
 from cdc_platform.source.mysql import is_missing_table
@@ -115,7 +116,7 @@ class TableCopy:
         run: CopyRun,
         events: list[ChangeEvent],
         cut: ResumePosition,
-        rows: RowsAtCut | None = None,
+        rows: SnapshotRows | None = None,
         chunk: int | None = None,
     ) -> None:
         """Commit batch ``run.batch_seq`` (``events``, then a chunk's ``rows`` as op ``r``,
@@ -265,7 +266,7 @@ class TableCopy:
         an interrupted copy starts over (its truncate row replaces the partial one)."""
 
         def commit(
-            events: Sequence[ChangeEvent], cut: ResumePosition, rows: RowsAtCut | None
+            events: Sequence[ChangeEvent], cut: ResumePosition, rows: SnapshotRows | None
         ) -> None:
             run.batch_seq += 1
             self._commit(run, list(events), cut, rows)

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
-import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +24,11 @@ from cdc_platform.backfill import table_copy
 from cdc_platform.backfill.snapshot import SnapshotRunner, state_path
 from cdc_platform.config.models import InstanceConfig
 from cdc_platform.runtime import DestinationRuntime
+from cdc_platform.sink import DeltaChangeLog
 from cdc_platform.sink.term import WriteTerm
-from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config
+from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
+from cdc_platform.testing.mariadb import MariaDBServer
+from cdc_platform.testing.processes import wait_until
 from tests.conftest import MariaDBDatabase
 
 pytestmark = pytest.mark.integration
@@ -137,11 +143,13 @@ def _dumps_of(db: MariaDBDatabase, user: str) -> list[int]:
     return [int(r[0]) for r in rows]
 
 
-def _wait(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
+def _reading(server: MariaDBServer, table: str) -> bool:
+    """Whether a query reading ``table`` runs on ``server``."""
+    rows = server.query(
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+        f"WHERE INFO LIKE 'SELECT %`{table}`%' AND ID <> CONNECTION_ID()"
+    )
+    return int(rows[0][0]) > 0
 
 
 def test_a_keyless_copy_reads_the_stream_up_to_its_place(
@@ -176,7 +184,11 @@ def test_a_keyless_copy_reads_the_stream_up_to_its_place(
         def lagging() -> Iterator[Any]:
             with connect() as conn:
                 if not cut:
-                    _wait(lambda: bool(_dumps_of(mariadb, own_user)), "the snapshot's stream")
+                    wait_until(
+                        lambda: bool(_dumps_of(mariadb, own_user)),
+                        timeout=60,
+                        what="the snapshot's stream",
+                    )
                     for dump in _dumps_of(mariadb, own_user):
                         server.execute(f"KILL CONNECTION {dump}")
                         cut.append(dump)
@@ -229,3 +241,141 @@ def test_a_keyless_copy_whose_place_follows_a_binlog_rotation_ends(
     assert done, "the copy ended"
     assert done[0].per_table == {f"{db}.bag": 3}
     assert change_log_bag(uri, db, "bag") == source_bag(mariadb, "bag")
+
+
+@pytest.mark.usefixtures("env_password")
+def test_a_keyless_copy_lands_in_one_commit(mariadb: MariaDBDatabase, lake_root: Path) -> None:
+    """Readers (a mirror's apply between two commits) never see the table half copied: the
+    truncate and every row of the copy are one Delta commit, however small the chunks."""
+    server, db = mariadb.server, mariadb.name
+    server.execute(
+        "CREATE TABLE bag (a INT, b VARCHAR(10))",
+        "INSERT INTO bag VALUES " + ", ".join(f"({i % 4}, 'v')" for i in range(50)),
+        database=db,
+    )
+    config = _instance(mariadb, "bag", 3662)
+    uri = str(lake_root / "d" / "changes")
+    _catch_up(config, uri)
+    result = SnapshotRunner(
+        WriteTerm("d", config, uri), state_path(lake_root, "d"), tables=[f"{db}.bag"], chunk_size=10
+    ).run()
+    assert result.per_table == {f"{db}.bag": 50}
+    rows = DeltaTable(uri).to_pyarrow_table(columns=["op", "table", "ddl", "batch_seq"]).to_pylist()
+    copy = [r for r in rows if r["table"] == "bag" and r["op"] in ("ddl", "r")]
+    [truncate] = [r["ddl"] for r in copy if r["op"] == "ddl"]
+    assert truncate.startswith("TRUNCATE TABLE")
+    assert len(copy) == 51
+    assert {r["batch_seq"] for r in copy} == {result.last_batch_seq}, "one commit"
+    assert change_log_bag(uri, db, "bag") == source_bag(mariadb, "bag")
+
+
+@pytest.mark.usefixtures("env_password")
+def test_a_keyless_copy_killed_midway_leaves_the_old_table(
+    mariadb: MariaDBDatabase, lake_root: Path, tmp_path: Path
+) -> None:
+    """`cdc-platform snapshot --table` of a large keyless table, kill -9 in the middle of the
+    copy: the change log still says what it said before (the streamed rows), not a truncate
+    and part of the rows; the rerun copies it whole."""
+    server, db = mariadb.server, mariadb.name
+    server.execute("CREATE TABLE bag (a INT, b VARCHAR(40))", database=db)
+    config = _instance(mariadb, "bag", 3663)
+    uri = str(lake_root / "d" / "changes")
+    _catch_up(config, uri)
+    server.execute(
+        "INSERT INTO bag SELECT seq % 97, REPEAT('x', seq % 40) FROM seq_1_to_100000",
+        database=db,
+    )
+    _catch_up(config, uri)  # the rows are in the change log, streamed
+    expected = source_bag(mariadb, "bag")
+    assert change_log_bag(uri, db, "bag") == expected
+    conf = tmp_path / "conf"
+    write_conf(
+        conf,
+        destination="d",
+        server=server,
+        user=mariadb.user,
+        database=db,
+        lake_root=lake_root,
+        server_id=3663,
+    )
+    _capture_only(conf, db, "bag")
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    command = [
+        *(sys.executable, "-m", "cdc_platform.cli", "snapshot", "--conf", str(conf)),
+        *("--destination", "d", "--table", f"{db}.bag", "--chunk-size", "1000"),
+    ]
+    env = {**os.environ, PASSWORD_ENV: mariadb.user.password, "TMPDIR": str(spill)}
+    before = DeltaTable(uri).version()
+    proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        # In the middle of the copy: its rows are being read (into a local spill), or a
+        # commit of it has landed.
+        wait_until(
+            lambda: any(spill.glob("cdc-copy-*")) or DeltaTable(uri).version() > before,
+            timeout=120,
+            what="the copy to begin",
+        )
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    got = change_log_bag(uri, db, "bag")
+    assert got == expected, f"after kill -9: {sum(got.values())} rows of {sum(expected.values())}"
+    rerun = subprocess.run(
+        command, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert rerun.returncode == 0, rerun.stderr
+    assert not state_path(lake_root, "d").exists()
+    assert change_log_bag(uri, db, "bag") == expected
+
+
+def test_a_keyless_copy_outlasts_a_commit_slower_than_net_write_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A private server that drops a client it cannot write to for 2 s (`net_write_timeout`),
+    a keyless table larger than the socket buffers, and a change-log commit slower than that
+    (a slow lake: it lasts until the server has no read of the table open any more): the
+    copy's read must not wait on the commit, or the server ends it."""
+    server = MariaDBServer(tmp_path / "mariadb", server_id=21, extra_args=["--net-write-timeout=2"])
+    server.start()
+    try:
+        user = server.create_replication_user("cdc", "slow-secret")
+        monkeypatch.setenv(PASSWORD_ENV, user.password)
+        server.execute(
+            "CREATE DATABASE shop",
+            "CREATE TABLE shop.big (n INT, pad TEXT)",
+        )
+        server.execute(
+            "INSERT INTO big SELECT seq % 10, REPEAT('p', 10000) FROM seq_1_to_4000",
+            database="shop",
+        )
+        config = instance_config(server, user.name, [r"shop\.big"], server_id=3664)
+        uri = str(tmp_path / "lake" / "d" / "changes")
+        _catch_up(config, uri)
+        real_commit = DeltaChangeLog.commit
+        slowed: list[int] = []
+
+        def slow_commit(self: DeltaChangeLog, *args: Any, **kwargs: Any) -> Any:
+            """The lake's first commit of the copy lasts until the server has given up on any
+            read of the table it was sending (it cannot write to a client for 2 s)."""
+            if kwargs.get("snapshot") is not None and not slowed:
+                slowed.append(len(kwargs["snapshot"]))
+                wait_until(lambda: not _reading(server, "big"), timeout=120, what="the read")
+            return real_commit(self, *args, **kwargs)
+
+        monkeypatch.setattr(DeltaChangeLog, "commit", slow_commit)
+        result = SnapshotRunner(
+            WriteTerm("d", config, uri),
+            state_path(tmp_path / "lake", "d"),
+            tables=["shop.big"],
+            chunk_size=50,
+        ).run()
+        assert slowed, "a commit of the copy was slowed"
+        assert result.per_table == {"shop.big": 4000}
+        bag = change_log_bag(uri, "shop", "big")
+        assert sum(bag.values()) == 4000
+        assert len(bag) == 10
+    finally:
+        server.stop()
