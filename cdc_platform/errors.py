@@ -240,6 +240,14 @@ class SnapshotError(CdcError):
     destination. Names the table or the state file; retrying the same request will not help."""
 
 
+class SnapshotSpillError(SnapshotError):
+    """A whole-table copy could not write its rows to its local spill file (the temporary
+    directory is full, missing or not writable). Names the directory; free room there or point
+    ``TMPDIR`` elsewhere, then rerun: a retry helps once there is room."""
+
+    transient = True
+
+
 class SparkError(CdcError):
     """The downstream Spark work (session, mirrors, history) cannot go on."""
 

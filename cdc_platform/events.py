@@ -279,6 +279,9 @@ class Transaction:
     """The server whose binlog this transaction was read from, so that a file/position
     checkpoint after it names that server (None: not known, as for the id watch's and a side
     writer's own transactions; the change log then keeps its checkpoint's server)."""
+    read_to: BinlogPosition | None = None
+    """An idle one's heartbeat coordinates: the server had sent every event of its binlog up
+    to there (its end then), so every change before that place is read."""
 
     @property
     def gtid_set_after(self) -> str | None:

@@ -142,6 +142,7 @@ SLOWEST_FILES = (
     "integration/test_start_modes.py",
     "integration/test_mirror_keys.py",
     "integration/test_snapshot_faults.py",
+    "integration/test_whole_copy.py",
 )
 """The longest test files, longest first (summed test durations of a parallel run,
 ``--durations=0``). scripts/test.sh hands whole files to its workers in collection order

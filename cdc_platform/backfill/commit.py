@@ -29,7 +29,7 @@ from cdc_platform.events import ChangeEvent, Op, ResumePosition
 from cdc_platform.sink.commit import CommitResult
 from cdc_platform.sink.delta import DeltaChangeLog
 from cdc_platform.sink.report import CommitReport, count_ops, count_transactions
-from cdc_platform.sink.schema import RowsAtCut
+from cdc_platform.sink.spilled_rows import SnapshotRows
 from cdc_platform.sink.term import WriteTerm
 
 __all__ = ["PendingCommit", "commit_beside"]
@@ -49,7 +49,7 @@ class PendingCommit:
     batch_seq: int
     resume: ResumePosition
     epoch: int
-    snapshot: RowsAtCut | None = None
+    snapshot: SnapshotRows | None = None
     chunk: int | None = None
 
     def prepare(self) -> tuple[str, ...]:
@@ -116,7 +116,7 @@ def commit_beside(  # noqa: PLR0913 (the term, the sink and the batch; keyword-o
     batch_seq: int,
     resume: ResumePosition,
     epoch: int,
-    snapshot: RowsAtCut | None = None,
+    snapshot: SnapshotRows | None = None,
     chunk: int | None = None,
 ) -> CommitResult:
     """One commit written beside the stream (a snapshot chunk or segment part, a repair):

@@ -47,8 +47,10 @@ __all__ = [
 ]
 
 IDLE_CUT_SECONDS = 1.0
-"""Cut the segment when the stream stays quiet this long before reaching the high watermark
-(e.g. the binlog rotated after the last transaction). Safe: see backfill/snapshot.py."""
+"""Cut a chunk's segment when the stream stays quiet this long before reaching the high
+watermark (e.g. the binlog rotated after the last transaction, and no heartbeat said so yet).
+Safe for a keyed chunk (an event after the cut that the chunk's read saw is applied again by
+key, to the same result); never for a whole copy (an ``exact`` part), whose rows count."""
 
 _QUEUE_EVENTS = 100_000
 """Events read ahead at most (fewer when the caller's part limit is smaller)."""
@@ -64,6 +66,8 @@ class SegmentStream:
         )
         self._thread = threading.Thread(target=self._run, name="cdc-snapshot-binlog", daemon=True)
         self._held: ChangeEvent | None = None
+        self._reached = True
+        """Whether the last segment end :meth:`_next` gave was ``high`` (not an idle cut)."""
         self._front: list[ChangeEvent] = []
         """Events handed back by an idle cut inside a transaction, in order."""
         self._thread.start()
@@ -86,11 +90,14 @@ class SegmentStream:
         return segment, resume
 
     def part(
-        self, high: BinlogPosition, cut: ResumePosition, limit: int | None
+        self, high: BinlogPosition, cut: ResumePosition, limit: int | None, *, exact: bool = False
     ) -> tuple[list[ChangeEvent], ResumePosition, bool]:
         """Like :meth:`until`, but stops at the first transaction end once ``limit`` events
         are gathered; the flag says whether ``high`` (or an idle cut) was reached.
 
+        ``high`` is reached at a transaction that ends at or after it, before one that starts
+        after it, or at a server heartbeat past it (every event before it is then read).
+        ``exact``: no idle cut; a quiet second returns the part so far, not reached.
         A transaction is never split: one larger than ``limit`` is returned whole.
         """
         segment: list[ChangeEvent] = []
@@ -102,6 +109,7 @@ class SegmentStream:
         while True:
             event = self._next(high, bool(open_txn))
             if event is None:
+                complete = self._reached or not exact
                 break
             open_txn.append(event)
             if event.ends_transaction:
@@ -121,28 +129,43 @@ class SegmentStream:
         return segment, resume, complete
 
     def _next(self, high: BinlogPosition, in_txn: bool) -> ChangeEvent | None:
-        """The next event, or None at an idle cut or before the first transaction past
-        ``high`` (which is held back for the next segment)."""
+        """The next event, or None: when ``high`` is reached (``_reached``: before the first
+        transaction past it, which is held back for the next segment, or at a heartbeat past
+        it) or after a quiet second (not reached). Idle COMMITs are no part of a segment."""
+        self._reached = True
         event = self._held
         self._held = None
         if event is None and self._front:
             event = self._front.pop(0)
-        if event is None:
-            try:
-                item = self.queue.get(timeout=IDLE_CUT_SECONDS)
-            except queue.Empty:
+        deadline = time.monotonic() + IDLE_CUT_SECONDS
+        while event is None:
+            event = self._take(deadline)
+            if event is None:
+                self._reached = False
                 return None
-            if isinstance(item, BaseException):
-                if isinstance(item, CdcError):
-                    raise item
-                raise SourceError(f"binlog stream failed: {item!r}") from item
-            if item is None:
-                raise SourceError("binlog stream ended during the snapshot")
-            event = item
+            read_to = event.txn.read_to if event.txn.idle else None
+            if read_to is not None and read_to >= high and not in_txn:
+                return None  # the server had sent everything up to past ``high``
+            if event.txn.idle:
+                event = None
         if not in_txn and event.txn.start >= high:
             self._held = event  # the first transaction after the high watermark
             return None
         return event
+
+    def _take(self, deadline: float) -> ChangeEvent | None:
+        """The next event the reader thread queued, or None if none comes by ``deadline``."""
+        try:
+            item = self.queue.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            return None
+        if isinstance(item, BaseException):
+            if isinstance(item, CdcError):
+                raise item
+            raise SourceError(f"binlog stream failed: {item!r}") from item
+        if item is None:
+            raise SourceError("binlog stream ended during the snapshot")
+        return item
 
     def _pushback(self, events: list[ChangeEvent]) -> None:
         """Give an incomplete transaction back; it is read again first next time."""

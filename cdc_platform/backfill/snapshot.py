@@ -95,7 +95,8 @@ DEFAULT_SEGMENT_EVENTS = 20_000
 """Binlog events held at most per segment part (and read ahead): a longer segment is
 committed in parts, at transaction boundaries."""
 _SNAPSHOT_HEARTBEAT_SECONDS = 0.25
-"""Short server heartbeat, so a held-back quiet COMMIT reaches the cut without delay."""
+"""Short server heartbeat, so a held-back quiet COMMIT reaches the cut without delay, and a
+segment's end past the last transaction is known to be reached (``Transaction.read_to``)."""
 
 
 def state_path(
@@ -304,7 +305,9 @@ class SnapshotRunner:
             probe = BinlogSource(source_config, password=self.term.password)
             probe.check()
             resume = checkpoint.resume if checkpoint else probe.current_position()
-            source = BinlogSource(source_config, resume=resume, password=self.term.password)
+            source = BinlogSource(  # heartbeats: where a whole copy's place is read to
+                source_config, resume=resume, password=self.term.password, heartbeats=True
+            )
             stream = SegmentStream(source, read_ahead=self.segment_events)
             result = SnapshotResult(tables=list(state.tables), resumed=resumed)
             tail = SegmentTail(self.segment_events)

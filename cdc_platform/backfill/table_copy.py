@@ -36,15 +36,22 @@ from cdc_platform.backfill.chunk_sizing import ChunkSizer
 from cdc_platform.backfill.commit import commit_beside
 from cdc_platform.backfill.progress import SnapshotProgress, SnapshotResult
 from cdc_platform.backfill.read_ahead import ReadAhead
-from cdc_platform.backfill.segments import ChunkSegment, SegmentStream, SegmentTail, chunk_segment
+from cdc_platform.backfill.segments import (
+    ChunkSegment,
+    SegmentStream,
+    SegmentTail,
+    altered,
+    chunk_segment,
+)
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.backfill.table_definition import definition_event
 from cdc_platform.backfill.whole_copy import copy_whole_table
 from cdc_platform.errors import SnapshotError, SourceTableMissingError
-from cdc_platform.events import BinlogPosition, ChangeEvent, ResumePosition
+from cdc_platform.events import BinlogPosition, ChangeEvent, EventKind, ResumePosition
 from cdc_platform.sink import DeltaChangeLog
 from cdc_platform.sink.schema import RowsAtCut
 from cdc_platform.sink.snapshot_state import PendingChunk, SnapshotState, TableCounts
+from cdc_platform.sink.spilled_rows import SnapshotRows
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.binlog_server import binlog_end
 from cdc_platform.source.mysql import is_missing_table
@@ -109,7 +116,7 @@ class TableCopy:
         run: CopyRun,
         events: list[ChangeEvent],
         cut: ResumePosition,
-        rows: RowsAtCut | None = None,
+        rows: SnapshotRows | None = None,
         chunk: int | None = None,
     ) -> None:
         """Commit batch ``run.batch_seq`` (``events``, then a chunk's ``rows`` as op ``r``,
@@ -259,14 +266,26 @@ class TableCopy:
         an interrupted copy starts over (its truncate row replaces the partial one)."""
 
         def commit(
-            events: Sequence[ChangeEvent], cut: ResumePosition, rows: RowsAtCut | None
+            events: Sequence[ChangeEvent], cut: ResumePosition, rows: SnapshotRows | None
         ) -> None:
             run.batch_seq += 1
             self._commit(run, list(events), cut, rows)
 
         def segment(high: BinlogPosition) -> tuple[list[ChangeEvent], ResumePosition, bool]:
-            read = self._segment(run, spec, set(), high)
-            return read.events, read.cut, read.altered
+            """The binlog up to the copy's place, exactly: no idle cut (the rows count)."""
+            changed = False
+            while True:
+                self._interrupt.check()
+                part, cut, reached = run.stream.part(
+                    high, run.resume, self.segment_events, exact=True
+                )
+                run.tail.extend(part)
+                changed = changed or altered(part, spec)
+                run.result.streamed_events += sum(e.kind is not EventKind.COMMIT for e in part)
+                if reached:
+                    return part, cut, changed
+                if part:
+                    commit(part, cut, None)
 
         try:
             copied = copy_whole_table(

@@ -10,31 +10,43 @@ cannot be told apart, so it is copied differently:
    after it). The table is described inside the transaction: a DDL after the read view began
    makes the SELECT fail (the server's "table definition has changed"), and the copy starts
    over; one before it is in the description and in the rows alike.
-2. The binlog is read on to that place (the segment), committed as usual.
-3. A ``TRUNCATE TABLE`` row (marked as the copy's, in a comment) follows the segment, then
-   every row of the read as op ``r``, streamed from an unbuffered SELECT and committed in
-   parts of ``batch_rows`` rows, all at the same place. The mirror of a keyless table counts
-   rows, so the copy must replace what the change log said before (rows streamed earlier, a
-   previous copy cut short by a crash): the truncate restarts the table there, and exactly the
-   rows of the consistent read follow it. Binlog events after the place come after them.
+2. Every row of the read, from an unbuffered SELECT, goes to a local spill file
+   (:mod:`cdc_platform.sink.spilled_rows`) as fast as the server sends it; then the read view
+   ends. No change-log commit runs while the server's read is open, so a slow lake cannot
+   outlast the server's ``net_write_timeout`` and end the read.
+3. The binlog is read on to that place exactly (the segment, full parts committed as usual):
+   not to where the stream went quiet (a reconnect, a second between two commits of
+   uncaptured tables). Every change before the place is in the read and in the segment both:
+   it must precede the rows, or it is applied again after them. The place is reached at a
+   transaction ending at or after it, before one starting after it, or at a server heartbeat
+   past it (the snapshot's stream asks for heartbeats).
+4. One Delta commit: the segment's last part, a ``TRUNCATE TABLE`` row (marked as the copy's,
+   in a comment), then every spilled row as op ``r``, all at the segment's end. The mirror of
+   a keyless table counts rows, so the copy must replace what the change log said before
+   (rows streamed earlier): the truncate restarts the table there, and exactly the rows of the
+   consistent read follow it. Binlog events after the place come after them.
 
-A crash part-way leaves a truncate and some of the rows; the table stays on the snapshot's
-list, and its next copy begins with a new truncate, so nothing is counted twice. Memory holds
-one part of rows. MySQL 8 would read the place from ``performance_schema.log_status`` instead;
-only MariaDB is supported here (a server without those status variables is refused).
+Readers see the table before the copy or after it, never a truncate without its rows; a copy
+cut short (a crash, kill -9) leaves the change log as it was, the table stays on the
+snapshot's list, and its next copy starts over. Memory holds one part of rows; the spill's
+disk holds the compressed table. MySQL 8 would read the place from
+``performance_schema.log_status`` instead; only MariaDB is supported here (a server without
+those status variables is refused).
 """
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
 from typing import Any
 
 import pymysql
 import pymysql.cursors
 
-from cdc_platform.errors import SnapshotError
+from cdc_platform.errors import SnapshotError, SnapshotSpillError
 from cdc_platform.events import (
     BinlogPosition,
     ChangeEvent,
@@ -43,7 +55,7 @@ from cdc_platform.events import (
     ResumePosition,
     Transaction,
 )
-from cdc_platform.sink.schema import RowsAtCut
+from cdc_platform.sink.spilled_rows import RowSpill, SnapshotRows
 from cdc_platform.source.reading.row_reader import SnapshotTable, describe_table
 from cdc_platform.source.sql import qualified_name
 from cdc_platform.source.values import dumps
@@ -57,9 +69,9 @@ TABLE_DEFINITION_CHANGED = 1412
 _ATTEMPTS = 3
 
 Segment = Callable[[BinlogPosition], tuple[list[ChangeEvent], ResumePosition, bool]]
-"""Reads (and commits full parts of) the binlog up to a place: the last part, the cut after
-it, and whether a DDL may have changed the table."""
-Commit = Callable[[Sequence[ChangeEvent], ResumePosition, RowsAtCut | None], None]
+"""Reads (and commits full parts of) the binlog up to a place exactly: the last part, the cut
+after it, and whether a DDL may have changed the table."""
+Commit = Callable[[Sequence[ChangeEvent], ResumePosition, SnapshotRows | None], None]
 """Commits events, then rows at the cut, as one change-log commit."""
 
 
@@ -78,51 +90,66 @@ def copy_whole_table(
             table while it was copied.
         pymysql.MySQLError: the source failed (the caller translates; a missing table is the
             caller's to end).
+        SnapshotSpillError: the rows could not be written to the local spill file.
     """
     for attempt in range(_ATTEMPTS):
         try:
-            with connect() as conn:
-                return _copy(conn, spec, read_segment, commit, batch_rows)
+            with _spill(spec) as spill:
+                with connect() as conn:
+                    place, spec = _read(conn, spec, spill, batch_rows)
+                events, cut, _changed = read_segment(place)
+                rows = spill.rows(
+                    spec.db, spec.table, spec.columns_json, cut.binlog_position, int(time.time())
+                )
+                commit([*events, _truncate(spec, cut)], cut, rows)
+                return len(rows)
         except pymysql.MySQLError as exc:
             if exc.args[:1] != (TABLE_DEFINITION_CHANGED,) or attempt == _ATTEMPTS - 1:
                 raise
     raise SnapshotError(f"{spec.name}: DDL kept changing the table during its copy")
 
 
-def _copy(
+def _read(
     conn: pymysql.connections.Connection[Any],
     spec: SnapshotTable,
-    read_segment: Segment,
-    commit: Commit,
+    spill: RowSpill,
     batch_rows: int,
-) -> int:
+) -> tuple[BinlogPosition, SnapshotTable]:
+    """The consistent read into ``spill``: its binlog place and the table as it described."""
     with conn.cursor() as cur:
         cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
         place = _snapshot_place(cur, spec)
     try:
         spec = describe_table(conn, spec.db, spec.table, require_key=False)
-        events, cut, _changed = read_segment(place)
-        pending: list[ChangeEvent] = [*events, _truncate(spec, cut)]
-        copied = 0
         for images in _rows(conn, spec, batch_rows):
-            rows = RowsAtCut(
-                spec.db,
-                spec.table,
-                spec.columns_json,
-                cut.binlog_position,
-                int(time.time()),
-                images,  # a keyless table's `pk` is its whole image
-                images,
-            )
-            commit(pending, cut, rows)
-            pending = []
-            copied += len(images)
-        if pending:
-            commit(pending, cut, None)  # an empty table: the truncate alone
-        return copied
+            try:
+                spill.write(images)  # a keyless table's `pk` is its whole image
+            except OSError as exc:
+                raise _spill_error(spec, spill.directory, exc) from exc
+        return place, spec
     finally:
         conn.rollback()
+
+
+@contextmanager
+def _spill(spec: SnapshotTable) -> Iterator[RowSpill]:
+    """A spill for ``spec``'s rows, removed afterwards."""
+    try:
+        spill = RowSpill()
+    except OSError as exc:
+        raise _spill_error(spec, Path(tempfile.gettempdir()), exc) from exc
+    try:
+        yield spill
+    finally:
+        spill.remove()
+
+
+def _spill_error(spec: SnapshotTable, directory: Path, exc: OSError) -> SnapshotSpillError:
+    return SnapshotSpillError(
+        f"{spec.name}: its rows cannot be written to the copy's spill file in {directory} "
+        f"({exc}); free room there or point TMPDIR at a larger directory, then rerun"
+    )
 
 
 def _snapshot_place(cur: Any, spec: SnapshotTable) -> BinlogPosition:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, TypeVar
 from uuid import uuid4
 
@@ -37,10 +38,10 @@ from cdc_platform.sink.recovery import Checkpoint, read_checkpoint
 from cdc_platform.sink.schema import (
     CHANGE_LOG_SCHEMA,
     PARTITION_COLUMNS,
-    RowsAtCut,
     events_to_table,
     row_events,
 )
+from cdc_platform.sink.spilled_rows import SnapshotRows, commit_data
 from cdc_platform.sink.storage_errors import LIBRARY_ERRORS, Redactor, StorageGuard
 
 __all__ = ["DeltaChangeLog"]
@@ -118,12 +119,13 @@ class DeltaChangeLog:
         batch_seq: int,
         resume: ResumePosition,
         epoch: int,
-        snapshot: RowsAtCut | None = None,
+        snapshot: SnapshotRows | None = None,
         chunk: int | None = None,
     ) -> CommitResult:
         """Append one batch as one Delta commit, or refuse it if a newer writer or batch exists.
 
-        ROW and DDL events become rows; COMMIT events none; the ``snapshot`` rows follow them.
+        ROW and DDL events become rows; COMMIT events none; the ``snapshot`` rows follow them
+        (rows spilled to a local file are streamed from it: :mod:`cdc_platform.sink.spilled_rows`).
         A batch without rows still commits (no data files) so the checkpoint moves past
         filtered traffic. ``chunk``: a snapshot chunk's unique mark (see
         :mod:`cdc_platform.sink.commit`).
@@ -165,7 +167,7 @@ class DeltaChangeLog:
         batch_seq: int,
         resume: ResumePosition,
         epoch: int,
-        snapshot: RowsAtCut | None,
+        snapshot: SnapshotRows | None,
         chunk: int | None,
     ) -> CommitResult:
         conflict: CommitFailedError | None = None
@@ -188,15 +190,14 @@ class DeltaChangeLog:
                 rows=count,
                 chunk=chunk,
             )
-            data = events_to_table(
-                rows,
-                first_seq=facts.first_seq,
+            build = partial(
+                events_to_table,
                 batch_seq=batch_seq,
                 epoch=epoch,
                 resume=resume,
                 committed_at=datetime.now(UTC),
-                snapshot=snapshot,
-            )
+            )  # built anew per attempt: spilled rows are read from their file again
+            data = commit_data(rows, facts.first_seq, snapshot, build)
             properties = facts.properties(self._destination, self._writer_id)
             try:
                 write_deltalake(table, data, mode="append", commit_properties=properties)

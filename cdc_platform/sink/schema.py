@@ -50,6 +50,7 @@ __all__ = [
     "CHANGE_LOG_SCHEMA",
     "PARTITION_COLUMNS",
     "STATS_COLUMNS",
+    "WRITE_SCHEMA",
     "RowsAtCut",
     "events_to_table",
     "row_events",
@@ -108,8 +109,8 @@ class RowsAtCut:
 
     The same rows as :func:`cdc_platform.backfill.segments.events_at_cut` makes of them (one
     transaction at ``position`` with server id 0 and no GTID; ``txn_index`` = the row's index),
-    kept as two lists so that a large chunk becomes Arrow columns without one event object
-    per row.
+    kept as two lists (or Arrow string arrays: a spilled part, :mod:`.spilled_rows`) so that
+    a large chunk becomes Arrow columns without one event object per row.
     """
 
     db: str
@@ -119,8 +120,10 @@ class RowsAtCut:
     position: BinlogPosition
     timestamp: int
     """Seconds since the epoch, the rows' ``ts``."""
-    pks: Sequence[str]
-    images: Sequence[str]
+    pks: Sequence[str] | pa.Array
+    images: Sequence[str] | pa.Array
+    first_index: int = 0
+    """``txn_index`` of the first row: a part of a larger set of rows at the same cut."""
 
     def __post_init__(self) -> None:
         if len(self.pks) != len(self.images):
@@ -159,7 +162,7 @@ def events_to_table(  # noqa: PLR0913 (the events; the rest are keyword-only com
     n = len(events) + (len(snapshot) if snapshot is not None else 0)
     columns: dict[str, pa.Array | pa.ChunkedArray] = {}
     for name in _SOURCE_COLUMNS:
-        kind = _WRITE_SCHEMA.field(name).type
+        kind = WRITE_SCHEMA.field(name).type
         if not parts:
             columns[name] = pa.array([], kind)
         elif len(parts) == 1:
@@ -176,12 +179,12 @@ def events_to_table(  # noqa: PLR0913 (the events; the rest are keyword-only com
     columns["epoch"] = pa.array([epoch] * n, pa.int64())
     columns["resume_position"] = pa.array(resume_col, pa.string())
     columns["committed_at"] = pa.array([committed_us] * n, _TIMESTAMP)
-    return pa.Table.from_pydict(columns, schema=_WRITE_SCHEMA)
+    return pa.Table.from_pydict(columns, schema=WRITE_SCHEMA)
 
 
 _COLUMNS_TYPE = pa.dictionary(pa.int32(), pa.string())
 
-_WRITE_SCHEMA: pa.Schema = CHANGE_LOG_SCHEMA.set(
+WRITE_SCHEMA: pa.Schema = CHANGE_LOG_SCHEMA.set(
     CHANGE_LOG_SCHEMA.get_field_index("columns"),
     CHANGE_LOG_SCHEMA.field("columns").with_type(_COLUMNS_TYPE),
 )
@@ -245,7 +248,7 @@ def _repeated_strings(values: Sequence[str | None]) -> pa.Array:
     """The `columns` column (a table's JSON, about 1 KB, the same on every row of the table)
     as a dictionary array: each distinct value converted once, about 11 MB less in an
     11,000-row commit's Arrow table, and a third of the time of converting every row's
-    reference (measured). The change log's type stays string; see :data:`_WRITE_SCHEMA`."""
+    reference (measured). The change log's type stays string; see :data:`WRITE_SCHEMA`."""
     distinct: dict[str, int] = {}
     indices = [None if v is None else distinct.setdefault(v, len(distinct)) for v in values]
     return pa.DictionaryArray.from_arrays(
@@ -274,7 +277,7 @@ def _snapshot_columns(rows: RowsAtCut) -> dict[str, pa.Array]:
         ),
         "binlog_file": constant(rows.position.file, string),
         "binlog_pos": constant(rows.position.pos, int64),
-        "txn_index": pa.array(range(n), int64),
+        "txn_index": pa.array(range(rows.first_index, rows.first_index + n), int64),
         "gtid": pa.nulls(n, string),
         "server_id": constant(0, int64),
         "ts": constant(rows.timestamp * 1_000_000, _TIMESTAMP),

@@ -235,7 +235,8 @@ class TransactionAssembler:
         return self._begin(event, event.gtid, standalone=True)
 
     def _heartbeat(self, event: Any) -> list[ChangeEvent]:
-        return self._idle(event.packet.server_id)
+        ident, pos = getattr(event, "ident", ""), event.packet.log_pos
+        return self._idle(event.packet.server_id, BinlogPosition(ident, pos) if ident else None)
 
     def _partial_update(self, event: Any) -> list[ChangeEvent]:
         raise partial_json_error(self._here(event))
@@ -365,12 +366,10 @@ class TransactionAssembler:
         self._idle_commit = commit
         return None
 
-    def _idle(self, server_id: int) -> list[ChangeEvent]:
-        """Heartbeat: the server has sent everything it has. Outside a transaction, a held-back
-        quiet COMMIT comes out now, followed (when asked for: ``heartbeats``) by an idle COMMIT
-        at the last boundary (see ``Transaction.idle``): the runtime takes from it that
-        everything up to now is read. The snapshot's segments do without: their idle cut
-        relies on a quiet stream."""
+    def _idle(self, server_id: int, read_to: BinlogPosition | None) -> list[ChangeEvent]:
+        """Heartbeat at ``read_to``: all is sent. Outside a transaction a held-back quiet COMMIT
+        comes out, then (``heartbeats``) an idle COMMIT at the last boundary: the runtime and
+        the snapshot's segments take from it that all up to ``read_to`` is read."""
         if self._txn is not None or self._expect is not None:
             return []
         out: list[ChangeEvent] = []
@@ -390,6 +389,7 @@ class TransactionAssembler:
             xa_prepared=self._xa.pending,
             idle=True,
             server=self.server,
+            read_to=read_to,
         )
         if self._heartbeats:
             out.append(ChangeEvent(EventKind.COMMIT, idle, boundary, 0))
