@@ -8,6 +8,7 @@ pytest from collecting them.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -19,6 +20,17 @@ import pytest
 AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="cdc-airflow-home-"))
 DAGS_FOLDER = AIRFLOW_HOME / "dags"
 DAGS_FOLDER.mkdir()
+_OWNER = os.getpid()
+
+
+@atexit.register
+def _remove_home() -> None:
+    """A run without the database fixture (unit tests only) leaves no home behind either;
+    only this process removes it, never a child it forked."""
+    if os.getpid() == _OWNER:
+        shutil.rmtree(AIRFLOW_HOME, ignore_errors=True)
+
+
 os.environ.update(
     {
         "AIRFLOW_HOME": str(AIRFLOW_HOME),
