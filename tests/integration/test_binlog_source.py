@@ -30,6 +30,7 @@ from cdc_platform.source import BinlogSource
 from cdc_platform.testing.binlog import collect_events
 from cdc_platform.testing.mariadb import MariaDBServer
 from cdc_platform.testing.processes import free_port
+from cdc_platform.testing.server_names import unique_name
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -156,54 +157,57 @@ def test_check_with_binlog_off(tmp_path: Path) -> None:
 
 def test_user_without_replication_slave_gets_a_clear_error(mariadb: Any) -> None:
     server = mariadb.server
+    user = unique_name("noslave")
     server.execute(
-        "CREATE OR REPLACE USER 'noslave'@'%' IDENTIFIED BY 'pw1'",
-        "GRANT SELECT, REPLICATION CLIENT ON *.* TO 'noslave'@'%'",
+        f"CREATE OR REPLACE USER '{user}'@'%' IDENTIFIED BY 'pw1'",
+        f"GRANT SELECT, REPLICATION CLIENT ON *.* TO '{user}'@'%'",
     )
     try:
-        config = _config(mariadb, user="noslave")
+        config = _config(mariadb, user=user)
         source = BinlogSource(config, password="pw1")
         with pytest.raises(SourceSettingsError) as caught:
             source.check()
         assert "lacks REPLICATION SLAVE;" in str(caught.value)
-        assert "GRANT REPLICATION SLAVE ON *.* TO 'noslave'@'%'" in str(caught.value)
+        assert f"GRANT REPLICATION SLAVE ON *.* TO '{user}'@'%'" in str(caught.value)
         assert "PASSWORD" not in str(caught.value)  # SHOW GRANTS lines carry the hash
         # Streaming anyway fails with the same kind of error, not a retry loop.
         with pytest.raises(SourceSettingsError, match="lacks a privilege"):
             collect_events(BinlogSource(config, password="pw1"), lambda _: True, timeout=10)
     finally:
-        server.execute("DROP USER 'noslave'@'%'")
+        server.execute(f"DROP USER '{user}'@'%'")
 
 
 def test_grant_advice_names_the_account_the_server_matched(mariadb: Any) -> None:
     server = mariadb.server
+    user = unique_name("localslave")
     server.execute(
-        "CREATE OR REPLACE USER 'localslave'@'127.0.0.1' IDENTIFIED BY 'pw3'",
-        "GRANT SELECT, REPLICATION CLIENT ON *.* TO 'localslave'@'127.0.0.1'",
+        f"CREATE OR REPLACE USER '{user}'@'127.0.0.1' IDENTIFIED BY 'pw3'",
+        f"GRANT SELECT, REPLICATION CLIENT ON *.* TO '{user}'@'127.0.0.1'",
     )
     try:
-        source = BinlogSource(_config(mariadb, user="localslave"), password="pw3")
+        source = BinlogSource(_config(mariadb, user=user), password="pw3")
         with pytest.raises(SourceSettingsError) as caught:
             source.check()
-        assert "user 'localslave'@'127.0.0.1' lacks REPLICATION SLAVE" in str(caught.value)
-        assert "ON *.* TO 'localslave'@'127.0.0.1'" in str(caught.value)
+        assert f"user '{user}'@'127.0.0.1' lacks REPLICATION SLAVE" in str(caught.value)
+        assert f"ON *.* TO '{user}'@'127.0.0.1'" in str(caught.value)
     finally:
-        server.execute("DROP USER 'localslave'@'127.0.0.1'")
+        server.execute(f"DROP USER '{user}'@'127.0.0.1'")
 
 
 def test_user_with_only_replication_slave_is_told_every_missing_grant(mariadb: Any) -> None:
     server = mariadb.server
+    user = unique_name("onlyslave")
     server.execute(
-        "CREATE OR REPLACE USER 'onlyslave'@'%' IDENTIFIED BY 'pw2'",
-        "GRANT REPLICATION SLAVE ON *.* TO 'onlyslave'@'%'",
+        f"CREATE OR REPLACE USER '{user}'@'%' IDENTIFIED BY 'pw2'",
+        f"GRANT REPLICATION SLAVE ON *.* TO '{user}'@'%'",
     )
     try:
-        source = BinlogSource(_config(mariadb, user="onlyslave"), password="pw2")
+        source = BinlogSource(_config(mariadb, user=user), password="pw2")
         with pytest.raises(SourceSettingsError) as caught:
             source.check()
         assert "lacks REPLICATION CLIENT, SELECT;" in str(caught.value)
     finally:
-        server.execute("DROP USER 'onlyslave'@'%'")
+        server.execute(f"DROP USER '{user}'@'%'")
 
 
 def test_wrong_password_is_not_retried_and_not_echoed(mariadb: Any) -> None:

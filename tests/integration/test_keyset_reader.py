@@ -34,6 +34,7 @@ from cdc_platform.source.reading.row_reader import (
     read_keys,
 )
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config
+from cdc_platform.testing.server_names import global_variable
 from tests.conftest import MariaDBDatabase
 
 pytestmark = pytest.mark.integration
@@ -233,31 +234,31 @@ def test_side_connections_read_only_committed_rows_whatever_the_global_isolation
     server, db = mariadb.server, mariadb.name
     server.execute("CREATE TABLE iso (id INT PRIMARY KEY, v INT)", database=db)
     server.execute("INSERT INTO iso VALUES (1, 1)", database=db)
-    server.execute("SET GLOBAL TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
-    writer = server.connect(db, autocommit=False)
-    try:
-        with writer.cursor() as cur:
-            cur.execute("INSERT INTO iso VALUES (2, 2)")
-            cur.execute("UPDATE iso SET v = 100 WHERE id = 1")
-        config = SourceConfig(
-            host=server.host,
-            port=server.port,
-            user=mariadb.user.name,
-            password_env=PASSWORD_ENV,
-            server_id=2403,
-        )
-        # A connection opened while the global default is READ UNCOMMITTED.
-        conn = SourceServer(config, mariadb.user.password, purpose="snapshot").connect(30.0)
+    # Put back as it was (not as the test assumes it was), also when the test fails.
+    with global_variable(server, "tx_isolation", "'READ-UNCOMMITTED'"):
+        writer = server.connect(db, autocommit=False)
         try:
-            spec = describe_table(conn, db, "iso")
-            chunk = read_chunk(conn, spec, None, 10)
-            assert [json.loads(image) for _, image in chunk.rows] == [{"id": 1, "v": 1}]
+            with writer.cursor() as cur:
+                cur.execute("INSERT INTO iso VALUES (2, 2)")
+                cur.execute("UPDATE iso SET v = 100 WHERE id = 1")
+            config = SourceConfig(
+                host=server.host,
+                port=server.port,
+                user=mariadb.user.name,
+                password_env=PASSWORD_ENV,
+                server_id=2403,
+            )
+            # A connection opened while the global default is READ UNCOMMITTED.
+            conn = SourceServer(config, mariadb.user.password, purpose="snapshot").connect(30.0)
+            try:
+                spec = describe_table(conn, db, "iso")
+                chunk = read_chunk(conn, spec, None, 10)
+                assert [json.loads(image) for _, image in chunk.rows] == [{"id": 1, "v": 1}]
+            finally:
+                conn.close()
         finally:
-            conn.close()
-    finally:
-        writer.rollback()
-        writer.close()
-        server.execute("SET GLOBAL TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            writer.rollback()
+            writer.close()
 
 
 def test_driver_errors_of_the_keyset_reader_are_the_engines(

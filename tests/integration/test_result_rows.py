@@ -15,6 +15,7 @@ import pytest
 
 from cdc_platform.source.reading.result_rows import fetch_rows
 from cdc_platform.testing.ha import wait_for
+from cdc_platform.testing.server_names import global_variable
 from tests.conftest import MariaDBDatabase
 
 pytestmark = pytest.mark.integration
@@ -54,9 +55,7 @@ def pymysql_rows(conn: pymysql.connections.Connection[Any], sql: str, args: Any)
 def test_every_type_and_length_reads_as_pymysql_reads_it(mariadb: MariaDBDatabase) -> None:
     db = mariadb
     # A new connection takes the larger packet size (a row over 16 MiB is inserted and read).
-    (packet,) = db.server.query("SELECT @@GLOBAL.max_allowed_packet")[0]
-    db.server.execute("SET GLOBAL max_allowed_packet = 67108864")
-    try:
+    with global_variable(db.server, "max_allowed_packet", "67108864"):
         db.server.execute(
             f"CREATE TABLE t ({COLUMNS}) CHARACTER SET utf8mb4",
             *(f"INSERT INTO t VALUES ({row})" for row in ROWS),
@@ -74,8 +73,6 @@ def test_every_type_and_length_reads_as_pymysql_reads_it(mariadb: MariaDBDatabas
             assert pymysql_rows(conn, "SELECT 2", ()) == [(2,)]
             status = pymysql_rows(conn, "SHOW MASTER STATUS", ())
             assert fetch_rows(conn, "SHOW MASTER STATUS") == status
-    finally:
-        db.server.execute(f"SET GLOBAL max_allowed_packet = {int(packet)}")
 
 
 def test_an_error_after_some_rows_is_raised_and_the_connection_stays_usable(

@@ -34,6 +34,7 @@ from cdc_platform.testing.crash import _start as crash_start
 from cdc_platform.testing.crash import _wait_for_table as wait_for_table
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.replay import replay
+from cdc_platform.testing.server_names import unique_xid, wait_until_disconnected, xid_text
 from cdc_platform.testing.workload import source_rows
 from tests.conftest import MariaDBDatabase
 
@@ -199,7 +200,11 @@ def db_big(mariadb: MariaDBDatabase) -> tuple[MariaDBDatabase, SourceConfig, Res
 
 
 def _xa(db: MariaDBDatabase, xid: str, *statements: str, end: str) -> None:
+    """XIDs are server-wide: tests pass :func:`unique_xid`'s. A prepared one is returned once
+    the server has ended the preparing connection (only then can another commit it)."""
     with db.server.connect(db.name) as conn, conn.cursor() as cur:
+        cur.execute("SELECT CONNECTION_ID()")
+        (thread,) = cur.fetchone()
         cur.execute(f"XA START '{xid}'")
         for statement in statements:
             cur.execute(statement)
@@ -208,6 +213,8 @@ def _xa(db: MariaDBDatabase, xid: str, *statements: str, end: str) -> None:
             cur.execute(f"XA PREPARE '{xid}'")
         else:
             cur.execute(f"XA {end}")
+    if end == "prepare":
+        wait_until_disconnected(db.server, thread)
 
 
 def test_xa_transactions_are_captured_as_the_server_commits_them(
@@ -217,13 +224,14 @@ def test_xa_transactions_are_captured_as_the_server_commits_them(
     db.server.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)", database=db.name)
     config = _config(db)
     start = _position(db, config)
-    _xa(db, "a", "INSERT INTO t VALUES (1, 1)", "INSERT INTO t VALUES (2, 2)", end="prepare")
-    _xa(db, "b", "INSERT INTO t VALUES (3, 3)", end="prepare")
+    a, b, c, d = (unique_xid(label) for label in "abcd")
+    _xa(db, a, "INSERT INTO t VALUES (1, 1)", "INSERT INTO t VALUES (2, 2)", end="prepare")
+    _xa(db, b, "INSERT INTO t VALUES (3, 3)", end="prepare")
     db.server.execute("INSERT INTO t VALUES (10, 10)", database=db.name)
-    _xa(db, "c", "INSERT INTO t VALUES (4, 4)", end="COMMIT 'c' ONE PHASE")
-    _xa(db, "d", "INSERT INTO t VALUES (5, 5)", end="ROLLBACK 'd'")
-    db.server.execute("XA ROLLBACK 'b'", database=db.name)
-    db.server.execute("XA COMMIT 'a'", database=db.name)
+    _xa(db, c, "INSERT INTO t VALUES (4, 4)", end=f"COMMIT '{c}' ONE PHASE")
+    _xa(db, d, "INSERT INTO t VALUES (5, 5)", end=f"ROLLBACK '{d}'")
+    db.server.execute(f"XA ROLLBACK '{b}'", database=db.name)
+    db.server.execute(f"XA COMMIT '{a}'", database=db.name)
     db.server.execute("INSERT INTO t VALUES (11, 11)", database=db.name)
     events = collect_events(_source(db, config, start), _commits(5))
     assert _ids(events) == [10, 4, 1, 2, 11]
@@ -231,15 +239,15 @@ def test_xa_transactions_are_captured_as_the_server_commits_them(
     assert by_txn == [
         [EventKind.ROW, EventKind.COMMIT],
         [EventKind.ROW, EventKind.COMMIT],
-        [EventKind.COMMIT],  # XA ROLLBACK 'b': nothing, but the checkpoint moves past it
+        [EventKind.COMMIT],  # XA ROLLBACK of b: nothing, but the checkpoint moves past it
         [EventKind.ROW, EventKind.ROW, EventKind.COMMIT],
         [EventKind.ROW, EventKind.COMMIT],
     ]
     committed = events[5:8]
     assert [e.index for e in committed] == [0, 1, 2]
     # The XA rows belong to the XA COMMIT's group, in the order the server committed.
-    assert committed[0].txn.xa_resolves == "X'61',X'',1"
-    assert events[4].txn.xa_resolves == "X'62',X'',1"
+    assert committed[0].txn.xa_resolves == xid_text(a)
+    assert events[4].txn.xa_resolves == xid_text(b)
     assert committed[-1].resume_after().xa_prepared == ()
     assert all(b.position >= a.position for a, b in itertools.pairwise(events))
 
@@ -251,9 +259,10 @@ def test_a_checkpoint_between_xa_prepare_and_commit_still_gets_the_rows(
     db.server.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)", database=db.name)
     config = _config(db)
     start = _position(db, config)
-    _xa(db, "p", "INSERT INTO t VALUES (1, 1)", "UPDATE t SET v = 9 WHERE id = 1", end="prepare")
+    p = unique_xid("p")
+    _xa(db, p, "INSERT INTO t VALUES (1, 1)", "UPDATE t SET v = 9 WHERE id = 1", end="prepare")
     db.server.execute("INSERT INTO t VALUES (10, 10)", database=db.name)
-    db.server.execute("XA COMMIT 'p'", database=db.name)
+    db.server.execute(f"XA COMMIT '{p}'", database=db.name)
     db.server.execute("INSERT INTO t VALUES (11, 11)", database=db.name)
     before = collect_events(_source(db, config, start), _commits(1))
     assert _ids(before) == [10]
@@ -280,7 +289,8 @@ def test_a_prepared_xa_in_the_oldest_retained_binlog_is_said_loudly(
     db.server.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)", database=db.name)
     config = _config(db)
     start = _position(db, config)
-    _xa(db, "old", "INSERT INTO t VALUES (1, 1)", end="prepare")
+    old = unique_xid("old")
+    _xa(db, old, "INSERT INTO t VALUES (1, 1)", end="prepare")
     try:
         db.server.execute("INSERT INTO t VALUES (10, 10)", database=db.name)
         checkpoint = collect_events(_source(db, config, start), _commits(1))[-1].resume_after()
@@ -292,10 +302,10 @@ def test_a_prepared_xa_in_the_oldest_retained_binlog_is_said_loudly(
         assert _ids(again) == [11]
         warned = [r.getMessage() for r in caplog.records if "oldest binlog" in r.getMessage()]
         assert len(warned) == 1
-        assert "X'6f6c64'" in warned[0]
+        assert xid_text(old).split(",")[0] in warned[0]
         assert "XA RECOVER" in warned[0]
     finally:
-        db.server.execute("XA COMMIT 'old'", database=db.name)
+        db.server.execute(f"XA COMMIT '{old}'", database=db.name)
     resolved = collect_events(_source(db, config, again[-1].resume_after()), _commits(1))
     assert _ids(resolved) == [1]  # the XA COMMIT's rows
     assert resolved[-1].resume_after().xa_prepared == ()
@@ -455,9 +465,8 @@ def test_a_prepared_xa_beyond_the_memory_budget_is_spilled_and_comes_out_exact(
     config = _config(db, xa_memory_bytes=2000)
     start = _position(db, config)
     values = {i: f"{i:03d}-" + "é" * 150 for i in range(1, 41)}
-    _xa(
-        db, "big", *(f"INSERT INTO t VALUES ({i}, '{v}')" for i, v in values.items()), end="prepare"
-    )
+    big = unique_xid("big")
+    _xa(db, big, *(f"INSERT INTO t VALUES ({i}, '{v}')" for i, v in values.items()), end="prepare")
     committed = False
     try:
         db.server.execute("INSERT INTO t VALUES (100, 'plain')", database=db.name)
@@ -473,7 +482,7 @@ def test_a_prepared_xa_beyond_the_memory_budget_is_spilled_and_comes_out_exact(
                     spills=_spill_files(),
                     checkpoint=events[-1].resume_after(),
                 )
-                db.server.execute("XA COMMIT 'big'", database=db.name)
+                db.server.execute(f"XA COMMIT '{big}'", database=db.name)
                 committed = True
                 db.server.execute("INSERT INTO t VALUES (101, 'after')", database=db.name)
             return sum(e.kind is EventKind.COMMIT for e in events) >= 3
@@ -481,7 +490,7 @@ def test_a_prepared_xa_beyond_the_memory_budget_is_spilled_and_comes_out_exact(
         events = collect_events(source, until)
     finally:
         if not committed:
-            db.server.execute("XA ROLLBACK 'big'", database=db.name)
+            db.server.execute(f"XA ROLLBACK '{big}'", database=db.name)
     assert seen["age"] is not None
     assert seen["age"] >= 0
     assert 0 < seen["memory"] <= 2000, "the held rows beyond the budget are not in memory"
@@ -494,7 +503,7 @@ def test_a_prepared_xa_beyond_the_memory_budget_is_spilled_and_comes_out_exact(
     # A restart from the checkpoint that lists the prepared transaction reads it again,
     # spilled the same way, and emits it at its XA COMMIT.
     checkpoint = seen["checkpoint"]
-    assert [xa.xid for xa in checkpoint.xa_prepared] == ["X'626967',X'',1"]
+    assert [xa.xid for xa in checkpoint.xa_prepared] == [xid_text(big)]
     again = collect_events(_source(db, config, checkpoint), _commits(2))
     assert _ids(again) == expected[1:]
     images = [json.loads(e.after or "{}") for e in again if e.kind is EventKind.ROW]
