@@ -16,8 +16,11 @@ Canal                                                 cdc-platform
                                                       generates one when unset or 0; so do we)
 ``canal.instance.filter.regex`` / ``.black.regex``    ``include_tables`` / ``exclude_tables``
                                                       (split and matched as Canal does)
-``canal.instance.gtidon``                             ``source.resume_by: gtid``
-``master.gtid`` (only with gtidon=true)               ``start: {mode: gtid, ...}``
+``canal.instance.gtidon``                             ``source.resume_by: gtid`` with a MariaDB
+                                                      ``master.gtid``, else file/position (a
+                                                      note; :mod:`canal_start`)
+``master.gtid`` (only with gtidon=true)               ``start: {mode: gtid, ...}`` (MariaDB
+                                                      GTIDs; a MySQL set: the position keys)
 ``master.journal.name`` [+ ``master.position``]       ``start: {mode: position, ...}`` (offset 4
                                                       without a position)
 ``master.timestamp`` (milliseconds)                   ``start: {mode: timestamp, ...}``
@@ -38,10 +41,8 @@ loader, so what `config check` would refuse is reported at once.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,12 +50,14 @@ from typing import Any
 
 import yaml
 
+from cdc_platform.config.canal_filters import capture_warnings, table_filters
 from cdc_platform.config.canal_properties import (
+    LayeredProperties,
     PropertiesFile,
     read_properties,
     read_properties_file,
-    split_filter_regex,
 )
+from cdc_platform.config.canal_start import start_and_resume
 from cdc_platform.config.loader import load_config
 from cdc_platform.config.models import DESTINATION_NAME
 from cdc_platform.errors import ConfigError
@@ -85,43 +88,6 @@ class CanalImport:
     """Destination -> why it was not imported, or why its written config does not load."""
 
 
-class _Properties:
-    """canal.properties under an instance.properties, remembering where each key came from."""
-
-    def __init__(self, *files: PropertiesFile) -> None:
-        self._files = files
-
-    def _file(self, key: str) -> PropertiesFile | None:
-        for props in reversed(self._files):
-            if key in props.values:
-                return props
-        return None
-
-    def get(self, key: str) -> str:
-        props = self._file(key)
-        return props.values[key].strip() if props is not None else ""
-
-    def where(self, key: str) -> str:
-        props = self._file(key)
-        if props is None:
-            return key
-        line = props.lines.get(key)
-        return f"{props.path}{f' line {line}' if line else ''}: {key}"
-
-    def number(self, key: str, convert: Callable[[str], int] = int) -> int | None:
-        """The key's integer value, None when empty; a clear error naming file and key."""
-        value = self.get(key)
-        if not value:
-            return None
-        try:
-            return convert(value)
-        except ValueError:
-            raise ConfigError(f"{self.where(key)} must be a whole number, got {value!r}") from None
-
-    def names(self) -> set[str]:
-        return {key for props in self._files for key in props.values}
-
-
 _INSTANCE = "canal.instance."
 _STORE_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "canal.instance.memory.buffer.size": ("buffer_size", int),
@@ -149,130 +115,13 @@ _SERVER_KEYS = {
     "canal.conf.dir",
     "canal.auto.scan",
 }
-_FILTER_DEFAULTS = {
-    "canal.instance.filter.druid.ddl": "true",
-    "canal.instance.filter.query.dcl": "false",
-    "canal.instance.filter.query.dml": "false",
-    "canal.instance.filter.query.ddl": "false",
-    "canal.instance.filter.table.error": "false",
-    "canal.instance.filter.rows": "false",
-    "canal.instance.filter.transaction.entry": "false",
-    "canal.instance.filter.dml.insert": "false",
-    "canal.instance.filter.dml.update": "false",
-    "canal.instance.filter.dml.delete": "false",
-    "canal.instance.filter.field": "",
-    "canal.instance.filter.black.field": "",
-}
-"""Canal's filter settings beside the table regexes, with the values that filter nothing."""
 
 
 def _env_name(destination: str) -> str:
     return "CDC_" + re.sub(r"[^A-Za-z0-9]+", "_", destination).upper().strip("_") + "_PASSWORD"
 
 
-def _timestamp(millis: int) -> str:
-    seconds = millis / 1000.0
-    whole = int(seconds)
-    text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
-    fraction = round((seconds - whole) * 1_000_000)
-    return f"{text}.{fraction:06d}Z" if fraction else f"{text}Z"
-
-
-def _start(props: _Properties, name: str, notes: list[str]) -> dict[str, Any]:
-    """The start position Canal would take for a destination without a stored position."""
-    gtidon = props.get("canal.instance.gtidon").lower() == "true"
-    gtid = props.get("canal.instance.master.gtid")
-    journal = props.get("canal.instance.master.journal.name")
-    position = props.number("canal.instance.master.position")
-    stamp = props.number("canal.instance.master.timestamp")
-    if gtid and gtidon:
-        return {"mode": "gtid", "gtid": gtid}
-    if gtid:
-        notes.append(
-            f"{name}: master.gtid is set but gtidon is not true; Canal ignores it, so do we"
-        )
-    if journal:
-        if position is not None and position > 0:
-            return {"mode": "position", "file": journal, "pos": max(position, 4)}
-        if stamp:
-            notes.append(
-                f"{name}: journal.name with a timestamp and no position: Canal searches that "
-                "file by time; cdc-platform searches every binlog by time"
-            )
-            return {"mode": "timestamp", "timestamp": _timestamp(stamp)}
-        notes.append(f"{name}: journal.name without a position: starts at its offset 4, as Canal")
-        return {"mode": "position", "file": journal, "pos": 4}
-    if position:
-        notes.append(f"{name}: master.position without journal.name is ignored, as in Canal")
-    if stamp:
-        return {"mode": "timestamp", "timestamp": _timestamp(stamp)}
-    return {"mode": "latest"}
-
-
-def _filters(props: _Properties, name: str, result: CanalImport) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for key, setting in (
-        ("canal.instance.filter.regex", "include_tables"),
-        ("canal.instance.filter.black.regex", "exclude_tables"),
-    ):
-        value = props.get(key)
-        patterns: list[str] = []
-        for part in split_filter_regex(value):
-            pattern = part
-            if "\\\\" in pattern:
-                # Canal's shipped example doubles the escape; no table name holds a backslash.
-                pattern = pattern.replace("\\\\", "\\")
-                result.notes.append(f"{name}: {key}: doubled backslashes read as one in {part!r}")
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ConfigError(
-                    f"{props.where(key)}: {part!r} is not a valid regex: {exc}"
-                ) from None
-            patterns.append(f"(?i){pattern}")
-        if patterns:
-            out[setting] = patterns
-    return out
-
-
-def _capture_warnings(props: _Properties, name: str) -> list[str]:
-    """Settings that make Canal capture less (or differently) than the import will."""
-    warnings: list[str] = []
-    for key in sorted(k for k in props.names() if k.startswith(f"{_INSTANCE}filter.")):
-        value = props.get(key)
-        if key in ("canal.instance.filter.regex", "canal.instance.filter.black.regex"):
-            continue
-        if key in _FILTER_DEFAULTS:
-            if value.lower() != _FILTER_DEFAULTS[key]:
-                what = (
-                    "column filter: every column is captured here (check personal data)"
-                    if key.endswith("field")
-                    else "Canal filters these changes out; cdc-platform captures them"
-                )
-                warnings.append(f"{name}: {props.where(key)} is set ({what})")
-            continue
-        known = [
-            *_FILTER_DEFAULTS,
-            "canal.instance.filter.regex",
-            "canal.instance.filter.black.regex",
-        ]
-        guess = difflib.get_close_matches(key, known, n=1)
-        hint = f"; did you mean {guess[0]}?" if guess else ""
-        extra = (
-            " Without filter.regex this destination captures ALL tables."
-            if guess == ["canal.instance.filter.regex"] and not props.get(guess[0])
-            else ""
-        )
-        warnings.append(f"{name}: {props.where(key)} is not a Canal setting{hint}{extra}")
-    if props.get("canal.instance.enableDruid").lower() == "true":
-        warnings.append(
-            f"{name}: canal.instance.enableDruid=true: the dbPassword in the file is encrypted; "
-            f"put the PLAINTEXT password in {_env_name(name)}"
-        )
-    return warnings
-
-
-def _server_id(props: _Properties, name: str, generated: int, notes: list[str]) -> int:
+def _server_id(props: LayeredProperties, name: str, generated: int, notes: list[str]) -> int:
     key = "canal.instance.mysql.slaveId"
     raw = props.get(key)
     value = props.number(key)
@@ -286,7 +135,7 @@ def _server_id(props: _Properties, name: str, generated: int, notes: list[str]) 
 
 
 def _destination(
-    name: str, props: _Properties, generated_id: int, result: CanalImport
+    name: str, props: LayeredProperties, generated_id: int, result: CanalImport
 ) -> dict[str, Any]:
     address = props.get("canal.instance.master.address")
     host, _, port = address.rpartition(":")
@@ -306,9 +155,10 @@ def _destination(
         "password_env": result.password_envs[name],
         "server_id": _server_id(props, name, generated_id, result.notes),
     }
-    source.update(_filters(props, name, result))
-    if props.get("canal.instance.gtidon").lower() == "true":
-        source["resume_by"] = "gtid"
+    source.update(table_filters(props, name, result.notes))
+    start, resume_by = start_and_resume(props, name, result.notes)
+    if resume_by is not None:
+        source["resume_by"] = resume_by
     store: dict[str, Any] = {}
     for key, (setting, convert) in _STORE_KEYS.items():
         value = props.get(key)
@@ -317,7 +167,7 @@ def _destination(
                 store[setting] = props.number(key)
             else:
                 store[setting] = convert(value)
-    instance: dict[str, Any] = {"source": source, "start": _start(props, name, result.notes)}
+    instance: dict[str, Any] = {"source": source, "start": start}
     if store:
         instance["store"] = store
     return instance
@@ -333,7 +183,7 @@ def _unknown(props: PropertiesFile, known: set[str]) -> list[str]:
     )
 
 
-def _expand_expr(expr: str, server: _Properties) -> list[str]:
+def _expand_expr(expr: str, server: LayeredProperties) -> list[str]:
     """``canal.destinations.expr`` as Canal expands it: ``prefix{1-3}`` -> prefix1..prefix3."""
     match = re.fullmatch(r"([^{]*)\{\s*(\d+)\s*-\s*(\d+)\s*\}.*", expr)
     if match is None:
@@ -366,7 +216,7 @@ def _server_file(canal_dir: Path) -> PropertiesFile:
     return server
 
 
-def _names(canal_dir: Path, server: _Properties, result: CanalImport) -> list[str]:
+def _names(canal_dir: Path, server: LayeredProperties, result: CanalImport) -> list[str]:
     expr = server.get("canal.destinations.expr")
     listed = (
         _expand_expr(expr, server)
@@ -433,7 +283,7 @@ def import_canal(canal_dir: Path, out: Path) -> CanalImport:
             server-wide setting is malformed. A bad destination is reported in ``errors``.
     """
     server_file = _server_file(canal_dir)
-    server = _Properties(server_file)
+    server = LayeredProperties(server_file)
     result = CanalImport()
     names = _names(canal_dir, server, result)
     if not names:
@@ -468,7 +318,7 @@ def import_canal(canal_dir: Path, out: Path) -> CanalImport:
             continue
         try:
             props_file = read_properties_file(instance_file)
-            props = _Properties(server_file, props_file)
+            props = LayeredProperties(server_file, props_file)
             generated = _BASE_SERVER_ID + index
             while generated in ids:
                 generated += 1
@@ -478,7 +328,7 @@ def import_canal(canal_dir: Path, out: Path) -> CanalImport:
             del result.password_envs[name]
             continue
         ids.add(instance["source"]["server_id"])
-        result.warnings.extend(_capture_warnings(props, name))
+        result.warnings.extend(capture_warnings(props, name, result.password_envs[name]))
         result.destinations[name] = instance
         result.not_imported[str(instance_file)] = _unknown(props_file, known)
     _write(result, out)

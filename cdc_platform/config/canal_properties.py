@@ -1,9 +1,10 @@
 """Canal's file formats as Canal reads them: Java ``.properties`` files and table filter regexes.
 
 Canal loads its properties with ``java.util.Properties.load(InputStream)``, which reads
-ISO-8859-1; files written on Chinese desktops often carry GBK comments, and editors add a UTF-8
-byte-order mark. A file is read here as UTF-8 when it is UTF-8 (a BOM is dropped), else as
-ISO-8859-1 as Canal reads it, so no such file fails to import.
+ISO-8859-1 (its line and escape rules: :mod:`cdc_platform.config.java_properties`); files
+written on Chinese desktops often carry GBK comments, and editors add a UTF-8 byte-order mark.
+A file is read here as UTF-8 when it is UTF-8 (a BOM is dropped), else as ISO-8859-1 as Canal
+reads it, so no such file fails to import.
 
 Canal splits ``canal.instance.filter.regex`` at commas outside ``{}``, ``[]`` and ``()`` (a
 backslash escapes the next character), so ``shop\\.item_\\d{1,3}`` stays one pattern, and
@@ -12,13 +13,20 @@ matches the lower-cased ``schema.table`` against each pattern in full, case-inse
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cdc_platform.config.java_properties import parse_properties
 from cdc_platform.errors import ConfigError
 
-__all__ = ["PropertiesFile", "read_properties", "read_properties_file", "split_filter_regex"]
+__all__ = [
+    "LayeredProperties",
+    "PropertiesFile",
+    "read_properties",
+    "read_properties_file",
+    "split_filter_regex",
+]
 
 _BOM = b"\xef\xbb\xbf"
 
@@ -33,6 +41,46 @@ class PropertiesFile:
     """``utf-8`` or ``iso-8859-1`` (Canal's own reading)."""
     lines: dict[str, int] = field(default_factory=dict)
     """Key -> the line it starts on (for messages)."""
+
+
+class LayeredProperties:
+    """canal.properties under an instance.properties, remembering where each key came from."""
+
+    def __init__(self, *files: PropertiesFile) -> None:
+        self._files = files
+
+    def _file(self, key: str) -> PropertiesFile | None:
+        for props in reversed(self._files):
+            if key in props.values:
+                return props
+        return None
+
+    def get(self, key: str) -> str:
+        """The key's value without surrounding blanks ("" when no file has it)."""
+        props = self._file(key)
+        return props.values[key].strip() if props is not None else ""
+
+    def where(self, key: str) -> str:
+        """``<file> line <n>: <key>`` for messages (the file the value comes from)."""
+        props = self._file(key)
+        if props is None:
+            return key
+        line = props.lines.get(key)
+        return f"{props.path}{f' line {line}' if line else ''}: {key}"
+
+    def number(self, key: str, convert: Callable[[str], int] = int) -> int | None:
+        """The key's integer value, None when empty; a clear error naming file and key."""
+        value = self.get(key)
+        if not value:
+            return None
+        try:
+            return convert(value)
+        except ValueError:
+            raise ConfigError(f"{self.where(key)} must be a whole number, got {value!r}") from None
+
+    def names(self) -> set[str]:
+        """Every key of every file."""
+        return {key for props in self._files for key in props.values}
 
 
 def read_properties_file(path: Path) -> PropertiesFile:
@@ -50,78 +98,20 @@ def read_properties_file(path: Path) -> PropertiesFile:
         text, encoding = raw.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
         text, encoding = raw.decode("iso-8859-1"), "iso-8859-1"
-    values, lines = _parse(text)
+    try:
+        values, lines = parse_properties(text)
+    except ConfigError as exc:
+        raise ConfigError(f"{path} {exc}") from None
     return PropertiesFile(path, values, encoding, lines)
 
 
 def read_properties(text: str) -> dict[str, str]:
-    """Java ``.properties`` text as a dict: ``key=value``, ``key: value`` or ``key value``;
-    ``#``/``!`` comments; a trailing backslash continues a line; backslash escapes
-    (``\\\\``, ``\\t``, ``\\n``, ``\\uXXXX``, any other escaped character is itself)."""
-    return _parse(text)[0]
+    """Java ``.properties`` text as a dict, by Java's rules (:mod:`java_properties`).
 
-
-def _parse(text: str) -> tuple[dict[str, str], dict[str, int]]:
-    out: dict[str, str] = {}
-    lines: dict[str, int] = {}
-    logical = ""
-    start = 0
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.lstrip()
-        if not logical and (not line or line[0] in "#!"):
-            continue
-        if not logical:
-            start = number
-        trailing = len(line) - len(line.rstrip("\\"))
-        if trailing % 2 == 1:
-            logical += line[:-1]
-            continue
-        logical += line
-        key, value = _split(logical)
-        out[key] = value
-        lines[key] = start
-        logical = ""
-    if logical:
-        key, value = _split(logical)
-        out[key] = value
-        lines[key] = start
-    return out, lines
-
-
-def _split(line: str) -> tuple[str, str]:
-    index = 0
-    while index < len(line):
-        char = line[index]
-        if char == "\\":
-            index += 2
-            continue
-        if char in "=: \t\f":
-            break
-        index += 1
-    key = line[:index]
-    rest = line[index:].lstrip(" \t\f")
-    if rest[:1] in ("=", ":"):
-        rest = rest[1:].lstrip(" \t\f")
-    return _unescape(key), _unescape(rest).rstrip()
-
-
-def _unescape(text: str) -> str:
-    out: list[str] = []
-    index = 0
-    while index < len(text):
-        char = text[index]
-        if char != "\\" or index + 1 >= len(text):
-            out.append(char)
-            index += 1
-            continue
-        nxt = text[index + 1]
-        if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", text[index + 2 : index + 6]):
-            out.append(chr(int(text[index + 2 : index + 6], 16)))
-            index += 6
-            continue
-        out.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(nxt, nxt))
-        index += 2
-    return "".join(out)
+    Raises:
+        ConfigError: a malformed ``\\uXXXX`` escape (Java refuses such a file too).
+    """
+    return parse_properties(text)[0]
 
 
 _OPEN = {"{": "}", "[": "]", "(": ")"}

@@ -42,7 +42,7 @@ def test_properties_syntax() -> None:
         "f\\ g = h\nempty =\n"
     )
     assert read_properties(text) == {
-        "a": "1",
+        "a": "1 ",  # Java keeps a value's trailing blanks; the import trims where it reads
         "b": "2",
         "c": "3",
         "d": "xy",
@@ -134,6 +134,56 @@ def test_start_positions_map_to_start_modes(tmp_path: Path) -> None:
         assert instance["start"] == start
         if "gtidon" in props:
             assert instance["source"]["resume_by"] == "gtid"
+
+
+MYSQL_GTID = "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-42"
+
+
+def _imported(tmp_path: Path, **props: str) -> tuple[dict[str, object], list[str]]:
+    result = import_canal(canal_dir(tmp_path, **props), tmp_path / "conf")
+    assert result.errors == {}, result.errors
+    path = tmp_path / "conf" / "destinations" / "example" / "instance.yaml"
+    return yaml.safe_load(path.read_text()), result.notes
+
+
+def test_gtidon_with_a_mysql_gtid_writes_what_works_on_mysql(tmp_path: Path) -> None:
+    """A GTID start and resume_by: gtid work on MariaDB only: for a MySQL GTID set the import
+    resumes by file/position and starts at the position settings, saying so."""
+    instance, notes = _imported(
+        tmp_path,
+        gtidon="true",
+        **{
+            "master.gtid": MYSQL_GTID,
+            "master.journal.name": "mysql-bin.000002",
+            "master.position": "4711",
+        },
+    )
+    source = instance["source"]
+    assert isinstance(source, dict)
+    assert "resume_by" not in source  # file/position, the default
+    assert instance["start"] == {"mode": "position", "file": "mysql-bin.000002", "pos": 4711}
+    assert any("MySQL GTID set" in note and "MariaDB only" in note for note in notes)
+
+
+def test_gtidon_with_only_a_mysql_gtid_is_refused_saying_what_to_set(tmp_path: Path) -> None:
+    result = import_canal(
+        canal_dir(tmp_path, gtidon="true", **{"master.gtid": MYSQL_GTID}), tmp_path / "conf"
+    )
+    assert result.destinations == {}
+    error = result.errors["example"]
+    assert "instance.properties line" in error
+    assert "MariaDB only" in error
+    assert "master.journal.name" in error
+    assert "master.timestamp" in error
+
+
+def test_gtidon_without_a_gtid_resumes_by_file_and_notes_mariadb(tmp_path: Path) -> None:
+    instance, notes = _imported(tmp_path, gtidon="true")
+    source = instance["source"]
+    assert isinstance(source, dict)
+    assert "resume_by" not in source
+    assert instance["start"] == {"mode": "latest"}
+    assert any("resume_by: gtid" in note and "MariaDB" in note for note in notes)
 
 
 def test_bad_input_is_refused(tmp_path: Path) -> None:
