@@ -110,7 +110,9 @@ def destination_dags(
     settings = configset.platform.reconcile
     with DAG(
         f"cdc_{destination}_reconcile",
-        schedule=RandomIntervalTimetable(*settings.interval_minutes),
+        schedule=RandomIntervalTimetable(
+            *settings.interval_minutes, key=f"cdc_{destination}_reconcile"
+        ),
         start_date=start,
         catchup=False,
         max_active_runs=1,
