@@ -19,6 +19,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from cdc_platform.source.sql import strip_comments
+
 __all__ = [
     "SYSTEM_SCHEMAS",
     "Statement",
@@ -207,7 +209,7 @@ _DML_TARGET = [
     )
 ]
 _NAME = re.compile(rf"(?P<a>{_IDENT})(?:\s*\.\s*(?P<b>{_IDENT}))?")
-_LEADING_COMMENTS = re.compile(r"\A(?:\s+|/\*(?!!).*?\*/|(?:--\s|#)[^\n]*(?:\n|\Z))*", re.DOTALL)
+_MAY_COMMENT = re.compile(r"/\*|--|#")
 _ADMIN_WORDS = frozenset(
     {
         "GRANT", "REVOKE", "SET", "FLUSH", "INSTALL", "UNINSTALL", "ANALYZE", "OPTIMIZE",
@@ -245,8 +247,9 @@ def classify_statement(sql: str, default_db: str) -> Statement:
     control, DML, CREATE/ALTER/DROP/RENAME/TRUNCATE of tables) are recognised exactly;
     anything else is DDL without a parsed table and is filtered by its database.
     """
-    leading = _LEADING_COMMENTS.match(sql)  # always matches: the pattern may be empty
-    text = sql[leading.end() :] if leading else sql
+    # Comments go, executable ones (``/*!100100 ALTER TABLE t ...*/``) keep their code: the
+    # server runs it. Most statements (BEGIN, plain DML) have none: no lexing for them.
+    text = strip_comments(sql) if _MAY_COMMENT.search(sql) else sql.strip()
     words = text.split(None, 3)
     if not words:
         return Statement(StatementKind.ADMIN, database=default_db)

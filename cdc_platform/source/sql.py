@@ -9,9 +9,16 @@ so SQL text executed with parameters passes its quoted names through :func:`form
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
-__all__ = ["format_safe", "qualified_name", "quote_identifier", "split_top_level"]
+__all__ = [
+    "format_safe",
+    "qualified_name",
+    "quote_identifier",
+    "split_top_level",
+    "strip_comments",
+]
 
 
 def quote_identifier(name: str) -> str:
@@ -52,3 +59,30 @@ def split_top_level(text: str) -> Iterator[str]:
     tail = text[start:].strip()
     if tail:
         yield tail
+
+
+_LEXEMES = re.compile(
+    r"`(?:[^`]|``)*`|'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.|\"\")*\""
+    r"|/\*M?!\d*|/\*.*?\*/|\*/|(?:--(?=\s)|#)[^\n]*",
+    re.DOTALL,
+)
+"""What :func:`strip_comments` looks at: quoted text (kept whole), executable comments' marks,
+comments."""
+
+
+def strip_comments(sql: str) -> str:
+    """``sql`` without comments. The body of an executable comment (``/*!50100 ...*/``,
+    MariaDB's ``/*M!100100 ...*/``) stays: the server runs it. Quoted text is kept whole (a
+    ``#`` or ``--`` in a string or a name starts no comment)."""
+    executable = False
+
+    def lexeme(match: re.Match[str]) -> str:
+        nonlocal executable
+        text = match.group(0)
+        if text[0] in "`'\"" or (text == "*/" and not executable):
+            return text
+        if text == "*/" or text.startswith(("/*!", "/*M!")):
+            executable = text != "*/"
+        return " "
+
+    return _LEXEMES.sub(lexeme, sql).strip()

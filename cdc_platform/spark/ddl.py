@@ -19,8 +19,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from cdc_platform.source.sql import split_top_level
-from cdc_platform.source.stream.ddl_effects import TableEffect, ddl_effects, strip_comments
+from cdc_platform.source.sql import split_top_level, strip_comments
+from cdc_platform.source.stream.ddl_effects import TableEffect, ddl_effects
 from cdc_platform.spark.types import TYPE_ALIASES, ColumnSpec, TableSchema
 
 __all__ = [

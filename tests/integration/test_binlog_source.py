@@ -419,6 +419,23 @@ def test_a_session_with_a_minimal_row_image_is_refused(mariadb: Any) -> None:
 # -- filters ---------------------------------------------------------------------------------
 
 
+def test_ddl_in_an_executable_comment_names_its_table(mariadb: Any) -> None:
+    """The server runs the code of ``/*!...*/`` and ``/*M!...*/``: so does the stream."""
+    config = _config(mariadb)
+    mariadb.server.execute("CREATE TABLE t (id INT PRIMARY KEY, a INT)", database=mariadb.name)
+    start = _start(mariadb, config)
+    mariadb.server.execute(
+        "/*!100100 ALTER TABLE t ADD COLUMN b INT DEFAULT 7 */",
+        "/*M!100100 ALTER TABLE t RENAME COLUMN a TO a2 */",
+        "INSERT INTO t VALUES (1, 10, 8)",
+        database=mariadb.name,
+    )
+    events = collect_events(_source(mariadb, config, start), _count(EventKind.ROW, 1))
+    ddls = [e for e in events if e.kind is EventKind.DDL]
+    assert [(d.db, d.table) for d in ddls] == [(mariadb.name, "t")] * 2
+    assert [_after(e) for e in _rows(events)] == [{"id": 1, "a2": 10, "b": 8}]
+
+
 def test_include_and_exclude_filters_rows_and_ddl(mariadb: Any) -> None:
     db = mariadb.name
     config = _config(mariadb, include=[rf"{db}\.(keep|drop_me)", rf"{db}\.other_.*"],

@@ -116,6 +116,11 @@ def test_statement_kinds(sql: str, kind: StatementKind) -> None:
          [("db", "t")]),
         ("/* comment */ CREATE TABLE t2 (x int)", [("db", "t2")]),
         ("-- note\nDROP TABLE t3", [("db", "t3")]),
+        # Executable comments are code the server runs (MySQL's /*! and MariaDB's /*M!).
+        ("/*!100100 ALTER TABLE t MODIFY u UUID */", [("db", "t")]),
+        ("/*M!100100 ALTER TABLE s.t ADD x INT*/", [("s", "t")]),
+        ("/*!40000 ALTER TABLE `t4` DISABLE KEYS */", [("db", "t4")]),
+        ("ALTER /* online */ TABLE t5 ADD y INT", [("db", "t5")]),
     ],
 )  # fmt: skip
 def test_ddl_tables(sql: str, tables: list[tuple[str, str]]) -> None:

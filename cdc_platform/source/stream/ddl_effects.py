@@ -29,9 +29,9 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from cdc_platform.source.sql import split_top_level
+from cdc_platform.source.sql import split_top_level, strip_comments
 
-__all__ = ["Effect", "TableEffect", "ddl_effects", "strip_comments"]
+__all__ = ["Effect", "TableEffect", "ddl_effects"]
 
 
 class Effect(StrEnum):
@@ -111,33 +111,6 @@ _ALTER_RENAME = re.compile(
     rf"^RENAME\s+(?!COLUMN\b|INDEX\b|KEY\b|CONSTRAINT\b)(?:TO\s+|AS\s+)?(?P<name>{_QNAME})", _FLAGS
 )
 _CONVERT = re.compile(r"^CONVERT\s+TO\s+(?:CHARACTER\s+SET|CHARSET)\b", _FLAGS)
-
-
-_LEXEMES = re.compile(
-    r"`(?:[^`]|``)*`|'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.|\"\")*\""
-    r"|/\*M?!\d*|/\*.*?\*/|\*/|(?:--(?=\s)|#)[^\n]*",
-    re.DOTALL,
-)
-"""What :func:`strip_comments` looks at: quoted text (kept whole), executable comments' marks,
-comments."""
-
-
-def strip_comments(sql: str) -> str:
-    """``sql`` without comments. The body of an executable comment (``/*!50100 ...*/``,
-    MariaDB's ``/*M!100100 ...*/``) stays: the server runs it. Quoted text is kept whole (a
-    ``#`` or ``--`` in a string or a name starts no comment)."""
-    executable = False
-
-    def lexeme(match: re.Match[str]) -> str:
-        nonlocal executable
-        text = match.group(0)
-        if text[0] in "`'\"" or (text == "*/" and not executable):
-            return text
-        if text == "*/" or text.startswith(("/*!", "/*M!")):
-            executable = text != "*/"
-        return " "
-
-    return _LEXEMES.sub(lexeme, sql).strip()
 
 
 def _unquote(ident: str) -> str:

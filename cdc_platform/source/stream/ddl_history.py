@@ -22,7 +22,7 @@ from enum import Enum
 from functools import lru_cache
 
 from cdc_platform.source.filters import StatementKind, classify_statement
-from cdc_platform.source.stream.ddl_effects import strip_comments
+from cdc_platform.source.sql import strip_comments
 
 __all__ = ["LaterStatement", "names_tables", "touched_columns"]
 
