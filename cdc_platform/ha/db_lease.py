@@ -31,8 +31,9 @@ import logging
 from dataclasses import dataclass
 
 from cdc_platform.errors import CdcError, ConfigError
-from cdc_platform.ha.lease import HolderInfo, Lease, MemberInfo, MemberSource
+from cdc_platform.ha.lease import Lease
 from cdc_platform.ha.liveness import LivenessOptions, ProbeFollower
+from cdc_platform.ha.members import HolderInfo, MemberInfo, MemberSource
 from cdc_platform.ha.registry import NodeRegistry
 from cdc_platform.infra.clock import SYSTEM_CLOCK, Clock
 from cdc_platform.infra.sqldb import Database, Tx

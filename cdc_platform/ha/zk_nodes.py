@@ -19,7 +19,7 @@ from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from cdc_platform.ha.lease import HolderInfo, MemberInfo
+from cdc_platform.ha.members import HolderInfo, MemberInfo
 from cdc_platform.ha.running_node import UNKNOWN_HOLDER, RunningData
 
 __all__ = [

@@ -55,8 +55,9 @@ from pydantic import SecretStr
 from cdc_platform.config.zookeeper_tls import ZooKeeperTlsConfig
 from cdc_platform.errors import ConfigError, LeaseBackendError
 from cdc_platform.ha.holder_session import HolderSessionWatch
-from cdc_platform.ha.lease import HolderInfo, Lease, MemberInfo
+from cdc_platform.ha.lease import Lease
 from cdc_platform.ha.liveness import LivenessOptions, ProbeFollower
+from cdc_platform.ha.members import HolderInfo, MemberInfo
 from cdc_platform.ha.running_node import UNKNOWN_HOLDER, RunningData, SwitchRules
 from cdc_platform.ha.zk_nodes import (
     delete_dead_holder,
