@@ -35,8 +35,9 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import ClassVar
 
+from cdc_platform.config.leases import LivenessConfig
 from cdc_platform.errors import CdcError, LeaseError, LeaseLostError
-from cdc_platform.ha.liveness import LivenessListener, LivenessOptions, open_listener
+from cdc_platform.ha.liveness import LivenessListener, open_listener
 from cdc_platform.ha.members import HolderInfo, MemberInfo, default_address, new_run_id
 from cdc_platform.infra.clock import SYSTEM_CLOCK, Clock
 
@@ -96,7 +97,7 @@ class Lease(ABC):
         self._thread: threading.Thread | None = None
         self._closing = threading.Event()
         self._last_error_log = -1e9
-        self.liveness = LivenessOptions(enabled=False)
+        self.liveness = LivenessConfig(enabled=False)
         """The liveness listener's settings (backends that publish one turn it on)."""
         self._listener: LivenessListener | None = None
         self._listener_tried = False
