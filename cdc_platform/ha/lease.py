@@ -150,6 +150,13 @@ class Lease(ABC):
                 self._listener = open_listener(self.run_id, self.liveness, self.destination)
             return self._listener.address if self._listener is not None else None
 
+    @property
+    def listener(self) -> LivenessListener | None:
+        """This process's liveness listener once :meth:`liveness_address` opened it, else None:
+        how many standbys probe it (``connections``); closing it plays a dead holder."""
+        with self._lock:
+            return self._listener
+
     def _grab_hint(self) -> float | None:
         """Monotonic time at which an attempt is expected to succeed (a switch delay or a
         cool-down ends, the holder is gone), or None: no reason to try before the next poll."""

@@ -235,7 +235,7 @@ def test_a_holder_whose_listener_closed_while_it_lives_loses_to_the_next_epoch(
     assert a.try_acquire() == 0
     standby = Acquirer(b)
     wait_for(lambda: "b" in {m.address for m in a.members()}, "b to stand by", timeout=10)
-    listener = a._listener
+    listener = a.listener
     assert listener is not None
     wait_for(lambda: listener.connections == 1, "b to probe a's listener", timeout=10)
     listener.close()

@@ -374,11 +374,11 @@ def test_a_holder_proven_dead_by_its_liveness_listener_is_taken_over_before_its_
     assert address is not None
     registry.heartbeat("shop", "a", a.run_id, role="active", epoch=0, info={"liveness": address})
     assert b.try_acquire() is None, "a's row is live: b probes a's listener"
-    listener = a._listener
+    listener = a.listener
     assert listener is not None
     wait_for(lambda: listener.connections == 1, "b's probe to connect", timeout=10)
     listener.close()
-    wait_for(lambda: b._grab_hint() is not None, "b to expire a's row", timeout=10)
+    wait_for(lambda: b.holder() is None, "b to expire a's row", timeout=10)
     assert b.try_acquire() == 1
     assert not a.renew()
     assert lost
