@@ -207,7 +207,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def serve_command(args: argparse.Namespace) -> int:
-    from cdc_platform.ha.lease import default_address  # noqa: PLC0415 (light CLI)
+    from cdc_platform.ha.members import default_address  # noqa: PLC0415 (light CLI)
     from cdc_platform.runtime.serve import ServeProcess  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
 
     conf = Path(args.conf)

@@ -15,12 +15,11 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from cdc_platform.config.base import read_secret
-from cdc_platform.config.leases import DatabaseLeaseConfig, LivenessConfig, ZooKeeperLeaseConfig
+from cdc_platform.config.leases import DatabaseLeaseConfig, ZooKeeperLeaseConfig
 from cdc_platform.config.models import PlatformConfig
 from cdc_platform.errors import WatchError
 from cdc_platform.ha.db_lease import DatabaseLease
 from cdc_platform.ha.lease import Lease
-from cdc_platform.ha.liveness import LivenessOptions
 from cdc_platform.ha.registry import NodeRegistry
 from cdc_platform.infra.clock import SYSTEM_CLOCK, Clock
 from cdc_platform.infra.sqldb import Database
@@ -62,41 +61,9 @@ def open_lease(  # noqa: PLR0913 (what identifies the lease; the rest keyword-on
     if isinstance(lease, ZooKeeperLeaseConfig):
         from cdc_platform.ha.zookeeper import ZooKeeperLease  # noqa: PLC0415 (kazoo, ~6 MB)
 
-        return ZooKeeperLease(
-            lease.hosts,
-            destination,
-            root=lease.root,
-            address=address or lease.address,
-            session_timeout=lease.session_timeout_seconds,
-            switch_delay=lease.switch_delay_seconds,
-            release_cooldown=lease.release_cooldown_seconds,
-            auth=lease.auth(),
-            tls=lease.tls,
-            liveness=_liveness(lease.liveness),
-            clock=clock,
-        )
+        return ZooKeeperLease(lease, destination, address=address, clock=clock)
     db = Database(lease.url, password=lease.password(), base_dir=base_dir(conf_dir), tls=lease.tls)
-    return DatabaseLease(
-        db,
-        destination,
-        address=address or lease.address,
-        expiry=lease.expiry_seconds,
-        renew_interval=lease.renew_interval_seconds,
-        release_cooldown=lease.release_cooldown_seconds,
-        table=lease.table,
-        registry=registry,
-        liveness=_liveness(lease.liveness),
-        clock=clock,
-    )
-
-
-def _liveness(config: LivenessConfig) -> LivenessOptions:
-    return LivenessOptions(
-        enabled=config.enabled,
-        host=config.host,
-        port=config.port,
-        connect_timeout=config.connect_timeout_seconds,
-    )
+    return DatabaseLease(lease, destination, db=db, address=address, registry=registry, clock=clock)
 
 
 def open_state_store(platform: PlatformConfig, conf_dir: Path) -> StateStore:

@@ -23,7 +23,7 @@ from typing import Any
 from cdc_platform.config.loader import ConfigSet
 from cdc_platform.coordination.factory import open_lease, open_registry, open_state_store
 from cdc_platform.errors import CdcError
-from cdc_platform.ha.lease import HolderInfo, MemberInfo
+from cdc_platform.ha.members import HolderInfo, MemberInfo
 from cdc_platform.ha.registry import NodeRegistry
 from cdc_platform.sink import DeltaChangeLog
 from cdc_platform.sink.destination_lake import DestinationLake

@@ -6,12 +6,8 @@ See :mod:`cdc_platform.ha.lease` for the contract, ``docs/ha.md`` for operation.
 from typing import TYPE_CHECKING
 
 from cdc_platform.ha.db_lease import DatabaseLease
-from cdc_platform.ha.lease import (
-    HolderInfo,
-    Lease,
-    MemberInfo,
-    default_address,
-)
+from cdc_platform.ha.lease import Lease
+from cdc_platform.ha.members import HolderInfo, MemberInfo, default_address
 from cdc_platform.ha.registry import NodeRegistry
 
 if TYPE_CHECKING:

@@ -30,18 +30,18 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from cdc_platform.config.leases import DatabaseLeaseConfig
 from cdc_platform.errors import CdcError, ConfigError
-from cdc_platform.ha.lease import HolderInfo, Lease, MemberInfo, MemberSource
-from cdc_platform.ha.liveness import LivenessOptions, ProbeFollower
+from cdc_platform.ha.lease import Lease
+from cdc_platform.ha.liveness import ProbeFollower
+from cdc_platform.ha.members import HolderInfo, MemberInfo, MemberSource
 from cdc_platform.ha.registry import NodeRegistry
 from cdc_platform.infra.clock import SYSTEM_CLOCK, Clock
 from cdc_platform.infra.sqldb import Database, Tx
 
-__all__ = ["DEFAULT_TABLE", "DatabaseLease"]
+__all__ = ["DatabaseLease"]
 
 log = logging.getLogger("cdc_platform.ha")
-
-DEFAULT_TABLE = "master_lock"
 
 _COLUMNS = (
     "service_name",
@@ -70,25 +70,24 @@ class DatabaseLease(Lease):
     backend = "database"
     deadline_is_final = True
 
-    def __init__(  # noqa: PLR0913 (the database and the destination; the rest are keyword-only settings with defaults)
+    def __init__(  # noqa: PLR0913 (the settings and the destination; the rest keyword-only: the database, an override, the node registry and the clock)
         self,
-        db: Database,
+        settings: DatabaseLeaseConfig,
         destination: str,
         *,
+        db: Database,
         address: str | None = None,
-        run_id: str | None = None,
-        expiry: float = 5.0,
-        renew_interval: float = 1.0,
-        release_cooldown: float | None = None,
-        safety_margin: float | None = None,
-        clock: Clock = SYSTEM_CLOCK,
-        table: str = DEFAULT_TABLE,
         registry: MemberSource | None = None,
-        liveness: LivenessOptions | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        expiry = settings.expiry_seconds
+        renew_interval = settings.renew_interval_seconds
+        table = settings.table
+        # The settings validate all this; checked again here, beside the SQL the table name
+        # goes into, for settings made without validation (``model_construct``).
         if renew_interval <= 0 or expiry <= 0:
             raise ConfigError("lease expiry and renew interval must be positive")
-        margin = safety_margin if safety_margin is not None else min(1.0, expiry / 4)
+        margin = min(1.0, expiry / 4)
         if renew_interval >= expiry - margin:
             raise ConfigError(
                 f"lease renew interval {renew_interval:g} s must be shorter than the expiry "
@@ -99,8 +98,7 @@ class DatabaseLease(Lease):
             raise ConfigError(f"lease table name {table!r} must be letters, digits and '_'")
         super().__init__(
             destination,
-            address=address,
-            run_id=run_id,
+            address=address or settings.address,
             clock=clock,
             renew_interval=renew_interval,
             poll_interval=renew_interval,
@@ -108,18 +106,19 @@ class DatabaseLease(Lease):
         self.db = db
         self.expiry = expiry
         self.margin = margin
+        release_cooldown = settings.release_cooldown_seconds
         self.release_cooldown = (
             release_cooldown if release_cooldown is not None else 2 * renew_interval + 1.0
         )
         self.table = table
         self._not_before = 0.0
         self.registry = registry
-        self.liveness = liveness or LivenessOptions()
+        self.liveness = settings.liveness
         self._dead_at: float | None = None
         """When a probe expired a dead holder's row: the next attempt is due at once."""
         self._followed: tuple[str, int] | None = None
         self._probes = ProbeFollower(
-            self.run_id, self._on_holder_dead, timeout=self.liveness.connect_timeout
+            self.run_id, self._on_holder_dead, timeout=self.liveness.connect_timeout_seconds
         )
 
     # -- schema --------------------------------------------------------------------------------

@@ -21,90 +21,31 @@ backend keeps:
 
 Backends implement :meth:`Lease.try_acquire`, :meth:`Lease.renew`, :meth:`Lease.release`,
 :meth:`Lease.holder`, :meth:`Lease.request_release` and :meth:`Lease.members`; the waiting,
-term bookkeeping, callbacks and the maintenance thread live here.
+term bookkeeping, callbacks and the maintenance thread live here; what they report (the holder,
+the members) is in :mod:`cdc_platform.ha.members`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import socket
 import threading
-import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from types import TracebackType
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
+from cdc_platform.config.leases import LivenessConfig
 from cdc_platform.errors import CdcError, LeaseError, LeaseLostError
-from cdc_platform.ha.liveness import LivenessListener, LivenessOptions, open_listener
+from cdc_platform.ha.liveness import LivenessListener, open_listener
+from cdc_platform.ha.members import HolderInfo, MemberInfo, default_address, new_run_id
 from cdc_platform.infra.clock import SYSTEM_CLOCK, Clock
 
-__all__ = [
-    "HolderInfo",
-    "Lease",
-    "LostCallback",
-    "MemberInfo",
-    "MemberSource",
-    "default_address",
-    "new_run_id",
-]
+__all__ = ["Lease", "LostCallback"]
 
 log = logging.getLogger("cdc_platform.ha")
 
 LostCallback = Callable[[LeaseLostError], None]
-
-
-def default_address() -> str:
-    """``host:pid``: unique per process even when two processes share a machine."""
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def new_run_id() -> str:
-    """A fresh id for one lease object: tells this process apart from an earlier one."""
-    return uuid.uuid4().hex[:16]
-
-
-@dataclass(frozen=True, slots=True)
-class HolderInfo:
-    """Who holds a destination's lease, as the lease store says."""
-
-    destination: str
-    address: str
-    run_id: str
-    epoch: int
-    active: bool
-    """False once an operator asked the holder to release (manual switch-over pending)."""
-    since: float | None = None
-    """Wall-clock seconds when this term began (ZooKeeper) or was last renewed (database,
-    on the database's clock: ``locked_time``)."""
-    expires_at: float | None = None
-    """Store-clock expiry of a database lease; None for ZooKeeper (bound to the session)."""
-    backend: str = ""
-
-    def to_json(self) -> str:
-        """Compact JSON, for the state watch and ``status --json``."""
-        return json.dumps(asdict(self), sort_keys=True)
-
-
-@dataclass(frozen=True, slots=True)
-class MemberInfo:
-    """A process taking part in a destination (active or standby)."""
-
-    address: str
-    run_id: str
-    since: float | None = None
-    last_seen: float | None = None
-
-
-class MemberSource(Protocol):
-    """Something that lists a destination's processes (the node registry)."""
-
-    def members(self, destination: str) -> list[MemberInfo]:
-        """Live members of ``destination``."""
-        ...
 
 
 @dataclass
@@ -156,7 +97,7 @@ class Lease(ABC):
         self._thread: threading.Thread | None = None
         self._closing = threading.Event()
         self._last_error_log = -1e9
-        self.liveness = LivenessOptions(enabled=False)
+        self.liveness = LivenessConfig(enabled=False)
         """The liveness listener's settings (backends that publish one turn it on)."""
         self._listener: LivenessListener | None = None
         self._listener_tried = False
@@ -208,6 +149,13 @@ class Lease(ABC):
                 self._listener_tried = True
                 self._listener = open_listener(self.run_id, self.liveness, self.destination)
             return self._listener.address if self._listener is not None else None
+
+    @property
+    def listener(self) -> LivenessListener | None:
+        """This process's liveness listener once :meth:`liveness_address` opened it, else None:
+        how many standbys probe it (``connections``); closing it plays a dead holder."""
+        with self._lock:
+            return self._listener
 
     def _grab_hint(self) -> float | None:
         """Monotonic time at which an attempt is expected to succeed (a switch delay or a

@@ -28,14 +28,14 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Protocol
+
+from cdc_platform.config.leases import LivenessConfig
 
 __all__ = [
     "GREETING",
     "HolderProbe",
     "LivenessListener",
-    "LivenessOptions",
     "ProbeFollower",
     "Reach",
     "default_host",
@@ -52,19 +52,6 @@ GREETING = b"cdc-liveness 1 "
 _MAX_GREETING = 128
 
 
-@dataclass(frozen=True, slots=True)
-class LivenessOptions:
-    """Whether a holder opens a liveness listener, and where."""
-
-    enabled: bool = True
-    host: str | None = None
-    """Address to listen on and publish; None: this machine's host name as it resolves."""
-    port: int = 0
-    """0: any free port."""
-    connect_timeout: float = 1.0
-    """A standby's connect and greeting timeout; past it, the probe proves nothing."""
-
-
 def default_host() -> str:
     """This machine's host name as it resolves (what other machines reach), else 127.0.0.1."""
     try:
@@ -73,7 +60,7 @@ def default_host() -> str:
         return "127.0.0.1"
 
 
-def open_listener(run_id: str, options: LivenessOptions, what: str) -> LivenessListener | None:
+def open_listener(run_id: str, options: LivenessConfig, what: str) -> LivenessListener | None:
     """The holder's listener, or None when disabled or it cannot listen (logged: standbys then
     learn of this process's death only from the lease store's expiry)."""
     if not options.enabled:
@@ -98,7 +85,7 @@ def split_address(address: str) -> tuple[str, int] | None:
 class LivenessListener:
     """The holder's side: accepts, greets, holds every connection; closes them all on exit."""
 
-    def __init__(self, run_id: str, options: LivenessOptions, *, max_connections: int = 64):
+    def __init__(self, run_id: str, options: LivenessConfig, *, max_connections: int = 64):
         self.run_id = run_id
         self.max_connections = max_connections
         host = options.host or default_host()
@@ -262,6 +249,11 @@ class HolderProbe:
     (see the module docstring); ends silently when nothing can be proven.
     """
 
+    attempts = 3
+    """Reconnects after the close while the port still accepts and closes (a dying process)."""
+    pause = 0.05
+    """Seconds between those reconnects."""
+
     def __init__(  # noqa: PLR0913 (what is probed; the rest keyword-only, injectable for tests)
         self,
         address: str,
@@ -270,16 +262,12 @@ class HolderProbe:
         *,
         timeout: float = 1.0,
         connect: Connect = _connect,
-        attempts: int = 3,
-        pause: float = 0.05,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.address = address
         self.run_id = run_id
         self.on_dead = on_dead
         self.timeout = timeout
-        self.attempts = attempts
-        self.pause = pause
         self._connect = connect
         self._sleep = sleep
         self._stop = threading.Event()

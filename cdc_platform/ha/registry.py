@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdc_platform.errors import ConfigError
-from cdc_platform.ha.lease import MemberInfo
+from cdc_platform.ha.members import MemberInfo
 from cdc_platform.infra.sqldb import Database, Tx
 
 __all__ = ["DEFAULT_REGISTRY_TABLE", "MaintenanceReport", "NodeRegistry", "NodeRow"]

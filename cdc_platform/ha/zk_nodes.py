@@ -1,10 +1,12 @@
-"""Reads and writes of a destination's ZooKeeper nodes that need no term of the lease.
+"""Reads and writes of a destination's ZooKeeper nodes, beside the lease's term bookkeeping.
 
-:func:`join_cluster` creates this process's ephemeral member node and :func:`list_members`
-reads them all (active and standby processes); :func:`read_holder` reads the running node;
-:func:`mark_released` sets ``active: false`` in the running node (``cdc-platform release``);
-:func:`delete_dead_holder` deletes a running node whose holder a liveness probe proved dead,
-only if it is still that holder's node at that epoch, with ZooKeeper's version check.
+:func:`ensure_paths` creates the persistent nodes (``cluster``, ``epoch``);
+:func:`join_cluster` creates this process's ephemeral member node, :func:`leave_cluster` deletes
+it and :func:`list_members` reads them all (active and standby processes); :func:`read_holder`
+reads the running node; :func:`mark_released` sets ``active: false`` in the running node
+(``cdc-platform release``); :func:`delete_own` deletes the running node this lease object
+wrote; :func:`delete_dead_holder` deletes a running node whose holder a liveness probe proved
+dead, only if it is still that holder's node at that epoch, with ZooKeeper's version check.
 ZooKeeper lets any client with the DELETE permission on the parent delete an ephemeral node
 of another session; with a digest ACL (``lease.auth_env``) every process of the destination
 has it, and a process without it gets an error, and the holder's session expiry decides.
@@ -12,27 +14,54 @@ has it, and a process without it gets an error, and the holder's session expiry 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from collections.abc import Callable
 from typing import Any
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
 
-from cdc_platform.ha.lease import HolderInfo, MemberInfo
+from cdc_platform.errors import LeaseBackendError
+from cdc_platform.ha.members import HolderInfo, MemberInfo
 from cdc_platform.ha.running_node import UNKNOWN_HOLDER, RunningData
 
 __all__ = [
     "Op",
     "delete_dead_holder",
+    "delete_own",
+    "ensure_paths",
     "join_cluster",
+    "leave_cluster",
     "list_members",
     "mark_released",
+    "parse_epoch",
     "read_holder",
 ]
 
 Op = Callable[..., Any]
-"""The lease's ``_op``: runs one async kazoo call with a timeout, errors translated."""
+"""The session's ``op``: runs one async kazoo call with a timeout, errors translated."""
+
+
+def ensure_paths(client: Any, cluster_path: str, epoch_path: str, label: str) -> None:
+    """Create the persistent cluster node and the epoch counter (-1: none handed out yet)."""
+    try:
+        client.ensure_path(cluster_path)
+        with contextlib.suppress(NodeExistsError):
+            client.create(epoch_path, b"-1")
+    except (KazooTimeoutError, KazooException, OSError) as exc:
+        raise LeaseBackendError(
+            f"{label}: creating {cluster_path} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def parse_epoch(raw: bytes | None) -> int:
+    """The epoch counter's value; -1 when it is empty or not a number."""
+    try:
+        return int(raw or b"-1")
+    except ValueError:
+        return -1
 
 
 def join_cluster(
@@ -52,6 +81,19 @@ def join_cluster(
             return None
         return bool(stat.ephemeralOwner == session_id)
     return True
+
+
+def leave_cluster(op: Op, client: Any, member_path: str, *, usable: bool) -> str | None:
+    """Delete this process's member node; None when it is gone, else why it could not be."""
+    if not usable:
+        return "ZooKeeper is unreachable"
+    try:
+        op("delete", client.delete_async, member_path)
+    except NoNodeError:
+        return None
+    except (LeaseBackendError, BadVersionError) as exc:
+        return str(exc)
+    return None
 
 
 def list_members(op: Op, client: Any, cluster_path: str) -> list[MemberInfo]:
@@ -100,7 +142,18 @@ def delete_dead_holder(
     return data
 
 
-def mark_released(op: Op, client: Any, running_path: str) -> RunningData | None:
+def delete_own(op: Op, client: Any, running_path: str, run_id: str, epoch: int | None) -> None:
+    """Delete the running node if the lease object ``run_id`` wrote it (of ``epoch``, if given)."""
+    try:
+        raw, stat = op("read", client.get_async, running_path)
+        data = RunningData.parse(raw)
+        if data is not None and data.run_id == run_id and (epoch is None or data.epoch == epoch):
+            op("delete", client.delete_async, running_path, version=stat.version)
+    except (NoNodeError, BadVersionError):
+        pass
+
+
+def mark_released(op: Op, client: Any, running_path: str, destination: str) -> HolderInfo | None:
     """Set ``active: false`` in the running node (version-checked, retried on a race); the
     holder asked, or None when nobody holds it."""
     for _ in range(5):
@@ -118,7 +171,15 @@ def mark_released(op: Op, client: Any, running_path: str) -> RunningData | None:
             continue
         except NoNodeError:
             return None
-        return data
+        return HolderInfo(
+            destination=destination,
+            address=data.address,
+            run_id=data.run_id,
+            epoch=data.epoch,
+            active=False,
+            since=data.since,
+            backend="zookeeper",
+        )
     return None
 
 

@@ -14,7 +14,8 @@ import threading
 from dataclasses import dataclass, replace
 
 from cdc_platform.errors import LeaseBackendError
-from cdc_platform.ha.lease import HolderInfo, Lease, MemberInfo
+from cdc_platform.ha.lease import Lease
+from cdc_platform.ha.members import HolderInfo, MemberInfo
 from cdc_platform.infra.clock import SYSTEM_CLOCK, Clock
 
 __all__ = ["FakeClock", "InMemoryLease", "InMemoryLeaseStore"]

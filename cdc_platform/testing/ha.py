@@ -25,7 +25,8 @@ from deltalake import DeltaTable
 
 from cdc_platform.config.loader import load_platform
 from cdc_platform.coordination.factory import open_lease, open_state_store
-from cdc_platform.ha.lease import HolderInfo, Lease
+from cdc_platform.ha.lease import Lease
+from cdc_platform.ha.members import HolderInfo
 from cdc_platform.sink import Checkpoint, DeltaChangeLog
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from cdc_platform.config.leases import DatabaseLeaseConfig
 from cdc_platform.errors import LeaseLostError, TooFarBehindError, WatchError
 from cdc_platform.ha import DatabaseLease, NodeRegistry
 from cdc_platform.infra.sqldb import Database
@@ -81,14 +82,14 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
 def make_lease(target: Target) -> Iterator[Callable[..., DatabaseLease]]:
     made: list[DatabaseLease] = []
 
-    def make(address: str, **kwargs: object) -> DatabaseLease:
-        options: dict[str, object] = {
-            "expiry": 1.0,
-            "renew_interval": 0.2,
-            "table": target.lock_table,
-        }
-        options.update(kwargs)
-        lease = DatabaseLease(target.db(), "shop", address=address, **options)
+    def make(address: str) -> DatabaseLease:
+        settings = DatabaseLeaseConfig(
+            backend="database",
+            expiry_seconds=1.0,
+            renew_interval_seconds=0.2,
+            table=target.lock_table,
+        )
+        lease = DatabaseLease(settings, "shop", db=target.db(), address=address)
         made.append(lease)
         return lease
 
@@ -275,9 +276,10 @@ def test_lease_recovers_its_connection_after_the_database_restarts(
         server = request.getfixturevalue("postgresql_server")
         url = server.url
     table = f"master_lock_{uuid.uuid4().hex[:8]}"
-    a = DatabaseLease(
-        Database(url), "shop", address="a", expiry=3.0, renew_interval=0.3, table=table
+    settings = DatabaseLeaseConfig(
+        backend="database", expiry_seconds=3.0, renew_interval_seconds=0.3, table=table
     )
+    a = DatabaseLease(settings, "shop", db=Database(url), address="a")
     lost: list[LeaseLostError] = []
     a.on_lost(lost.append)
     try:

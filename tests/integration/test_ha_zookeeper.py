@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
-from pydantic import SecretStr
 
+from cdc_platform.config.leases import ZooKeeperLeaseConfig
 from cdc_platform.config.models import InstanceConfig, SourceConfig
 from cdc_platform.coordination.lease import take_lease
 from cdc_platform.errors import LeaseBackendError, LeaseError, LeaseLostError, TooFarBehindError
@@ -37,14 +37,20 @@ MakeLease = Callable[..., ZooKeeperLease]
 RESUME = ResumePosition("mysql-bin.000001", 4)
 
 
+def settings(hosts: str, **values: object) -> ZooKeeperLeaseConfig:
+    """The lease settings for ``hosts``: a session of SESSION unless ``values`` say otherwise."""
+    return ZooKeeperLeaseConfig.model_validate(
+        {"backend": "zookeeper", "hosts": hosts, "session_timeout_seconds": SESSION, **values}
+    )
+
+
 @pytest.fixture
 def make_lease(zk_hosts: str) -> Iterator[MakeLease]:
     made: list[ZooKeeperLease] = []
 
-    def make(address: str, **kwargs: object) -> ZooKeeperLease:
-        options: dict[str, object] = {"session_timeout": SESSION, "switch_delay": 0.5}
-        options.update(kwargs)
-        lease = ZooKeeperLease(zk_hosts, "shop", address=address, **options)
+    def make(address: str, **values: object) -> ZooKeeperLease:
+        config = settings(zk_hosts, **{"switch_delay_seconds": 0.5, **values})
+        lease = ZooKeeperLease(config, "shop", address=address)
         made.append(lease)
         return lease
 
@@ -119,10 +125,12 @@ def _holder_process(
             sys.executable,
             "-c",
             "import sys, time\n"
+            "from cdc_platform.config.leases import ZooKeeperLeaseConfig\n"
             "from cdc_platform.ha import ZooKeeperLease\n"
-            "from cdc_platform.ha.liveness import LivenessOptions\n"
-            f"lease = ZooKeeperLease({zk_hosts!r}, 'shop', address='a', "
-            f"session_timeout={session}, liveness=LivenessOptions(enabled={liveness}))\n"
+            "settings = ZooKeeperLeaseConfig(backend='zookeeper', "
+            f"hosts={zk_hosts!r}, session_timeout_seconds={session}, "
+            f"liveness={{'enabled': {liveness}}})\n"
+            "lease = ZooKeeperLease(settings, 'shop', address='a')\n"
             "print(lease.try_acquire(), flush=True)\n"
             "time.sleep(120)\n",
         ],
@@ -162,7 +170,7 @@ def test_a_killed_holder_is_replaced_without_the_switch_delay(
     """Its session ended with its member node: nobody to wait for, the 30 s delay is waived."""
     holder = _holder_process(zk_hosts)
     try:
-        b = make_lease("b", switch_delay=30.0)
+        b = make_lease("b", switch_delay_seconds=30.0)
         standby = Acquirer(b)
         wait_for(lambda: "b" in {m.address for m in b.members()}, "b to stand by", timeout=10)
         holder.kill()
@@ -192,7 +200,7 @@ def test_a_killed_holder_is_replaced_through_its_liveness_listener_before_its_se
         assert data is not None
         assert data.liveness is not None, "the holder publishes its liveness listener"
         caplog.set_level(logging.INFO, logger="cdc_platform.ha")
-        b = make_lease("b", switch_delay=30.0)
+        b = make_lease("b", switch_delay_seconds=30.0)
         standby = Acquirer(b)
         wait_for(
             lambda: f"probing the holder's liveness listener at {data.liveness}" in caplog.text,
@@ -217,14 +225,17 @@ def test_a_holder_whose_listener_closed_while_it_lives_loses_to_the_next_epoch(
     make_lease: MakeLease, admin: KazooClient
 ) -> None:
     """A wrong death signal: b takes over at epoch 1, and a learns it lost from ZooKeeper."""
-    a, b = make_lease("a", session_timeout=LONG_SESSION), make_lease("b", switch_delay=30.0)
+    a, b = (
+        make_lease("a", session_timeout_seconds=LONG_SESSION),
+        make_lease("b", switch_delay_seconds=30.0),
+    )
     lost: list[LeaseLostError] = []
     a.on_lost(lost.append)
     a.start()
     assert a.try_acquire() == 0
     standby = Acquirer(b)
     wait_for(lambda: "b" in {m.address for m in a.members()}, "b to stand by", timeout=10)
-    listener = a._listener
+    listener = a.listener
     assert listener is not None
     wait_for(lambda: listener.connections == 1, "b to probe a's listener", timeout=10)
     listener.close()
@@ -242,7 +253,7 @@ def test_a_holder_that_lives_on_keeps_the_switch_delay(
     make_lease: MakeLease, admin: KazooClient
 ) -> None:
     """Its member node is still there: the delay stands, however long."""
-    a, b = make_lease("a"), make_lease("b", switch_delay=30.0)
+    a, b = make_lease("a"), make_lease("b", switch_delay_seconds=30.0)
     a.start()
     assert a.try_acquire() == 0
     standby = Acquirer(b)
@@ -259,7 +270,7 @@ def test_the_holders_member_node_going_later_still_waives_the_delay(
     make_lease: MakeLease, admin: KazooClient
 ) -> None:
     """A session's nodes go one by one: the member node may go after the running node."""
-    a, b = make_lease("a"), make_lease("b", switch_delay=30.0)
+    a, b = make_lease("a"), make_lease("b", switch_delay_seconds=30.0)
     a.start()
     assert a.try_acquire() == 0
     standby = Acquirer(b)
@@ -276,7 +287,7 @@ def test_our_own_node_deleted_is_grabbed_again_at_once(
     make_lease: MakeLease, admin: KazooClient
 ) -> None:
     """Canal: if the last holder was this process, re-grab at once; others wait the delay."""
-    a, b = make_lease("a", switch_delay=30.0), make_lease("b", switch_delay=30.0)
+    a, b = make_lease("a", switch_delay_seconds=30.0), make_lease("b", switch_delay_seconds=30.0)
     lost: list[LeaseLostError] = []
     a.on_lost(lost.append)
     a.start()
@@ -319,7 +330,7 @@ def test_suspended_stops_writes_and_the_session_survives_a_server_restart(
     # The session must outlive the restart: the server counts a restored session's timeout from
     # its start, and a JVM start plus the client's reconnect backoff can take over 2 s (a CI
     # run saw the session expire, and a loaded one a 10 s session), so this test uses 30 s.
-    a = make_lease("a", session_timeout=30.0)
+    a = make_lease("a", session_timeout_seconds=30.0)
     lost: list[LeaseLostError] = []
     a.on_lost(lost.append)
     a.start()
@@ -350,7 +361,8 @@ def test_a_reconnect_held_by_a_server_that_does_not_serve_yet_gives_up_within_th
     session = 9.0
     chroot = zk_hosts[zk_hosts.index("/") :]
     with TcpProxy((zookeeper_server.host, zookeeper_server.port)) as proxy:
-        a = ZooKeeperLease(proxy.address + chroot, "shop", address="a", session_timeout=session)
+        config = settings(proxy.address + chroot, session_timeout_seconds=session)
+        a = ZooKeeperLease(config, "shop", address="a")
         lost: list[LeaseLostError] = []
         a.on_lost(lost.append)
         try:
@@ -368,10 +380,11 @@ def test_a_reconnect_held_by_a_server_that_does_not_serve_yet_gives_up_within_th
             a.close()
 
 
-def test_digest_acl_keeps_others_out(zk_hosts: str) -> None:
-    auth = SecretStr("cdc:s3cret")
-    a = ZooKeeperLease(zk_hosts, "secure", address="a", session_timeout=SESSION, auth=auth)
-    reader = ZooKeeperLease(zk_hosts, "secure", address="r", session_timeout=SESSION, auth=auth)
+def test_digest_acl_keeps_others_out(zk_hosts: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CDC_TEST_ZK_AUTH", "cdc:s3cret")
+    config = settings(zk_hosts, auth_env="CDC_TEST_ZK_AUTH")
+    a = ZooKeeperLease(config, "secure", address="a")
+    reader = ZooKeeperLease(config, "secure", address="r")
     stranger = KazooClient(hosts=zk_hosts, timeout=5.0)
     try:
         assert a.try_acquire() == 0
@@ -391,7 +404,7 @@ def test_digest_acl_keeps_others_out(zk_hosts: str) -> None:
 
 
 def test_unreachable_zookeeper_is_a_transient_backend_error() -> None:
-    lease = ZooKeeperLease("127.0.0.1:1", "shop", session_timeout=SESSION, connect_timeout=1.0)
+    lease = ZooKeeperLease(settings("127.0.0.1:1"), "shop", connect_timeout=1.0)
     with pytest.raises(LeaseBackendError) as caught:
         lease.try_acquire()
     assert caught.value.transient
@@ -472,7 +485,7 @@ def test_a_running_node_left_behind_by_an_unreachable_release_is_taken_back(
 ) -> None:
     """A release that could not reach ZooKeeper leaves our node behind (our session keeps
     it); our next acquisition must not wait for it forever."""
-    a = make_lease("a", switch_delay=30.0)
+    a = make_lease("a", switch_delay_seconds=30.0)
     a.start()
     admin.ensure_path("/cdc/destinations/shop")
     admin.create("/cdc/destinations/shop/running", RunningData("a", a.run_id, True, 4).to_bytes())

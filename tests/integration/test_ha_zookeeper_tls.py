@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
-from pydantic import SecretStr
 
+from cdc_platform.config.leases import ZooKeeperLeaseConfig
 from cdc_platform.config.models import PlatformConfig
 from cdc_platform.config.zookeeper_tls import ZooKeeperTlsConfig
 from cdc_platform.coordination.factory import open_lease, open_state_store
@@ -101,16 +101,21 @@ def test_a_lease_is_held_and_renewed_over_the_tls_port(
 
 
 def test_a_server_certificate_of_another_ca_is_refused_naming_the_ca_file(
-    tls_server: ZooKeeperServer, certs: Certificates, tmp_path: Path
+    tls_server: ZooKeeperServer,
+    certs: Certificates,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     stranger = make_certificates(tmp_path / "other", ca_name="another CA")
-    lease = ZooKeeperLease(
-        tls_server.tls_hosts,
-        f"tls_{uuid.uuid4().hex[:8]}",
-        session_timeout=SESSION,
-        auth=SecretStr("cdc:pw"),
+    monkeypatch.setenv("CDC_TEST_ZK_AUTH", "cdc:pw")
+    settings = ZooKeeperLeaseConfig(
+        backend="zookeeper",
+        hosts=tls_server.tls_hosts,
+        session_timeout_seconds=SESSION,
+        auth_env="CDC_TEST_ZK_AUTH",
         tls=_tls(certs, ca_file=str(stranger.ca_file)),
     )
+    lease = ZooKeeperLease(settings, f"tls_{uuid.uuid4().hex[:8]}")
     try:
         with pytest.raises(LeaseBackendError) as caught:
             lease.try_acquire()
@@ -126,12 +131,13 @@ def test_a_host_name_the_certificate_does_not_name_is_refused(
     tls_server: ZooKeeperServer, certs: Certificates
 ) -> None:
     """The server's certificate names 127.0.0.1 only: reached as localhost, it is refused."""
-    lease = ZooKeeperLease(
-        f"localhost:{tls_server.tls_port}",
-        f"tls_{uuid.uuid4().hex[:8]}",
-        session_timeout=SESSION,
+    settings = ZooKeeperLeaseConfig(
+        backend="zookeeper",
+        hosts=f"localhost:{tls_server.tls_port}",
+        session_timeout_seconds=SESSION,
         tls=_tls(certs),
     )
+    lease = ZooKeeperLease(settings, f"tls_{uuid.uuid4().hex[:8]}")
     try:
         with pytest.raises(LeaseBackendError) as caught:
             lease.try_acquire()

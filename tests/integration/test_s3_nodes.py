@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from cdc_platform.ha.lease import HolderInfo
+from cdc_platform.ha.members import HolderInfo
 from cdc_platform.testing.ha import Cluster, Node, commit_history, fast_zookeeper_lease
 from cdc_platform.testing.workload import Workload
 from tests.conftest import MariaDBDatabase, S3Lake

@@ -11,10 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
+from cdc_platform.config.leases import DatabaseLeaseConfig, LivenessConfig
 from cdc_platform.errors import ConfigError, LeaseBackendError, LeaseLostError
 from cdc_platform.ha import DatabaseLease, NodeRegistry
-from cdc_platform.ha.liveness import LivenessOptions
 from cdc_platform.infra.sqldb import Database
 from cdc_platform.testing.fakes import FakeClock
 from cdc_platform.testing.ha import wait_for
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.unit
 EXPIRY = 5.0
 RENEW = 1.0
 MARGIN = 1.0  # min(1, expiry / 4)
+DEFAULTS = DatabaseLeaseConfig(backend="database")
 
 
 class DbClock:
@@ -51,11 +53,19 @@ def db_clock(clock: FakeClock) -> DbClock:
 
 @pytest.fixture
 def make(tmp_path: Path, clock: FakeClock, db_clock: DbClock) -> Callable[..., DatabaseLease]:
-    def factory(address: str, **kwargs: object) -> DatabaseLease:
+    def factory(
+        address: str, *, registry: NodeRegistry | None = None, **settings: object
+    ) -> DatabaseLease:
         db = Database(f"sqlite:///{tmp_path}/lease.db", db_clock=db_clock)
-        options: dict[str, object] = {"expiry": EXPIRY, "renew_interval": RENEW, "clock": clock}
-        options.update(kwargs)
-        return DatabaseLease(db, "shop", address=address, **options)
+        config = DatabaseLeaseConfig.model_validate(
+            {
+                "backend": "database",
+                "expiry_seconds": EXPIRY,
+                "renew_interval_seconds": RENEW,
+                **settings,
+            }
+        )
+        return DatabaseLease(config, "shop", db=db, address=address, registry=registry, clock=clock)
 
     return factory
 
@@ -177,7 +187,7 @@ def test_operator_release_moves_the_lease_to_the_standby(
 def test_released_holder_comes_back_after_the_cooldown_when_alone(
     make: Callable[..., DatabaseLease], clock: FakeClock
 ) -> None:
-    a = make("a", release_cooldown=4.0)
+    a = make("a", release_cooldown_seconds=4.0)
     assert a.try_acquire() == 0
     a.request_release()
     clock.advance(RENEW)
@@ -298,7 +308,7 @@ def test_a_database_clock_step_is_caught_by_the_epoch(
 def test_store_errors_are_lease_backend_errors(tmp_path: Path, clock: FakeClock) -> None:
     (tmp_path / "dir.db").mkdir()
     db = Database(f"sqlite:///{tmp_path}/dir.db")
-    lease = DatabaseLease(db, "shop", address="a", clock=clock)
+    lease = DatabaseLease(DEFAULTS, "shop", db=db, address="a", clock=clock)
     with pytest.raises(LeaseBackendError) as caught:
         lease.try_acquire()
     assert caught.value.transient
@@ -326,16 +336,22 @@ def test_store_outage_ends_the_term_at_the_deadline(
 
 def test_bad_settings_are_refused(tmp_path: Path) -> None:
     db = Database(f"sqlite:///{tmp_path}/x.db")
+    with pytest.raises(ValidationError, match="renew_interval_seconds"):
+        DatabaseLeaseConfig(backend="database", expiry_seconds=2.0, renew_interval_seconds=1.6)
+    with pytest.raises(ValidationError, match="table"):
+        DatabaseLeaseConfig(backend="database", table="x; DROP TABLE y")
+    # Settings made without validation: the lease refuses them itself.
+    unchecked = DatabaseLeaseConfig.model_construct
     with pytest.raises(ConfigError, match="renew interval"):
-        DatabaseLease(db, "shop", expiry=2.0, renew_interval=1.6)
+        DatabaseLease(unchecked(expiry_seconds=2.0, renew_interval_seconds=1.6), "shop", db=db)
     with pytest.raises(ConfigError, match="table"):
-        DatabaseLease(db, "shop", table="x; DROP TABLE y")
+        DatabaseLease(unchecked(table="x; DROP TABLE y"), "shop", db=db)
 
 
 def test_relative_sqlite_path_is_under_the_base_dir(tmp_path: Path) -> None:
     db = Database("sqlite:///var/lease.db", base_dir=tmp_path)
     assert db.url.path == tmp_path / "var" / "lease.db"
-    lease = DatabaseLease(db, "shop", address="a")
+    lease = DatabaseLease(DEFAULTS, "shop", db=db, address="a")
     assert lease.try_acquire() == 0
     lease.close()
     assert (tmp_path / "var" / "lease.db").exists()
@@ -348,7 +364,7 @@ def test_a_holder_proven_dead_by_its_liveness_listener_is_taken_over_before_its_
     expires that holder's row at once and takes epoch + 1, and the holder, if it lives, loses
     at its next renewal. The clocks stand still: the row's expiry never comes into it."""
     registry = NodeRegistry(Database(f"sqlite:///{tmp_path}/lease.db", db_clock=db_clock))
-    liveness = LivenessOptions(host="127.0.0.1")
+    liveness = LivenessConfig(host="127.0.0.1")
     a = make("a", registry=registry, liveness=liveness)
     b = make("b", registry=registry, liveness=liveness)
     lost: list[LeaseLostError] = []
@@ -358,11 +374,11 @@ def test_a_holder_proven_dead_by_its_liveness_listener_is_taken_over_before_its_
     assert address is not None
     registry.heartbeat("shop", "a", a.run_id, role="active", epoch=0, info={"liveness": address})
     assert b.try_acquire() is None, "a's row is live: b probes a's listener"
-    listener = a._listener
+    listener = a.listener
     assert listener is not None
     wait_for(lambda: listener.connections == 1, "b's probe to connect", timeout=10)
     listener.close()
-    wait_for(lambda: b._grab_hint() is not None, "b to expire a's row", timeout=10)
+    wait_for(lambda: b.holder() is None, "b to expire a's row", timeout=10)
     assert b.try_acquire() == 1
     assert not a.renew()
     assert lost

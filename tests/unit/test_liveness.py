@@ -18,7 +18,6 @@ from cdc_platform.ha.liveness import (
     GREETING,
     HolderProbe,
     LivenessListener,
-    LivenessOptions,
     ProbeFollower,
     split_address,
 )
@@ -215,7 +214,7 @@ def test_the_follower_probes_each_other_holder_once() -> None:
 
 
 def test_a_closed_listener_is_reported_dead_over_loopback() -> None:
-    listener = LivenessListener("holder", LivenessOptions(host="127.0.0.1"))
+    listener = LivenessListener("holder", LivenessConfig(host="127.0.0.1"))
     died = threading.Event()
     p = HolderProbe(listener.address, "holder", died.set)
     p.start()
@@ -227,7 +226,7 @@ def test_a_closed_listener_is_reported_dead_over_loopback() -> None:
 
 
 def test_the_listener_drops_connections_its_peers_closed() -> None:
-    listener = LivenessListener("holder", LivenessOptions(host="127.0.0.1"))
+    listener = LivenessListener("holder", LivenessConfig(host="127.0.0.1"))
     try:
         host, port = split_address(listener.address) or ("", 0)
         conns = [socket.create_connection((host, port), timeout=5) for _ in range(3)]
@@ -276,7 +275,7 @@ def test_the_configured_settings_reach_the_lease(tmp_path: Path) -> None:
     )
     lease = open_lease(platform, tmp_path / "conf", "shop")
     try:
-        assert lease.liveness == LivenessOptions(enabled=False, host="127.0.0.1", port=4711)
+        assert lease.liveness == LivenessConfig(enabled=False, host="127.0.0.1", port=4711)
         assert lease.liveness_address() is None, "disabled: no listener"
     finally:
         lease.close()

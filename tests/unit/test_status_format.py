@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cdc_platform.coordination.status import DestinationStatus, format_status
-from cdc_platform.ha.lease import HolderInfo
+from cdc_platform.ha.members import HolderInfo
 from cdc_platform.sink.snapshot_progress import TableProgress
 
 pytestmark = pytest.mark.unit

@@ -7,8 +7,8 @@ import logging
 
 import pytest
 from kazoo.handlers.threading import SequentialThreadingHandler
-from pydantic import SecretStr
 
+from cdc_platform.config.leases import ZooKeeperLeaseConfig
 from cdc_platform.ha import ZooKeeperLease
 from cdc_platform.infra.zookeeper import client_handler, remote_hosts
 
@@ -21,13 +21,21 @@ def test_remote_hosts_leave_out_loopback() -> None:
     assert remote_hosts("[2001:db8::1]:2181") == ["2001:db8::1"]
 
 
-def test_a_lease_without_acls_on_a_reachable_host_warns(caplog: pytest.LogCaptureFixture) -> None:
+def _lease(hosts: str, **values: object) -> ZooKeeperLease:
+    settings = {"backend": "zookeeper", "hosts": hosts, **values}
+    return ZooKeeperLease(ZooKeeperLeaseConfig.model_validate(settings), "shop")
+
+
+def test_a_lease_without_acls_on_a_reachable_host_warns(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CDC_TEST_ZK_AUTH", "cdc:pw")
     with caplog.at_level(logging.WARNING):
-        ZooKeeperLease("127.0.0.1:2181", "shop")
+        _lease("127.0.0.1:2181")
         assert "WITHOUT ACLs" not in caplog.text
-        ZooKeeperLease("zk1.prod:2181,zk2.prod:2181", "shop", auth=SecretStr("cdc:pw"))
+        _lease("zk1.prod:2181,zk2.prod:2181", auth_env="CDC_TEST_ZK_AUTH")
         assert "WITHOUT ACLs" not in caplog.text
-        ZooKeeperLease("zk1.prod:2181,127.0.0.1:2181", "shop")
+        _lease("zk1.prod:2181,127.0.0.1:2181")
     warnings = [r.getMessage() for r in caplog.records if "WITHOUT ACLs" in r.getMessage()]
     assert len(warnings) == 1
     assert "zk1.prod" in warnings[0]

@@ -20,6 +20,18 @@ from cdc_platform.testing.tls import Certificates, make_certificates
 pytestmark = pytest.mark.unit
 
 AUTH = SecretStr("cdc:pw")
+AUTH_ENV = "CDC_TEST_ZK_AUTH"
+
+
+@pytest.fixture(autouse=True)
+def _auth_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(AUTH_ENV, AUTH.get_secret_value())
+
+
+def _lease(hosts: str, **values: object) -> ZooKeeperLease:
+    """A lease on ``hosts`` (never connected here: only its construction is tested)."""
+    settings = {"backend": "zookeeper", "hosts": hosts, **values}
+    return ZooKeeperLease(ZooKeeperLeaseConfig.model_validate(settings), "shop")
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +47,7 @@ def test_digest_auth_in_plain_text_to_a_remote_host_warns(
     caplog: pytest.LogCaptureFixture, certs: Certificates
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="cdc_platform"):
-        ZooKeeperLease("zk1.prod:2281,127.0.0.1:2181/chroot", "shop", auth=AUTH)
+        _lease("zk1.prod:2281,127.0.0.1:2181/chroot", auth_env=AUTH_ENV)
     warnings = _clear_text(caplog)
     assert len(warnings) == 1, caplog.text
     assert "zk1.prod" in warnings[0]
@@ -45,9 +57,9 @@ def test_digest_auth_in_plain_text_to_a_remote_host_warns(
     assert AUTH.get_secret_value() not in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="cdc_platform"):
-        ZooKeeperLease("127.0.0.1:2181,localhost:2182", "shop", auth=AUTH)  # loopback only
+        _lease("127.0.0.1:2181,localhost:2182", auth_env=AUTH_ENV)  # loopback only
         tls = ZooKeeperTlsConfig(ca_file=str(certs.ca_file))
-        ZooKeeperLease("zk1.prod:2281", "shop", auth=AUTH, tls=tls)  # over TLS
+        _lease("zk1.prod:2281", auth_env=AUTH_ENV, tls=tls)  # over TLS
     assert _clear_text(caplog) == []
 
 
@@ -83,7 +95,7 @@ def test_a_tls_file_that_cannot_be_used_is_named_with_its_key(
 ) -> None:
     missing = tmp_path / "absent-ca.pem"
     with pytest.raises(ConfigError) as caught:
-        ZooKeeperLease("zk1:2281", "shop", tls=ZooKeeperTlsConfig(ca_file=str(missing)))
+        _lease("zk1:2281", tls=ZooKeeperTlsConfig(ca_file=str(missing)))
     assert "lease.tls.ca_file" in str(caught.value)
     assert str(missing) in str(caught.value)
     garbage = tmp_path / "not-pem.pem"
