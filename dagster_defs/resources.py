@@ -22,7 +22,6 @@ from pyspark.sql import SparkSession
 from cdc_platform.backfill.reread import pending_rereads
 from cdc_platform.config import ConfigSet, Destination, load_config, load_platform
 from cdc_platform.config.loader import resolve_lake
-from cdc_platform.infra.recorder import NULL_RECORDER
 from cdc_platform.reconcile.service import ReconcileReport, reconcile_destination
 from cdc_platform.runtime.prometheus import open_metrics
 from cdc_platform.runtime.supervised import supervised_destination
@@ -137,8 +136,7 @@ class CdcResource(ConfigurableResource):  # type: ignore[type-arg]  # generic in
             address=address,
             on_commit=on_commit,
             metrics_interval_seconds=60.0,
-            recorder=metrics.recorder(destination.name) if metrics is not None else NULL_RECORDER,
-            metrics_url=metrics.url if metrics is not None else None,
+            metrics=metrics,
         ) as supervisor:
             yield supervisor, metrics.url if metrics is not None else None
 

@@ -179,7 +179,6 @@ def _metrics(args: argparse.Namespace, config: ConfigSet) -> PrometheusMetrics |
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from cdc_platform.infra.recorder import NULL_RECORDER  # noqa: PLC0415 (light CLI)
     from cdc_platform.runtime.supervised import supervised_destination  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
 
     config, destination = _destination(args)
@@ -190,8 +189,7 @@ def run_command(args: argparse.Namespace) -> int:
             destination,
             address=args.address,
             metrics_interval_seconds=args.metrics_interval,
-            recorder=metrics.recorder(destination.name) if metrics is not None else NULL_RECORDER,
-            metrics_url=metrics.url if metrics is not None else None,
+            metrics=metrics,
         ) as supervisor,
         stop_signals(supervisor.request_stop),
     ):

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cdc_platform.config.loader import ConfigSet, Destination, load_config
-from cdc_platform.infra.recorder import NULL_RECORDER
 from cdc_platform.runtime.config_watch import ConfigWatch
 from cdc_platform.runtime.serve_monitor import ServeMonitor, platform_file_hash
 from cdc_platform.runtime.supervised import supervised_destination
@@ -82,8 +81,7 @@ class ThreadRunner:
                 destination,
                 address=self._address,
                 metrics_interval_seconds=self._metrics,
-                recorder=prometheus.recorder(name) if prometheus is not None else NULL_RECORDER,
-                metrics_url=prometheus.url if prometheus is not None else None,
+                metrics=prometheus,
             ) as supervisor:
                 with self._lock:
                     run.supervisor = supervisor

@@ -15,7 +15,8 @@
    is held: it never ends the process.
 
 It also heartbeats the node registry (database backend), runs its bounded cleanup while
-holding the lease, and publishes lease, config and progress state to the state watch.
+holding the lease, and publishes lease, config and progress state to the state watch
+(:mod:`.holder_status`); the gate itself is :mod:`.lease_gate`.
 
 5. **Side work** (:mod:`.side_work`): new-table snapshots before streaming, requests from
    the destination's inbox (a reconciliation's repairs, ad-hoc snapshots), and re-reads of
@@ -29,10 +30,9 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Protocol
 
 from cdc_platform.backfill.snapshot import SnapshotProgress
 from cdc_platform.coordination.lease import take_lease
@@ -43,16 +43,16 @@ from cdc_platform.errors import (
     StaleSideFileError,
 )
 from cdc_platform.ha.lease import Lease
-from cdc_platform.ha.registry import NodeRegistry
 from cdc_platform.infra.backoff import Backoff
 from cdc_platform.runtime.claim import claim_change_log
-from cdc_platform.runtime.instance import DestinationRuntime, RunSummary, RuntimeMetrics
+from cdc_platform.runtime.holder_status import HolderStatus, StatusChannels
+from cdc_platform.runtime.instance import DestinationRuntime, RunSummary
+from cdc_platform.runtime.lease_gate import LeaseGate
+from cdc_platform.runtime.runtime_metrics import RuntimeMetrics
 from cdc_platform.runtime.side_work import SideWork, StoppableRuntime
 from cdc_platform.sink import FencedCommitError
 from cdc_platform.sink.report import CommitReport
 from cdc_platform.sink.term import WriteTerm
-from cdc_platform.watch.keys import state_keys
-from cdc_platform.watch.publisher import StatePublisher
 
 __all__ = ["LeaseSupervisor", "RuntimeFactory"]
 
@@ -72,55 +72,42 @@ RuntimeFactory = Callable[[WriteTerm], StreamingRuntime]
 """Builds the runtime of one lease term from the term (its epoch, gate and observer)."""
 
 _SAME_TERM_RESTARTS = 3
-_REGISTRY_MAINTENANCE_EVERY = 10
-"""Registry heartbeats between two cleanups of dead nodes (by the active holder)."""
 
 
 class LeaseSupervisor:
     """One destination under an HA lease; see the module docstring.
 
     ``term`` is the destination's write term without a lease (its epoch and gate are this
-    supervisor's, set per lease term); its ``on_commit`` hears of every commit.
+    supervisor's, set per lease term); its ``on_commit`` hears of every commit. ``channels``:
+    where the node reports (:class:`~.holder_status.StatusChannels`; none by default).
     """
 
-    def __init__(  # noqa: PLR0913 (the term, the lease; optional collaborators, keyword-only)
+    def __init__(
         self,
         term: WriteTerm,
         lease: Lease,
         *,
-        publisher: StatePublisher | None = None,
-        registry: NodeRegistry | None = None,
-        config_hash: str | None = None,
+        channels: StatusChannels | None = None,
         runtime_factory: RuntimeFactory = DestinationRuntime,
         side_work: SideWork | None = None,
-        metrics_url: str | None = None,
     ) -> None:
         self.name = term.destination
         self.config = term.config
-        self.table_uri = term.table_uri
         self.term = term
         self.lease = lease
-        self._publisher = publisher
-        self._registry = registry
-        self._config_hash = config_hash
+        self._status = HolderStatus(self.name, lease, channels or StatusChannels())
         self._factory = runtime_factory
         self._side = side_work or SideWork()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._stop_reason = "stop requested"
-        self._term_lost = threading.Event()
+        self._gate = LeaseGate(self.name, lease, self._stop)
         self._wake = threading.Event()
         """Set by a stop request and a lost lease: ends a retry's wait at once."""
         self._runtime: StreamingRuntime | None = None
-        self._gate_waiting = False
-        self._epoch: int | None = None
         self.terms = 0
         """Terms this supervisor held the lease for (one per acquisition)."""
         self.role = "standby"
-        self.metrics_url = metrics_url
-        """Where this process serves its Prometheus metrics (published for `status`)."""
-        self._last_commit: dict[str, Any] = {}
-        """The newest commit's figures, published with the live ones."""
 
     # -- control ---------------------------------------------------------------------------------
 
@@ -153,9 +140,9 @@ class LeaseSupervisor:
 
     def _on_lost(self, error: LeaseLostError) -> None:
         """Lease callback (a lease thread): stop writing now."""
-        self._term_lost.set()
+        self._gate.lost.set()
         self._wake.set()
-        self.term.recorder.lease(held=False, epoch=self._epoch)
+        self.term.recorder.lease(held=False, epoch=self._gate.epoch)
         with self._lock:
             runtime = self._runtime
         if runtime is not None:
@@ -166,59 +153,21 @@ class LeaseSupervisor:
         """Why this term's writing must end now, or None (see :data:`.side_work.Halted`)."""
         if self._stop.is_set():
             return "stopping"
-        if self._term_lost.is_set():
+        if self._gate.lost.is_set():
             return "lease lost"
         return None
 
-    # -- the gate and the claim ------------------------------------------------------------------
-
-    def _gate(self) -> None:
-        """Right before each commit: pass while the lease is held, hold while unconfirmed."""
-        lease = self.lease
-        if lease.is_held():
-            return
-        epoch = self._epoch
-        if self._term_lost.is_set() or lease.epoch is None:
-            raise LeaseLostError(self.name, epoch, "the lease is no longer held")
-        if not self._gate_waiting:
-            self._gate_waiting = True
-            log.warning(
-                "%s: lease not confirmed (epoch %s): holding commits until it is", self.name, epoch
-            )
-        while True:
-            if self._term_lost.is_set():
-                raise LeaseLostError(self.name, epoch, "lost while a commit was waiting")
-            if self._stop.is_set():
-                raise LeaseLostError(self.name, epoch, "stopping while the lease was unconfirmed")
-            if lease.wait_held(0.25):
-                self._gate_waiting = False
-                log.info("%s: lease confirmed again (epoch %s): committing", self.name, epoch)
-                return
+    # -- the claim and the state ---------------------------------------------------------------
 
     def _claim(self, epoch: int) -> None:
         """Fence off every older writer before this term writes (:mod:`.claim`)."""
         claim_change_log(self.term, epoch, gate=self._gate)
 
-    # -- state -----------------------------------------------------------------------------------
-
-    def _publish(
-        self, kind: str, value: dict[str, Any], *, fence: int | None, urgent: bool
-    ) -> None:
-        if self._publisher is not None:
-            self._publisher.publish(state_keys(self.name)[kind], value, fence=fence, urgent=urgent)
-
     def _committed(self, report: CommitReport) -> None:
         """Commit observer of every writer under the held term (the term's ``report`` told
         the recorder already): publish the status, then tell the caller's observer. A commit
         that listed tables for a re-read after DDL stops the runtime after it."""
-        self._last_commit = {
-            "epoch": report.epoch,
-            "batch_seq": report.batch_seq,
-            "position": str(report.resume),
-            "lag_seconds": round(report.lag_seconds, 3),
-            "committed_at": time.time(),
-            "rows": report.rows,
-        }
+        self._status.committed(report)
         self._publish_status(report.epoch)
         if self.term.on_commit is not None:
             self.term.on_commit(report)
@@ -229,57 +178,18 @@ class LeaseSupervisor:
                 runtime.request_stop("re-read after DDL")
 
     def _publish_status(self, epoch: int | None) -> None:
-        """The holder's ``status`` entry for `status`: the newest commit and the live figures
-        (lag, rows/s, buffer fill, snapshot progress, the metrics endpoint)."""
-        if self._publisher is None or epoch is None:
-            return
-        value: dict[str, Any] = {"address": self.lease.address, **self._last_commit}
-        value["epoch"] = epoch
+        """The holder's ``status`` entry (:meth:`.HolderStatus.publish_status`)."""
         runtime = self._runtime
-        if runtime is not None:
-            m = runtime.metrics()
-            if m.lag_seconds is not None:
-                value["lag_seconds"] = round(m.lag_seconds, 3)
-            value["source_time"] = m.source_time
-            value["rows_per_second"] = round(m.rows_per_second, 1)
-            value["buffer_fill"] = round(m.buffer_fill, 4)
-        progress = self._side.snapshot_progress
-        if progress is not None:
-            value["snapshot"] = {
-                "table": progress.table,
-                "tables": progress.tables,
-                "rows_written": progress.rows_written,
-                "progress": round(progress.done_fraction, 4),
-            }
-        if self.metrics_url is not None:
-            value["metrics_url"] = self.metrics_url
-        value["published_at"] = time.time()
-        self._publish("status", value, fence=epoch, urgent=False)
+        figures = runtime.metrics if runtime is not None else None
+        self._status.publish_status(epoch, figures, self._side.snapshot_progress)
 
     def _heartbeat_loop(self, stop: threading.Event) -> None:
         """Every renew interval: the registry row (database backend), and while active the
         live status figures (published at most once per publish interval)."""
-        registry = self._registry
-        beats = 0
         while not stop.is_set():
             if self.role == "active":
-                self._publish_status(self._epoch)
-            if registry is not None:
-                try:
-                    liveness = self.lease.liveness_address()
-                    registry.heartbeat(
-                        self.name,
-                        self.lease.address,
-                        self.lease.run_id,
-                        role=self.role,
-                        epoch=self.lease.epoch,
-                        info={"liveness": liveness} if liveness else None,
-                    )
-                    beats += 1
-                    if self.role == "active" and beats % _REGISTRY_MAINTENANCE_EVERY == 0:
-                        registry.maintain()
-                except CdcError as exc:
-                    log.warning("%s: node registry heartbeat failed: %s", self.name, exc)
+                self._publish_status(self._gate.epoch)
+            self._status.heartbeat(self.role)
             stop.wait(self.lease.renew_interval)
 
     # -- run -------------------------------------------------------------------------------------
@@ -299,7 +209,7 @@ class LeaseSupervisor:
         try:
             while not self._stop.is_set():
                 self.role = "standby"
-                self._term_lost.clear()
+                self._gate.lost.clear()
                 self._wake.clear()
                 if self._stop.is_set():
                     break
@@ -317,13 +227,13 @@ class LeaseSupervisor:
                     break
                 epoch = held.epoch
                 self.terms += 1
-                self._epoch = epoch
+                self._gate.epoch = epoch
                 self.role = "active"
                 self.term.recorder.lease(held=True, epoch=epoch)
-                self._publish_acquired(epoch)
+                self._status.acquired(epoch)
                 summary = self._run_term(held, epoch, exit_when_idle_seconds)
                 summaries.append(summary)
-                if self._term_lost.is_set() or _fenced(summary.error, epoch):
+                if self._gate.lost.is_set() or _fenced(summary.error, epoch):
                     why = (
                         summary.error.reason
                         if isinstance(summary.error, LeaseLostError)
@@ -343,11 +253,7 @@ class LeaseSupervisor:
             self.role = "stopped"
             self._release()
             self.lease.close()
-            if self._registry is not None:
-                try:
-                    self._registry.leave(self.name, self.lease.address, self.lease.run_id)
-                except CdcError as exc:
-                    log.warning("%s: leaving the node registry failed: %s", self.name, exc)
+            self._status.leave()
         return self._summary(summaries, final)
 
     def _log_standby(self) -> None:
@@ -366,49 +272,14 @@ class LeaseSupervisor:
                 holder.epoch,
             )
 
-    def _publish_acquired(self, epoch: int) -> None:
-        lease = self.lease
-        self._publish(
-            "lease",
-            {
-                "state": "held",
-                "destination": self.name,
-                "address": lease.address,
-                "run_id": lease.run_id,
-                "epoch": epoch,
-                "backend": lease.backend,
-                "since": time.time(),
-            },
-            fence=epoch,
-            urgent=True,
-        )
-        if self._config_hash is not None:
-            self._publish(
-                "config",
-                {"content_hash": self._config_hash, "address": lease.address, "epoch": epoch},
-                fence=epoch,
-                urgent=True,
-            )
-
     def _release(self, *, publish: bool = False, epoch: int | None = None) -> None:
-        self.term.recorder.lease(held=False, epoch=self._epoch)
+        self.term.recorder.lease(held=False, epoch=self._gate.epoch)
         try:
             self.lease.release()
         except LeaseError as exc:
             log.warning("%s: releasing the lease failed: %s", self.name, exc)
         if publish and epoch is not None:
-            self._publish(
-                "lease",
-                {
-                    "state": "released",
-                    "destination": self.name,
-                    "address": self.lease.address,
-                    "epoch": epoch,
-                    "since": time.time(),
-                },
-                fence=epoch,
-                urgent=True,
-            )
+            self._status.released(epoch)
 
     def _run_term(self, term: WriteTerm, epoch: int, exit_when_idle: float | None) -> RunSummary:
         """Claim the change log, copy new tables, stream (pausing for repairs) until the term
@@ -476,7 +347,7 @@ class LeaseSupervisor:
             self._runtime = runtime
             if self._stop.is_set():
                 runtime.request_stop(self._stop_reason)
-        if self._term_lost.is_set():
+        if self._gate.lost.is_set():
             runtime.request_stop("lease lost")
         watch_stop = threading.Event()
         watcher = self._side.start_inbox_watch(runtime, watch_stop)

@@ -259,7 +259,7 @@ def test_a_crashing_source_thread_ends_the_run_with_an_error(
         raise RuntimeError("injected bug")
         yield  # pragma: no cover
 
-    monkeypatch.setattr("cdc_platform.runtime.instance.BinlogSource.event_lists", broken_lists)
+    monkeypatch.setattr("cdc_platform.source.BinlogSource.event_lists", broken_lists)
     uri = str(lake_root / "d" / "changes")
     summary = DestinationRuntime(WriteTerm("d", instance(mariadb), uri)).run()
     assert summary.reason == "failed"

@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_platform.runtime.instance import IDLE_WITHOUT_HEARTBEAT_FACTOR, _idle_long_enough
+from cdc_platform.runtime.idle import IDLE_WITHOUT_HEARTBEAT_FACTOR, idle_long_enough
 
 pytestmark = pytest.mark.unit
 
 
 def test_after_a_heartbeat_the_idle_time_is_the_limit() -> None:
-    assert not _idle_long_enough(1.4, 1.5, heard_idle=True)
-    assert _idle_long_enough(1.5, 1.5, heard_idle=True)
+    assert not idle_long_enough(1.4, 1.5, heard_idle=True)
+    assert idle_long_enough(1.5, 1.5, heard_idle=True)
 
 
 def test_without_a_heartbeat_a_quiet_stream_is_given_longer() -> None:
-    assert not _idle_long_enough(1.5, 1.5, heard_idle=False)
-    assert not _idle_long_enough(5.9, 1.5, heard_idle=False)
-    assert _idle_long_enough(1.5 * IDLE_WITHOUT_HEARTBEAT_FACTOR, 1.5, heard_idle=False)
+    assert not idle_long_enough(1.5, 1.5, heard_idle=False)
+    assert not idle_long_enough(5.9, 1.5, heard_idle=False)
+    assert idle_long_enough(1.5 * IDLE_WITHOUT_HEARTBEAT_FACTOR, 1.5, heard_idle=False)

@@ -13,7 +13,11 @@ import pytest
 from cdc_platform.config.models import InstanceConfig, SourceConfig
 from cdc_platform.errors import LeaseLostError, SinkError, StaleSideFileError
 from cdc_platform.events import ResumePosition
-from cdc_platform.runtime.instance import RunSummary, RuntimeMetrics
+from cdc_platform.runtime.claim import claim_change_log
+from cdc_platform.runtime.holder_status import StatusChannels
+from cdc_platform.runtime.instance import RunSummary
+from cdc_platform.runtime.lease_gate import LeaseGate
+from cdc_platform.runtime.runtime_metrics import RuntimeMetrics
 from cdc_platform.runtime.supervisor import LeaseSupervisor
 from cdc_platform.sink import DeltaChangeLog, FencedCommitError
 from cdc_platform.sink.term import WriteTerm
@@ -35,12 +39,12 @@ def supervisor(lease: InMemoryLease, uri: str, **kwargs: Any) -> LeaseSupervisor
 def test_gate_passes_while_held_and_raises_once_lost(tmp_path: Path) -> None:
     clock = FakeClock()
     lease = InMemoryLease(InMemoryLeaseStore(clock), "shop", address="a", expiry=3.0)
-    sup = supervisor(lease, str(tmp_path / "changes"))
+    gate = LeaseGate("shop", lease, threading.Event())
     assert lease.try_acquire() == 0
-    sup._gate()
+    gate()
     clock.advance(3.0)
     with pytest.raises(LeaseLostError):
-        sup._gate()
+        gate()
 
 
 def test_claim_fences_off_the_previous_epoch(tmp_path: Path) -> None:
@@ -50,7 +54,9 @@ def test_claim_fences_off_the_previous_epoch(tmp_path: Path) -> None:
     clock = FakeClock()
     lease = InMemoryLease(InMemoryLeaseStore(clock), "shop", address="b")
     assert lease.try_acquire(min_epoch=1) == 1
-    supervisor(lease, uri)._claim(1)
+    claim_change_log(
+        WriteTerm("shop", CONFIG, uri), 1, gate=LeaseGate("shop", lease, threading.Event())
+    )
     checkpoint = DeltaChangeLog(uri, "shop").recover()
     assert checkpoint is not None
     assert (checkpoint.batch_seq, checkpoint.epoch, checkpoint.resume) == (2, 1, RESUME)
@@ -65,7 +71,9 @@ def test_claim_refuses_an_epoch_older_than_the_table(tmp_path: Path) -> None:
     lease = InMemoryLease(InMemoryLeaseStore(FakeClock()), "shop", address="b")
     assert lease.try_acquire() == 0
     with pytest.raises(LeaseLostError, match="epoch 5"):
-        supervisor(lease, uri)._claim(0)
+        claim_change_log(
+            WriteTerm("shop", CONFIG, uri), 0, gate=LeaseGate("shop", lease, threading.Event())
+        )
 
 
 class FakeRuntime:
@@ -126,7 +134,9 @@ def test_operator_release_sends_the_holder_back_to_standby_and_epochs_grow(
         store, "shop", address="a", expiry=0.8, renew_interval=0.1, release_cooldown=0.3
     )
     FakeRuntime.instances.clear()
-    sup = supervisor(lease, uri, runtime_factory=FakeRuntime, publisher=publisher)
+    sup = supervisor(
+        lease, uri, runtime_factory=FakeRuntime, channels=StatusChannels(publisher=publisher)
+    )
     result: list[RunSummary] = []
     thread = threading.Thread(target=lambda: result.append(sup.run()), daemon=True)
     thread.start()
