@@ -5,8 +5,8 @@ Used by ``cdc-platform reconcile`` and by the Dagster ``cdc_reconcile`` job alik
 1. Compare (read-only, anywhere): each captured base table against its mirror
    (:mod:`.compare`); tables without a primary key as multisets of rows, which are reported
    but cannot be repaired by key.
-2. Repair (only under the destination's lease): if a process holds the lease (the normal
-   run), the suspected keys go to it through its request inbox
+2. Repair (only under the destination's lease, :mod:`.repair_route`): if a process holds
+   the lease (the normal run), the suspected keys go to it through its request inbox
    (:mod:`cdc_platform.backfill.request_inbox`) and it writes the
    repair events; if nobody holds it, this process takes the lease, repairs, and releases
    it. If the holder does not take the request in time, nothing is written and the report
@@ -21,22 +21,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import pymysql
 from pyspark.sql import SparkSession
 
-from cdc_platform.backfill.repair import RepairResult, RepairTable, repair_keys
-from cdc_platform.backfill.request_inbox import repair_inbox
-from cdc_platform.backfill.stop import SideWorkStop
-from cdc_platform.config.deployment import check_deployment
+from cdc_platform.backfill.repair import RepairResult
 from cdc_platform.config.loader import ConfigSet
-from cdc_platform.coordination.lease import take_lease
+from cdc_platform.config.models import ReconcileConfig, SourceConfig
 from cdc_platform.errors import ReconcileError, SnapshotError
-from cdc_platform.ha.lease import Lease
-from cdc_platform.reconcile.compare import ChunkProgress, TableComparison, compare_table
-from cdc_platform.sink.term import WriteTerm
+from cdc_platform.reconcile.compare import compare_table
+from cdc_platform.reconcile.comparison import ChunkProgress, ComparisonBounds, TableComparison
+from cdc_platform.reconcile.repair_route import repair_suspects
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.source.mysql import connect_source
 from cdc_platform.source.reading.row_reader import base_tables, describe_table
 from cdc_platform.source.table_names import split_table_name, table_name_splits
-from cdc_platform.spark.locations import mirror_root
 
 __all__ = ["ReconcileReport", "reconcile_destination"]
 
@@ -96,27 +94,26 @@ class ReconcileReport:
         }
 
 
-def reconcile_destination(  # noqa: PLR0912, PLR0913, PLR0915 (the two phases, with their knobs, keyword-only)
+def reconcile_destination(  # noqa: PLR0913 (the destination, Spark; what to compare and how, keyword-only)
     config: ConfigSet,
     destination: str,
     spark: SparkSession,
     *,
     tables: Sequence[str] | None = None,
-    chunk_size: int | None = None,
-    max_suspects: int | None = None,
-    wait_seconds: float | None = None,
-    lease_timeout: float = 10.0,
+    settings: ReconcileConfig | None = None,
     address: str | None = None,
     on_chunk: Callable[[ChunkProgress], None] | None = None,
 ) -> ReconcileReport:
     """Compare and repair one destination; see the module docstring.
 
+    ``tables``: the ``db.table`` names to compare (default: every table it captures);
+    ``settings``: the reconcile settings (default: the platform's ``reconcile``);
+    ``address``: this process's name in the lease, should it repair under its own.
+
     Raises:
         ReconcileError: unknown destination or table, or the holder's repair failed.
         SourceError, SparkError, SinkError: reading or writing failed; rerun (it is safe).
     """
-    from cdc_platform.coordination.factory import open_lease  # noqa: PLC0415 (kazoo only when used)
-
     started = time.perf_counter()
     if destination not in config.destinations:
         raise ReconcileError(f"unknown destination {destination!r}")
@@ -126,26 +123,14 @@ def reconcile_destination(  # noqa: PLR0912, PLR0913, PLR0915 (the two phases, w
             f"{destination}: reconciliation needs the binlog's watermarks; a destination in the "
             "watch-by-id mode lists its tables itself (docs/id_watch.md)"
         )
-    settings = config.platform.reconcile
-    chunk_size = chunk_size or settings.chunk_size
-    max_suspects = max_suspects or settings.max_repairs_per_table
-    wait_seconds = settings.wait_seconds if wait_seconds is None else wait_seconds
+    settings = settings or config.platform.reconcile
+    bounds = ComparisonBounds.of(settings, dest.config.snapshot)
     source = dest.config.source
     report = ReconcileReport(destination, "clean")
-    table_uri = config.table_uri(destination)
-    lake = config.lake
-    root = mirror_root(lake.uri, destination)
+    lake = DestinationLake.of(config.lake, destination, dest.config)
     conn = connect_source(source, purpose="reconciliation")
     try:
-        if tables:
-            names = []
-            for name in tables:
-                if not table_name_splits(name):
-                    raise ReconcileError(f"--table {name!r}: expected db.table")
-                names.append(name)
-        else:
-            names = base_tables(conn, source.include_tables, source.exclude_tables)
-        for name in names:
+        for name in _table_names(conn, tables, source):
             db, table = split_table_name(conn, name)
             try:
                 spec = describe_table(conn, db, table, require_key=False)
@@ -154,16 +139,7 @@ def reconcile_destination(  # noqa: PLR0912, PLR0913, PLR0915 (the two phases, w
                 log.warning("%s: not reconciling %s: %s", destination, name, exc)
                 continue
             comparison = compare_table(
-                spark,
-                conn,
-                spec,
-                change_log_uri=table_uri,
-                mirror_root=root,
-                storage_options=lake.storage_options,
-                chunk_size=chunk_size,
-                chunk_bytes=dest.config.snapshot.chunk_bytes,
-                max_suspects=max_suspects,
-                on_chunk=on_chunk,
+                spark, conn, spec, lake=lake, bounds=bounds, on_chunk=on_chunk
             )
             log.info("%s: compared %s: %s", destination, name, comparison.summary())
             report.tables.append(comparison)
@@ -180,42 +156,11 @@ def reconcile_destination(  # noqa: PLR0912, PLR0913, PLR0915 (the two phases, w
     if not requests:
         report.seconds = time.perf_counter() - started
         return report
-    lease = open_lease(config.platform, config.conf_dir, destination, address=address)
-    lease.start()
-    try:
-        holder = lease.holder()
-        if holder is not None and holder.run_id != lease.run_id:
-            inbox = repair_inbox(lake.uri, destination, source, lake.storage_options)
-            request_id = inbox.submit(requests, requester=lease.address)
-            log.info(
-                "%s: %d suspected keys sent to the lease holder %s (epoch %d), request %s",
-                destination,
-                sum(len(r.keys) for r in requests),
-                holder.address,
-                holder.epoch,
-                request_id,
-            )
-            result = inbox.wait(request_id, wait_seconds)
-            if result is None:
-                report.status = "not_repaired"
-                report.message = (
-                    f"the lease holder {holder.address} (epoch {holder.epoch}) did not take the "
-                    f"repair request within {wait_seconds:g} s; nothing was written. Only the "
-                    "holder may write the change log: is it a `cdc-platform run` / Dagster run "
-                    "(a snapshot in progress does not take requests)?"
-                )
-            else:
-                report.repair, report.repaired_by = result, f"{holder.address} (lease holder)"
-        else:
-            repair, said = _repair_with_own_lease(
-                config, destination, requests, lease, lease_timeout
-            )
-            if repair is None:
-                report.status, report.message = "not_repaired", said
-            else:
-                report.repair, report.repaired_by = repair, said
-    finally:
-        lease.close()
+    repair, said = repair_suspects(config, destination, requests, settings, address)
+    if repair is None:
+        report.status, report.message = "not_repaired", said
+    else:
+        report.repair, report.repaired_by = repair, said
     if report.repair is not None and not keyless:
         # Suspects that only lagged (or that the binlog carried meanwhile) need no repair.
         report.status = "repaired" if report.repaired else "clean"
@@ -223,40 +168,16 @@ def reconcile_destination(  # noqa: PLR0912, PLR0913, PLR0915 (the two phases, w
     return report
 
 
-def _repair_with_own_lease(
-    config: ConfigSet,
-    destination: str,
-    requests: list[RepairTable],
-    lease: Lease,
-    lease_timeout: float,
-) -> tuple[RepairResult | None, str]:
-    """Nobody streams the destination: take its lease for the repair, then release it.
-
-    Returns the result (None: the lease could not be taken) and who repaired, or why not.
-    Refuses, as `run` and `serve` do, a lake on object storage with a local SQLite lease:
-    another machine's process would hold its own lease and write the same change log.
-    """
-    check_deployment(config)
-    term = take_lease(
-        lease,
-        WriteTerm.in_lake(destination, config.destinations[destination].config, config.lake),
-        timeout=lease_timeout,
-        doing="a reconciliation repair",
-    )
-    if term is None:
-        return None, (
-            f"could not take the free lease of {destination} within {lease_timeout:g} s "
-            "(someone took it meanwhile); nothing was written"
-        )
-    stop = SideWorkStop(destination, term.epoch, work="repair")
-    lease.on_lost(lambda error: stop.request_stop(f"lease lost: {error.reason}"))
-    try:
-        result = repair_keys(
-            term,
-            requests,
-            max_backlog_bytes=config.platform.reconcile.max_repair_backlog_bytes,
-            stop=stop,
-        )
-    finally:
-        lease.release()
-    return result, f"{lease.address} (this process, epoch {term.epoch})"
+def _table_names(
+    conn: pymysql.connections.Connection[Any], tables: Sequence[str] | None, source: SourceConfig
+) -> list[str]:
+    """The ``db.table`` names asked for (checked for their form), else every base table the
+    source's filters capture."""
+    if not tables:
+        return base_tables(conn, source.include_tables, source.exclude_tables)
+    names = []
+    for name in tables:
+        if not table_name_splits(name):
+            raise ReconcileError(f"--table {name!r}: expected db.table")
+        names.append(name)
+    return names

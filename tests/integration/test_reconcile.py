@@ -224,7 +224,12 @@ def test_repair_is_written_by_the_lease_holder_while_it_streams(
     writer = threading.Thread(target=keep_writing, daemon=True)
     writer.start()
     try:
-        report = reconcile_destination(destination, "d", spark, wait_seconds=60)
+        report = reconcile_destination(
+            destination,
+            "d",
+            spark,
+            settings=destination.platform.reconcile.model_copy(update={"wait_seconds": 60}),
+        )
     finally:
         stop.set()
         writer.join(timeout=10)
@@ -259,7 +264,12 @@ def test_repair_is_written_by_the_lease_holder_while_it_streams(
         deadline.wait(0.2)
     assert_change_log_replays_to_source(destination, mariadb)
     apply_mirrors(spark, destination, mariadb.name)
-    again = reconcile_destination(destination, "d", spark, wait_seconds=60)
+    again = reconcile_destination(
+        destination,
+        "d",
+        spark,
+        settings=destination.platform.reconcile.model_copy(update={"wait_seconds": 60}),
+    )
     assert again.differences == 0, again.metadata()
 
 
@@ -274,7 +284,12 @@ def test_nothing_is_written_where_the_lease_is_not_held(
     try:
         assert lease.acquire(timeout=10) is not None
         version = DeltaTable(destination.table_uri("d")).version()
-        report = reconcile_destination(destination, "d", spark, wait_seconds=2)
+        report = reconcile_destination(
+            destination,
+            "d",
+            spark,
+            settings=destination.platform.reconcile.model_copy(update={"wait_seconds": 2}),
+        )
         assert report.status == "not_repaired", report.metadata()
         assert "other-node" in report.message
         assert report.differences == 4 + 1  # found, but not repaired
@@ -450,7 +465,12 @@ def test_hand_written_repair_requests_are_refused_and_delete_nothing(
     assert deletes == [], "a hand-written request made the holder write deletes"
 
     apply_mirrors(spark, destination, mariadb.name)  # the mirror still has id 13
-    report = reconcile_destination(destination, "d", spark, wait_seconds=60)
+    report = reconcile_destination(
+        destination,
+        "d",
+        spark,
+        settings=destination.platform.reconcile.model_copy(update={"wait_seconds": 60}),
+    )
     assert report.status == "repaired", report.metadata()
     assert "lease holder" in (report.repaired_by or "")
     assert report.repair is not None

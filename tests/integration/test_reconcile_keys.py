@@ -12,7 +12,9 @@ from pyspark.sql import SparkSession
 
 from cdc_platform.config import ConfigSet
 from cdc_platform.reconcile.compare import compare_table
+from cdc_platform.reconcile.comparison import ComparisonBounds
 from cdc_platform.reconcile.service import reconcile_destination
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.source.mysql import connect_source
 from cdc_platform.source.reading.row_reader import describe_table
 from cdc_platform.spark.locations import mirror_root, mirror_uri
@@ -55,10 +57,8 @@ def test_differences_reach_the_driver_only_up_to_max_suspects(
             spark,
             conn,
             spec,
-            change_log_uri=destination.table_uri("d"),
-            mirror_root=root,
-            chunk_size=400,
-            max_suspects=10,
+            lake=DestinationLake.of(destination.lake, "d", destination.destinations["d"].config),
+            bounds=ComparisonBounds(chunk_size=400, max_suspects=10),
         )
     finally:
         conn.close()

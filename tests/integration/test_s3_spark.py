@@ -269,7 +269,12 @@ def test_reconcile_on_s3_sends_the_repair_to_the_streaming_lease_holder(
         thread = threading.Thread(target=supervisor.run, daemon=True)
         thread.start()
         try:
-            report = reconcile_destination(config, "d", spark, wait_seconds=60)
+            report = reconcile_destination(
+                config,
+                "d",
+                spark,
+                settings=config.platform.reconcile.model_copy(update={"wait_seconds": 60}),
+            )
         finally:
             supervisor.request_stop("test over")
             thread.join(timeout=30)

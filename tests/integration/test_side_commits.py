@@ -21,7 +21,7 @@ from cdc_platform.backfill.snapshot import SnapshotRunner, state_path
 from cdc_platform.config import ConfigSet, load_config
 from cdc_platform.coordination.factory import open_lease
 from cdc_platform.errors import LeaseLostError, ReconcileError
-from cdc_platform.reconcile.service import _repair_with_own_lease
+from cdc_platform.reconcile.repair_route import repair_with_own_lease
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink import Checkpoint
 from cdc_platform.sink.term import WriteTerm
@@ -144,7 +144,7 @@ def test_the_own_lease_repair_lists_a_ddl_it_commits_for_a_reread(
     lease = open_lease(destination.platform, destination.conf_dir, "d", address="reconcile")
     lease.start()
     try:
-        result, said = _repair_with_own_lease(
+        result, said = repair_with_own_lease(
             destination, "d", repair_request(mariadb.name, 5), lease, 10.0
         )
     finally:

@@ -13,7 +13,7 @@ import pytest
 
 from cdc_platform.config import load_config
 from cdc_platform.errors import ConfigError
-from cdc_platform.reconcile.service import _repair_with_own_lease
+from cdc_platform.reconcile.repair_route import repair_with_own_lease
 from cdc_platform.testing.fakes import InMemoryLease, InMemoryLeaseStore
 
 pytestmark = pytest.mark.unit
@@ -31,5 +31,5 @@ def test_the_own_lease_repair_refuses_a_sqlite_lease_with_a_remote_lake(
     monkeypatch.setenv("PW", "x")
     lease = InMemoryLease(InMemoryLeaseStore(), "shop")
     with pytest.raises(ConfigError, match=r"lease\.single_machine: true"):
-        _repair_with_own_lease(load_config(conf), "shop", [], lease, 1.0)
+        repair_with_own_lease(load_config(conf), "shop", [], lease, 1.0)
     assert lease.epoch is None, "the lease was never taken"
