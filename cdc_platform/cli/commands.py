@@ -16,7 +16,6 @@ from cdc_platform.config.deployment import (
     deployment_errors,
     deployment_warnings,
 )
-from cdc_platform.config.models import ReconcileConfig
 from cdc_platform.errors import CdcError, ConfigError
 from cdc_platform.infra.signals import stop_signals
 
@@ -435,17 +434,6 @@ def snapshot_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _reconcile_settings(args: argparse.Namespace, config: ConfigSet) -> ReconcileConfig:
-    """The platform's ``reconcile`` settings with ``--chunk-size`` and ``--wait`` applied."""
-    settings = config.platform.reconcile
-    return settings.model_copy(
-        update={
-            "chunk_size": args.chunk_size or settings.chunk_size,
-            "wait_seconds": settings.wait_seconds if args.wait is None else args.wait,
-        }
-    )
-
-
 def reconcile_command(args: argparse.Namespace) -> int:
     from cdc_platform.reconcile.comparison import ChunkProgress  # noqa: PLC0415 (Spark is heavy)
     from cdc_platform.reconcile.service import reconcile_destination  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
@@ -462,6 +450,8 @@ def reconcile_command(args: argparse.Namespace) -> int:
             flush=True,
         )
 
+    given = {"chunk_size": args.chunk_size or None, "wait_seconds": args.wait}  # None: as set
+    given = {key: value for key, value in given.items() if value is not None}
     factory = SparkSessionFactory(config.platform.spark, config.lake)
     try:
         report = reconcile_destination(
@@ -469,7 +459,7 @@ def reconcile_command(args: argparse.Namespace) -> int:
             destination.name,
             factory.session(),
             tables=args.table or None,
-            settings=_reconcile_settings(args, config),
+            settings=config.platform.reconcile.model_copy(update=given),
             on_chunk=progress if not args.json else None,
         )
     finally:
