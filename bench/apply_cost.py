@@ -57,6 +57,7 @@ def child(engine: str, applies: int, changes: int) -> None:
     from cdc_platform.config.models import SparkConfig
     from cdc_platform.spark.mirror import apply_changes
     from cdc_platform.spark.session import SparkSessionFactory
+    from cdc_platform.spark.target import MirrorTarget
     from cdc_platform.testing.spark_changes import ChangeLogWriter, SourceTable, column
     from cdc_platform.testing.spark_connect import SMALL_LOCAL_CONF
 
@@ -98,7 +99,7 @@ def child(engine: str, applies: int, changes: int) -> None:
         now = datetime.now(UTC)
         log.commit(events, ts=now, committed_at=now)
         started = time.perf_counter()
-        result = apply_changes(spark, log.uri, str(work / "mirror"), "shop", "orders")
+        result = apply_changes(spark, MirrorTarget(log.uri, str(work / "mirror"), "shop", "orders"))
         seconds[result.mode].append(time.perf_counter() - started)
         if result.mirror_rows != len(orders.rows):
             raise SystemExit(f"{engine}: {result.mirror_rows} rows, want {len(orders.rows)}")

@@ -214,6 +214,7 @@ def run_engine(
     from cdc_platform.config.models import SparkConfig
     from cdc_platform.spark.mirror import apply_changes
     from cdc_platform.spark.session import SparkSessionFactory
+    from cdc_platform.spark.target import MirrorTarget
     from cdc_platform.testing.spark_connect import SMALL_LOCAL_CONF
 
     conf = {**SMALL_LOCAL_CONF, "spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "4",
@@ -231,13 +232,13 @@ def run_engine(
         shutil.copytree(work / f"{table}_base", log)
         root = str(work / f"{mode}_mirror")
         started = time.perf_counter()
-        first = apply_changes(spark, log, root, DB, table)
+        first = apply_changes(spark, MirrorTarget(log, root, DB, table))
         load = time.perf_counter() - started
         assert first.mirror_rows == truth["base_rows"], first
         changes = DeltaTable(str(work / f"{table}_changes")).to_pyarrow_table()
         write_deltalake(log, changes, mode="append", partition_by=["db", "table"])
         started = time.perf_counter()
-        result = apply_changes(spark, log, root, DB, table)
+        result = apply_changes(spark, MirrorTarget(log, root, DB, table))
         merge = time.perf_counter() - started
         assert result.mode == "merge", result
         assert result.mirror_rows == truth["final_rows"], result

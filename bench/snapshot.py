@@ -132,7 +132,7 @@ def reconcile(
 ) -> None:
     from cdc_platform.config import load_config  # noqa: PLC0415 (only with --reconcile)
     from cdc_platform.reconcile.service import reconcile_destination  # noqa: PLC0415 (only with --reconcile)
-    from cdc_platform.spark import SparkSessionFactory, apply_changes  # noqa: PLC0415 (only with --reconcile)
+    from cdc_platform.spark import MirrorTarget, SparkSessionFactory, apply_changes  # noqa: PLC0415 (only with --reconcile)
     from cdc_platform.spark.locations import mirror_root, mirror_uri  # noqa: PLC0415 (only with --reconcile)
     from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf  # noqa: PLC0415 (only with --reconcile)
 
@@ -153,7 +153,7 @@ def reconcile(
     uri = configset.table_uri("bench")
     mroot = mirror_root(lake, "bench")
     started = time.perf_counter()
-    applied = apply_changes(spark, uri, mroot, "bench", "items")
+    applied = apply_changes(spark, MirrorTarget(uri, mroot, "bench", "items"))
     print(f"mirror: {applied.mirror_rows} rows built in {time.perf_counter() - started:.1f} s")
 
     def timed(label: str) -> None:
@@ -185,7 +185,7 @@ def reconcile(
         database="bench",
     )
     timed(f"{differences} injected")
-    apply_changes(spark, uri, mroot, "bench", "items")
+    apply_changes(spark, MirrorTarget(uri, mroot, "bench", "items"))
     timed("after the mirror applied the repairs")
     factory.stop()
 

@@ -15,15 +15,14 @@ from typing import Any
 from airflow.sdk import Asset, BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException
 
-from cdc_airflow.assets import change_log_asset, history_asset, history_uri, mirror_asset
+from cdc_airflow.assets import change_log_asset, history_asset, mirror_asset
 from cdc_airflow.hooks import CdcHook
 from cdc_platform.backfill.request_inbox import snapshot_inbox
-from cdc_platform.backfill.reread import pending_rereads
 from cdc_platform.config import ConfigSet
 from cdc_platform.coordination.table_catalog import catalog_table_name
 from cdc_platform.errors import SnapshotError
 from cdc_platform.reconcile.service import reconcile_destination
-from cdc_platform.spark import apply_changes, daily_change_stats, mirror_as_of, mirror_root
+from cdc_platform.spark import DestinationMirrors
 
 __all__ = [
     "CdcDailyHistoryOperator",
@@ -89,32 +88,17 @@ class CdcMirrorOperator(_CdcOperator):
         hook = CdcHook(self.cdc_conn_id)
         configset = hook.load()
         hook.destination(configset, self.destination)
-        lake = configset.lake
-        held = f"{self.db}.{self.table}" in pending_rereads(
-            lake.uri, self.destination, lake.storage_options
-        )
         with hook.spark_session(configset) as session:
-            result = apply_changes(
-                session,
-                configset.table_uri(self.destination),
-                mirror_root(lake.uri, self.destination),
-                self.db,
-                self.table,
-                storage_options=lake.storage_options,
-                held=held,
+            [applied] = DestinationMirrors.of(configset, self.destination, session).apply(
+                [(self.db, self.table)]
             )
-        if result.mirror_version is None and result.dropped is None:
+        if not applied.has_table:
             raise AirflowException(
                 f"no mirror table yet for {self.db}.{self.table}: the change log holds no row "
                 "and no definition of it. Its mirror appears with its first change; to copy "
                 "its rows now, run a CdcSnapshotRequestOperator for it"
             )
-        extra = {
-            **result.metadata(),
-            "row_count": result.mirror_rows,
-            "uri": result.mirror_uri,
-            "rereading": held,
-        }
+        extra = applied.metadata()
         _emit(context, self.mirror, extra)
         return extra
 
@@ -225,38 +209,10 @@ class CdcDailyHistoryOperator(_CdcOperator):
         hook = CdcHook(self.cdc_conn_id)
         configset = hook.load()
         hook.destination(configset, self.destination)
-        change_log = configset.table_uri(self.destination)
-        target = history_uri(configset, self.destination, self.db, self.table, day.isoformat())
         with hook.spark_session(configset) as session:
-            stats = [
-                s
-                for s in daily_change_stats(session, change_log, day)
-                if (s.db, s.table) == (self.db, self.table)
-            ]
-            result = mirror_as_of(
-                session,
-                change_log,
-                self.db,
-                self.table,
-                day,
-                target,
-                mirror_root=mirror_root(configset.lake.uri, self.destination),
-                storage_options=configset.lake.storage_options,
+            [done] = DestinationMirrors.of(configset, self.destination, session).history(
+                day, [(self.db, self.table)]
             )
-        figures = stats[0] if stats else None
-        extra: dict[str, Any] = {
-            "day": day.isoformat(),
-            "uri": target,
-            "row_count": result.mirror_rows,
-            "last_seq": result.last_seq,
-            "inserts": figures.inserts if figures else 0,
-            "updates": figures.updates if figures else 0,
-            "deletes": figures.deletes if figures else 0,
-            "snapshots": figures.snapshots if figures else 0,
-            "ddl": figures.ddl if figures else 0,
-            "rows": figures.rows if figures else 0,
-            "bytes": figures.bytes if figures else 0,
-            "max_lag_seconds": figures.max_lag_seconds if figures else 0.0,
-        }
+        extra: dict[str, Any] = done.metadata()
         _emit(context, self.history, extra)
         return extra

@@ -1,5 +1,6 @@
 """Resources: ``CdcResource`` over the engine (configuration, lake locations, the long-lived
-pipeline, mirror applies, daily history, reconciliation) and the Spark session.
+pipeline, mirror applies and daily history through the engine's ``DestinationMirrors``,
+reconciliation) and the Spark session.
 
 The asset and op bodies stay thin: they ask ``CdcResource`` (resource key ``platform``) and turn
 its answers into Dagster events. Where a destination's tables live is the engine's layout,
@@ -11,7 +12,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
@@ -19,7 +19,6 @@ from dagster import ConfigurableResource, InitResourceContext
 from pydantic import PrivateAttr
 from pyspark.sql import SparkSession
 
-from cdc_platform.backfill.reread import pending_rereads
 from cdc_platform.config import ConfigSet, Destination, load_config, load_platform
 from cdc_platform.config.loader import resolve_lake
 from cdc_platform.reconcile.service import ReconcileReport, reconcile_destination
@@ -29,20 +28,15 @@ from cdc_platform.runtime.supervisor import LeaseSupervisor
 from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.report import CommitReport
 from cdc_platform.spark import (
-    DailyTableStats,
-    MirrorResult,
+    AppliedMirror,
+    DailyHistory,
+    DestinationMirrors,
     SparkSessionFactory,
-    apply_changes,
-    daily_change_stats,
-    mirror_as_of,
-    mirror_tables,
     mirror_uri,
 )
 
 __all__ = [
-    "AppliedMirror",
     "CdcResource",
-    "DailyHistory",
     "PlatformResource",
     "SparkResource",
     "change_log_uri",
@@ -77,29 +71,6 @@ def mirror_location(configset: ConfigSet, destination: str, db: str, table: str)
 def history_root(configset: ConfigSet, destination: str, day: date) -> str:
     """The destination's tables as of the end of ``day``."""
     return DestinationLake(configset.lake, destination).history_root(day)
-
-
-@dataclass(frozen=True, slots=True)
-class AppliedMirror:
-    """One table's apply: which table, what it did, and whether it waits for a re-read."""
-
-    db: str
-    table: str
-    result: MirrorResult
-    held: bool
-    """A re-read after DDL is under way: the mirror stays before that DDL."""
-
-
-@dataclass(frozen=True, slots=True)
-class DailyHistory:
-    """One table's day: its state at the end of the day and the day's change figures."""
-
-    db: str
-    table: str
-    result: MirrorResult
-    """The as-of-day table written (``mirror_uri``, ``mirror_rows``)."""
-    stats: DailyTableStats | None
-    """The day's change-log rows of the table by kind (None: none that day)."""
 
 
 def default_conf_dir() -> str:
@@ -148,23 +119,9 @@ class CdcResource(ConfigurableResource):  # type: ignore[type-arg]  # generic in
         *,
         with_new_tables: bool = False,
     ) -> Iterator[AppliedMirror]:
-        """Apply the change log to each ``(db, table)``'s mirror, in order; with
-        ``with_new_tables`` also to tables the change log holds beyond them."""
-        configset = self.load()
-        log = change_log_uri(configset, destination)
-        root = mirrors_root(configset, destination)
-        options = configset.lake.storage_options
-        rereading = pending_rereads(configset.lake.uri, destination, options)
-        todo = list(tables)
-        if with_new_tables:
-            known = set(todo)
-            todo += [t for t in mirror_tables(session, log, options) if t not in known]
-        for db, table in todo:
-            held = f"{db}.{table}" in rereading
-            result = apply_changes(
-                session, log, root, db, table, storage_options=options, held=held
-            )
-            yield AppliedMirror(db, table, result, held)
+        """:meth:`DestinationMirrors.apply` of the destination."""
+        mirrors = DestinationMirrors.of(self.load(), destination, session)
+        yield from mirrors.apply(tables, with_new_tables=with_new_tables)
 
     def daily_history(
         self,
@@ -173,25 +130,8 @@ class CdcResource(ConfigurableResource):  # type: ignore[type-arg]  # generic in
         day: date,
         tables: Sequence[tuple[str, str]],
     ) -> Iterator[DailyHistory]:
-        """Write each ``(db, table)``'s state as of the end of ``day`` (UTC) under the
-        destination's history root, with the day's figures (one pass over the change log)."""
-        configset = self.load()
-        log = change_log_uri(configset, destination)
-        stats = {(s.db, s.table): s for s in daily_change_stats(session, log, day)}
-        day_root = history_root(configset, destination, day)
-        root = mirrors_root(configset, destination)
-        for db, table in tables:
-            result = mirror_as_of(
-                session,
-                log,
-                db,
-                table,
-                day,
-                mirror_uri(day_root, db, table),
-                mirror_root=root,
-                storage_options=configset.lake.storage_options,
-            )
-            yield DailyHistory(db, table, result, stats.get((db, table)))
+        """:meth:`DestinationMirrors.history` of the destination."""
+        yield from DestinationMirrors.of(self.load(), destination, session).history(day, tables)
 
     def reconcile(
         self, session: SparkSession, destination: str, tables: Sequence[str]

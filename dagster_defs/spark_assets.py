@@ -23,7 +23,8 @@ from dagster import (
 
 from cdc_platform.config import ConfigSet
 from cdc_platform.coordination.table_catalog import Catalog, CatalogTable
-from dagster_defs.resources import CdcResource, DailyHistory, SparkResource
+from cdc_platform.spark import DailyHistory
+from dagster_defs.resources import CdcResource, SparkResource
 from dagster_defs.table_assets import op_name, table_outs
 from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator
 

@@ -36,9 +36,10 @@ from dagster import (
 
 from cdc_platform.config import ConfigSet
 from cdc_platform.coordination.table_catalog import Catalog, CatalogTable
+from cdc_platform.spark import AppliedMirror
 from dagster_defs.io_manager import MIRROR_IO_MANAGER
 from dagster_defs.names import identifier, unique_identifiers
-from dagster_defs.resources import AppliedMirror, CdcResource, SparkResource, mirror_location
+from dagster_defs.resources import CdcResource, SparkResource, mirror_location
 from dagster_defs.translator import (
     DEFAULT_TRANSLATOR,
     CdcTableProps,

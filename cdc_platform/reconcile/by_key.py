@@ -20,7 +20,8 @@ from cdc_platform.reconcile.comparison import TableComparison
 from cdc_platform.source.reading.row_keys import encode_key
 from cdc_platform.source.values import dumps
 from cdc_platform.spark.names import EngineColumns, col
-from cdc_platform.spark.plan import change_rows, key_events, timeline
+from cdc_platform.spark.plan import key_events
+from cdc_platform.spark.timeline import change_rows, timeline
 from cdc_platform.spark.types import TableSchema, zero_dates_of
 
 __all__ = ["compare_by_key", "row_hash"]

@@ -53,7 +53,8 @@ from cdc_platform.source.reading.row_reader import SnapshotTable
 from cdc_platform.spark.locations import STAGING_DIR, mirror_uri, table_exists
 from cdc_platform.spark.mirror_state import read_state, schema_signature
 from cdc_platform.spark.names import col, location_name
-from cdc_platform.spark.plan import change_rows, key_events, read_change_log, timeline
+from cdc_platform.spark.plan import key_events
+from cdc_platform.spark.timeline import change_rows, read_change_log, timeline
 from cdc_platform.spark.types import (
     TableSchema,
     parse_columns,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from datetime import time as dtime
@@ -20,19 +19,14 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the PySpark idiom)
 
 from cdc_platform.errors import CdcError, MirrorError
-from cdc_platform.spark.locations import delta_version, mirror_uri, table_exists, table_facts
-from cdc_platform.spark.mirror import MirrorResult
+from cdc_platform.spark.locations import delta_version, table_exists, table_facts
+from cdc_platform.spark.mirror_result import MirrorResult
 from cdc_platform.spark.mirror_state import MirrorState, schema_signature, state_history
 from cdc_platform.spark.names import col
-from cdc_platform.spark.plan import (
-    apply_plan,
-    change_rows,
-    key_events,
-    net_changes,
-    read_change_log,
-    timeline,
-)
-from cdc_platform.spark.types import ZeroDates, spark_type
+from cdc_platform.spark.plan import apply_plan, key_events, net_changes
+from cdc_platform.spark.target import MirrorTarget
+from cdc_platform.spark.timeline import change_rows, read_change_log, timeline
+from cdc_platform.spark.types import spark_type
 
 __all__ = [
     "DailyTableStats",
@@ -170,28 +164,26 @@ def _base_version(
     return max(usable, key=lambda s: s.last_seq) if usable else None
 
 
-def mirror_as_of(  # noqa: PLR0913, PLR0917 (the positional API the Dagster assets call)
+def mirror_as_of(
     spark: SparkSession,
-    change_log_uri: str,
-    db: str,
-    table: str,
+    source: MirrorTarget,
     end_of_day: date,
     target_uri: str,
     *,
-    mirror_root: str | None = None,
-    storage_options: Mapping[str, str] | None = None,
-    zero_dates: ZeroDates = "string",
+    from_mirror: bool = True,
 ) -> MirrorResult:
-    """Write the state of ``db.table`` at the end of ``end_of_day`` (UTC) to ``target_uri``.
+    """Write the state of ``source``'s table at the end of ``end_of_day`` (UTC) to
+    ``target_uri``.
 
     The state is the change log up to :func:`seq_bound`, in the schema the table had then.
-    With ``mirror_root``, the live mirror's newest remembered version at or before that seq
+    With ``from_mirror``, the live mirror's newest remembered version at or before that seq
     (same schema, no truncate since) is read with ``VERSION AS OF`` and only the changes after
     it are applied; otherwise, or when that version is gone (vacuum), the table's whole
-    history is replayed. Both give the same rows. Overwrites ``target_uri``.
-    ``storage_options`` are the lake's (delta-rs and existence checks on object storage);
-    ``zero_dates`` as for :func:`~cdc_platform.spark.mirror.apply_changes`.
+    history is replayed. Both give the same rows. Overwrites ``target_uri``. The storage
+    options and ``zero_dates`` are ``source``'s (:class:`~.target.MirrorTarget`).
     """
+    change_log_uri, db, table = source.change_log, source.db, source.table
+    storage_options, zero_dates = source.storage_options, source.zero_dates
     started = time.perf_counter()
     try:
         changes = read_change_log(spark, change_log_uri)
@@ -218,10 +210,10 @@ def mirror_as_of(  # noqa: PLR0913, PLR0917 (the positional API the Dagster asse
         target = line.target
         base: DataFrame | None = None
         start = line.reset_seq or 0
-        if mirror_root is not None:
-            history = state_history(spark, mirror_root, db, table, storage_options)
+        if from_mirror:
+            history = state_history(spark, source.mirror_root, db, table, storage_options)
             state = _base_version(history, bound, schema_signature(target), line.reset_seq)
-            live = mirror_uri(mirror_root, db, table)
+            live = source.uri
             if state is not None and table_exists(spark, live, storage_options):
                 try:
                     base = (

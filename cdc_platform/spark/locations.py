@@ -25,7 +25,7 @@ from cdc_platform.errors import MirrorError, SinkError
 from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.lake_files import LakeFile, join_uri
 from cdc_platform.spark.names import location_name, quote_identifier
-from cdc_platform.spark.plan import read_change_log
+from cdc_platform.spark.timeline import read_change_log
 
 __all__ = [
     "STAGING_DIR",

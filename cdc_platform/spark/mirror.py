@@ -1,18 +1,18 @@
 """Current-state mirrors of source tables, maintained from the change log by primary key.
 
-``apply_changes`` brings ``<mirror_root>/<db>.<table>`` (names encoded by
-:func:`.names.location_name`) up to the change log's newest row of that table. Tables without
-a primary key keep a count per identical row (:mod:`.multiset`). The mirror holds the source
-table's columns, typed (:mod:`.types`), and nothing else, so it compares column for column
-with the source.
+``apply_changes`` brings the mirror a :class:`~.target.MirrorTarget` names
+(``<mirror_root>/<db>.<table>``, names encoded by :func:`.names.location_name`) up to the
+change log's newest row of that table. Tables without a primary key keep a count per
+identical row (:mod:`.multiset`). The mirror holds the source table's columns, typed
+(:mod:`.types`), and nothing else, so it compares column for column with the source.
 
 How far a mirror got is remembered in a small Delta table beside it (:mod:`.mirror_state`,
 written *after* the mirror's commit); where the tables live is :mod:`.locations`. An apply is
 either
 
 * a **merge**: the changes with ``last seq < seq <= newest`` reduced to the newest change per
-  key (:mod:`.plan`) and written to a staging table (``<mirror_root>/_cdc_staging/...``,
-  removed afterwards), then one ``MERGE INTO`` (delete / update / insert) from it, when the
+  key (:mod:`.plan`) and written to a staging table (:mod:`.staging`, removed afterwards),
+  then one ``MERGE INTO`` (:mod:`.merge_sql`: delete / update / insert) from it, when the
   schema is unchanged; or
 * a **rebuild**: the whole table recomputed from the change log (from its last TRUNCATE /
   DROP TABLE) and written with ``overwriteSchema``, when the mirror is new, the schema changed
@@ -37,58 +37,41 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import types as T  # noqa: N812 (the PySpark idiom)
 
-from cdc_platform.errors import CdcError, MirrorError, SinkError
-from cdc_platform.sink.lake_files import LakeFile, join_uri
+from cdc_platform.errors import CdcError, MirrorError
 from cdc_platform.spark import ddl as ddl_parser
 from cdc_platform.spark import multiset
 from cdc_platform.spark.apply_counts import staged_counts
 from cdc_platform.spark.locations import (
-    STAGING_DIR,
     TableFacts,
-    delta_ref,
     delta_version,
-    mirror_uri,
     require_change_log,
     table_exists,
     table_facts,
 )
+from cdc_platform.spark.merge_sql import keyed_merge_sql, mirror_struct, multiset_merge_sql
+from cdc_platform.spark.mirror_result import MirrorResult
 from cdc_platform.spark.mirror_state import (
     MirrorState,
     schema_signature,
     state_history,
     write_state,
 )
-from cdc_platform.spark.names import location_name, quote_identifier
-from cdc_platform.spark.plan import (
-    Timeline,
-    apply_plan,
-    change_rows,
-    key_condition,
-    key_events,
-    net_changes,
-    read_change_log,
-    timeline,
-)
-from cdc_platform.spark.types import TableSchema, ZeroDates, spark_type, with_zero_dates
+from cdc_platform.spark.plan import apply_plan, key_events, net_changes
+from cdc_platform.spark.staging import remove_staging, staging_uri
+from cdc_platform.spark.target import MirrorTarget
+from cdc_platform.spark.timeline import Timeline, change_rows, read_change_log, timeline
+from cdc_platform.spark.types import with_zero_dates
 
-__all__ = ["Hook", "MirrorResult", "Step", "apply_changes"]
+__all__ = ["Hook", "Step", "apply_changes"]
 
 logger = logging.getLogger("cdc_platform.spark.mirror")
-
-
-STALE_STAGING_SECONDS = 3600
-"""Staging tables left by interrupted applies are removed after this long."""
-
-FIRST_COMMIT = "00000000000000000000.json"
-"""A staging table's only commit: its time is the table's age."""
 
 
 DROPPED_MODE = "dropped"
@@ -101,71 +84,18 @@ Hook = Callable[[Step], None]
 
 
 @dataclass(frozen=True, slots=True)
-class MirrorResult:
-    """What one apply (or as-of build) did.
+class _Read:
+    """What an apply read before writing: the change log, the table's range of it, the
+    mirror's remembered applies and the change log's version."""
 
-    Counts are the net effect per key of the applied changes: a key first seen as an insert
-    and still present counts as inserted, an existing key still present as updated, an
-    existing key gone as deleted; a key inserted and deleted within the range counts as none.
-    A rebuild counts every row it wrote as inserted.
-    """
-
-    db: str
-    table: str
-    mirror_uri: str
-    mode: Literal["noop", "merge", "rebuild", "as_of"]
-    previous_seq: int
-    """seq the mirror reflected before (as_of: seq of the mirror version it started from, or of
-    the last TRUNCATE / DROP TABLE; 0 when it replayed the whole history)."""
-    last_seq: int
-    """Newest change-log seq of the table the mirror reflects."""
-    changes: int
-    """Change-log rows (c/u/d/r) read for this apply."""
-    rows_inserted: int
-    rows_updated: int
-    rows_deleted: int
-    mirror_rows: int
+    changes: DataFrame
+    line: Timeline
+    history: list[MirrorState]
     change_log_version: int | None
-    mirror_version: int | None
-    seconds: float
-    columns: tuple[str, ...] = ()
-    last_ts: datetime | None = None
-    """Binlog timestamp of the newest change applied in this call (None when none was)."""
-    dropped: str | None = None
-    """Why the source table no longer exists ("dropped", "renamed to db.t", "database
-    dropped"): the mirror is empty and no longer current. None while the table exists."""
-
-    def metadata(self) -> dict[str, int | float | str | None]:
-        """Plain values for asset metadata (Dagster charts numeric ones over time).
-
-        ``lag_seconds`` is how old the newest applied change was when the apply finished:
-        source commit to mirror, the end-to-end freshness of the mirror.
-        """
-        lag = None
-        if self.last_ts is not None:
-            lag = round((datetime.now(UTC) - self.last_ts).total_seconds(), 3)
-        return {
-            "mode": self.mode,
-            "mirror_rows": self.mirror_rows,
-            "rows_inserted": self.rows_inserted,
-            "rows_updated": self.rows_updated,
-            "rows_deleted": self.rows_deleted,
-            "changes": self.changes,
-            "last_seq": self.last_seq,
-            "change_log_version": self.change_log_version,
-            "mirror_version": self.mirror_version,
-            "dropped": self.dropped,
-            "lag_seconds": lag,
-            "seconds": round(self.seconds, 3),
-        }
 
 
 def _needs_rebuild(  # noqa: PLR0911 (one reason per return)
-    line: Timeline,
-    state: MirrorState | None,
-    mirror_exists: bool,
-    uri: str,
-    storage_options: Mapping[str, str] | None,
+    line: Timeline, state: MirrorState | None, mirror_exists: bool, target: MirrorTarget
 ) -> str | None:
     """Why the increment cannot be merged, or None when it can."""
     if state is None or state.schema is None:
@@ -175,7 +105,8 @@ def _needs_rebuild(  # noqa: PLR0911 (one reason per return)
     keyless = line.target is not None and not line.target.has_primary_key
     # counts are added, not set: a keyless mirror merges only onto the version its state saw
     if keyless and (
-        state.mirror_version is None or delta_version(uri, storage_options) != state.mirror_version
+        state.mirror_version is None
+        or delta_version(target.uri, target.storage_options) != state.mirror_version
     ):
         return "no primary key and the mirror is not at its remembered version"
     if line.reset_seq is not None:
@@ -193,41 +124,29 @@ def _needs_rebuild(  # noqa: PLR0911 (one reason per return)
 class _Apply:
     """One apply_changes call: its inputs, steps and error translation."""
 
-    def __init__(  # noqa: PLR0913 (which table of which change log; the hook keyword-only)
-        self,
-        spark: SparkSession,
-        change_log_uri: str,
-        root: str,
-        db: str,
-        table: str,
-        *,
-        hook: Hook | None,
-        storage_options: Mapping[str, str] | None,
-        held: bool = False,
-        zero_dates: ZeroDates = "string",
+    def __init__(
+        self, spark: SparkSession, target: MirrorTarget, *, hook: Hook | None, held: bool
     ) -> None:
-        self.held = held
-        self.zero_dates = zero_dates
         self.spark = spark
-        self.options = storage_options
-        self.change_log_uri = change_log_uri
-        self.root = root
-        self.db = db
-        self.table = table
-        self.uri = mirror_uri(root, db, table)
+        self.target = target
+        self.held = held
+        self.db, self.table = target.db, target.table
+        self.options = target.storage_options
+        self.uri = target.uri
         self.hook = hook or (lambda _step: None)
         self.started = time.perf_counter()
 
     def run(self) -> MirrorResult:
-        require_change_log(self.spark, self.change_log_uri, self.options)
-        changes = read_change_log(self.spark, self.change_log_uri)
-        change_log_version = delta_version(self.change_log_uri, self.options)
-        history = state_history(self.spark, self.root, self.db, self.table, self.options)
+        t = self.target
+        require_change_log(self.spark, t.change_log, self.options)
+        changes = read_change_log(self.spark, t.change_log)
+        change_log_version = delta_version(t.change_log, self.options)
+        history = state_history(self.spark, t.mirror_root, self.db, self.table, self.options)
         state = history[-1] if history else None
         exists = table_exists(self.spark, self.uri, self.options)
         last = state.last_seq if state is not None and exists else 0
         base = state.schema if state is not None else None
-        zero_dates = self.zero_dates
+        zero_dates = t.zero_dates
         line = timeline(changes, self.db, self.table, lo=last, base=base, zero_dates=zero_dates)
         cut = _first_rewrite(line) if self.held else None
         if cut is not None:  # wait before it, in the table's last complete state
@@ -242,47 +161,40 @@ class _Apply:
             # nothing new, or only DDL of a table none of whose rows arrived yet (the new name
             # of a renamed table before its re-read)
             return self._noop(state, last, change_log_version)
-        reason = _needs_rebuild(line, state, exists, self.uri, self.options)
+        reason = _needs_rebuild(line, state, exists, t)
         if reason is not None:
             if last > 0:  # rebuilds need the whole history's versions and resets
                 line = timeline(
                     changes, self.db, self.table, lo=0, hi=line.hi, zero_dates=zero_dates
                 )
             logger.info("%s.%s: rebuilding the mirror (%s)", self.db, self.table, reason)
-            return self._rebuild(changes, line, history, change_log_version, previous=last)
-        return self._merge(changes, line, history, change_log_version)
+            return self._rebuild(_Read(changes, line, history, change_log_version), previous=last)
+        return self._merge(_Read(changes, line, history, change_log_version))
 
     # -- the two ways ------------------------------------------------------------------------
 
-    def _final(self, changes: DataFrame, line: Timeline) -> DataFrame:
+    def _final(self, read: _Read) -> DataFrame:
+        line = read.line
         assert line.target is not None
         lo = max(line.lo, line.reset_seq or 0)
-        rows = change_rows(changes, self.db, self.table, lo, line.hi)
+        rows = change_rows(read.changes, self.db, self.table, lo, line.hi)
         return net_changes(key_events(rows, line), line.target)
 
-    def _merge(
-        self,
-        changes: DataFrame,
-        line: Timeline,
-        history: list[MirrorState],
-        change_log_version: int | None,
-    ) -> MirrorResult:
+    def _merge(self, read: _Read) -> MirrorResult:
+        line = read.line
         target = line.target
         assert target is not None
         if line.row_changes == 0:  # only DDL that left the mirror's columns alone
-            return self._finish(
-                line, history, change_log_version, mode="merge", counts=(0, 0, 0), previous=line.lo
-            )
+            return self._finish(read, mode="merge", counts=(0, 0, 0), previous=line.lo)
         # The newest change per key is written to a staging table first: the counts and the
         # MERGE then read it instead of parsing the JSON twice (Sail ignores cache()), and
         # MERGE from a table is ~5x faster on Sail than from the inline plan (measured).
-        place = location_name(self.db, self.table)
-        staging = join_uri(self.root, STAGING_DIR, place, uuid.uuid4().hex)
-        self._final(changes, line).write.format("delta").mode("overwrite").save(staging)
+        staging = staging_uri(self.target.mirror_root, self.db, self.table)
+        self._final(read).write.format("delta").mode("overwrite").save(staging)
         final = self.spark.read.format("delta").load(staging)
         if target.has_primary_key:
             inserted, updated, deleted = staged_counts(final, staging, target, self.options)
-            source, sql = final, _merge_sql
+            source, sql = final, keyed_merge_sql
         else:  # the MERGE's rows depend on the mirror's counts: staged before it changes
             (inserted, deleted), updated = multiset.delta_counts(final, target), 0
             mirror = self.spark.read.format("delta").load(self.uri)
@@ -290,7 +202,7 @@ class _Apply:
             multiset.merge_rows(mirror, final, target).write.format("delta").mode("overwrite").save(
                 rows
             )
-            source, sql = self.spark.read.format("delta").load(rows), _multiset_merge_sql
+            source, sql = self.spark.read.format("delta").load(rows), multiset_merge_sql
         view = f"cdc_mirror_{uuid.uuid4().hex}"
         source.createOrReplaceTempView(view)
         try:
@@ -299,26 +211,14 @@ class _Apply:
         finally:
             self.spark.catalog.dropTempView(view)
         if not target.has_primary_key:
-            _remove_staging(f"{staging}-rows", self.options)
-        _remove_staging(staging, self.options)
+            remove_staging(f"{staging}-rows", self.options)
+        remove_staging(staging, self.options)
         return self._finish(
-            line,
-            history,
-            change_log_version,
-            mode="merge",
-            counts=(inserted, updated, deleted),
-            previous=line.lo,
+            read, mode="merge", counts=(inserted, updated, deleted), previous=line.lo
         )
 
-    def _rebuild(
-        self,
-        changes: DataFrame,
-        line: Timeline,
-        history: list[MirrorState],
-        change_log_version: int | None,
-        *,
-        previous: int,
-    ) -> MirrorResult:
+    def _rebuild(self, read: _Read, *, previous: int) -> MirrorResult:
+        line = read.line
         target = line.target
         if target is None:
             raise MirrorError(
@@ -329,9 +229,9 @@ class _Apply:
                 table=self.table,
             )
         if line.row_changes == 0 and line.reset_seq is None:
-            data = self.spark.createDataFrame([], _mirror_struct(target, self.db, self.table))
+            data = self.spark.createDataFrame([], mirror_struct(target, self.db, self.table))
         else:
-            data = apply_plan(None, self._final(changes, line), target)
+            data = apply_plan(None, self._final(read), target)
         self.hook("computed")
         (
             data.write.format("delta")
@@ -342,9 +242,7 @@ class _Apply:
         facts = table_facts(self.uri, self.options)
         rows = self._rows(facts)
         return self._finish(
-            line,
-            history,
-            change_log_version,
+            read,
             mode="rebuild",
             counts=(rows, 0, 0),
             previous=previous,
@@ -354,9 +252,7 @@ class _Apply:
 
     def _finish(  # noqa: PLR0913 (the outcome of one apply; the figures keyword-only)
         self,
-        line: Timeline,
-        history: list[MirrorState],
-        change_log_version: int | None,
+        read: _Read,
         *,
         mode: Literal["merge", "rebuild"],
         counts: tuple[int, int, int],
@@ -365,6 +261,7 @@ class _Apply:
         facts: TableFacts | None = None,
     ) -> MirrorResult:
         """``facts``: the mirror's, when the caller read them after its commit already."""
+        line, history = read.line, read.history
         inserted, updated, deleted = counts
         self.hook("mirror_committed")
         target = line.target
@@ -379,7 +276,7 @@ class _Apply:
             last_seq=line.hi,
             schema=target,
             mode=DROPPED_MODE if line.dropped is not None else mode,
-            change_log_version=change_log_version,
+            change_log_version=read.change_log_version,
             mirror_version=mirror_version,
             mirror_rows=mirror_rows,
             applied_at=datetime.now(UTC),
@@ -389,7 +286,7 @@ class _Apply:
         )
         write_state(
             self.spark,
-            self.root,
+            self.target.mirror_root,
             self.db,
             self.table,
             [*history, state],
@@ -408,7 +305,7 @@ class _Apply:
             rows_updated=updated,
             rows_deleted=deleted,
             mirror_rows=mirror_rows,
-            change_log_version=change_log_version,
+            change_log_version=read.change_log_version,
             mirror_version=mirror_version,
             seconds=time.perf_counter() - self.started,
             columns=tuple(target.names),
@@ -456,74 +353,11 @@ def _first_rewrite(line: Timeline) -> int | None:
     return None
 
 
-def _remove_staging(staging: str, storage_options: Mapping[str, str] | None) -> None:
-    """Delete this apply's staging table, and the ones interrupted applies of the same mirror
-    left more than :data:`STALE_STAGING_SECONDS` ago (local disk or object store alike)."""
-    table = LakeFile(staging, storage_options)
-    try:
-        table.delete_tree()
-        _remove_stale_staging(LakeFile(staging.rstrip("/").rsplit("/", 1)[0], storage_options))
-    except (SinkError, OSError) as exc:  # a leftover staging table harms nothing
-        logger.warning("staging table %s not removed: %s", table, exc)
-
-
-def _remove_stale_staging(folder: LakeFile) -> None:
-    """Remove the tables in ``folder`` whose first commit is older than the cutoff (an
-    uncommitted leftover by its folder's age where the storage has folders: local disks)."""
-    cutoff = time.time() - STALE_STAGING_SECONDS
-    for name in folder.folders():
-        leftover = folder.child(name)
-        first = leftover.child("_delta_log", FIRST_COMMIT).modified() or leftover.modified()
-        if first is not None and first < cutoff:
-            leftover.delete_tree()
-
-
-def _mirror_struct(target: TableSchema, db: str, table: str) -> T.StructType:
-    return T.StructType(
-        [T.StructField(c.name, spark_type(c, db=db, table=table)) for c in target.columns]
-    )
-
-
-def _merge_sql(uri: str, view: str, target: TableSchema) -> str:
-    """MERGE of the newest change per key: delete, update the non-key columns, insert."""
-    keys = set(target.key)
-    names = target.names
-    rest = [n for n in names if n not in keys]
-    deleted = quote_identifier(target.engine.deleted)
-    clauses = [f"WHEN MATCHED AND s.{deleted} THEN DELETE"]
-    if rest:
-        sets = ", ".join(f"t.{quote_identifier(n)} = s.{quote_identifier(n)}" for n in rest)
-        clauses.append(f"WHEN MATCHED THEN UPDATE SET {sets}")
-    columns = ", ".join(quote_identifier(n) for n in names)
-    values = ", ".join(f"s.{quote_identifier(n)}" for n in names)
-    # every name is a quoted identifier; no value is spliced into the statement
-    insert = f"INSERT ({columns}) VALUES ({values})"  # noqa: S608 (Spark SQL of quoted identifiers, no user values)
-    clauses.append(f"WHEN NOT MATCHED AND NOT s.{deleted} THEN {insert}")
-    head = f"MERGE INTO {delta_ref(uri)} AS t USING {quote_identifier(view)} AS s "
-    return head + f"ON {key_condition(target, 't', 's')} " + " ".join(clauses)
-
-
-def _multiset_merge_sql(uri: str, view: str, target: TableSchema) -> str:
-    return multiset.merge_sql(delta_ref(uri), view, target)
-
-
-def apply_changes(  # noqa: PLR0913 (which table of which change log; the hook keyword-only)
-    spark: SparkSession,
-    change_log_uri: str,
-    mirror_root: str,
-    db: str,
-    table: str,
-    *,
-    hook: Hook | None = None,
-    storage_options: Mapping[str, str] | None = None,
-    held: bool = False,
-    zero_dates: ZeroDates = "string",
+def apply_changes(
+    spark: SparkSession, target: MirrorTarget, *, hook: Hook | None = None, held: bool = False
 ) -> MirrorResult:
-    """Bring the mirror of ``db.table`` up to the change log's newest row of that table.
-
-    ``zero_dates``: how the mirror holds DATE/DATETIME/TIMESTAMP columns (``ZeroDates``:
-    ``string``, the change log's text, so zero and partial dates round-trip; ``null``, typed,
-    those values null). Changing it rebuilds the mirror at its next apply.
+    """Bring the mirror ``target`` names up to the change log's newest row of its table
+    (how it holds dates: ``target.zero_dates``; changing it rebuilds the mirror).
 
     ``held``: the table's re-read after a DDL is not complete yet
     (:func:`cdc_platform.backfill.reread.pending_rereads`): the apply stops before the first
@@ -531,25 +365,14 @@ def apply_changes(  # noqa: PLR0913 (which table of which change log; the hook k
 
     Idempotent and safe to interrupt at any point (see the module docstring). ``hook`` is
     called with "computed", "mirror_committed" and "state_committed" as the apply passes them
-    (for tests that simulate crashes). ``storage_options`` are the lake's (``config.lake``):
-    delta-rs and the existence checks use them; Spark reads the same store itself.
+    (for tests that simulate crashes).
 
     Raises:
         MirrorError: engine or storage trouble (transient), or a change log without column
             types for the table.
         UnsupportedColumnTypeError: a source column type with no Spark type.
     """
-    job = _Apply(
-        spark,
-        change_log_uri,
-        mirror_root,
-        db,
-        table,
-        hook=hook,
-        storage_options=storage_options,
-        held=held,
-        zero_dates=zero_dates,
-    )
+    job = _Apply(spark, target, hook=hook, held=held)
     try:
         return job.run()
     except CdcError:
@@ -557,9 +380,9 @@ def apply_changes(  # noqa: PLR0913 (which table of which change log; the hook k
     except Exception as exc:  # pyspark / grpc / py4j errors: translate at this boundary
         if type(exc).__module__.startswith(("pyspark", "py4j", "grpc")):
             raise MirrorError(
-                f"{db}.{table}: applying the change log to {job.uri} failed: "
+                f"{target.db}.{target.table}: applying the change log to {job.uri} failed: "
                 f"{type(exc).__name__}: {str(exc)[:2000]}",
-                db=db,
-                table=table,
+                db=target.db,
+                table=target.table,
             ) from exc
         raise

@@ -24,6 +24,7 @@ from cdc_platform.coordination.table_catalog import discover_tables
 from cdc_platform.runtime.supervised import supervised_destination
 from cdc_platform.spark.locations import mirror_root, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
+from cdc_platform.spark.target import MirrorTarget
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from dagster_defs.assets import change_log_specs
 from dagster_defs.io_manager import MIRROR_IO_MANAGER, MirrorIOManager
@@ -196,12 +197,14 @@ def test_mirrors_equal_the_source_after_each_ddl(
         assert_mirror_equals_source(spark, mariadb, root, table)
     # while a re-read is pending, a mirror waits before its DDL (the last complete state)
     changes = str(lake_root / "d" / "changes")
-    held = apply_changes(spark, changes, str(tmp_path / "held"), db, "add_default", held=True)
+    held = apply_changes(
+        spark, MirrorTarget(changes, str(tmp_path / "held"), db, "add_default"), held=True
+    )
     assert (held.columns, held.mirror_rows) == (("id", "v"), 3)
     for name in expected:
         mirror_db, table = name.split(".")
         assert spark.read.format("delta").load(mirror_uri(root, mirror_db, table)).count() == 0
-        again = apply_changes(spark, changes, root, mirror_db, table)
+        again = apply_changes(spark, MirrorTarget(changes, root, mirror_db, table))
         assert (again.mode, again.dropped) == ("noop", "dropped")
 
 

@@ -20,6 +20,7 @@ from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.spark.locations import mirror_root, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
+from cdc_platform.spark.target import MirrorTarget
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.ha import fast_database_lease
 from tests.conftest import MariaDBDatabase
@@ -90,8 +91,11 @@ def test_zero_and_partial_dates_round_trip_to_the_mirror(
     root = mirror_root(destination.lake_root, "d")
     columns = ["d", "dt", "dt3", "n"]
     uri = mirror_uri(root, mariadb.name, "zd")
-    assert apply_changes(spark, destination.table_uri("d"), root, mariadb.name, "zd").mode == (
-        "rebuild"
+    assert (
+        apply_changes(
+            spark, MirrorTarget(destination.table_uri("d"), root, mariadb.name, "zd")
+        ).mode
+        == "rebuild"
     )
     assert mirror_values(spark, uri, columns) == source_text(mariadb, "zd", columns)
     ts = {r["id"]: r["ts"] for r in spark.read.format("delta").load(uri).collect()}
@@ -104,7 +108,9 @@ def test_zero_and_partial_dates_round_trip_to_the_mirror(
         database=mariadb.name,
     )
     catch_up(destination)
-    result = apply_changes(spark, destination.table_uri("d"), root, mariadb.name, "zd")
+    result = apply_changes(
+        spark, MirrorTarget(destination.table_uri("d"), root, mariadb.name, "zd")
+    )
     assert result.mode == "merge"
     assert mirror_values(spark, uri, columns) == source_text(mariadb, "zd", columns)
 
@@ -115,7 +121,8 @@ def test_zero_and_partial_dates_round_trip_to_the_mirror(
     # the typed policy, asked for: dates typed, the zero and partial ones null
     typed_root = mirror_root(destination.lake_root, "typed")
     typed = apply_changes(
-        spark, destination.table_uri("d"), typed_root, mariadb.name, "zd", zero_dates="null"
+        spark,
+        MirrorTarget(destination.table_uri("d"), typed_root, mariadb.name, "zd", zero_dates="null"),
     )
     assert typed.mode == "rebuild"
     rows = {
@@ -164,7 +171,7 @@ def test_json_documents_are_kept_exactly(
     assert images == {i: w[0] for i, w in want.items()}
 
     root = mirror_root(destination.lake_root, "d")
-    apply_changes(spark, destination.table_uri("d"), root, mariadb.name, "docs")
+    apply_changes(spark, MirrorTarget(destination.table_uri("d"), root, mariadb.name, "docs"))
     uri = mirror_uri(root, mariadb.name, "docs")
     assert mirror_values(spark, uri, ["j"]) == want
     mariadb.server.execute(
@@ -173,7 +180,7 @@ def test_json_documents_are_kept_exactly(
         database=mariadb.name,
     )
     catch_up(destination)
-    apply_changes(spark, destination.table_uri("d"), root, mariadb.name, "docs")
+    apply_changes(spark, MirrorTarget(destination.table_uri("d"), root, mariadb.name, "docs"))
     assert mirror_values(spark, uri, ["j"]) == source_text(mariadb, "docs", ["j"])
     report = reconcile_destination(destination, "d", spark)
     assert report.status == "clean", report.metadata()

@@ -19,6 +19,7 @@ from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.spark.locations import mirror_root, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
+from cdc_platform.spark.target import MirrorTarget
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.replay import replay
 from tests.conftest import MariaDBDatabase
@@ -43,7 +44,7 @@ def _run(config: ConfigSet) -> None:
 def _apply(spark: SparkSession, config: ConfigSet, db: str) -> None:
     root = mirror_root(config.lake_root, "d")
     for table in TABLES:
-        apply_changes(spark, config.table_uri("d"), root, db, table)
+        apply_changes(spark, MirrorTarget(config.table_uri("d"), root, db, table))
 
 
 def test_float_and_double_keyed_rows_are_repaired_not_deleted(

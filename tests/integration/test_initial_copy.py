@@ -24,6 +24,7 @@ from cdc_platform.runtime.supervised import supervised_destination
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.spark.locations import mirror_root, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
+from cdc_platform.spark.target import MirrorTarget
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
 from tests.conftest import MariaDBDatabase
 
@@ -77,7 +78,7 @@ def test_tables_empty_at_the_start_get_empty_mirrors(
     )
     uri = catch_up(mariadb, lake_root)
     root = mirror_root(lake_root, "d")
-    result = apply_changes(spark, uri, root, mariadb.name, "empty_keyed")
+    result = apply_changes(spark, MirrorTarget(uri, root, mariadb.name, "empty_keyed"))
     assert (result.mode, result.mirror_rows, result.columns) == ("rebuild", 0, ("id", "v w", "d"))
     mirror = spark.read.format("delta").load(mirror_uri(root, mariadb.name, "empty_keyed"))
     assert [(f.name, f.dataType.simpleString()) for f in mirror.schema.fields] == [
@@ -86,11 +87,15 @@ def test_tables_empty_at_the_start_get_empty_mirrors(
         ("d", "string"),  # zero_dates: string (the default)
     ]
     assert mirror.count() == 0
-    assert apply_changes(spark, uri, root, mariadb.name, "full_keyed").mirror_rows == 2
+    assert (
+        apply_changes(spark, MirrorTarget(uri, root, mariadb.name, "full_keyed")).mirror_rows == 2
+    )
 
     mariadb.server.execute("INSERT INTO empty_keyed VALUES (7, 'x', NULL)", database=mariadb.name)
     catch_up(mariadb, lake_root)
-    assert apply_changes(spark, uri, root, mariadb.name, "empty_keyed").mirror_rows == 1
+    assert (
+        apply_changes(spark, MirrorTarget(uri, root, mariadb.name, "empty_keyed")).mirror_rows == 1
+    )
     got = mirror_bag(spark, mirror_uri(root, mariadb.name, "empty_keyed"))
     assert got == source_bag(mariadb, "empty_keyed")
 
@@ -151,7 +156,7 @@ def test_keyless_tables_are_copied_whole_and_reread_after_ddl(
     root = mirror_root(lake_root, "d")
     uri = config.table_uri("d")
     for table in ("bag", "logs"):
-        apply_changes(spark, uri, root, db, table)
+        apply_changes(spark, MirrorTarget(uri, root, db, table))
         assert mirror_bag(spark, mirror_uri(root, db, table)) == source_bag(mariadb, table), table
 
     run(
@@ -162,5 +167,5 @@ def test_keyless_tables_are_copied_whole_and_reread_after_ddl(
         ]
     )
     assert reread_path(lake_root, "d").read_json() is None  # the re-read is done
-    apply_changes(spark, uri, root, db, "bag")
+    apply_changes(spark, MirrorTarget(uri, root, db, "bag"))
     assert mirror_bag(spark, mirror_uri(root, db, "bag")) == source_bag(mariadb, "bag")

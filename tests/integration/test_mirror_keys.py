@@ -20,6 +20,7 @@ from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.spark.locations import mirror_root, mirror_uri, state_uri
 from cdc_platform.spark.mirror import apply_changes
+from cdc_platform.spark.target import MirrorTarget
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config
 from tests.conftest import MariaDBDatabase
 
@@ -75,7 +76,7 @@ def test_table_without_primary_key_keeps_duplicate_rows(
         database=name,
     )
     catch_up(mariadb, uri)
-    first = apply_changes(spark, uri, root, name, "logs")
+    first = apply_changes(spark, MirrorTarget(uri, root, name, "logs"))
     assert (first.mode, first.mirror_rows) == ("rebuild", 4)
     assert mirror_bag(spark, mirror_uri(root, name, "logs")) == source_bag(mariadb, name, "logs")
 
@@ -99,13 +100,13 @@ def test_table_without_primary_key_keeps_duplicate_rows(
                     raise RuntimeError(f"simulated crash at {step}")
 
             with pytest.raises(RuntimeError, match="simulated crash"):
-                apply_changes(spark, uri, root, name, "logs", hook=crash)
-        result = apply_changes(spark, uri, root, name, "logs")
+                apply_changes(spark, MirrorTarget(uri, root, name, "logs"), hook=crash)
+        result = apply_changes(spark, MirrorTarget(uri, root, name, "logs"))
         want = source_bag(mariadb, name, "logs")
         assert mirror_bag(spark, mirror_uri(root, name, "logs")) == want, statements
         assert result.mirror_rows == sum(want.values())
     assert source_bag(mariadb, name, "logs")[(5, "x", None)] == 3
-    assert apply_changes(spark, uri, root, name, "logs").mode == "noop"
+    assert apply_changes(spark, MirrorTarget(uri, root, name, "logs")).mode == "noop"
 
 
 def test_zero_dates_in_a_primary_key_keep_rows_apart(
@@ -122,7 +123,7 @@ def test_zero_dates_in_a_primary_key_keep_rows_apart(
         database=name,
     )
     catch_up(mariadb, uri)
-    first = apply_changes(spark, uri, root, name, "zd")
+    first = apply_changes(spark, MirrorTarget(uri, root, name, "zd"))
     assert first.mirror_rows == 5
     assert mirror_bag(spark, mirror_uri(root, name, "zd")) == source_bag(mariadb, name, "zd")
     mariadb.server.execute(
@@ -134,7 +135,7 @@ def test_zero_dates_in_a_primary_key_keep_rows_apart(
         database=name,
     )
     catch_up(mariadb, uri)
-    second = apply_changes(spark, uri, root, name, "zd")
+    second = apply_changes(spark, MirrorTarget(uri, root, name, "zd"))
     assert second.mode == "merge"
     assert mirror_bag(spark, mirror_uri(root, name, "zd")) == source_bag(mariadb, name, "zd")
     assert second.mirror_rows == 5
@@ -154,7 +155,7 @@ def test_column_and_table_names_with_dots_and_backticks(
     )
     catch_up(mariadb, uri)
     for table in ("odd`t.x é?", "k.less"):
-        result = apply_changes(spark, uri, root, name, table)
+        result = apply_changes(spark, MirrorTarget(uri, root, name, table))
         assert result.mode == "rebuild"
         assert mirror_bag(spark, mirror_uri(root, name, table)) == source_bag(mariadb, name, table)
         assert (Path(mirror_uri(root, name, table)) / "_delta_log").is_dir(), "where it says"
@@ -171,7 +172,7 @@ def test_column_and_table_names_with_dots_and_backticks(
     )
     catch_up(mariadb, uri)
     for table in ("odd`t.x é?", "k.less"):
-        result = apply_changes(spark, uri, root, name, table)
+        result = apply_changes(spark, MirrorTarget(uri, root, name, table))
         assert result.mode == "merge"
         assert mirror_bag(spark, mirror_uri(root, name, table)) == source_bag(mariadb, name, table)
 
@@ -199,11 +200,11 @@ def test_mirror_locations_of_look_alike_names_are_distinct(
         )
         catch_up(mariadb, uri)
         for db, table in ((name, "a.b"), (other, "b")):
-            apply_changes(spark, uri, root, db, table)
+            apply_changes(spark, MirrorTarget(uri, root, db, table))
         mariadb.server.execute("UPDATE b SET v = 'changed' WHERE id = 1", database=other)
         catch_up(mariadb, uri)
         for db, table in ((name, "a.b"), (other, "b")):
-            apply_changes(spark, uri, root, db, table)
+            apply_changes(spark, MirrorTarget(uri, root, db, table))
             assert mirror_bag(spark, mirror_uri(root, db, table)) == source_bag(
                 mariadb, db, table
             ), (db, table)

@@ -32,6 +32,7 @@ from cdc_platform.runtime.supervisor import LeaseSupervisor
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.spark.locations import mirror_root, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
+from cdc_platform.spark.target import MirrorTarget
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.ha import wait_for
 from cdc_platform.testing.mariadb import ReplicationUser
@@ -114,7 +115,7 @@ def catch_up(config: ConfigSet) -> None:
 def apply_mirrors(spark: SparkSession, config: ConfigSet, db: str) -> None:
     root = mirror_root(config.lake_root, "d")
     for table in ("items", "pairs", "typed"):
-        apply_changes(spark, config.table_uri("d"), root, db, table)
+        apply_changes(spark, MirrorTarget(config.table_uri("d"), root, db, table))
 
 
 def by_table(report: ReconcileReport) -> dict[str, tuple[int, int, int]]:
@@ -403,7 +404,7 @@ def test_reconciliation_fills_in_rows_from_before_the_start(
     catch_up(config)
     root = mirror_root(config.lake_root, "d")
     for table in ("customers", "orders"):
-        apply_changes(spark, config.table_uri("d"), root, mariadb.name, table)
+        apply_changes(spark, MirrorTarget(config.table_uri("d"), root, mariadb.name, table))
     report = reconcile_destination(config, "d", spark)
     assert report.status == "repaired", report.metadata()
     assert sum(t.missing_in_mirror for t in report.tables) > 0
@@ -413,7 +414,7 @@ def test_reconciliation_fills_in_rows_from_before_the_start(
             mariadb.server, mariadb.name, table
         ), table
     for table in ("customers", "orders"):
-        apply_changes(spark, config.table_uri("d"), root, mariadb.name, table)
+        apply_changes(spark, MirrorTarget(config.table_uri("d"), root, mariadb.name, table))
     again = reconcile_destination(config, "d", spark)
     assert again.differences == 0, again.metadata()
 
@@ -571,7 +572,7 @@ def test_a_source_refusal_fails_the_checks_not_the_dagster_step(
     ).run()
     root = mirror_root(config.lake_root, "d")
     for table in ("items", "pairs"):
-        apply_changes(spark, config.table_uri("d"), root, db, table)
+        apply_changes(spark, MirrorTarget(config.table_uri("d"), root, db, table))
 
     mariadb.server.execute(
         f"CREATE USER '{narrow.name}'@'%' IDENTIFIED BY '{narrow.password}'",

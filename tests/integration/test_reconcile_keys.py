@@ -19,6 +19,7 @@ from cdc_platform.source.mysql import connect_source
 from cdc_platform.source.reading.row_reader import describe_table
 from cdc_platform.spark.locations import mirror_root, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
+from cdc_platform.spark.target import MirrorTarget
 from tests.conftest import MariaDBDatabase
 from tests.integration.test_reconcile import apply_mirrors, catch_up, destination
 
@@ -81,7 +82,7 @@ def test_table_without_primary_key_is_compared_as_a_multiset(
     catch_up(destination)
     root = mirror_root(destination.lake_root, "d")
     apply_mirrors(spark, destination, name)
-    apply_changes(spark, destination.table_uri("d"), root, name, "bag")
+    apply_changes(spark, MirrorTarget(destination.table_uri("d"), root, name, "bag"))
     clean = reconcile_destination(destination, "d", spark)
     assert f"{name}.bag" not in clean.skipped_tables, clean.skipped_tables
     bag = next(t for t in clean.tables if t.table == "bag")

@@ -26,7 +26,7 @@ from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.runtime.supervised import supervised_destination
 from cdc_platform.sink.lake_files import join_uri
 from cdc_platform.sink.term import WriteTerm
-from cdc_platform.spark import mirror
+from cdc_platform.spark import staging
 from cdc_platform.spark.history import mirror_as_of
 from cdc_platform.spark.locations import (
     STAGING_DIR,
@@ -37,6 +37,7 @@ from cdc_platform.spark.locations import (
 )
 from cdc_platform.spark.mirror import apply_changes
 from cdc_platform.spark.names import location_name
+from cdc_platform.spark.target import MirrorTarget
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.workload import Workload, source_rows
 from dagster_defs import build_definitions
@@ -100,7 +101,7 @@ def test_mirrors_and_history_on_s3_equal_the_source(
     tables = sorted(t for d, t in mirror_tables(spark, uri, options) if d == name)
     assert tables == ["customers", "orders"]
     for table in tables:
-        result = apply_changes(spark, uri, root, name, table, storage_options=options)
+        result = apply_changes(spark, MirrorTarget(uri, root, name, table, storage_options=options))
         assert result.mode == "rebuild"
         assert result.mirror_version == 0  # delta-rs read the version on S3
         assert_mirror_equals_source(spark, mariadb, root, table)
@@ -112,20 +113,23 @@ def test_mirrors_and_history_on_s3_equal_the_source(
     workload.run_transactions(60)
     catch_up(config)
     for table in tables:
-        result = apply_changes(spark, uri, root, name, table, storage_options=options)
+        result = apply_changes(spark, MirrorTarget(uri, root, name, table, storage_options=options))
         assert result.mode == "merge", "an increment is merged on S3 too"
         assert_mirror_equals_source(spark, mariadb, root, table)
-        again = apply_changes(spark, uri, root, name, table, storage_options=options)
+        again = apply_changes(spark, MirrorTarget(uri, root, name, table, storage_options=options))
         assert again.mode == "noop"
 
     keys = s3_lake.keys()
     assert any(f"/d/mirror/_cdc_state/{name}.customers/_delta_log/" in k for k in keys)
     staged = {k.split("/_cdc_staging/")[1].split("/")[1] for k in keys if "/_cdc_staging/" in k}
     assert staged == {"leftover"}, "each merge removed its staging; a fresh leftover stays"
-    monkeypatch.setattr(mirror, "STALE_STAGING_SECONDS", -60)  # every leftover is stale now
+    monkeypatch.setattr(staging, "STALE_STAGING_SECONDS", -60)  # every leftover is stale now
     workload.run_transactions(10)
     catch_up(config)
-    assert apply_changes(spark, uri, root, name, "orders", storage_options=options).mode == "merge"
+    assert (
+        apply_changes(spark, MirrorTarget(uri, root, name, "orders", storage_options=options)).mode
+        == "merge"
+    )
     keys = s3_lake.keys()
     assert not [k for k in keys if "/_cdc_staging/" in k], "stale staging removed from S3"
 
@@ -134,7 +138,7 @@ def test_mirrors_and_history_on_s3_equal_the_source(
     for table in tables:
         target = mirror_uri(history, name, table)
         result = mirror_as_of(
-            spark, uri, name, table, day, target, mirror_root=root, storage_options=options
+            spark, MirrorTarget(uri, root, name, table, storage_options=options), day, target
         )
         assert result.mirror_rows == len(source_rows(mariadb.server, name, table))
         assert result.mirror_version is not None
@@ -158,7 +162,7 @@ def test_reconcile_on_s3_finds_and_repairs_a_damaged_mirror_row(
     catch_up(config)
     uri = config.table_uri("d")
     root = mirror_root(config.lake.uri, "d")
-    apply_changes(spark, uri, root, name, "items", storage_options=options)
+    apply_changes(spark, MirrorTarget(uri, root, name, "items", storage_options=options))
     clean = reconcile_destination(config, "d", spark)
     assert clean.status == "clean", clean.metadata()
 
@@ -175,7 +179,7 @@ def test_reconcile_on_s3_finds_and_repairs_a_damaged_mirror_row(
     objects = s3_lake.keys()
     assert not [k for k in objects if "/_cdc_staging/" in k], "comparison staging removed"
 
-    apply_changes(spark, uri, root, name, "items", storage_options=options)
+    apply_changes(spark, MirrorTarget(uri, root, name, "items", storage_options=options))
     assert_mirror_equals_source(spark, mariadb, root, "items")
     again = reconcile_destination(config, "d", spark)
     assert again.status == "clean", again.metadata()
@@ -198,7 +202,7 @@ def test_reconcile_on_s3_finds_and_repairs_a_damaged_mirror_row(
     cli = json.loads(done.stdout)
     assert cli["status"] == "repaired", cli
     assert cli["missing_in_mirror"] == 1
-    apply_changes(spark, uri, root, name, "items", storage_options=options)
+    apply_changes(spark, MirrorTarget(uri, root, name, "items", storage_options=options))
     assert_mirror_equals_source(spark, mariadb, root, "items")
 
 
@@ -263,7 +267,7 @@ def test_reconcile_on_s3_sends_the_repair_to_the_streaming_lease_holder(
     catch_up(config)
     uri = config.table_uri("d")
     root = mirror_root(config.lake.uri, "d")
-    apply_changes(spark, uri, root, name, "items", storage_options=options)
+    apply_changes(spark, MirrorTarget(uri, root, name, "items", storage_options=options))
     spark.sql(f"DELETE FROM delta.`{mirror_uri(root, name, 'items')}` WHERE id = 5").collect()
     with supervised_destination(config, config.destinations["d"]) as supervisor:
         thread = threading.Thread(target=supervisor.run, daemon=True)
@@ -284,7 +288,7 @@ def test_reconcile_on_s3_sends_the_repair_to_the_streaming_lease_holder(
     assert "lease holder" in (report.repaired_by or "")
     inbox = repair_inbox(config.lake.uri, "d", config.destinations["d"].config.source, options)
     assert not inbox.requests.list(".json"), "the request was taken from the inbox on S3"
-    apply_changes(spark, uri, root, name, "items", storage_options=options)
+    apply_changes(spark, MirrorTarget(uri, root, name, "items", storage_options=options))
     assert_mirror_equals_source(spark, mariadb, root, "items")
 
 

@@ -23,6 +23,7 @@ from cdc_platform.reconcile.service import reconcile_destination
 from cdc_platform.runtime.supervised import supervised_destination
 from cdc_platform.spark.locations import mirror_root, mirror_tables
 from cdc_platform.spark.mirror import apply_changes
+from cdc_platform.spark.target import MirrorTarget
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.ha import fast_database_lease
 from tests.conftest import MariaDBDatabase
@@ -279,7 +280,7 @@ def test_sweep_every_mirror_equals_its_source(
         root = mirror_root(config.lake_root, "d")
         uri = config.table_uri("d")
         for mirror_db, table in mirror_tables(spark, uri):
-            apply_changes(spark, uri, root, mirror_db, table)
+            apply_changes(spark, MirrorTarget(uri, root, mirror_db, table))
         report = reconcile_destination(config, "d", spark)
         found = {(t.db, t.table): t for t in report.tables}
         exact = sorted(n for n, t in found.items() if t.status == "compared" and not t.differences)

@@ -21,6 +21,7 @@ from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.spark.locations import mirror_root, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
+from cdc_platform.spark.target import MirrorTarget
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.ha import fast_database_lease
 from tests.conftest import MariaDBDatabase
@@ -120,7 +121,7 @@ def assert_mirrors_equal_sources(
 ) -> None:
     root = mirror_root(config.lake_root, "d")
     for database, table in tables:
-        apply_changes(spark, config.table_uri("d"), root, database, table)
+        apply_changes(spark, MirrorTarget(config.table_uri("d"), root, database, table))
         got = mirror_bag(spark, mirror_uri(root, database, table))
         assert got == source_bag(db, database, table), (database, table)
 

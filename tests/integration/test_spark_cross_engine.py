@@ -28,6 +28,7 @@ from cdc_platform.events import ChangeEvent
 from cdc_platform.sink import DeltaChangeLog, MaintenancePolicy
 from cdc_platform.spark.locations import mirror_uri
 from cdc_platform.spark.mirror import apply_changes
+from cdc_platform.spark.target import MirrorTarget
 from cdc_platform.testing.spark_engines import ENGINES, SparkEngine
 from tests.conftest import S3Lake
 from tests.integration.test_column_types import Streamed, streamed
@@ -146,7 +147,9 @@ def test_each_engine_reads_the_change_log_and_delta_rs_reads_its_mirror(
     assert not differences, differences[:5]
 
     db = next(e.db for e in streamed.events if e.table == "all_types")
-    result = apply_changes(spark, uri, f"{root}/mirror", db, "all_types", storage_options=options)
+    result = apply_changes(
+        spark, MirrorTarget(uri, f"{root}/mirror", db, "all_types", storage_options=options)
+    )
     assert result.mirror_rows == 4
     mirror = mirror_uri(f"{root}/mirror", db, "all_types")
     by_delta_rs = DeltaTable(mirror, storage_options=options)

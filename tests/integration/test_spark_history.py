@@ -15,6 +15,7 @@ from deltalake import DeltaTable
 from cdc_platform.spark.history import daily_change_stats, mirror_as_of, seq_bound
 from cdc_platform.spark.mirror import apply_changes
 from cdc_platform.spark.mirror_state import state_history
+from cdc_platform.spark.target import MirrorTarget
 from cdc_platform.testing.spark_changes import ChangeLogWriter, SourceTable, column, expected_row
 from cdc_platform.testing.spark_engines import ENGINES, SparkEngine
 
@@ -105,7 +106,7 @@ def test_three_days_of_figures_and_as_of_mirrors(spark_engine: SparkEngine, tmp_
             log.commit(events, ts=ts, committed_at=committed)
             if hour == 9:  # mid-day applies give the as-of mirrors a base version
                 for table in as_of_tables:
-                    apply_changes(spark, log.uri, root, "shop", table)
+                    apply_changes(spark, MirrorTarget(log.uri, root, "shop", table))
         snapshots[day] = {
             s.table: (copy.deepcopy(s.columns), copy.deepcopy(list(s.rows.values())))
             for s in (orders, users)
@@ -130,9 +131,10 @@ def test_three_days_of_figures_and_as_of_mirrors(spark_engine: SparkEngine, tmp_
         for table in as_of_tables:
             columns, rows = snapshots[day][table]
             want = sorted((expected_row(r, columns) for r in rows), key=lambda r: r["id"])
-            for label, kwargs in (("replay", {}), ("version", {"mirror_root": root})):
+            source = MirrorTarget(log.uri, root, "shop", table)
+            for label, from_mirror in (("replay", False), ("version", True)):
                 target = str(tmp_path / "asof" / label / f"{day}.{table}")
-                result = mirror_as_of(spark, log.uri, "shop", table, day, target, **kwargs)
+                result = mirror_as_of(spark, source, day, target, from_mirror=from_mirror)
                 frame = spark.read.format("delta").load(target)
                 assert frame.columns == [c["name"] for c in columns], (day, table, label)
                 got = sorted((r.asDict() for r in frame.collect()), key=lambda r: r["id"])

@@ -23,6 +23,7 @@ from cdc_platform.spark.apply_counts import staged_counts
 from cdc_platform.spark.locations import mirror_tables, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
 from cdc_platform.spark.mirror_state import read_state, state_history
+from cdc_platform.spark.target import MirrorTarget
 from cdc_platform.spark.types import parse_columns
 from cdc_platform.testing.spark_changes import ChangeLogWriter, SourceTable, column, expected_row
 from cdc_platform.testing.spark_engines import ENGINES, SparkEngine
@@ -178,7 +179,9 @@ def test_random_changes_with_pk_updates_and_ddl_match_the_model(
         events += ddl() if ddl is not None else []
         events += changes.batch(20)
         log.commit(events, ts=NOW, committed_at=NOW)
-        result = apply_changes(spark, log.uri, root, "shop", "items", zero_dates=TYPED)
+        result = apply_changes(
+            spark, MirrorTarget(log.uri, root, "shop", "items", zero_dates=TYPED)
+        )
         modes.append(result.mode)
         assert result.last_seq == log.seq
         assert result.mirror_rows == len(source.rows), f"step {step}"
@@ -200,7 +203,7 @@ def test_counts_and_rerun_changes_nothing(spark: SparkSession, tmp_path: Path) -
     log = ChangeLogWriter(str(tmp_path / "changes"))
     root = str(tmp_path / "mirror")
     log.commit([source.insert({"id": i, "v": "a"}) for i in range(1, 6)], ts=NOW, committed_at=NOW)
-    first = apply_changes(spark, log.uri, root, "shop", "t")
+    first = apply_changes(spark, MirrorTarget(log.uri, root, "shop", "t"))
     assert (first.mode, first.rows_inserted, first.mirror_rows) == ("rebuild", 5, 5)
     batch = [
         source.update((1,), v="b"),  # updated
@@ -213,13 +216,13 @@ def test_counts_and_rerun_changes_nothing(spark: SparkSession, tmp_path: Path) -
         source.update((4,), v="y"),  # two updates: one updated row
     ]
     log.commit(batch, ts=NOW, committed_at=NOW)
-    second = apply_changes(spark, log.uri, root, "shop", "t")
+    second = apply_changes(spark, MirrorTarget(log.uri, root, "shop", "t"))
     assert second.mode == "merge"
     assert (second.rows_inserted, second.rows_updated, second.rows_deleted) == (2, 2, 2)
     assert (second.previous_seq, second.last_seq, second.changes) == (5, 13, 8)
     assert_mirror_equals(spark, root, source)
     version = DeltaTable(mirror_uri(root, "shop", "t")).version()
-    third = apply_changes(spark, log.uri, root, "shop", "t")
+    third = apply_changes(spark, MirrorTarget(log.uri, root, "shop", "t"))
     assert (third.mode, third.last_seq, third.mirror_rows) == ("noop", 13, 5)
     assert DeltaTable(mirror_uri(root, "shop", "t")).version() == version, "no new commit"
     state = read_state(spark, root, "shop", "t")
@@ -231,7 +234,7 @@ def test_counts_and_rerun_changes_nothing(spark: SparkSession, tmp_path: Path) -
     assert isinstance(metadata["lag_seconds"], float)
     assert metadata["lag_seconds"] > 0
     log.commit([source.ddl("ALTER TABLE t ADD INDEX iv (v(10))")], ts=NOW, committed_at=NOW)
-    fourth = apply_changes(spark, log.uri, root, "shop", "t")
+    fourth = apply_changes(spark, MirrorTarget(log.uri, root, "shop", "t"))
     assert (fourth.mode, fourth.last_seq, fourth.changes, fourth.mirror_rows) == ("merge", 14, 0, 5)
     assert DeltaTable(mirror_uri(root, "shop", "t")).version() == version, "no mirror commit"
 
@@ -260,10 +263,16 @@ def test_interrupted_applies_rerun_to_the_same_result(
     ]
     for batch in batches:
         log.commit(batch(), ts=NOW, committed_at=NOW)
-        expected = apply_changes(spark, log.uri, clean, "shop", "items", zero_dates=TYPED)
+        expected = apply_changes(
+            spark, MirrorTarget(log.uri, clean, "shop", "items", zero_dates=TYPED)
+        )
         with pytest.raises(RuntimeError, match="simulated crash"):
-            apply_changes(spark, log.uri, crashed, "shop", "items", hook=crash, zero_dates=TYPED)
-        again = apply_changes(spark, log.uri, crashed, "shop", "items", zero_dates=TYPED)
+            apply_changes(
+                spark, MirrorTarget(log.uri, crashed, "shop", "items", zero_dates=TYPED), hook=crash
+            )
+        again = apply_changes(
+            spark, MirrorTarget(log.uri, crashed, "shop", "items", zero_dates=TYPED)
+        )
         assert again.mode == ("noop" if step == "state_committed" else expected.mode)
         assert again.last_seq == expected.last_seq
         assert _same_rows(spark, clean, crashed)
@@ -303,18 +312,18 @@ def test_ddl_after_the_last_row_evolves_the_mirror(spark: SparkSession, tmp_path
     log = ChangeLogWriter(str(tmp_path / "changes"))
     root = str(tmp_path / "mirror")
     log.commit([source.insert({"id": 1, "a": "x", "b": 2})], ts=NOW, committed_at=NOW)
-    apply_changes(spark, log.uri, root, "shop", "t")
+    apply_changes(spark, MirrorTarget(log.uri, root, "shop", "t"))
     ddl = [
         source.rename_column("a", "title"),
         source.drop_column("b"),
         source.add_column(column("price", "decimal", precision=10, scale=2), "DECIMAL(10,2)"),
     ]
     log.commit(ddl, ts=NOW, committed_at=NOW)
-    result = apply_changes(spark, log.uri, root, "shop", "t")
+    result = apply_changes(spark, MirrorTarget(log.uri, root, "shop", "t"))
     assert result.mode == "rebuild"
     assert_mirror_equals(spark, root, source)
     log.commit([source.update((1,), price="9.99")], ts=NOW, committed_at=NOW)
-    result = apply_changes(spark, log.uri, root, "shop", "t")
+    result = apply_changes(spark, MirrorTarget(log.uri, root, "shop", "t"))
     assert_mirror_equals(spark, root, source)
 
 
@@ -346,7 +355,7 @@ def test_table_without_primary_key_and_composite_keys(
         committed_at=NOW,
     )
     for table in ("nopk", "pairs"):
-        apply_changes(spark, log.uri, root, "s", table)
+        apply_changes(spark, MirrorTarget(log.uri, root, "s", table))
     log.commit(
         [
             nopk.update((1, None), y="now set"),
@@ -359,7 +368,7 @@ def test_table_without_primary_key_and_composite_keys(
     )
     assert mirror_tables(spark, log.uri) == [("s", "nopk"), ("s", "pairs")]
     for table, source in (("nopk", nopk), ("pairs", pairs)):
-        result = apply_changes(spark, log.uri, root, "s", table)
+        result = apply_changes(spark, MirrorTarget(log.uri, root, "s", table))
         assert result.mode == "merge"
         assert_mirror_equals(spark, root, source)
 
@@ -377,13 +386,13 @@ def test_a_mirror_with_deletion_vectors_reports_its_true_row_count(
     root = str(tmp_path / "mirror")
     uri = mirror_uri(root, "s", "dv")
     log.commit([source.insert({"id": i, "v": "a"}) for i in range(1, 11)], ts=NOW, committed_at=NOW)
-    assert apply_changes(spark, log.uri, root, "s", "dv").mirror_rows == 10
+    assert apply_changes(spark, MirrorTarget(log.uri, root, "s", "dv")).mirror_rows == 10
     spark.sql(
         f"ALTER TABLE delta.`{uri}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"
     )
     batch = [source.delete((1,)), source.delete((2,)), source.delete((3,))]
     log.commit([*batch, source.update((4,), v="b")], ts=NOW, committed_at=NOW)
-    result = apply_changes(spark, log.uri, root, "s", "dv")
+    result = apply_changes(spark, MirrorTarget(log.uri, root, "s", "dv"))
     assert (result.mode, result.rows_deleted) == ("merge", 3)
     commits = sorted((Path(uri) / "_delta_log").glob("*.json"))
     assert any('"deletionVector":{' in c.read_text() for c in commits), "the MERGE used them"
@@ -395,12 +404,12 @@ def test_unknown_column_type_and_missing_change_log_are_clear_errors(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     with pytest.raises(MirrorError, match="no change log"):
-        apply_changes(spark, str(tmp_path / "nothing"), str(tmp_path / "m"), "a", "b")
+        apply_changes(spark, MirrorTarget(str(tmp_path / "nothing"), str(tmp_path / "m"), "a", "b"))
     source = SourceTable("s", "v", [column("id", "int", pk=True), column("vec", "vector")])
     log = ChangeLogWriter(str(tmp_path / "changes"))
     log.commit([source.insert({"id": 1, "vec": "AAAA"})], ts=NOW, committed_at=NOW)
     with pytest.raises(UnsupportedColumnTypeError, match=r"s\.v\.vec: column type 'vector'"):
-        apply_changes(spark, log.uri, str(tmp_path / "m"), "s", "v")
+        apply_changes(spark, MirrorTarget(log.uri, str(tmp_path / "m"), "s", "v"))
 
 
 @pytest.mark.parametrize("spark_engine", ENGINES, indirect=True)
@@ -414,11 +423,11 @@ def test_create_and_drop_table_ddl(spark_engine: SparkEngine, tmp_path: Path) ->
         ts=NOW,
         committed_at=NOW,
     )
-    result = apply_changes(spark, log.uri, root, "s", "e")
+    result = apply_changes(spark, MirrorTarget(log.uri, root, "s", "e"))
     assert (result.mode, result.mirror_rows, result.columns) == ("rebuild", 0, ("id", "note"))
     old = SourceTable("s", "e", [column("id", "int", pk=True), column("note", "varchar")])
     log.commit([old.insert({"id": 1, "note": "old"})], ts=NOW, committed_at=NOW)
-    apply_changes(spark, log.uri, root, "s", "e")
+    apply_changes(spark, MirrorTarget(log.uri, root, "s", "e"))
     new = SourceTable("s", "e", [column("key", "bigint", pk=True), column("v", "double")])
     log.commit(
         [
@@ -430,11 +439,11 @@ def test_create_and_drop_table_ddl(spark_engine: SparkEngine, tmp_path: Path) ->
         ts=NOW,
         committed_at=NOW,
     )
-    result = apply_changes(spark, log.uri, root, "s", "e")
+    result = apply_changes(spark, MirrorTarget(log.uri, root, "s", "e"))
     assert result.mode == "rebuild"
     assert_mirror_equals(spark, root, new)
     log.commit([new.ddl("DROP TABLE e")], ts=NOW, committed_at=NOW)
-    result = apply_changes(spark, log.uri, root, "s", "e")
+    result = apply_changes(spark, MirrorTarget(log.uri, root, "s", "e"))
     assert (result.mode, result.mirror_rows) == ("rebuild", 0)
 
 
@@ -460,17 +469,17 @@ def test_a_value_converting_modify_never_fails_the_apply(
         ts=NOW,
         committed_at=NOW,
     )
-    assert apply_changes(spark, log.uri, root, "s", "m").mirror_rows == 2
+    assert apply_changes(spark, MirrorTarget(log.uri, root, "s", "m")).mirror_rows == 2
     new = SourceTable("s", "m", [column("id", "int", pk=True), column("amount", "int")])
     log.commit([new.ddl("ALTER TABLE m MODIFY amount INT")], ts=NOW, committed_at=NOW)
-    result = apply_changes(spark, log.uri, root, "s", "m")
+    result = apply_changes(spark, MirrorTarget(log.uri, root, "s", "m"))
     assert result.mode == "rebuild"
     assert {r["id"]: r["amount"] for r in mirror_rows(spark, mirror_uri(root, "s", "m"))[1]} == {
         1: None,
         2: None,
     }
     log.commit([new.insert({"id": 1, "amount": 13})], ts=NOW, committed_at=NOW)
-    apply_changes(spark, log.uri, root, "s", "m")
+    apply_changes(spark, MirrorTarget(log.uri, root, "s", "m"))
     assert {r["id"]: r["amount"] for r in mirror_rows(spark, mirror_uri(root, "s", "m"))[1]} == {
         1: 13,
         2: None,

@@ -23,6 +23,7 @@ from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.spark.locations import mirror_root, mirror_tables, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
+from cdc_platform.spark.target import MirrorTarget
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config
 from cdc_platform.testing.spark_changes import float32
 from cdc_platform.testing.workload import Workload
@@ -189,7 +190,7 @@ def test_mirrors_equal_mariadb_after_workload_and_ddl(
     tables = {t for d, t in mirror_tables(spark, uri) if d == name}
     assert tables == {"customers", "orders", "typed"}
     for table in sorted(tables):
-        result = apply_changes(spark, uri, root, name, table, zero_dates=TYPED)
+        result = apply_changes(spark, MirrorTarget(uri, root, name, table, zero_dates=TYPED))
         assert result.mode == "rebuild"
         assert_mirror_equals_source(spark, mariadb, root, table)
 
@@ -202,8 +203,8 @@ def test_mirrors_equal_mariadb_after_workload_and_ddl(
     )
     catch_up(mariadb, uri)
     for table in sorted(tables):
-        apply_changes(spark, uri, root, name, table, zero_dates=TYPED)
+        apply_changes(spark, MirrorTarget(uri, root, name, table, zero_dates=TYPED))
         assert_mirror_equals_source(spark, mariadb, root, table)
-        again = apply_changes(spark, uri, root, name, table, zero_dates=TYPED)
+        again = apply_changes(spark, MirrorTarget(uri, root, name, table, zero_dates=TYPED))
         assert again.mode == "noop", "a rerun changes nothing"
     assert workload.stats.committed > 200

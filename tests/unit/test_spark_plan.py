@@ -7,7 +7,8 @@ import json
 import pytest
 
 from cdc_platform.spark.mirror_state import schema_signature
-from cdc_platform.spark.plan import SchemaVersion, Timeline, name_mappings
+from cdc_platform.spark.plan import name_mappings
+from cdc_platform.spark.timeline import SchemaVersion, Timeline
 from cdc_platform.spark.types import parse_columns
 from cdc_platform.testing.spark_changes import column
 
