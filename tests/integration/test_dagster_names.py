@@ -91,7 +91,7 @@ def test_odd_table_names_load_and_are_selectable(
         # the source's column comments are the columns' descriptions
         schema = graph.get(key).metadata["dagster/column_schema"]
         assert schema.columns[0].description == f"key of {name}"
-        history = AssetKey([*key.path, "daily_history"])
+        history = AssetKey([*key.path[:-1], f"{key.path[-1]}_daily_history"])
         assert history in graph.get_all_asset_keys()
         assert any(c.name == CHECK_NAME for c in graph.get_check_keys_for_assets({key}))
 
