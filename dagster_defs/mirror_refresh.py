@@ -5,11 +5,11 @@ Each tick, per destination, it knows how old the oldest of the mirrors' newest m
 is, and how long a mirrors run of the destination takes (from its newest successful runs,
 queueing and start included). It requests one run for all the destination's tables once
 waiting any longer would let a mirror age past its freshness policy's window (the warn window,
-else the fail window) before the run lands: ``window - tick - run - window/10``. Whether the
+else the fail window) before the run lands: ``window - tick - run - window/5``. Whether the
 change log moved since (busy source) or not (quiet source: the run materializes the mirrors as
 "current as of now") only changes the run's ``cdc/trigger`` tag; a table never materialized
 is requested at once. So a destination costs about one run per that period (a 300 s lag
-budget: about one run every 100 s instead of one per sensor tick), and a change reaches its
+budget: a run about every two minutes instead of one per sensor tick), and a change reaches its
 mirror within that period plus a run. ``dagster.mirror_refresh_seconds`` shortens the period
 (mirrors closer to the source, more runs); it never lengthens it past the policy.
 
@@ -69,8 +69,9 @@ def period(
 ) -> float:
     """How old the oldest mirror materialization may get before a run is requested: the
     next materialization still lands inside ``window_seconds`` after up to one more tick and
-    one run, with a tenth of the window to spare (0: back to back); at most ``cap``."""
-    wait = window_seconds - tick_seconds - run_seconds - window_seconds / 10
+    one run, with a fifth of the window to spare for a late tick or a slow run on a loaded
+    machine (0: back to back); at most ``cap``."""
+    wait = window_seconds - tick_seconds - run_seconds - window_seconds / 5
     return max(0.0, wait if cap is None else min(cap, wait))
 
 
@@ -152,7 +153,7 @@ def _state(
         failed_at = record.end_time if record and record.end_time else time.time()
     done = instance.get_run_records(
         filters=RunsFilter(tags={MIRROR_TAG: destination}, statuses=[DagsterRunStatus.SUCCESS]),
-        limit=3,
+        limit=5,
     )
     took = [r.end_time - r.create_timestamp.timestamp() for r in done if r.end_time]
     latest = instance.get_latest_materialization_events(keys)

@@ -17,12 +17,14 @@ from typing import Any
 
 from dagster import (
     AssetExecutionContext,
+    AssetIn,
     AssetKey,
     AssetsDefinition,
     AssetSpec,
     DailyPartitionsDefinition,
     MaterializeResult,
     MetadataValue,
+    Nothing,
     multi_asset,
 )
 
@@ -106,12 +108,19 @@ def _history_asset(
         name: {dep.asset_key for dep in spec.deps} for name, spec in zip(outs, specs, strict=True)
     }
 
-    upstream: list[AssetKey] = sorted({k for keys in reads.values() for k in keys}, key=_path)
+    # named inputs: Dagster would name them after the keys, and refuse most odd table names
+    changes = translator.changes_key(destination)
+    ins = {
+        f"{name}_mirror": AssetIn(key=key, dagster_type=Nothing)
+        for name, keys in reads.items()
+        for key in sorted(keys - {changes}, key=_path)
+    }
 
     @multi_asset(
         name=op_name("cdc_daily_history", destination),
         outs=outs,
-        deps=upstream,
+        ins=ins,
+        deps=[changes],
         internal_asset_deps=reads,
         can_subset=True,
         pool=f"cdc-mirror-{destination}",

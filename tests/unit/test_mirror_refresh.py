@@ -71,10 +71,10 @@ def test_mirror_refresh_decision() -> None:
 def test_the_refresh_period_keeps_the_freshness_window() -> None:
     """The oldest mirror may age until one more tick and one run still land the next
     materialization inside the window, with a tenth of it to spare."""
-    assert period(150.0, 15.0, 20.0) == 100.0  # 300 s lag budget: warn window 150 s
+    assert period(150.0, 15.0, 20.0) == 85.0  # 300 s lag budget: warn window 150 s
     assert period(150.0, 15.0, 20.0, cap=60.0) == 60.0  # dagster.mirror_refresh_seconds
-    assert period(150.0, 15.0, 20.0, cap=600.0) == 100.0  # never past the policy
-    assert period(60.0, 15.0, 50.0) == 0.0  # runs back to back when that is all it can do
+    assert period(150.0, 15.0, 20.0, cap=600.0) == 85.0  # never past the policy
+    assert period(60.0, 15.0, 40.0) == 0.0  # runs back to back when that is all it can do
 
 
 def test_mirror_refresh_requests_the_tables_behind_the_change_log(
@@ -88,7 +88,7 @@ def test_mirror_refresh_requests_the_tables_behind_the_change_log(
     now = [1000.0]
     sensor = build_mirror_refresh(
         {"a": tables}, {"a": 70.0}, minimum_interval_seconds=1, clock=lambda: now[0]
-    )  # period: 70 - 1 - 30 (a run, until one succeeded) - 7 = 32 s
+    )  # period: 70 - 1 - 30 (a run, until one succeeded) - 14 = 25 s
 
     def tick() -> list[Any]:
         context = build_sensor_context(
@@ -119,7 +119,7 @@ def test_mirror_refresh_requests_the_tables_behind_the_change_log(
     assert tick() == []
     commit(4)  # e.g. while a run that had read version 3 was still writing
     assert tick() == []  # new commits wait for the period: no run per commit
-    now[0] += 31.0
+    now[0] += 24.0
     assert tick() == []
     now[0] += 1.0
     (request,) = tick()
