@@ -8,6 +8,7 @@
       key_prefix: [cdc]         # optional: keys are [*key_prefix, <destination>, <db>, <table>]
       group: cdc                # optional: group of the change logs and mirrors
       tags: {team: data}        # optional: asset tags of every mirror
+      key_style: legacy         # optional: keys before readable ones (cdc/shop/shop/orders)
       table_selector:           # optional: which captured tables get assets (globs on db.table)
         include: ["shop.*"]
         exclude: ["shop.tmp_*"]
@@ -46,7 +47,7 @@ from cdc_platform.config import load_config
 from cdc_platform.coordination.table_catalog import Catalog
 from dagster_defs.factory import build_definitions, discover_catalogs
 from dagster_defs.names import key_part
-from dagster_defs.translator import CdcTranslator
+from dagster_defs.translator import CdcTranslator, KeyStyle
 
 __all__ = ["CdcComponent", "CdcScaffolder", "PrefixTranslator", "TableSelector"]
 
@@ -55,15 +56,21 @@ class PrefixTranslator(CdcTranslator):
     """Keys under ``key_prefix``, one group for the live assets, tags on every mirror."""
 
     def __init__(
-        self, key_prefix: list[str], group: str, tags: dict[str, str] | None = None
+        self,
+        key_prefix: list[str],
+        group: str,
+        tags: dict[str, str] | None = None,
+        key_style: KeyStyle | None = None,
     ) -> None:
+        super().__init__(key_style)
         self._prefix = list(key_prefix)
         self._group = group
         self._tags = dict(tags or {})
 
     def table_tags(self, destination: str, db: str, table: str) -> dict[str, str]:
-        """The component's ``tags``."""
-        return dict(self._tags)
+        """The platform's tags (destination, database, platform.yaml's) and the component's
+        ``tags``."""
+        return {**super().table_tags(destination, db, table), **self._tags}
 
     def key_prefix(self, destination: str) -> list[str]:
         """``[*key_prefix, destination]``."""
@@ -142,6 +149,15 @@ class CdcComponent(StateBackedComponent, Resolvable):
         dict[str, str],
         Resolver.default(description="Asset tags of every table mirror and its history."),
     ] = field(default_factory=dict)
+    key_style: Annotated[
+        KeyStyle | None,
+        Resolver.default(
+            description="readable (cdc/shop/orders) or legacy (cdc/shop/shop/orders, the keys "
+            "before readable ones became the default); unset: platform.yaml's "
+            "dagster.key_style.",
+            examples=["legacy"],
+        ),
+    ] = None
     table_selector: Annotated[
         TableSelector,
         Resolver.default(
@@ -190,4 +206,4 @@ class CdcComponent(StateBackedComponent, Resolvable):
     def get_translator(self) -> CdcTranslator:
         """The translator of the definitions: override it in a subclass to change any asset
         spec (``get_asset_spec``), keeping the attributes' keys, group and tags."""
-        return PrefixTranslator(self.key_prefix, self.group, self.tags)
+        return PrefixTranslator(self.key_prefix, self.group, self.tags, self.key_style)

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from dagster import (
     AssetKey,
+    AssetsDefinition,
     AssetSelection,
+    AssetSpec,
+    DagsterInvalidDefinitionError,
     Definitions,
     SensorDefinition,
     define_asset_job,
@@ -33,6 +36,7 @@ from dagster_defs.alerts import build_run_failure_alert
 from dagster_defs.assets import change_log_specs
 from dagster_defs.cdc_job import build_cdc_destination_job
 from dagster_defs.freshness import change_log_lag_checks
+from dagster_defs.history_schedule import build_history_schedule
 from dagster_defs.io_manager import MIRROR_IO_MANAGER, MirrorIOManager
 from dagster_defs.mirror_refresh import build_mirror_refresh
 from dagster_defs.reconcile import (
@@ -46,7 +50,7 @@ from dagster_defs.sensors import build_config_monitor, build_running_monitor
 from dagster_defs.snapshot_request import snapshot_request_job
 from dagster_defs.spark_assets import history_assets
 from dagster_defs.table_assets import MIRRORS_JOB, mirror_assets
-from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator
+from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator, destination_names
 
 __all__ = ["DAILY_HISTORY_JOB", "build_definitions", "discover_catalogs"]
 
@@ -81,18 +85,19 @@ def build_definitions(
     ``translator`` names every asset (default :data:`DEFAULT_TRANSLATOR`); ``catalogs`` gives
     each destination's tables instead of discovering them now.
     """
-    translator = translator or DEFAULT_TRANSLATOR
     conf_dir = str(Path(conf_dir).resolve())
     configset = load_config(Path(conf_dir))
+    translator = (translator or DEFAULT_TRANSLATOR).configured(configset.platform.dagster)
     if catalogs is None:
         catalogs = discover_catalogs(configset)
     interval = configset.platform.dagster.sensor_interval_seconds
-    mirrors = [
-        a
+    mirrors_of = {
+        name: a
         for name in sorted(configset.destinations)
         if name in catalogs
         and (a := mirror_assets(configset, name, catalogs[name], translator)) is not None
-    ]
+    }
+    mirrors = list(mirrors_of.values())
     tables: dict[str, list[AssetKey]] = {
         name: [translator.table_key(name, t.db, t.table) for t in catalogs[name].tables]
         for name in sorted(configset.destinations)
@@ -114,11 +119,9 @@ def build_definitions(
         mirror_sensors.append(
             build_mirror_refresh(
                 tables,
-                {
-                    name: configset.destinations[name].config.lag_budget_seconds / 2
-                    for name in tables
-                },
+                _windows(mirrors_of),
                 minimum_interval_seconds=max(interval, 5),
+                refresh_cap_seconds=configset.platform.dagster.mirror_refresh_seconds,
                 translator=translator,
             )
         )
@@ -130,12 +133,31 @@ def build_definitions(
         description="Daily change figures and as-of-day tables; backfill it over a date range.",
         executor_def=in_process_executor,  # one Spark session per run, not one per step
     )
+    change_logs = {translator.changes_key(n): n for n in destination_names(configset)}
+    changes = [
+        _owned(spec, change_logs, translator, catalogs)
+        for spec in change_log_specs(configset, translator)
+    ]
+    _unique_keys([*changes, *mirrors, *history])
+    history_keys = {
+        name: [translator.table_history_key(name, t.db, t.table) for t in catalogs[name].tables]
+        for name in sorted(configset.destinations)
+        if name in catalogs and catalogs[name].tables
+    }
     return Definitions(
-        assets=[
-            *change_log_specs(configset, translator),
-            *mirrors,
-            *history,
-        ],
+        assets=[*changes, *mirrors, *history],
+        schedules=[
+            build_history_schedule(
+                DAILY_HISTORY_JOB,
+                history_keys,
+                max(
+                    (d.config.lag_budget_seconds for d in configset.destinations.values()),
+                    default=300.0,
+                ),
+            )
+        ]
+        if history
+        else [],
         asset_checks=[*checks, *change_log_lag_checks(configset, translator)],
         jobs=[
             build_cdc_destination_job(translator),
@@ -169,3 +191,53 @@ def build_definitions(
             MIRROR_IO_MANAGER: MirrorIOManager(conf_dir=conf_dir),
         },
     )
+
+
+def _windows(mirrors: Mapping[str, AssetsDefinition]) -> dict[str, float]:
+    """Per destination, the shortest freshness window of its mirrors (warn, else fail) in
+    seconds: what the mirror refresh must keep (a translator may have set its own policy)."""
+    windows: dict[str, float] = {}
+    for name, assets in mirrors.items():
+        for spec in assets.specs:
+            # a time-window policy (Dagster's; others are not kept by a refresh period)
+            window = getattr(spec.freshness_policy, "warn_window", None) or getattr(
+                spec.freshness_policy, "fail_window", None
+            )
+            if window is not None:
+                seconds = float(window.to_timedelta().total_seconds())
+                windows[name] = min(windows.get(name, math.inf), seconds)
+    return windows
+
+
+def _owned(
+    spec: AssetSpec | AssetsDefinition,
+    change_logs: Mapping[AssetKey, str],
+    translator: CdcTranslator,
+    catalogs: Mapping[str, Catalog],
+) -> AssetSpec | AssetsDefinition:
+    """A change log with its destination's owners and its source's kind beside its own."""
+
+    def own(one: AssetSpec) -> AssetSpec:
+        name = change_logs.get(one.key)
+        if name is None:
+            return one
+        kind = catalogs[name].source_kind if name in catalogs else ""
+        owners = [*one.owners, *(o for o in translator.owners(name) if o not in one.owners)]
+        kinds = {*one.kinds, translator.source_kind(name, kind)}
+        return one.replace_attributes(owners=owners, kinds=kinds)
+
+    return own(spec) if isinstance(spec, AssetSpec) else spec.map_asset_specs(own)
+
+
+def _unique_keys(assets: Sequence[AssetSpec | AssetsDefinition]) -> None:
+    """Refuse two assets on one key, naming the way out (Dagster's own error names neither)."""
+    seen: set[AssetKey] = set()
+    for item in assets:
+        for key in [item.key] if isinstance(item, AssetSpec) else item.keys:
+            if key in seen:
+                raise DagsterInvalidDefinitionError(
+                    f"two assets get the key {key.to_user_string()} (a table named like "
+                    "another table's daily history?): set dagster.key_style: legacy in "
+                    "platform.yaml, or override CdcTranslator.table_key / table_history_key"
+                )
+            seen.add(key)

@@ -3,7 +3,7 @@
 Every mirror's output names this IO manager (resource key :data:`MIRROR_IO_MANAGER`), so a
 downstream asset written as::
 
-    @dg.asset(ins={"orders": dg.AssetIn(dg.AssetKey(["cdc", "shop", "shop", "orders"]))})
+    @dg.asset(ins={"orders": dg.AssetIn(dg.AssetKey(["cdc", "shop", "orders"]))})
     def open_orders(orders: pyarrow.Table) -> ...
 
 gets the mirror's current rows. The table is found through the mirror's ``dagster/uri``

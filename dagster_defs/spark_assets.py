@@ -1,6 +1,10 @@
-"""Daily history of each mirrored table: ``cdc/<destination>/<db>/<table>/daily_history``,
-partitioned by UTC day (one subsettable multi-asset per destination, like the mirrors in
-``table_assets``: one Spark pass over a day of the change log serves every selected table).
+"""Daily history of each mirrored table (``cdc/shop/orders_daily_history``, named by the
+translator), partitioned by UTC day (one subsettable multi-asset per destination, like the
+mirrors in ``table_assets``: one Spark pass over a day of the change log serves every selected
+table). It reads the change log (the day's figures, the changes up to the day's end) and the
+table's mirror (its newest version at or before that point, read ``VERSION AS OF``): both are
+its dependencies. ``daily_history_schedule`` (:mod:`dagster_defs.history_schedule`)
+materializes each finished day.
 
 Thin adapters: :meth:`CdcResource.daily_history <dagster_defs.resources.CdcResource.daily_history>`
 does the work; the body turns its results into Dagster metadata (numeric values, which the UI
@@ -13,11 +17,14 @@ from typing import Any
 
 from dagster import (
     AssetExecutionContext,
+    AssetIn,
+    AssetKey,
     AssetsDefinition,
     AssetSpec,
     DailyPartitionsDefinition,
     MaterializeResult,
     MetadataValue,
+    Nothing,
     multi_asset,
 )
 
@@ -47,10 +54,14 @@ def _history_spec(
 ) -> AssetSpec:
     return AssetSpec(
         key=translator.table_history_key(destination, table.db, table.table),
-        deps=[translator.changes_key(destination)],
+        deps=[
+            translator.changes_key(destination),
+            translator.table_key(destination, table.db, table.table),
+        ],
         partitions_def=partitions,
         group_name=translator.history_group_name(destination),
         tags=translator.table_tags(destination, table.db, table.table),
+        owners=translator.owners(destination),
         kinds={"spark", "delta"},
         description=f"Per UTC day: change counts, bytes and max lag of `{table.name}` "
         f"({destination}), and its state as of the end of that day under "
@@ -58,7 +69,8 @@ def _history_spec(
         "Materialization metadata: `inserts`, `updates`, `deletes`, `snapshots`, `ddl` (the "
         "day's change-log rows by kind), `rows`, `bytes`, `max_lag_seconds` (capture lag of "
         "the day's slowest change), `as_of_rows` (rows of the table at the end of the day).",
-        metadata={"dagster/table_name": table.name},
+        # its own tables (one per day), not the mirror: the UI must not link them as one
+        metadata={"dagster/table_name": f"history.{table.name}"},
     )
 
 
@@ -66,6 +78,7 @@ def _history_metadata(done: DailyHistory) -> dict[str, Any]:
     figures = done.stats
     return {
         "dagster/uri": MetadataValue.path(done.result.mirror_uri),
+        "dagster/table_name": f"history.{done.db}.{done.table}",
         "dagster/row_count": done.result.mirror_rows,
         "inserts": figures.inserts if figures else 0,
         "updates": figures.updates if figures else 0,
@@ -79,6 +92,10 @@ def _history_metadata(done: DailyHistory) -> dict[str, Any]:
     }
 
 
+def _path(key: AssetKey) -> list[str]:
+    return list(key.path)
+
+
 def _history_asset(
     destination: str,
     catalog: Catalog,
@@ -87,11 +104,25 @@ def _history_asset(
 ) -> AssetsDefinition:
     specs = [_history_spec(destination, t, partitions, translator) for t in catalog.tables]
     by_key = {spec.key: table for spec, table in zip(specs, catalog.tables, strict=True)}
+    outs = table_outs(specs, catalog.tables)
+    reads = {  # each table's history reads the change log and that table's mirror
+        name: {dep.asset_key for dep in spec.deps} for name, spec in zip(outs, specs, strict=True)
+    }
+
+    # named inputs: Dagster would name them after the keys, and refuse most odd table names
+    changes = translator.changes_key(destination)
+    ins = {
+        f"{name}_mirror": AssetIn(key=key, dagster_type=Nothing)
+        for name, keys in reads.items()
+        for key in sorted(keys - {changes}, key=_path)
+    }
 
     @multi_asset(
         name=op_name("cdc_daily_history", destination),
-        outs=table_outs(specs, catalog.tables),
-        deps=[translator.changes_key(destination)],
+        outs=outs,
+        ins=ins,
+        deps=[changes],
+        internal_asset_deps=reads,
         can_subset=True,
         pool=f"cdc-mirror-{destination}",
     )

@@ -103,10 +103,11 @@ def table_outs(
 
 
 def _spec(
-    configset: ConfigSet, destination: str, table: CatalogTable, translator: CdcTranslator
+    configset: ConfigSet, catalog: Catalog, table: CatalogTable, translator: CdcTranslator
 ) -> AssetSpec:
+    destination = catalog.destination
     uri = mirror_location(configset, destination, table.db, table.table)
-    spec = translator.get_asset_spec(CdcTableProps(destination, table, uri))
+    spec = translator.get_asset_spec(CdcTableProps(destination, table, uri, catalog.source_kind))
     key = translator.table_key(destination, table.db, table.table)
     if spec.key != key:
         raise DagsterInvalidDefinitionError(
@@ -156,7 +157,7 @@ def mirror_assets(
     """The destination's per-table mirrors (None when no table is known yet)."""
     if not catalog.tables or destination not in configset.destinations:
         return None
-    specs = [_spec(configset, destination, t, translator) for t in catalog.tables]
+    specs = [_spec(configset, catalog, t, translator) for t in catalog.tables]
     by_key: dict[AssetKey, CatalogTable] = {
         spec.key: table for spec, table in zip(specs, catalog.tables, strict=True)
     }

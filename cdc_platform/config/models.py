@@ -15,12 +15,14 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from cdc_platform.config.base import ConfigModel, read_secret
 from cdc_platform.config.batch_mode import BatchMode
+from cdc_platform.config.dagster_settings import AssetOwnership, DagsterSettings
 from cdc_platform.config.lake import check_lake_root, check_storage_options
 from cdc_platform.config.leases import DatabaseLeaseConfig, LeaseConfig, ZooKeeperLeaseConfig
 from cdc_platform.config.tls import TlsConfig
 from cdc_platform.config.urls import parse_database_url, redact_url, url_has_secret
 
 __all__ = [
+    "AssetOwnership",
     "BatchMode",
     "DagsterSettings",
     "DatabaseLeaseConfig",
@@ -418,19 +420,6 @@ class SparkConfig(ConfigModel):
     def token(self) -> SecretStr | None:
         """The Spark Connect token from the environment, or None."""
         return read_secret(self.token_env) if self.token_env else None
-
-
-class DagsterSettings(ConfigModel):
-    """Defaults the Dagster face uses."""
-
-    sensor_interval_seconds: int = Field(default=15, ge=1)
-    """How often the config and running monitors tick."""
-    materialization_min_interval_seconds: float = Field(default=30.0, ge=0)
-    """Report committed batches to Dagster at most this often."""
-    orphan_after_seconds: float = Field(default=60.0, gt=0)
-    """A STARTED run whose lease heartbeat is older than this is marked failed."""
-    history_start_date: str = Field(default="2026-01-01", pattern=r"^\d{4}-\d{2}-\d{2}$")
-    """First day (UTC, YYYY-MM-DD) of the daily history partitions."""
 
 
 class ServeSettings(ConfigModel):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -38,6 +38,7 @@ __all__ = [
     "catalog_table_name",
     "change_log_tables",
     "discover_tables",
+    "read_source",
     "source_tables",
 ]
 
@@ -90,6 +91,8 @@ class Catalog:
     destination: str
     tables: tuple[CatalogTable, ...] = ()
     problems: tuple[str, ...] = field(default=(), compare=False)
+    source_kind: str = ""
+    """``mysql`` or ``mariadb`` when the source was read ("" when it was not)."""
 
     def to_json(self) -> str:
         """The catalog as JSON text (format :data:`CATALOG_FORMAT_VERSION`)."""
@@ -110,6 +113,7 @@ class Catalog:
                     for t in self.tables
                 ],
                 "problems": list(self.problems),
+                "source_kind": self.source_kind,
             },
             sort_keys=True,
         )
@@ -135,6 +139,7 @@ class Catalog:
                 for t in doc["tables"]
             ),
             problems=tuple(str(p) for p in doc.get("problems", [])),
+            source_kind=str(doc.get("source_kind", "")),
         )
 
 
@@ -146,10 +151,20 @@ def source_tables(
     Raises:
         SourceError: the server cannot be reached, refused the login or the query.
     """
+    return read_source(source, connect_timeout=connect_timeout)[1]
+
+
+def read_source(
+    source: SourceConfig, *, connect_timeout: float = DISCOVERY_CONNECT_TIMEOUT_SECONDS
+) -> tuple[str, list[CatalogTable]]:
+    """The server's kind (``mariadb`` or ``mysql``, from its greeting) and
+    :func:`source_tables`."""
     server = SourceServer(source, purpose="table discovery")
     conn = server.connect(
         read_timeout=DISCOVERY_READ_TIMEOUT_SECONDS, connect_timeout=connect_timeout
     )
+    greeting = str(getattr(conn, "server_version", ""))  # the version in the server's greeting
+    kind = "mariadb" if "mariadb" in greeting.lower() else "mysql"
     filt = TableFilter(source.include_tables, source.exclude_tables)
     try:
         with conn.cursor() as cur:
@@ -175,7 +190,7 @@ def source_tables(
                     str(name), str(type_), str(nullable) == "YES", str(key) == "PRI", str(comment)
                 )
             )
-    return [
+    return kind, [
         CatalogTable(db, table, tuple(cols), ("source",))
         for (db, table), cols in sorted(columns.items())
     ]
@@ -275,6 +290,7 @@ def discover_tables(
     :attr:`Catalog.problems` (never a secret); nothing raises for a source that is down."""
     problems: list[str] = []
     found: list[CatalogTable] = []
+    kind = ""
     valid = configset.destinations.get(destination)
     if valid is None:
         problems.append(f"{destination}: not a valid destination")
@@ -282,7 +298,8 @@ def discover_tables(
     source = valid.config.source
     if use_source and source.mode == "binlog":
         try:
-            found.extend(source_tables(source, connect_timeout=connect_timeout))
+            kind, tables = read_source(source, connect_timeout=connect_timeout)
+            found.extend(tables)
         except CdcError as exc:
             problems.append(f"source: {exc}")
     try:
@@ -291,7 +308,7 @@ def discover_tables(
         )
     except CdcError as exc:
         problems.append(f"change log: {exc}")
-    return _merge(destination, found, problems)
+    return replace(_merge(destination, found, problems), source_kind=kind)
 
 
 def catalog_table_name(configset: ConfigSet, destination: str, name: str) -> tuple[str, str]:

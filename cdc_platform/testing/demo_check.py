@@ -34,12 +34,17 @@ RUNS_QUERY = """{ runsOrError(filter: {tags: [{key: "cdc/destination", value: "s
 MATERIALIZATIONS_QUERY = """{ assetOrError(assetKey: {path: ["cdc", "shop", "changes"]}) {
   ... on Asset { assetMaterializations(limit: 100) { timestamp runId
     metadataEntries { label ... on IntMetadataEntry { intValue } } } } } }"""
-MIRROR_QUERY = """{ assetOrError(assetKey: {path: ["cdc", "shop", "shop", "orders"]}) {
+MIRROR_QUERY = """{ assetOrError(assetKey: {path: ["cdc", "shop", "orders"]}) {
   ... on Asset { assetMaterializations(limit: 10) { timestamp } } } }"""
 PAGES = [
     # (file, path under the webserver, text to wait for, times it must show)
     ("asset_graph.png", "/locations/cdc_platform/asset-groups/cdc", "orders", 1),
-    ("mirror_page.png", "/assets/cdc/shop/shop/orders", "Freshness", 1),
+    ("mirror_page.png", "/assets/cdc/shop/orders", "Freshness", 1),
+    ("history_page.png", "/assets/cdc/shop/orders_daily_history", "Partitions", 1),
+    ("history_graph.png", "/locations/cdc_platform/asset-groups/cdc_history", "orders", 1),
+    ("runs.png", "/runs", "cdc_destination", 1),
+    # the long-lived run, found with a tag filter (docs/dagster.md)
+    ("runs_destination.png", "/runs?q%5B0%5D=tag%3Acdc%2Fdestination%3Dshop", "cdc_destination", 1),
     # every sensor's row rendered, not only the first ones (the rest were still skeletons)
     ("automation.png", "/automation", "Standard sensor", 4),
 ]

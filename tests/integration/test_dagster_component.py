@@ -104,7 +104,7 @@ def test_component_lists_one_asset_per_table(mariadb: MariaDBDatabase, tmp_path:
     tables = {f"lake/shop/{mariadb.name}/{t}" for t in ("customers", "orders")}
     listed = asset_keys(dg(project, env, "list", "defs", "--json"))
     assert tables <= listed
-    assert {"lake/shop/changes", f"lake/shop/{mariadb.name}/orders/daily_history"} <= listed
+    assert {"lake/shop/changes", f"lake/shop/{mariadb.name}/orders_daily_history"} <= listed
 
     # The source goes away: the tables stay (the stored state), the project still loads.
     instance = project / "conf" / "destinations" / "shop" / "instance.yaml"

@@ -1,5 +1,5 @@
 """The platform inside a user's own Dagster project: a separate code location in a temporary
-directory merges ``build_definitions(...)`` with its own asset on ``cdc/shop/shop/orders``;
+directory merges ``build_definitions(...)`` with its own asset on ``cdc/shop/orders``;
 the ``dagster`` CLI materializes that mirror (one of the destination's two) and the user's
 asset, which finds the table through the mirror's ``dagster/uri``; four more take the mirror as
 an input (pyarrow, pandas, polars, a Spark DataFrame from the embedded engine), loaded by the
@@ -36,7 +36,7 @@ from deltalake import DeltaTable
 
 from dagster_defs import build_definitions
 
-ORDERS = dg.AssetKey(["cdc", "shop", "shop", "orders"])
+ORDERS = dg.AssetKey(["cdc", "shop", "orders"])
 
 
 @dg.asset(deps=[ORDERS])
@@ -138,7 +138,7 @@ def test_a_users_project_materializes_a_mirror_and_its_own_asset_on_it(
     }
     done = subprocess.run(
         [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "user_defs",
-         "--select", "cdc/shop/shop/orders,open_orders,order_ids,closed_count,open_count,"
+         "--select", "cdc/shop/orders,open_orders,order_ids,closed_count,open_count,"
          "spark_ids"],
         cwd=project, env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip

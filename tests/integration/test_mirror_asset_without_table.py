@@ -38,8 +38,8 @@ def test_a_mirror_without_a_table_is_not_reported_done(
         (CatalogTable("shop", "orders", known, ("source",)), CatalogTable("shop", "quiet", known)),
     )
     defs = build_definitions(str(conf), catalogs={"shop": catalog})
-    orders_key = AssetKey(["cdc", "shop", "shop", "orders"])
-    quiet_key = AssetKey(["cdc", "shop", "shop", "quiet"])
+    orders_key = AssetKey(["cdc", "shop", "orders"])
+    quiet_key = AssetKey(["cdc", "shop", "quiet"])
     job = define_asset_job(
         "m", selection=AssetSelection.assets(orders_key, quiet_key).without_checks()
     )

@@ -94,7 +94,7 @@ def mirror_and_reconcile(
             "dagster_defs.definitions",
             "--select",
             # every table's mirror (not their daily history, a partitioned asset)
-            f'key:"cdc/{cluster.destination}/*/*" and not key:"*/daily_history"',
+            f'key:"cdc/{cluster.destination}/*/*" and not key:"*_daily_history"',
         ],
         cwd=home,
         env=env,

@@ -223,7 +223,7 @@ def test_dagster_mirror_and_history_assets_on_s3(
         history = run_assets(
             defs,
             [
-                AssetKey(["cdc", "d", name, table, "daily_history"])
+                AssetKey(["cdc", "d", name, f"{table}_daily_history"])
                 for table in ("customers", "orders")
             ],
             instance,

@@ -82,7 +82,7 @@ def test_mirror_asset_materializes_on_each_engine(
         ts=now,
         committed_at=now,
     )
-    key = AssetKey(["cdc", "shop", "shop", "orders"])
+    key = AssetKey(["cdc", "shop", "orders"])
     with instance_for_test() as instance:
         result = run_assets(build_definitions(str(conf)), [key], instance)
         assert result.success
@@ -137,7 +137,7 @@ def test_daily_partitions_and_mirrors(
 
     # The source is down (nothing listens on its port): the tables come from the change log.
     defs = build_definitions(str(conf))
-    history_key = AssetKey(["cdc", "shop", "shop", "orders", "daily_history"])
+    history_key = AssetKey(["cdc", "shop", "orders_daily_history"])
     with instance_for_test() as instance:
         for day in DAYS:
             result = run_assets(defs, [history_key], instance, partition_key=day.isoformat())
@@ -155,8 +155,8 @@ def test_daily_partitions_and_mirrors(
         now = datetime.now(UTC)
         log.commit([items.insert({"sku": "a", "qty": 1})], ts=now, committed_at=now)
         defs = build_definitions(str(conf))
-        orders_key = AssetKey(["cdc", "shop", "shop", "orders"])
-        items_key = AssetKey(["cdc", "shop", "shop", "items"])
+        orders_key = AssetKey(["cdc", "shop", "orders"])
+        items_key = AssetKey(["cdc", "shop", "items"])
         mirrors = run_assets(defs, [orders_key, items_key], instance)
         assert mirrors.success
         events = {e.asset_key: e for e in mirrors.get_asset_materialization_events()}
@@ -262,7 +262,7 @@ def test_cli_backfill_of_three_days_under_a_daemon(
             cwd=PROJECT, env=env, check=True, capture_output=True, timeout=120,
         )  # fmt: skip
         deadline = time.monotonic() + 240
-        key = AssetKey(["cdc", "shop", "shop", "orders", "daily_history"])
+        key = AssetKey(["cdc", "shop", "orders_daily_history"])
         while time.monotonic() < deadline:
             records = instance.fetch_materializations(key, limit=10).records
             if len({r.partition_key for r in records}) == 3:

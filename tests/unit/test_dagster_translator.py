@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import date
+from dataclasses import replace
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -11,13 +12,16 @@ from dagster import (
     AssetKey,
     AssetSpec,
     DagsterInvalidDefinitionError,
+    DefaultScheduleStatus,
     Definitions,
     asset,
     build_resources,
+    build_schedule_context,
 )
 
 from cdc_platform.config import ConfigSet, load_config
 from cdc_platform.coordination.table_catalog import Catalog, CatalogColumn, CatalogTable
+from cdc_platform.errors import ConfigError
 from dagster_defs import build_definitions, resources
 from dagster_defs.assets import change_log_specs
 from dagster_defs.resources import (
@@ -81,13 +85,26 @@ def _keys(defs: Definitions) -> set[AssetKey]:
 
 
 def test_default_keys_paths_and_groups(configset: ConfigSet) -> None:
+    """Readable keys: the database named like the destination is not repeated, and each
+    history node is named after its table (not two nodes both called daily_history)."""
     translator = CdcTranslator()
     defs = _defs(configset)
     assert _keys(defs) == {AssetKey(["cdc", name, "changes"]) for name in ("broken", "shop")} | {
-        AssetKey(["cdc", "shop", "shop", table, *part])
+        AssetKey(["cdc", "shop", f"{table}{part}"])
         for table in ("items", "orders")
-        for part in ([], ["daily_history"])
+        for part in ("", "_daily_history")
     }
+    # another database keeps its part; a table named like the change log keeps the database
+    assert translator.table_key("shop", "crm", "people").path == ["cdc", "shop", "crm", "people"]
+    assert translator.table_key("shop", "shop", "changes").path == [
+        "cdc",
+        "shop",
+        "shop",
+        "changes",
+    ]
+    assert translator.table_history_key("shop", "crm", "people").path == [
+        "cdc", "shop", "crm", "people_daily_history"
+    ]  # fmt: skip
     (spec,) = [s for s in change_log_specs(configset) if s.key == translator.changes_key("shop")]
     assert spec.group_name == "cdc"
     assert spec.metadata["table_uri"] == configset.table_uri("shop")
@@ -95,7 +112,7 @@ def test_default_keys_paths_and_groups(configset: ConfigSet) -> None:
     assert broken.metadata["table_uri"] == str(configset.lake_root / "broken")
     assert mirrors_root(configset, "shop") == str(configset.lake_root / "shop/mirror")
     graph = defs.resolve_asset_graph()
-    items = graph.get(AssetKey(["cdc", "shop", "shop", "items"]))
+    items = graph.get(AssetKey(["cdc", "shop", "items"]))
     assert set(items.parent_keys) == {translator.changes_key("shop")}
     assert items.group_name == "cdc"
     assert items.metadata["dagster/uri"] == str(configset.lake_root / "shop/mirror/shop.items")
@@ -150,7 +167,7 @@ def test_a_subclass_renames_every_definition_at_once(configset: ConfigSet) -> No
         translator.table_key("shop", "shop", "items"),
         translator.table_key("shop", "shop", "orders"),
     }
-    orders = graph.get(AssetKey(["lake", "shop", "shop", "orders"]))
+    orders = graph.get(AssetKey(["lake", "shop", "orders"]))
     assert orders.group_name == "live_shop"
     assert set(orders.parent_keys) == {translator.changes_key("shop")}
     # every job resolves against the renamed assets (the catch-up sensor finds its targets)
@@ -159,14 +176,12 @@ def test_a_subclass_renames_every_definition_at_once(configset: ConfigSet) -> No
 
 
 def test_merges_with_a_users_definitions(configset: ConfigSet) -> None:
-    @asset(deps=[AssetKey(["cdc", "shop", "shop", "orders"])])
+    @asset(deps=[AssetKey(["cdc", "shop", "orders"])])
     def order_report() -> None: ...
 
     defs = Definitions.merge(_defs(configset), Definitions(assets=[order_report]))
     graph = defs.resolve_asset_graph()
-    assert set(graph.get(order_report.key).parent_keys) == {
-        AssetKey(["cdc", "shop", "shop", "orders"])
-    }
+    assert set(graph.get(order_report.key).parent_keys) == {AssetKey(["cdc", "shop", "orders"])}
 
 
 def test_catalog_json_round_trip() -> None:
@@ -220,7 +235,7 @@ def test_get_asset_spec_shapes_each_mirror_and_cannot_steal_its_key(
     configset: ConfigSet,
 ) -> None:
     defs = _defs(configset, DescribedTranslator())
-    items = defs.resolve_asset_graph().get(AssetKey(["cdc", "shop", "shop", "items"]))
+    items = defs.resolve_asset_graph().get(AssetKey(["cdc", "shop", "items"]))
     assert items.owners == ["team:data"]
     assert items.description == "shop.items!"
     assert items.freshness_policy is not None  # the lag budget's, added where none was set
@@ -257,3 +272,119 @@ def test_sensors_tick_at_the_configured_interval(
     defs = build_definitions(str(configset.conf_dir), catalogs=CATALOGS)
     got = {s.name: s.minimum_interval_seconds for s in defs.sensors or [] if s.name in want}
     assert got == want
+
+
+LEGACY = {
+    AssetKey(["cdc", "shop", "shop", table, *part])
+    for table in ("items", "orders")
+    for part in ([], ["daily_history"])
+}
+
+
+def test_legacy_keys_stay_available_through_the_option(configset: ConfigSet) -> None:
+    """Existing users keep the keys they had: the translator's option, or platform.yaml's."""
+    assert _keys(_defs(configset, CdcTranslator(key_style="legacy"))) >= LEGACY
+    path = configset.conf_dir / "platform.yaml"
+    path.write_text(path.read_text() + "dagster: {key_style: legacy}\n")
+    assert _keys(build_definitions(str(configset.conf_dir), catalogs=CATALOGS)) >= LEGACY
+    # a translator's own option wins over platform.yaml's
+    readable = _keys(build_definitions(str(configset.conf_dir), translator=CdcTranslator(
+        key_style="readable"), catalogs=CATALOGS))  # fmt: skip
+    assert AssetKey(["cdc", "shop", "items"]) in readable
+
+
+OWNED = """\
+dagster:
+  owners: [team:data]
+  tags: {domain: sales}
+  destinations:
+    shop: {owners: [ana@example.com, team:shop], tags: {tier: gold}, source_kind: mariadb}
+"""
+
+
+def test_owners_tags_and_kinds_come_from_configuration(configset: ConfigSet) -> None:
+    """Like dagster-sling and dagster-dlt: the source's kind beside spark/delta, owners and
+    tags (destination, database, the configured ones) on the change log, mirrors and
+    history."""
+    path = configset.conf_dir / "platform.yaml"
+    path.write_text(path.read_text() + OWNED)
+    graph = build_definitions(str(configset.conf_dir), catalogs=CATALOGS).resolve_asset_graph()
+    translator = CdcTranslator()
+    mirror = graph.get(translator.table_key("shop", "shop", "items"))
+    history = graph.get(translator.table_history_key("shop", "shop", "items"))
+    changes = graph.get(translator.changes_key("shop"))
+    for node in (mirror, history, changes):
+        assert node.owners == ["ana@example.com", "team:shop"], node.key
+        assert {"domain": "sales", "tier": "gold", "cdc/destination": "shop"}.items() <= (
+            node.tags.items()
+        ), node.key
+    assert mirror.tags["cdc/database"] == history.tags["cdc/database"] == "shop"
+    assert mirror.kinds == {"mariadb", "spark", "delta"}
+    assert {"mariadb", "delta"} <= changes.kinds
+    broken = graph.get(translator.changes_key("broken"))
+    assert broken.owners == ["team:data"]  # the platform's owners
+    assert broken.tags["domain"] == "sales"
+
+
+def test_the_detected_source_kind_is_the_default_kind(configset: ConfigSet) -> None:
+    catalogs = {"shop": replace(CATALOGS["shop"], source_kind="mariadb")}
+    graph = build_definitions(str(configset.conf_dir), catalogs=catalogs).resolve_asset_graph()
+    assert "mariadb" in graph.get(CdcTranslator().table_key("shop", "shop", "items")).kinds
+    graph = _defs(configset).resolve_asset_graph()  # unknown: mysql
+    assert "mysql" in graph.get(CdcTranslator().table_key("shop", "shop", "items")).kinds
+    assert Catalog.from_json(catalogs["shop"].to_json()).source_kind == "mariadb"
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("owners: [sales]", "dagster.owners.*an email address.*team:sales"),
+        ("tags: {'a b': x}", "tag key 'a b'"),
+        ("tags: {tier: 'gold plated'}", "tag tier: value 'gold plated'"),
+        ("tags: {tier: 3}", "quote numbers"),
+        ("tags: {cdc/destination: x}", "reserved"),
+        ("destinations: {shop: {owners: [x@]}}", "dagster.destinations.shop.owners"),
+        ("destinations: {shop: {source_kind: postgres}}", "source_kind"),
+        ("key_style: short", "key_style"),
+    ],
+)
+def test_invalid_owners_and_tags_are_config_errors(
+    configset: ConfigSet, setting: str, message: str
+) -> None:
+    """Checked when platform.yaml loads, with Dagster's rules: an error naming the key, not
+    a code location that fails to load."""
+    path = configset.conf_dir / "platform.yaml"
+    path.write_text(path.read_text() + f"dagster: {{{setting}}}\n")
+    with pytest.raises(ConfigError, match=message):
+        load_config(configset.conf_dir)
+
+
+def test_history_has_its_own_table_reads_its_mirror_and_is_scheduled(
+    configset: ConfigSet,
+) -> None:
+    """The history is not the mirror's table, depends on what it reads (the change log and
+    the table's mirror, each history on its own mirror only), and a schedule materializes each
+    finished UTC day, one run per destination."""
+    defs = _defs(configset)
+    graph = defs.resolve_asset_graph()
+    translator = CdcTranslator()
+    for table in ("items", "orders"):
+        history = graph.get(translator.table_history_key("shop", "shop", table))
+        assert history.metadata["dagster/table_name"] == f"history.shop.{table}"
+        assert set(history.parent_keys) == {
+            translator.changes_key("shop"),
+            translator.table_key("shop", "shop", table),
+        }
+    schedule = defs.get_schedule_def("daily_history_schedule")
+    assert schedule.execution_timezone == "UTC"
+    assert schedule.cron_schedule == "6 0 * * *"  # the 300 s lag budget plus a minute
+    assert schedule.default_status == DefaultScheduleStatus.RUNNING
+    tick = datetime(2026, 3, 2, 0, 6, tzinfo=UTC)
+    repository = defs.get_repository_def()
+    with build_schedule_context(scheduled_execution_time=tick, repository_def=repository) as ctx:
+        (request,) = schedule.evaluate_tick(ctx).run_requests or []
+    assert request.partition_key == "2026-03-01"  # the day that ended, not today's
+    assert set(request.asset_selection or []) == {
+        translator.table_history_key("shop", "shop", t) for t in ("items", "orders")
+    }
+    assert request.tags["cdc/history"] == "shop"
