@@ -39,7 +39,7 @@ from deltalake import DeltaTable
 
 import cdc_platform
 from cdc_platform.backfill.snapshot import SnapshotProgress, SnapshotRunner, state_path
-from cdc_platform.config.models import InstanceConfig
+from cdc_platform.config.instance import InstanceConfig
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink import MaintenancePolicy
 from cdc_platform.sink.term import WriteTerm

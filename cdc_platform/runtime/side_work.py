@@ -39,7 +39,7 @@ from cdc_platform.backfill.request_inbox import (
 from cdc_platform.backfill.reread import reread_tables
 from cdc_platform.backfill.snapshot import SnapshotProgress, SnapshotRunner
 from cdc_platform.backfill.stop import SideWorkStop
-from cdc_platform.config.models import InstanceConfig
+from cdc_platform.config.instance import InstanceConfig
 from cdc_platform.errors import CdcError, SinkError
 from cdc_platform.sink.report import CommitReport
 from cdc_platform.sink.term import WriteTerm

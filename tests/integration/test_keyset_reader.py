@@ -21,7 +21,7 @@ from deltalake import DeltaTable
 
 from cdc_platform.backfill import table_copy
 from cdc_platform.backfill.snapshot import SnapshotRunner, state_path
-from cdc_platform.config.models import SourceConfig
+from cdc_platform.config.source import SourceConfig
 from cdc_platform.errors import SourceTableChangedError, SourceTableMissingError
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.mysql import Connection, SourceServer

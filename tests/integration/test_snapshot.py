@@ -15,7 +15,7 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_platform.backfill.snapshot import SnapshotProgress, SnapshotRunner, state_path
-from cdc_platform.config.models import InstanceConfig
+from cdc_platform.config.instance import InstanceConfig
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf

@@ -24,7 +24,7 @@ from cdc_platform.backfill.snapshot import (
 )
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.config import load_config
-from cdc_platform.config.models import InstanceConfig, SnapshotSettings
+from cdc_platform.config.instance import InstanceConfig, SnapshotSettings
 from cdc_platform.coordination.factory import open_lease
 from cdc_platform.coordination.lease import take_lease
 from cdc_platform.errors import LeaseLostError

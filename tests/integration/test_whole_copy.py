@@ -22,7 +22,7 @@ from deltalake import DeltaTable
 
 from cdc_platform.backfill import table_copy
 from cdc_platform.backfill.snapshot import SnapshotRunner, state_path
-from cdc_platform.config.models import InstanceConfig
+from cdc_platform.config.instance import InstanceConfig
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink import DeltaChangeLog
 from cdc_platform.sink.term import WriteTerm

@@ -14,8 +14,9 @@ import pytest
 
 from cdc_platform.backfill.commit import PendingCommit, commit_beside
 from cdc_platform.backfill.reread_list import RereadRecord
+from cdc_platform.config.instance import InstanceConfig
 from cdc_platform.config.lake import LakeLocation
-from cdc_platform.config.models import InstanceConfig, SourceConfig
+from cdc_platform.config.source import SourceConfig
 from cdc_platform.errors import LeaseLostError
 from cdc_platform.events import ChangeEvent
 from cdc_platform.sink.report import CommitReport, count_transactions
