@@ -48,6 +48,7 @@ def snapshot_command(args: argparse.Namespace) -> int:
     if args.request:
         return _snapshot_request(args)
     # Imported here to keep `config check` light.
+    from cdc_platform.backfill.progress import SnapshotObservers  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
     from cdc_platform.backfill.snapshot import (  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
         SnapshotProgress,
         SnapshotRunner,
@@ -100,9 +101,13 @@ def snapshot_command(args: argparse.Namespace) -> int:
             term,
             term.layout.snapshot_state,
             tables=args.table or None,
-            chunk_size=args.chunk_size or settings.chunk_size,
-            chunk_seconds=args.chunk_seconds or settings.chunk_seconds,
-            on_progress=progress,
+            settings=settings.model_copy(
+                update={
+                    "chunk_size": args.chunk_size or settings.chunk_size,
+                    "chunk_seconds": args.chunk_seconds or settings.chunk_seconds,
+                }
+            ),
+            observers=SnapshotObservers(on_progress=progress),
             stop=stop,
         )
 
