@@ -54,7 +54,7 @@ def _java_child(work: Path) -> int | None:
 
 def child(engine: str, applies: int, changes: int) -> None:
     """Run in the engine's own process; print one JSON line of figures."""
-    from cdc_platform.config.models import SparkConfig
+    from cdc_platform.config.platform import SparkConfig
     from cdc_platform.spark.mirror import apply_changes
     from cdc_platform.spark.session import SparkSessionFactory
     from cdc_platform.spark.target import MirrorTarget

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from cdc_platform.config.models import SourceConfig
+from cdc_platform.config.source import SourceConfig
 from cdc_platform.events import EventKind
 from cdc_platform.source import BinlogSource
 from cdc_platform.testing.mariadb import MariaDBServer

@@ -211,7 +211,7 @@ def run_engine(
 
     from deltalake import DeltaTable, write_deltalake
 
-    from cdc_platform.config.models import SparkConfig
+    from cdc_platform.config.platform import SparkConfig
     from cdc_platform.spark.mirror import apply_changes
     from cdc_platform.spark.session import SparkSessionFactory
     from cdc_platform.spark.target import MirrorTarget

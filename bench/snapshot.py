@@ -38,8 +38,10 @@ from pathlib import Path
 from deltalake import DeltaTable
 
 import cdc_platform
+from cdc_platform.backfill.chunk_sizing import DEFAULT_CHUNK_SECONDS
+from cdc_platform.backfill.progress import SnapshotObservers
 from cdc_platform.backfill.snapshot import SnapshotProgress, SnapshotRunner, state_path
-from cdc_platform.config.models import InstanceConfig
+from cdc_platform.config.instance import InstanceConfig, SnapshotSettings
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink import MaintenancePolicy
 from cdc_platform.sink.term import WriteTerm
@@ -246,9 +248,11 @@ def main() -> None:
                 WriteTerm("bench", config(server, user.name), uri, maintenance=MaintenancePolicy()),
                 state_path(lake, "bench"),
                 tables=["bench.items"],
-                chunk_size=args.chunk_size,
-                chunk_seconds=args.chunk_seconds,
-                on_progress=progress,
+                settings=SnapshotSettings(
+                    chunk_size=args.chunk_size,
+                    chunk_seconds=args.chunk_seconds or DEFAULT_CHUNK_SECONDS,
+                ),
+                observers=SnapshotObservers(on_progress=progress),
             )
             snapshot_started = time.time()
             result = runner.run()

@@ -30,7 +30,7 @@ from pathlib import Path
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from cdc_platform.config.models import SourceConfig
+from cdc_platform.config.source import SourceConfig
 from cdc_platform.events import EventKind, ResumePosition
 from cdc_platform.source import BinlogSource
 from cdc_platform.source.stream.decode_pool import DecodePool

@@ -4,11 +4,17 @@ It waits until the change log has committed every change before a binlog positio
 Delta version), or until the destination lags above a budget. Checked once in the worker;
 if not yet, the task defers to :mod:`cdc_airflow.triggers` and frees its worker slot while
 the triggerer polls. The event's figures are its XCom return value.
+
+How it waits (deferred or in the worker, and how often the change log is read) is one value,
+:class:`ChangeLogPolling`; the trigger gets its plain fields, as Airflow keeps a trigger's
+arguments as JSON. The wait itself (``position``, ``min_version``) stays in arguments of its
+own: they are template fields, rendered into the sensor's attributes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -20,12 +26,24 @@ from cdc_airflow.probes import change_log_head, lag_seconds
 from cdc_airflow.triggers import ChangeLogLagTrigger, ChangeLogPositionTrigger
 from cdc_platform.errors import CdcError
 
-__all__ = ["CdcChangeLogSensor"]
+__all__ = ["CdcChangeLogSensor", "ChangeLogPolling"]
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeLogPolling:
+    """How :class:`CdcChangeLogSensor` waits."""
+
+    poll_seconds: float = 5.0
+    """How often the trigger reads the change log (or the published lag)."""
+    deferrable: bool = True
+    """Defer to the triggerer, freeing the worker slot; False: poke in the worker every
+    ``poke_interval`` (Airflow's own sensor setting)."""
 
 
 class CdcChangeLogSensor(BaseSensorOperator):
     """Wait for ``destination``'s change log to pass ``position`` (``file:pos``) and/or reach
-    ``min_version``, or (with ``lag_above_seconds``) for its lag to exceed that budget."""
+    ``min_version``, or (with ``lag_above_seconds``) for its lag to exceed that budget;
+    ``polling`` says how (default: deferred, the change log read every 5 s)."""
 
     template_fields: Sequence[str] = ("destination", "position", "min_version")
 
@@ -37,8 +55,7 @@ class CdcChangeLogSensor(BaseSensorOperator):
         min_version: int | None = None,
         lag_above_seconds: float | None = None,
         cdc_conn_id: str = CdcHook.default_conn_name,
-        poll_seconds: float = 5.0,
-        deferrable: bool = True,
+        polling: ChangeLogPolling | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -50,8 +67,7 @@ class CdcChangeLogSensor(BaseSensorOperator):
         self.min_version = min_version
         self.lag_above_seconds = lag_above_seconds
         self.cdc_conn_id = cdc_conn_id
-        self.poll_seconds = poll_seconds
-        self.deferrable = deferrable
+        self.polling = polling or ChangeLogPolling()
 
     def _trigger(self) -> ChangeLogPositionTrigger | ChangeLogLagTrigger:
         configset = CdcHook(self.cdc_conn_id).load()
@@ -60,14 +76,14 @@ class CdcChangeLogSensor(BaseSensorOperator):
                 str(configset.conf_dir),
                 self.destination,
                 budget_seconds=self.lag_above_seconds,
-                poll_seconds=self.poll_seconds,
+                poll_seconds=self.polling.poll_seconds,
             )
         return ChangeLogPositionTrigger.of(
             configset,
             self.destination,
             position=self.position,
             min_version=None if self.min_version is None else int(self.min_version),
-            poll_seconds=self.poll_seconds,
+            poll_seconds=self.polling.poll_seconds,
         )
 
     def poke(self, context: Context) -> bool | Any:
@@ -85,7 +101,7 @@ class CdcChangeLogSensor(BaseSensorOperator):
 
     def execute(self, context: Context) -> Any:  # noqa: RET503 (defer() raises)
         """Done at once if already true; else defer (or poke, when not deferrable)."""
-        if not self.deferrable:
+        if not self.polling.deferrable:
             return super().execute(context)
         if self.poke(context):
             return {"status": "reached at first look"}

@@ -33,7 +33,9 @@ from cdc_platform.infra.lean_imports import keep_out_unused_libraries, return_fr
 keep_out_unused_libraries()  # as `cdc-platform run` does, before pyarrow would load numpy
 return_freed_memory()  # and its allocator settings, before pyarrow and deltalake load
 
-from cdc_platform.config.models import InstanceConfig, SourceConfig, StartConfig
+from cdc_platform.config.instance import InstanceConfig
+from cdc_platform.config.source import SourceConfig
+from cdc_platform.config.start import StartConfig
 from cdc_platform.events import EventKind, ResumePosition
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink.term import WriteTerm

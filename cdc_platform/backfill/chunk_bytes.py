@@ -17,7 +17,7 @@ from typing import Any
 
 import pymysql
 
-from cdc_platform.config.models import DEFAULT_CHUNK_BYTES
+from cdc_platform.config.instance import DEFAULT_CHUNK_BYTES
 from cdc_platform.source.reading.row_reader import SnapshotTable
 from cdc_platform.source.sql import format_safe, qualified_name, quote_identifier
 

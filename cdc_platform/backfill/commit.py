@@ -13,10 +13,10 @@ the repair writer all commit the same way, so none can leave a step out:
    re-reads them after this commit.
 
 Each step is written once, in :class:`PendingCommit`. A side writer runs them in order
-(:func:`commit_beside`); the runtime runs the same steps with its own retry loop around step 3
-(a commit whose outcome was unknown): :meth:`PendingCommit.prepare` once per batch,
-:meth:`PendingCommit.land` per attempt, :meth:`PendingCommit.report_of` once it landed
-(told to the term's observers once its store acknowledged the batch).
+(:meth:`PendingCommit.commit_beside`); the runtime runs the same steps with its own retry
+loop around step 3 (a commit whose outcome was unknown): :meth:`PendingCommit.prepare` once
+per batch, :meth:`PendingCommit.land` per attempt, :meth:`PendingCommit.report_of` once it
+landed (told to the term's observers once its store acknowledged the batch).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from cdc_platform.sink.report import CommitReport, count_ops, count_transactions
 from cdc_platform.sink.spilled_rows import SnapshotRows
 from cdc_platform.sink.term import WriteTerm
 
-__all__ = ["PendingCommit", "commit_beside"]
+__all__ = ["PendingCommit"]
 
 
 @dataclass(frozen=True)
@@ -107,23 +107,10 @@ class PendingCommit:
             rereads=rereads,
         )
 
-
-def commit_beside(  # noqa: PLR0913 (the term, the sink and the batch; keyword-only fields)
-    term: WriteTerm,
-    sink: DeltaChangeLog,
-    events: Sequence[ChangeEvent],
-    *,
-    batch_seq: int,
-    resume: ResumePosition,
-    epoch: int,
-    snapshot: SnapshotRows | None = None,
-    chunk: int | None = None,
-) -> CommitResult:
-    """One commit written beside the stream (a snapshot chunk or segment part, a repair):
-    the whole protocol, reported with no binlog lag. ``snapshot``: rows read from a table,
-    after the events; ``chunk``: a snapshot chunk's unique mark."""
-    pending = PendingCommit(term, sink, events, batch_seq, resume, epoch, snapshot, chunk)
-    rereads = pending.prepare()
-    landed = pending.land()
-    term.report(pending.report_of(landed, rereads))
-    return landed
+    def commit_beside(self) -> CommitResult:
+        """One commit written beside the stream (a snapshot chunk or segment part, a repair):
+        the whole protocol, reported with no binlog lag."""
+        rereads = self.prepare()
+        landed = self.land()
+        self.term.report(self.report_of(landed, rereads))
+        return landed

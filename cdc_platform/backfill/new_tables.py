@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
+from cdc_platform.backfill.progress import SnapshotObservers
 from cdc_platform.backfill.snapshot import (
     SnapshotProgress,
     SnapshotResult,
@@ -243,11 +244,7 @@ def snapshot_new_tables(  # noqa: PLR0913 (the term and lake; observers, stop an
             term,
             state_file,
             tables=tables,
-            chunk_size=config.snapshot.chunk_size,
-            chunk_seconds=config.snapshot.chunk_seconds,
-            segment_events=config.snapshot.segment_events,
-            on_progress=on_progress,
-            on_table_done=record.done,
+            observers=SnapshotObservers(on_progress=on_progress, on_table_done=record.done),
             stop=stop,
         )
         if on_runner is not None:

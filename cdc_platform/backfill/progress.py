@@ -1,4 +1,5 @@
-"""What a snapshot reports: its progress after every committed chunk, and its summary.
+"""What a snapshot reports: its progress after every committed chunk, and its summary; and
+who it reports to (:class:`SnapshotObservers`).
 
 Their own module so that the readers of a snapshot's progress (the CLI, the runtime's
 heartbeat, Dagster observations) need not know how it runs; :mod:`.snapshot` re-exports them.
@@ -6,12 +7,14 @@ heartbeat, Dagster observations) need not know how it runs; :mod:`.snapshot` re-
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cdc_platform.events import ResumePosition
 from cdc_platform.sink.snapshot_state import SnapshotState, TableCounts
 
-__all__ = ["SnapshotProgress", "SnapshotResult"]
+__all__ = ["SnapshotObservers", "SnapshotProgress", "SnapshotResult"]
 
 
 @dataclass
@@ -68,3 +71,15 @@ class SnapshotResult:
     per_table: dict[str, int] = field(default_factory=dict)
     ended: dict[str, str] = field(default_factory=dict)
     """Tables whose snapshot ended without copying them (dropped, renamed, no key), and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotObservers:
+    """Who a snapshot run tells how it goes, and the clock it times its chunks with."""
+
+    on_progress: Callable[[SnapshotProgress], None] | None = None
+    """Called after every committed chunk."""
+    on_table_done: Callable[[str, str | None], None] | None = None
+    """Called when a table is done: its name, and why it ended uncopied (None: copied)."""
+    clock: Callable[[], float] = time.perf_counter
+    """Times each chunk for the adaptive chunk size (:mod:`.chunk_sizing`); tests drive it."""

@@ -44,11 +44,11 @@ import pymysql
 from deltalake import DeltaTable
 
 from cdc_platform.backfill.chunk_bytes import keys_within
-from cdc_platform.backfill.commit import commit_beside
+from cdc_platform.backfill.commit import PendingCommit
 from cdc_platform.backfill.segments import (
+    SegmentReader,
     SegmentStream,
     SegmentTail,
-    chunk_segment,
     events_at_cut,
 )
 from cdc_platform.backfill.stop import SideWorkStop
@@ -295,9 +295,9 @@ class _Commits:
     def commit(self, events: list[ChangeEvent], cut: ResumePosition) -> None:
         self.stop.check()
         self.batch_seq += 1
-        commit_beside(
+        PendingCommit(
             self.term, self.sink, events, batch_seq=self.batch_seq, resume=cut, epoch=self.epoch
-        )
+        ).commit_beside()
         self.resume = cut
         self.result.batches.append(self.batch_seq)
 
@@ -351,7 +351,7 @@ def _repair(  # noqa: PLR0915 - one loop over batches; its context is all here
             BinlogSource(source_config, resume=checkpoint.resume, password=password),
             read_ahead=part_events,
         )
-        tail = SegmentTail(part_events)
+        segments = SegmentReader(stream, SegmentTail(part_events), part_events)
         for request in todo:
             spec = describe_table(conn, request.db, request.table)
             # Read once per table; what this repair commits meanwhile is noted in memory.
@@ -371,14 +371,11 @@ def _repair(  # noqa: PLR0915 - one loop over batches; its context is all here
                     commits.commit(events, cut)
                     _note_committed(logged, events, spec)  # noqa: B023 (called right here)
 
-                segment = chunk_segment(
-                    stream,
-                    tail,
+                segment = segments.chunk_segment(
                     spec,
                     {k.pk for k in part} | set(found.pks),
                     high=high.binlog_position,
                     cut=commits.resume,
-                    part_events=part_events,
                     commit_part=commit_part,
                 )
                 result.streamed_events += segment.streamed

@@ -34,7 +34,7 @@ from typing import Any, Literal, TypeVar
 from cdc_platform.backfill.repair import RepairResult, RepairTable
 from cdc_platform.backfill.request_folder import STALE_AFTER_SECONDS, RequestFolder
 from cdc_platform.backfill.request_signing import request_key
-from cdc_platform.config.models import SourceConfig
+from cdc_platform.config.source import SourceConfig
 from cdc_platform.errors import ReconcileError, SnapshotError
 from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.lake_files import LakeFile

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import SecretStr
 
-from cdc_platform.config.models import SourceConfig
+from cdc_platform.config.source import SourceConfig
 from cdc_platform.errors import ConfigError
 
 __all__ = [

@@ -23,6 +23,7 @@ import logging
 import os
 from collections.abc import Callable
 
+from cdc_platform.backfill.progress import SnapshotObservers
 from cdc_platform.backfill.reread_list import (
     RereadRecord,
     pending_rereads,
@@ -70,7 +71,7 @@ def reread_tables(
     snapshot state file). Returns the last copy's result, None when nothing waited; a stop
     leaves the rest on the list for the next call.
     """
-    name, config = term.destination, term.config
+    name = term.destination
     storage = term.storage_options
     record = RereadRecord(reread_path(lake_root, name, storage))
     if not record.load():
@@ -82,10 +83,7 @@ def reread_tables(
             term,
             state_file,
             tables=tables,
-            chunk_size=config.snapshot.chunk_size,
-            chunk_seconds=config.snapshot.chunk_seconds,
-            segment_events=config.snapshot.segment_events,
-            on_progress=on_progress,
+            observers=SnapshotObservers(on_progress=on_progress),
             stop=stop,
         )
         if on_runner is not None:

@@ -38,10 +38,10 @@ from cdc_platform.source.values import dumps
 
 __all__ = [
     "ChunkSegment",
+    "SegmentReader",
     "SegmentStream",
     "SegmentTail",
     "altered",
-    "chunk_segment",
     "events_at_cut",
     "touched_keys",
 ]
@@ -230,7 +230,7 @@ class SegmentTail:
 
 @dataclass(slots=True)
 class ChunkSegment:
-    """A chunk's segment as :func:`chunk_segment` read it."""
+    """A chunk's segment as :meth:`SegmentReader.chunk_segment` read it."""
 
     events: list[ChangeEvent]
     """Its last part (the earlier parts are committed)."""
@@ -245,36 +245,46 @@ class ChunkSegment:
     """Row and DDL events it held."""
 
 
-def chunk_segment(  # noqa: PLR0913 (stream, tail, chunk; keyword-only: where, how much)
-    stream: SegmentStream,
-    tail: SegmentTail,
-    spec: SnapshotTable,
-    chunk_keys: set[str],
-    *,
-    high: BinlogPosition,
-    cut: ResumePosition,
-    part_events: int,
-    commit_part: Callable[[list[ChangeEvent], ResumePosition], None],
-) -> ChunkSegment:
-    """Read a chunk's segment, from ``cut`` up to ``high``, after the chunk's SELECT.
+@dataclass(frozen=True, slots=True)
+class SegmentReader:
+    """What the segments of one side writer's chunks are read with: the binlog stream, the
+    tail before the cut, and the part size (``snapshot.segment_events``)."""
 
-    Full parts of about ``part_events`` events go to ``commit_part`` on the way (committed
-    before the chunk's rows, they precede them in ``seq`` order as if they were in the chunk's
-    commit, so the merge rule holds unchanged); only the chunk's keys they touched are kept.
-    """
-    key = spec.primary_key
-    touched = tail.touched(spec.db, spec.table, key) & chunk_keys
-    changed = False
-    streamed = 0
-    while True:
-        part, cut, complete = stream.part(high, cut, part_events)
-        tail.extend(part)
-        touched |= touched_keys(part, spec.db, spec.table, key) & chunk_keys
-        changed = changed or altered(part, spec)
-        streamed += sum(1 for e in part if e.kind is not EventKind.COMMIT)
-        if complete:
-            return ChunkSegment(part, cut, touched, changed, streamed)
-        commit_part(part, cut)
+    stream: SegmentStream
+    tail: SegmentTail
+    """The newest events before the cut (see :class:`SegmentTail`)."""
+    part_events: int
+    """Events per committed part of a long segment (a transaction is never split)."""
+
+    def chunk_segment(
+        self,
+        spec: SnapshotTable,
+        chunk_keys: set[str],
+        *,
+        high: BinlogPosition,
+        cut: ResumePosition,
+        commit_part: Callable[[list[ChangeEvent], ResumePosition], None],
+    ) -> ChunkSegment:
+        """Read a chunk's segment, from ``cut`` up to ``high``, after the chunk's SELECT.
+
+        Full parts of about ``part_events`` events go to ``commit_part`` on the way (committed
+        before the chunk's rows, they precede them in ``seq`` order as if they were in the
+        chunk's commit, so the merge rule holds unchanged); only the chunk's keys they touched
+        are kept.
+        """
+        key = spec.primary_key
+        touched = self.tail.touched(spec.db, spec.table, key) & chunk_keys
+        changed = False
+        streamed = 0
+        while True:
+            part, cut, complete = self.stream.part(high, cut, self.part_events)
+            self.tail.extend(part)
+            touched |= touched_keys(part, spec.db, spec.table, key) & chunk_keys
+            changed = changed or altered(part, spec)
+            streamed += sum(1 for e in part if e.kind is not EventKind.COMMIT)
+            if complete:
+                return ChunkSegment(part, cut, touched, changed, streamed)
+            commit_part(part, cut)
 
 
 def altered(events: Sequence[ChangeEvent], spec: SnapshotTable) -> bool:

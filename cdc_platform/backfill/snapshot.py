@@ -58,16 +58,17 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pymysql
 
 from cdc_platform.backfill.chunk_sizing import ChunkSizer
-from cdc_platform.backfill.progress import SnapshotProgress, SnapshotResult
-from cdc_platform.backfill.segments import SegmentStream, SegmentTail
+from cdc_platform.backfill.progress import SnapshotObservers, SnapshotProgress, SnapshotResult
+from cdc_platform.backfill.segments import SegmentReader, SegmentStream, SegmentTail
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.backfill.table_copy import CopyHooks, CopyRun, TableCopy
+from cdc_platform.config.instance import SnapshotSettings
 from cdc_platform.errors import CdcError, SnapshotError
 from cdc_platform.sink import DeltaChangeLog
 from cdc_platform.sink.destination_lake import DestinationLake
@@ -81,7 +82,6 @@ from cdc_platform.source.stream.binlog import BinlogSource
 from cdc_platform.source.table_names import captured_split, choose_split
 
 __all__ = [
-    "DEFAULT_SEGMENT_EVENTS",
     "SnapshotProgress",
     "SnapshotResult",
     "SnapshotRunner",
@@ -91,9 +91,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SEGMENT_EVENTS = 20_000
-"""Binlog events held at most per segment part (and read ahead): a longer segment is
-committed in parts, at transaction boundaries."""
 _SNAPSHOT_HEARTBEAT_SECONDS = 0.25
 """Short server heartbeat, so a held-back quiet COMMIT reaches the cut without delay, and a
 segment's end past the last transaction is known to be reached (``Transaction.read_to``)."""
@@ -123,28 +120,25 @@ class SnapshotRunner:
 
     ``term`` says who writes (its epoch: the lease's, None: the checkpoint's; its gate runs
     before each commit); ``stop`` (see :class:`SideWorkStop`) interrupts a run at once.
+    ``settings`` (default: the destination's ``snapshot`` settings) size the steps: a
     ``chunk_size`` fixes the rows per chunk; without it each chunk's rows adapt so that a
-    chunk takes about ``chunk_seconds`` (:mod:`.chunk_sizing`; ``clock`` times them).
+    chunk takes about ``chunk_seconds`` (:mod:`.chunk_sizing`; the observers' ``clock``
+    times them).
     """
 
-    def __init__(  # noqa: PLR0913 (the term, the state file; what to copy in which steps, its observers and stop, keyword-only)
+    def __init__(  # noqa: PLR0913 (the term, the state file; what to copy, how, who hears and who stops it: keyword-only)
         self,
         term: WriteTerm,
         state_file: LakeFile | str | os.PathLike[str],
         *,
         tables: Sequence[str] | None = None,
-        chunk_size: int | None = None,
-        chunk_seconds: float | None = None,
-        segment_events: int = DEFAULT_SEGMENT_EVENTS,
-        on_progress: Callable[[SnapshotProgress], None] | None = None,
-        on_table_done: Callable[[str, str | None], None] | None = None,
+        settings: SnapshotSettings | None = None,
+        observers: SnapshotObservers | None = None,
         stop: SideWorkStop | None = None,
-        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         name, config = term.destination, term.config
-        sizer = ChunkSizer.for_settings(chunk_size, chunk_seconds)
-        if segment_events < 1:
-            raise ValueError(f"segment_events must be >= 1, not {segment_events}")
+        settings = config.snapshot if settings is None else settings
+        sizer = ChunkSizer.for_settings(settings.chunk_size, settings.chunk_seconds)
         if config.source.mode != "binlog":
             raise SnapshotError(
                 f"{name}: the snapshot merges chunks with the binlog; a destination in the "
@@ -160,11 +154,10 @@ class SnapshotRunner:
             else LakeFile(os.fspath(state_file), term.storage_options)
         )
         self.requested = list(tables) if tables else None
+        self.settings = settings
         self.sizer = sizer
-        self._clock = clock
-        self.segment_events = segment_events
-        self._on_progress = on_progress
-        self._on_table_done = on_table_done
+        self.segment_events = settings.segment_events
+        self._observers = observers or SnapshotObservers()
         self._interrupt = stop or SideWorkStop(name, term.epoch, work="snapshot")
         self._stop = threading.Event()
 
@@ -310,10 +303,8 @@ class SnapshotRunner:
             )
             stream = SegmentStream(source, read_ahead=self.segment_events)
             result = SnapshotResult(tables=list(state.tables), resumed=resumed)
-            tail = SegmentTail(self.segment_events)
-            run = CopyRun(
-                conn, probe, stream, tail, sink, epoch, result, started, batch_seq, resume
-            )
+            segments = SegmentReader(stream, SegmentTail(self.segment_events), self.segment_events)
+            run = CopyRun(conn, probe, segments, sink, epoch, result, started, batch_seq, resume)
             copy = self._table_copy()
             while state.index < len(specs) and not self._stop.is_set():
                 spec = specs[state.index]
@@ -337,17 +328,14 @@ class SnapshotRunner:
             save_state=self._save_state,
             end_table=self._end,
             open_source=self._source,
-            on_progress=self._on_progress,
-            on_table_done=self._on_table_done,
+            observers=self._observers,
         )
         return TableCopy(
             term=self.term,
             sizer=self.sizer,
-            chunk_bytes=self.config.snapshot.chunk_bytes,
-            segment_events=self.segment_events,
+            chunk_bytes=self.settings.chunk_bytes,
             interrupt=self._interrupt,
             stop=self._stop,
-            clock=self._clock,
             hooks=hooks,
         )
 
@@ -369,8 +357,8 @@ class SnapshotRunner:
         state.end(name, reason)
         self._save_state(state)
         result.ended[name] = reason
-        if self._on_table_done is not None:
-            self._on_table_done(name, reason)
+        if self._observers.on_table_done is not None:
+            self._observers.on_table_done(name, reason)
 
     def _landed(self, sink: DeltaChangeLog, pending: PendingChunk) -> bool:
         """Whether the interrupted chunk's commit is in the change log.

@@ -33,16 +33,10 @@ import pymysql
 
 from cdc_platform.backfill.chunk_bytes import rows_within
 from cdc_platform.backfill.chunk_sizing import ChunkSizer
-from cdc_platform.backfill.commit import commit_beside
-from cdc_platform.backfill.progress import SnapshotProgress, SnapshotResult
+from cdc_platform.backfill.commit import PendingCommit
+from cdc_platform.backfill.progress import SnapshotObservers, SnapshotProgress, SnapshotResult
 from cdc_platform.backfill.read_ahead import ReadAhead
-from cdc_platform.backfill.segments import (
-    ChunkSegment,
-    SegmentStream,
-    SegmentTail,
-    altered,
-    chunk_segment,
-)
+from cdc_platform.backfill.segments import ChunkSegment, SegmentReader, altered
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.backfill.table_definition import definition_event
 from cdc_platform.backfill.whole_copy import copy_whole_table
@@ -81,8 +75,7 @@ class CopyHooks:
     save_state: Callable[[SnapshotState], None]
     end_table: Callable[[SnapshotState, str, str, SnapshotResult], None]
     open_source: Callable[[], AbstractContextManager[pymysql.connections.Connection[Any]]]
-    on_progress: Callable[[SnapshotProgress], None] | None = None
-    on_table_done: Callable[[str, str | None], None] | None = None
+    observers: SnapshotObservers
 
 
 class TableCopy:
@@ -95,20 +88,16 @@ class TableCopy:
         term: WriteTerm,
         sizer: ChunkSizer,
         chunk_bytes: int,
-        segment_events: int,
         interrupt: SideWorkStop,
         stop: threading.Event,
-        clock: Callable[[], float],
         hooks: CopyHooks,
     ) -> None:
         self.term = term
         self.name = term.destination
         self.sizer = sizer
         self.chunk_bytes = chunk_bytes
-        self.segment_events = segment_events
         self._interrupt = interrupt
         self._stop = stop
-        self._clock = clock
         self._hooks = hooks
 
     def _commit(
@@ -123,7 +112,7 @@ class TableCopy:
         marked ``chunk``) under the stop and the one commit protocol; the run resumes after
         ``cut`` from then on."""
         self._interrupt.check()
-        commit_beside(
+        PendingCommit(
             self.term,
             run.sink,
             events,
@@ -132,28 +121,21 @@ class TableCopy:
             epoch=run.epoch,
             snapshot=rows,
             chunk=chunk,
-        )
+        ).commit_beside()
         run.resume = cut
 
     def _segment(
         self, run: CopyRun, spec: SnapshotTable, chunk_keys: set[str], high: BinlogPosition
     ) -> ChunkSegment:
         """Read the chunk's segment up to ``high``, committing full parts of it on the way
-        (:func:`~.segments.chunk_segment`)."""
+        (:meth:`~.segments.SegmentReader.chunk_segment`)."""
 
         def commit_part(part: list[ChangeEvent], cut: ResumePosition) -> None:
             run.batch_seq += 1
             self._commit(run, part, cut)
 
-        segment = chunk_segment(
-            run.stream,
-            run.tail,
-            spec,
-            chunk_keys,
-            high=high,
-            cut=run.resume,
-            part_events=self.segment_events,
-            commit_part=commit_part,
+        segment = run.segments.chunk_segment(
+            spec, chunk_keys, high=high, cut=run.resume, commit_part=commit_part
         )
         run.result.streamed_events += segment.streamed
         return segment
@@ -190,7 +172,7 @@ class TableCopy:
         """The chunk loop of :meth:`copy`: while chunk N is committed, chunk N+1 is read."""
         conn, result = run.conn, run.result
         gone = f"table {spec.name} does not exist (dropped or renamed during its snapshot)"
-        times = _ChunkTimes(self.sizer, self._clock)
+        times = _ChunkTimes(self.sizer, self._hooks.observers.clock)
         while not self._stop.is_set():
             self._interrupt.check()
             chunk, asked = ahead.take() or self._read(conn, spec, state.after, self.sizer.rows)
@@ -255,8 +237,8 @@ class TableCopy:
                 counted - len(kept[0]),
             )
             if done:
-                if self._hooks.on_table_done is not None:
-                    self._hooks.on_table_done(spec.name, ended)
+                if self._hooks.observers.on_table_done is not None:
+                    self._hooks.observers.on_table_done(spec.name, ended)
                 break
 
     def _copy_whole(
@@ -276,10 +258,11 @@ class TableCopy:
             changed = False
             while True:
                 self._interrupt.check()
-                part, cut, reached = run.stream.part(
-                    high, run.resume, self.segment_events, exact=True
+                segments = run.segments
+                part, cut, reached = segments.stream.part(
+                    high, run.resume, segments.part_events, exact=True
                 )
-                run.tail.extend(part)
+                segments.tail.extend(part)
                 changed = changed or altered(part, spec)
                 run.result.streamed_events += sum(e.kind is not EventKind.COMMIT for e in part)
                 if reached:
@@ -309,8 +292,8 @@ class TableCopy:
         self._hooks.save_state(state)
         tally.chunk_rows = copied
         self._account(run, tally, state.index - 1, counted=copied, kept=copied)
-        if self._hooks.on_table_done is not None:
-            self._hooks.on_table_done(spec.name, None)
+        if self._hooks.observers.on_table_done is not None:
+            self._hooks.observers.on_table_done(spec.name, None)
 
     def _reshaped(
         self, conn: pymysql.connections.Connection[Any], spec: SnapshotTable
@@ -355,8 +338,8 @@ class TableCopy:
         result.rows_written += kept
         result.rows_dropped += counted - kept
         result.per_table[tally.table] = result.per_table.get(tally.table, 0) + kept
-        if self._hooks.on_progress is not None:
-            self._hooks.on_progress(replace(tally))
+        if self._hooks.observers.on_progress is not None:
+            self._hooks.observers.on_progress(replace(tally))
 
 
 def _untouched(chunk: ChunkRows, touched: set[str]) -> tuple[list[str], list[str]]:
@@ -419,9 +402,8 @@ class CopyRun:
 
     conn: pymysql.connections.Connection[Any]
     probe: BinlogSource
-    stream: SegmentStream
-    tail: SegmentTail
-    """The newest events before the cut (see :class:`SegmentTail`)."""
+    segments: SegmentReader
+    """The binlog stream, the tail before the cut, the part size."""
     sink: DeltaChangeLog
     epoch: int
     result: SnapshotResult

@@ -1,6 +1,7 @@
 """The `cdc-platform` command line: :func:`main` parses and dispatches (``parser.py`` builds
-the parser, ``commands.py`` holds one handler per subcommand); :func:`console` is the console
-script."""
+the parser; one module per command family holds its handlers: ``config_commands.py``,
+``run_commands.py``, ``inspect_commands.py``, ``side_work_commands.py``, and ``arguments.py``
+what they share); :func:`console` is the console script."""
 
 from __future__ import annotations
 

@@ -6,19 +6,15 @@ import argparse
 from typing import Any
 
 from cdc_platform import __version__
-from cdc_platform.cli.commands import (
+from cdc_platform.cli.config_commands import config_check_command, import_canal_command
+from cdc_platform.cli.inspect_commands import (
     checkpoint_show_command,
-    config_check_command,
-    demo_command,
-    import_canal_command,
-    reconcile_command,
     release_command,
-    run_command,
-    serve_command,
-    snapshot_command,
     status_command,
     tables_command,
 )
+from cdc_platform.cli.run_commands import demo_command, run_command, serve_command
+from cdc_platform.cli.side_work_commands import reconcile_command, snapshot_command
 
 __all__ = ["build_parser"]
 

@@ -1,5 +1,7 @@
 """Typed configuration of the platform and its destinations."""
 
+from cdc_platform.config.batch_mode import BatchMode
+from cdc_platform.config.instance import InstanceConfig, SinkConfig, StoreConfig
 from cdc_platform.config.loader import (
     ConfigSet,
     Destination,
@@ -7,14 +9,8 @@ from cdc_platform.config.loader import (
     load_destination,
     load_platform,
 )
-from cdc_platform.config.models import (
-    BatchMode,
-    InstanceConfig,
-    PlatformConfig,
-    SinkConfig,
-    SourceConfig,
-    StoreConfig,
-)
+from cdc_platform.config.platform import PlatformConfig
+from cdc_platform.config.source import SourceConfig
 
 __all__ = [
     "BatchMode",

@@ -58,8 +58,8 @@ from cdc_platform.config.canal_properties import (
     read_properties_file,
 )
 from cdc_platform.config.canal_start import start_and_resume
+from cdc_platform.config.instance import DESTINATION_NAME
 from cdc_platform.config.loader import load_config
-from cdc_platform.config.models import DESTINATION_NAME
 from cdc_platform.errors import ConfigError
 
 __all__ = ["CanalImport", "import_canal", "read_properties"]

@@ -27,7 +27,7 @@ from cdc_platform.errors import ConfigError
 __all__ = ["start_and_resume"]
 
 _MARIADB_GTID = re.compile(r"^\d+-\d+-\d+(,\d+-\d+-\d+)*$")
-"""MariaDB's GTID list (as ``config.models`` accepts it); anything else here is MySQL's."""
+"""MariaDB's GTID list (as ``config/start.py`` accepts it); anything else here is MySQL's."""
 
 
 def _timestamp(millis: int) -> str:

@@ -9,8 +9,8 @@ destinations from `status` elsewhere: a warning. `config check` prints both.
 
 from __future__ import annotations
 
+from cdc_platform.config.leases import DatabaseLeaseConfig
 from cdc_platform.config.loader import ConfigSet
-from cdc_platform.config.models import DatabaseLeaseConfig
 from cdc_platform.config.urls import parse_database_url
 from cdc_platform.errors import ConfigError
 

@@ -17,8 +17,9 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from cdc_platform.config.base import env_var_label
+from cdc_platform.config.instance import DESTINATION_NAME, InstanceConfig
 from cdc_platform.config.lake import LakeLocation
-from cdc_platform.config.models import DESTINATION_NAME, InstanceConfig, PlatformConfig
+from cdc_platform.config.platform import PlatformConfig
 from cdc_platform.errors import ConfigFileError
 
 __all__ = [

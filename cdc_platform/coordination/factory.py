@@ -16,7 +16,7 @@ from pydantic import SecretStr
 
 from cdc_platform.config.base import read_secret
 from cdc_platform.config.leases import DatabaseLeaseConfig, ZooKeeperLeaseConfig
-from cdc_platform.config.models import PlatformConfig
+from cdc_platform.config.platform import PlatformConfig
 from cdc_platform.errors import WatchError
 from cdc_platform.ha.db_lease import DatabaseLease
 from cdc_platform.ha.lease import Lease

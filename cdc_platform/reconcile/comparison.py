@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from cdc_platform.backfill.repair import RepairKey, RepairTable
-from cdc_platform.config.models import DEFAULT_CHUNK_BYTES, ReconcileConfig, SnapshotSettings
+from cdc_platform.config.instance import DEFAULT_CHUNK_BYTES, SnapshotSettings
+from cdc_platform.config.platform import ReconcileConfig
 
 __all__ = ["ChunkProgress", "ComparisonBounds", "Status", "TableComparison"]
 

@@ -15,7 +15,7 @@ from cdc_platform.backfill.request_inbox import repair_inbox
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.config.deployment import check_deployment
 from cdc_platform.config.loader import ConfigSet
-from cdc_platform.config.models import ReconcileConfig
+from cdc_platform.config.platform import ReconcileConfig
 from cdc_platform.coordination.lease import take_lease
 from cdc_platform.ha.lease import Lease
 from cdc_platform.sink.term import WriteTerm

@@ -26,7 +26,8 @@ from pyspark.sql import SparkSession
 
 from cdc_platform.backfill.repair import RepairResult
 from cdc_platform.config.loader import ConfigSet
-from cdc_platform.config.models import ReconcileConfig, SourceConfig
+from cdc_platform.config.platform import ReconcileConfig
+from cdc_platform.config.source import SourceConfig
 from cdc_platform.errors import ReconcileError, SnapshotError
 from cdc_platform.reconcile.compare import compare_table
 from cdc_platform.reconcile.comparison import ChunkProgress, ComparisonBounds, TableComparison

@@ -16,7 +16,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from cdc_platform.config.models import BatchMode, StoreConfig
+from cdc_platform.config.batch_mode import BatchMode
+from cdc_platform.config.instance import StoreConfig
 from cdc_platform.store import Batch, EventStore
 
 __all__ = ["gather_batch"]

@@ -18,7 +18,7 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from cdc_platform.config.models import MetricsConfig
+from cdc_platform.config.platform import MetricsConfig
 from cdc_platform.errors import ConfigError
 from cdc_platform.events import Op
 from cdc_platform.infra.recorder import MetricsRecorder

@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from typing import Protocol
 
 from cdc_platform.backfill.new_tables import snapshot_new_tables
+from cdc_platform.backfill.progress import SnapshotObservers
 from cdc_platform.backfill.repair import RepairResult, repair_keys
 from cdc_platform.backfill.request_inbox import (
     HolderInbox,
@@ -39,7 +40,7 @@ from cdc_platform.backfill.request_inbox import (
 from cdc_platform.backfill.reread import reread_tables
 from cdc_platform.backfill.snapshot import SnapshotProgress, SnapshotRunner
 from cdc_platform.backfill.stop import SideWorkStop
-from cdc_platform.config.models import InstanceConfig
+from cdc_platform.config.instance import InstanceConfig
 from cdc_platform.errors import CdcError, SinkError
 from cdc_platform.sink.report import CommitReport
 from cdc_platform.sink.term import WriteTerm
@@ -291,7 +292,7 @@ class SideWork:
         A stop or a lost lease ends the snapshot after (or, lease lost, inside) its chunk. A
         refusal (a table that is gone, another snapshot in progress) is the request's answer.
         """
-        name, config, request_id = term.destination, term.config, request.request_id
+        name, request_id = term.destination, request.request_id
         state_file = term.layout.snapshot_state
         log.info("%s: snapshot request %s: %s", name, request_id, ", ".join(request.tables))
         stop = SideWorkStop(name, term.epoch, work="snapshot")
@@ -299,10 +300,7 @@ class SideWork:
             term,
             state_file,
             tables=request.tables,
-            chunk_size=config.snapshot.chunk_size,
-            chunk_seconds=config.snapshot.chunk_seconds,
-            segment_events=config.snapshot.segment_events,
-            on_progress=self._progress_of(term),
+            observers=SnapshotObservers(on_progress=self._progress_of(term)),
             stop=stop,
         )
         self._begin(stop, lambda: "lease lost" if halted() == "lease lost" else None)

@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
 
+from cdc_platform.config.instance import InstanceConfig, SinkConfig
 from cdc_platform.config.lake import LakeLocation
-from cdc_platform.config.models import InstanceConfig, SinkConfig
 from cdc_platform.sink.lake_files import LakeFile
 
 __all__ = ["DEFAULT_CHANGE_LOG", "DestinationLake"]

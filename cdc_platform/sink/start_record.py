@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cdc_platform.config.models import StartConfig
+from cdc_platform.config.start import StartConfig
 from cdc_platform.errors import SinkError, StaleSideFileError
 from cdc_platform.events import ResumePosition
 from cdc_platform.sink.destination_lake import DestinationLake

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from pydantic import SecretStr
 
+from cdc_platform.config.instance import InstanceConfig
 from cdc_platform.config.lake import LakeLocation
-from cdc_platform.config.models import InstanceConfig
 from cdc_platform.infra.recorder import NULL_RECORDER, MetricsRecorder
 from cdc_platform.sink.delta import DeltaChangeLog
 from cdc_platform.sink.destination_lake import DestinationLake

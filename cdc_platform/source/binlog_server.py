@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from cdc_platform.config.models import SourceConfig
+from cdc_platform.config.source import SourceConfig
 from cdc_platform.errors import BinlogGapError, SourceError, SourceSettingsError
 from cdc_platform.events import BinlogPosition, ResumePosition, ServerIdentity
 from cdc_platform.source.mysql import (

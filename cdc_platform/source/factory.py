@@ -13,7 +13,8 @@ from typing import Protocol
 
 from pydantic import SecretStr
 
-from cdc_platform.config.models import SourceConfig, StartConfig
+from cdc_platform.config.source import SourceConfig
+from cdc_platform.config.start import StartConfig
 from cdc_platform.events import ChangeEvent, ResumePosition
 from cdc_platform.source.id_watch.watch import IdWatchSource
 from cdc_platform.source.stream.binlog import BinlogSource

@@ -28,7 +28,7 @@ from typing import Any, TypeAlias
 import pymysql
 from pydantic import SecretStr
 
-from cdc_platform.config.models import SourceConfig
+from cdc_platform.config.source import SourceConfig
 from cdc_platform.config.tls import is_loopback
 from cdc_platform.errors import (
     BinlogGapError,

@@ -33,7 +33,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from cdc_platform.config.lake import LakeLocation
-from cdc_platform.config.models import SparkConfig
+from cdc_platform.config.platform import SparkConfig
 from cdc_platform.config.urls import redact_url
 from cdc_platform.errors import SparkSessionError
 from cdc_platform.spark.jars import ARTIFACTS, installed_jars

@@ -10,7 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cdc_platform.config.models import InstanceConfig, SourceConfig, StartConfig, StoreConfig
+from cdc_platform.config.instance import InstanceConfig, StoreConfig
+from cdc_platform.config.source import SourceConfig
+from cdc_platform.config.start import StartConfig
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
 
 __all__ = ["PASSWORD_ENV", "instance_config", "write_conf"]

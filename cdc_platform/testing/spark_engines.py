@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
-from cdc_platform.config.models import SparkConfig
+from cdc_platform.config.platform import SparkConfig
 from cdc_platform.spark.session import SparkSessionFactory
 
 __all__ = ["ENGINES", "SparkEngine"]

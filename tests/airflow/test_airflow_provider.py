@@ -60,14 +60,14 @@ from datetime import datetime, UTC
 
 from airflow.sdk import DAG
 
-from cdc_airflow.sensors import CdcChangeLogSensor
+from cdc_airflow.sensors import CdcChangeLogSensor, ChangeLogPolling
 
 with DAG("cdc_wait_for_position", schedule=None, start_date=datetime(2026, 1, 1, tzinfo=UTC)):
     CdcChangeLogSensor(
         task_id="wait",
         destination="{DESTINATION}",
         position="{{{{ dag_run.conf['position'] }}}}",
-        poll_seconds=0.5,
+        polling=ChangeLogPolling(poll_seconds=0.5),
     )
 """
 

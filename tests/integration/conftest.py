@@ -23,7 +23,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from cdc_platform.config.lake import LakeLocation
-from cdc_platform.config.models import SparkConfig
+from cdc_platform.config.platform import SparkConfig
 from cdc_platform.spark.session import CONNECT_MARK, SparkSessionFactory, stop_embedded_server
 from cdc_platform.spark.storage import s3a_conf
 from cdc_platform.testing.seaweedfs import SeaweedFSServer

@@ -19,7 +19,7 @@ from typing import Any
 import pymysql
 import pytest
 
-from cdc_platform.config.models import SourceConfig
+from cdc_platform.config.source import SourceConfig
 from cdc_platform.errors import (
     BinlogGapError,
     SourceConnectionError,

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from cdc_platform.config.models import SourceConfig
+from cdc_platform.config.source import SourceConfig
 from cdc_platform.errors import SourceError
 from cdc_platform.events import EventKind
 from cdc_platform.source import BinlogSource

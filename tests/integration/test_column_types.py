@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from cdc_platform.config.models import SourceConfig
+from cdc_platform.config.source import SourceConfig
 from cdc_platform.events import ChangeEvent, EventKind, Op
 from cdc_platform.source import BinlogSource
 from cdc_platform.testing.binlog import collect_events

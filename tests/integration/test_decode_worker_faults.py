@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from cdc_platform.config.models import InstanceConfig
+from cdc_platform.config.instance import InstanceConfig
 from cdc_platform.errors import SourceError
 from cdc_platform.events import ResumePosition
 from cdc_platform.runtime import DestinationRuntime, RunSummary

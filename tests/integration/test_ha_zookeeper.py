@@ -15,8 +15,9 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
+from cdc_platform.config.instance import InstanceConfig
 from cdc_platform.config.leases import ZooKeeperLeaseConfig
-from cdc_platform.config.models import InstanceConfig, SourceConfig
+from cdc_platform.config.source import SourceConfig
 from cdc_platform.coordination.lease import take_lease
 from cdc_platform.errors import LeaseBackendError, LeaseError, LeaseLostError, TooFarBehindError
 from cdc_platform.events import ResumePosition

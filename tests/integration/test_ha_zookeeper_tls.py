@@ -13,7 +13,7 @@ from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 
 from cdc_platform.config.leases import ZooKeeperLeaseConfig
-from cdc_platform.config.models import PlatformConfig
+from cdc_platform.config.platform import PlatformConfig
 from cdc_platform.config.zookeeper_tls import ZooKeeperTlsConfig
 from cdc_platform.coordination.factory import open_lease, open_state_store
 from cdc_platform.errors import LeaseBackendError

@@ -17,15 +17,10 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_platform.cli import main
+from cdc_platform.config.id_watch import IdWatchConfig, IdWatchExpireConfig, IdWatchTableConfig
+from cdc_platform.config.instance import InstanceConfig, StoreConfig
 from cdc_platform.config.lake import LakeLocation
-from cdc_platform.config.models import (
-    IdWatchConfig,
-    IdWatchExpireConfig,
-    IdWatchTableConfig,
-    InstanceConfig,
-    SourceConfig,
-    StoreConfig,
-)
+from cdc_platform.config.source import SourceConfig
 from cdc_platform.errors import ConfigError, SourceError
 from cdc_platform.events import Op
 from cdc_platform.runtime import DestinationRuntime, RunSummary

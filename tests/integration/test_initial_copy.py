@@ -18,7 +18,8 @@ from pyspark.sql import SparkSession
 from cdc_platform.backfill.new_tables import snapshot_new_tables
 from cdc_platform.backfill.reread import reread_path
 from cdc_platform.config import load_config
-from cdc_platform.config.models import InstanceConfig, StartConfig
+from cdc_platform.config.instance import InstanceConfig
+from cdc_platform.config.start import StartConfig
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.runtime.supervised import supervised_destination
 from cdc_platform.sink.term import WriteTerm

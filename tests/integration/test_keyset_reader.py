@@ -21,7 +21,8 @@ from deltalake import DeltaTable
 
 from cdc_platform.backfill import table_copy
 from cdc_platform.backfill.snapshot import SnapshotRunner, state_path
-from cdc_platform.config.models import SourceConfig
+from cdc_platform.config.instance import SnapshotSettings
+from cdc_platform.config.source import SourceConfig
 from cdc_platform.errors import SourceTableChangedError, SourceTableMissingError
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.mysql import Connection, SourceServer
@@ -218,7 +219,7 @@ def test_a_snapshot_copies_every_row_of_each_key_family_once(
         WriteTerm("d", config, uri),
         state_path(lake_root, "d"),
         tables=[f"{mariadb.name}.{table}"],
-        chunk_size=chunk_size,
+        settings=SnapshotSettings(chunk_size=chunk_size),
     ).run()
     changes = DeltaTable(uri).to_pyarrow_table(columns=["op", "after"]).to_pylist()
     copied = sorted(json.loads(r["after"])["v"] for r in changes if r["op"] == "r")

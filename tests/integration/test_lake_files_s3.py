@@ -24,7 +24,7 @@ from cdc_platform.backfill.snapshot import (
     captured_tables_path,
     state_path,
 )
-from cdc_platform.config.models import SnapshotSettings
+from cdc_platform.config.instance import SnapshotSettings
 from cdc_platform.errors import ReconcileError, SinkError
 from cdc_platform.sink.lake_files import LakeFile
 from cdc_platform.sink.term import WriteTerm

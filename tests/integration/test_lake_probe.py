@@ -10,8 +10,9 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_platform.cli import main
+from cdc_platform.config.instance import InstanceConfig
 from cdc_platform.config.lake import LakeLocation
-from cdc_platform.config.models import InstanceConfig, SourceConfig
+from cdc_platform.config.source import SourceConfig
 from cdc_platform.coordination.lease import take_lease
 from cdc_platform.errors import LakeAccessError
 from cdc_platform.sink.lake_check import PROBE_PARTS, SIDE_PROBE_PARTS, check_lake

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from cdc_platform.cli import main
-from cdc_platform.config.models import DatabaseLeaseConfig, SourceConfig, SparkConfig
+from cdc_platform.config.leases import DatabaseLeaseConfig
+from cdc_platform.config.platform import SparkConfig
+from cdc_platform.config.source import SourceConfig
 from cdc_platform.errors import CdcError
 from cdc_platform.infra.sqldb import Database
 from cdc_platform.source.mysql import connect_source

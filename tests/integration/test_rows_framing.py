@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from cdc_platform.config.models import SourceConfig
+from cdc_platform.config.source import SourceConfig
 from cdc_platform.events import ChangeEvent, EventKind, Op
 from cdc_platform.source import BinlogSource
 from cdc_platform.source.stream.decode_pool import DecodePool

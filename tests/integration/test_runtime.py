@@ -15,7 +15,7 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_platform.cli import main
-from cdc_platform.config.models import InstanceConfig
+from cdc_platform.config.instance import InstanceConfig
 from cdc_platform.errors import BinlogGapError
 from cdc_platform.runtime import DestinationRuntime, RunSummary
 from cdc_platform.sink import DeltaChangeLog

@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
+from cdc_platform.backfill.progress import SnapshotObservers
 from cdc_platform.backfill.repair import RepairKey, RepairTable, repair_keys
 from cdc_platform.backfill.reread import pending_rereads
 from cdc_platform.backfill.snapshot import SnapshotRunner, state_path
 from cdc_platform.config import ConfigSet, load_config
+from cdc_platform.config.instance import SnapshotSettings
 from cdc_platform.coordination.factory import open_lease
 from cdc_platform.errors import LeaseLostError, ReconcileError
 from cdc_platform.reconcile.repair_route import repair_with_own_lease
@@ -86,7 +88,7 @@ def snapshot(config: ConfigSet, db: str, **fields: object) -> SnapshotRunner:
         term(config, **fields),
         state_path(config.lake.uri, "d"),
         tables=[f"{db}.t"],
-        chunk_size=100,
+        settings=SnapshotSettings(chunk_size=100),
     )
 
 
@@ -325,8 +327,8 @@ def test_snapshot_chunks_are_bounded_by_bytes(
         with_chunk_bytes(destination, 3 * BIG_ROW_BYTES),
         state_path(destination.lake.uri, "d"),
         tables=[f"{mariadb.name}.big"],
-        chunk_size=100,
-        on_progress=lambda p: chunks.append(p.chunk_rows),
+        settings=SnapshotSettings(chunk_size=100, chunk_bytes=3 * BIG_ROW_BYTES),
+        observers=SnapshotObservers(on_progress=lambda p: chunks.append(p.chunk_rows)),
     )
     result = runner.run()
     assert result.rows_written == BIG_ROWS

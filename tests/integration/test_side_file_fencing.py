@@ -15,7 +15,7 @@ import pytest
 
 from cdc_platform.backfill.new_tables import CapturedTables
 from cdc_platform.backfill.reread import RereadRecord
-from cdc_platform.config.models import StartConfig
+from cdc_platform.config.start import StartConfig
 from cdc_platform.errors import StaleSideFileError
 from cdc_platform.sink.lake_files import LakeFile
 from cdc_platform.sink.start_record import StartRecord

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
+from cdc_platform.backfill.progress import SnapshotObservers
 from cdc_platform.backfill.snapshot import SnapshotProgress, SnapshotRunner, state_path
-from cdc_platform.config.models import InstanceConfig
+from cdc_platform.config.instance import InstanceConfig, SnapshotSettings
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
@@ -103,7 +104,7 @@ def test_snapshot_rows_equal_binlog_rows_for_every_type(
         WriteTerm("d", instance(mariadb), uri),
         state_path(lake_root, "d"),
         tables=[f"{db}.t"],
-        chunk_size=2,
+        settings=SnapshotSettings(chunk_size=2),
     )
     result = runner.run()
     assert result.rows_written == 3
@@ -132,8 +133,8 @@ def test_snapshot_under_workload_replays_to_source(
         result = SnapshotRunner(
             WriteTerm("d", instance(mariadb), uri),
             state_path(lake_root, "d"),
-            chunk_size=250,
-            on_progress=progress.append,
+            settings=SnapshotSettings(chunk_size=250),
+            observers=SnapshotObservers(on_progress=progress.append),
         ).run()
     finally:
         workload.stop()
@@ -257,7 +258,7 @@ def test_composite_key_chunks_cover_every_row_once(
         WriteTerm("d", instance(mariadb), uri),
         state_path(lake_root, "d"),
         tables=[f"{db}.ck"],
-        chunk_size=37,
+        settings=SnapshotSettings(chunk_size=37),
     ).run()
     assert result.rows_written == 500
     assert result.chunks == 14
@@ -290,8 +291,8 @@ def test_ddl_during_snapshot_rereads_the_chunk(mariadb: MariaDBDatabase, lake_ro
         WriteTerm("d", instance(mariadb), uri),
         state_path(lake_root, "d"),
         tables=[f"{db}.t"],
-        chunk_size=100,
-        on_progress=alter_once,
+        settings=SnapshotSettings(chunk_size=100),
+        observers=SnapshotObservers(on_progress=alter_once),
     ).run()
     assert result.rows_written == 300
     assert result.chunks == 5, "4 chunks plus the one read again"
@@ -406,8 +407,7 @@ def test_chunks_sized_by_time_grow_while_they_are_fast(
         WriteTerm("d", instance(mariadb), uri),
         state_path(lake_root, "d"),
         tables=[f"{db}.t"],
-        on_progress=progress.append,
-        clock=lambda: next(ticks) / 1000,
+        observers=SnapshotObservers(on_progress=progress.append, clock=lambda: next(ticks) / 1000),
     ).run()
     assert [p.chunk_rows for p in progress] == [2000, 4000, 7000]
     assert result.rows_written == 13000

@@ -15,6 +15,7 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_platform.backfill.new_tables import snapshot_new_tables
+from cdc_platform.backfill.progress import SnapshotObservers
 from cdc_platform.backfill.snapshot import (
     SnapshotProgress,
     SnapshotResult,
@@ -24,7 +25,7 @@ from cdc_platform.backfill.snapshot import (
 )
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.config import load_config
-from cdc_platform.config.models import InstanceConfig, SnapshotSettings
+from cdc_platform.config.instance import InstanceConfig, SnapshotSettings
 from cdc_platform.coordination.factory import open_lease
 from cdc_platform.coordination.lease import take_lease
 from cdc_platform.errors import LeaseLostError
@@ -274,8 +275,7 @@ def test_backlog_larger_than_the_segment_cap_is_committed_in_bounded_parts(
         WriteTerm("d", instance(db), uri, on_commit=commits.append),
         state_path(lake_root, "d"),
         tables=[f"{db.name}.t"],
-        chunk_size=150,
-        segment_events=200,
+        settings=SnapshotSettings(chunk_size=150, segment_events=200),
     ).run()
     assert result.streamed_events >= 3000
     largest_txn = 201  # 200 rows and a COMMIT, kept whole
@@ -307,7 +307,7 @@ def test_identifiers_with_backticks_dots_and_spaces(
         WriteTerm("d", instance(db), uri),
         state_path(lake_root, "d"),
         tables=[f"{db.name}.we`ird.t ab"],
-        chunk_size=20,
+        settings=SnapshotSettings(chunk_size=20),
     ).run()
     assert result.rows_written == 95
     assert result.chunks == 5
@@ -401,8 +401,8 @@ def test_a_lost_lease_interrupts_a_snapshot_blocked_on_the_source(
             term,
             state_path(lake_root, "d"),
             tables=[f"{db.name}.t"],
-            chunk_size=100,
-            on_progress=lock_after_the_first_chunk,
+            settings=SnapshotSettings(chunk_size=100),
+            observers=SnapshotObservers(on_progress=lock_after_the_first_chunk),
             stop=stop,
         )
 

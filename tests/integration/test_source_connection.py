@@ -19,7 +19,8 @@ from deltalake import DeltaTable
 
 from cdc_platform.backfill.new_tables import snapshot_new_tables
 from cdc_platform.cli import main
-from cdc_platform.config.models import InstanceConfig, StartConfig
+from cdc_platform.config.instance import InstanceConfig
+from cdc_platform.config.start import StartConfig
 from cdc_platform.errors import SourceConnectionError, SourceServerChangedError
 from cdc_platform.events import PreparedXa, ResumePosition, ServerIdentity
 from cdc_platform.runtime import DestinationRuntime, RunSummary

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from cdc_platform.config.models import SourceConfig
+from cdc_platform.config.source import SourceConfig
 from cdc_platform.errors import (
     BinlogGapError,
     BinlogReadError,

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from cdc_platform.config.models import SourceConfig, TlsConfig
+from cdc_platform.config.source import SourceConfig
+from cdc_platform.config.tls import TlsConfig
 from cdc_platform.errors import LeaseBackendError, SourceLoginError, SourceSettingsError
 from cdc_platform.events import EventKind
 from cdc_platform.infra.sqldb import Database

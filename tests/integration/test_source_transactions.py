@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from cdc_platform.config.models import SourceConfig
+from cdc_platform.config.source import SourceConfig
 from cdc_platform.errors import ResumeMismatchError
 from cdc_platform.events import ChangeEvent, EventKind, ResumePosition
 from cdc_platform.source import BinlogSource

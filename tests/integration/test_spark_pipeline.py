@@ -18,7 +18,7 @@ import pymysql
 import pytest
 from pyspark.sql import SparkSession
 
-from cdc_platform.config.models import InstanceConfig
+from cdc_platform.config.instance import InstanceConfig
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.spark.locations import mirror_root, mirror_tables, mirror_uri

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc_platform.config.models import SparkConfig
+from cdc_platform.config.platform import SparkConfig
 from cdc_platform.spark.jars import installed_jars
 from cdc_platform.spark.session import SparkSessionFactory, embedded_url, stop_embedded_server
 from cdc_platform.testing.spark_engines import SparkEngine

@@ -16,7 +16,8 @@ import pytest
 
 from cdc_platform.backfill.snapshot import SnapshotProgress
 from cdc_platform.cli import main
-from cdc_platform.config.models import InstanceConfig, StartConfig
+from cdc_platform.config.instance import InstanceConfig
+from cdc_platform.config.start import StartConfig
 from cdc_platform.errors import StartPositionError
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink.lake_files import LakeFile

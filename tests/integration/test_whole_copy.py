@@ -22,7 +22,7 @@ from deltalake import DeltaTable
 
 from cdc_platform.backfill import table_copy
 from cdc_platform.backfill.snapshot import SnapshotRunner, state_path
-from cdc_platform.config.models import InstanceConfig
+from cdc_platform.config.instance import InstanceConfig, SnapshotSettings
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink import DeltaChangeLog
 from cdc_platform.sink.term import WriteTerm
@@ -257,7 +257,10 @@ def test_a_keyless_copy_lands_in_one_commit(mariadb: MariaDBDatabase, lake_root:
     uri = str(lake_root / "d" / "changes")
     _catch_up(config, uri)
     result = SnapshotRunner(
-        WriteTerm("d", config, uri), state_path(lake_root, "d"), tables=[f"{db}.bag"], chunk_size=10
+        WriteTerm("d", config, uri),
+        state_path(lake_root, "d"),
+        tables=[f"{db}.bag"],
+        settings=SnapshotSettings(chunk_size=10),
     ).run()
     assert result.per_table == {f"{db}.bag": 50}
     rows = DeltaTable(uri).to_pyarrow_table(columns=["op", "table", "ddl", "batch_seq"]).to_pylist()
@@ -370,7 +373,7 @@ def test_a_keyless_copy_outlasts_a_commit_slower_than_net_write_timeout(
             WriteTerm("d", config, uri),
             state_path(tmp_path / "lake", "d"),
             tables=["shop.big"],
-            chunk_size=50,
+            settings=SnapshotSettings(chunk_size=50),
         ).run()
         assert slowed, "a commit of the copy was slowed"
         assert result.per_table == {"shop.big": 4000}

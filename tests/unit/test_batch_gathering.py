@@ -6,7 +6,8 @@ import threading
 
 import pytest
 
-from cdc_platform.config.models import BatchMode, StoreConfig
+from cdc_platform.config.batch_mode import BatchMode
+from cdc_platform.config.instance import StoreConfig
 from cdc_platform.runtime.batch_gathering import gather_batch
 from cdc_platform.store import EventStore
 from cdc_platform.testing.events import EventBuilder

@@ -10,7 +10,7 @@ from cdc_platform.backfill.chunk_sizing import (
     DEFAULT_FIRST_CHUNK,
     ChunkSizer,
 )
-from cdc_platform.config.models import SnapshotSettings
+from cdc_platform.config.instance import SnapshotSettings
 
 pytestmark = pytest.mark.unit
 

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from cdc_platform.backfill.commit import PendingCommit, commit_beside
+from cdc_platform.backfill.commit import PendingCommit
 from cdc_platform.backfill.reread_list import RereadRecord
+from cdc_platform.config.instance import InstanceConfig
 from cdc_platform.config.lake import LakeLocation
-from cdc_platform.config.models import InstanceConfig, SourceConfig
+from cdc_platform.config.source import SourceConfig
 from cdc_platform.errors import LeaseLostError
 from cdc_platform.events import ChangeEvent
 from cdc_platform.sink.report import CommitReport, count_transactions
@@ -55,9 +56,9 @@ def test_a_side_commit_gates_notes_gates_again_commits_and_reports(tmp_path: Pat
     build = EventBuilder()
     events = [*build.transaction(2), _ddl(build)]
     sink = term.open_change_log()
-    landed = commit_beside(
+    landed = PendingCommit(
         term, sink, events, batch_seq=1, resume=events[-1].resume_after(), epoch=1
-    )
+    ).commit_beside()
     assert steps == ["gate", "gate", "report"]
     # Nothing listed at the first gate; at the gate right before the commit, the DDL's table.
     assert listed == [set(), {"shop.orders"}]

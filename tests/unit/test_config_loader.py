@@ -8,7 +8,7 @@ import pytest
 
 from cdc_platform.cli import main
 from cdc_platform.config import BatchMode, load_config
-from cdc_platform.config.models import DatabaseLeaseConfig, ZooKeeperLeaseConfig
+from cdc_platform.config.leases import DatabaseLeaseConfig, ZooKeeperLeaseConfig
 from cdc_platform.errors import ConfigFileError
 
 pytestmark = pytest.mark.unit

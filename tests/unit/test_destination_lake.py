@@ -10,8 +10,8 @@ import pytest
 from cdc_platform.backfill.request_inbox import repair_inbox, snapshot_inbox
 from cdc_platform.backfill.reread_list import reread_path
 from cdc_platform.backfill.snapshot import captured_tables_path, state_path
+from cdc_platform.config.instance import InstanceConfig
 from cdc_platform.config.lake import LakeLocation
-from cdc_platform.config.models import InstanceConfig
 from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.start_record import start_record_file
 from cdc_platform.sink.term import WriteTerm

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from cdc_platform.config.models import IdWatchTableConfig
+from cdc_platform.config.id_watch import IdWatchTableConfig
 from cdc_platform.errors import CheckpointError
 from cdc_platform.events import EventKind, Op, ResumePosition
 from cdc_platform.source.id_watch.tables import WatchedTable

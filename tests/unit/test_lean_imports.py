@@ -161,7 +161,7 @@ def test_the_run_path_loads_no_pyarrow_file_systems(tmp_path: Path) -> None:
     file systems it brings (with the S3 library, about 12 MB resident) to reconciliation."""
     script = (
         "import sys\n"
-        "import cdc_platform.cli.commands, cdc_platform.runtime.supervisor\n"
+        "import cdc_platform.cli.parser, cdc_platform.runtime.supervisor\n"
         "import cdc_platform.runtime.instance, cdc_platform.sink.delta\n"
         "from cdc_platform.sink.lake_files import LakeFile\n"
         "LakeFile(sys.argv[1] + '/_start.json').write_json({'a': 1})\n"
@@ -176,10 +176,10 @@ def test_without_a_metrics_port_prometheus_client_stays_out(tmp_path: Path) -> N
     script = (
         "import argparse, pathlib, sys\n"
         "import cdc_platform.runtime.serve\n"
-        "from cdc_platform.cli.commands import _metrics\n"
+        "from cdc_platform.cli.arguments import metrics_of\n"
         "from cdc_platform.config import load_config\n"
         "args = argparse.Namespace(metrics_port=None, metrics_host=None)\n"
-        "assert _metrics(args, load_config(pathlib.Path(sys.argv[1]))) is None\n"
+        "assert metrics_of(args, load_config(pathlib.Path(sys.argv[1]))) is None\n"
         "print('prometheus_client' in sys.modules)\n"
     )
     assert _python(script, str(tmp_path)).strip() == "False"

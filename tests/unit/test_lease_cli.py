@@ -9,7 +9,8 @@ import pytest
 
 from cdc_platform.cli import main
 from cdc_platform.config import load_config
-from cdc_platform.config.models import DatabaseLeaseConfig, PlatformConfig, ZooKeeperLeaseConfig
+from cdc_platform.config.leases import DatabaseLeaseConfig, ZooKeeperLeaseConfig
+from cdc_platform.config.platform import PlatformConfig
 from cdc_platform.config.urls import parse_database_url, redact_url
 from cdc_platform.coordination.factory import open_lease, open_registry, open_state_store
 from cdc_platform.errors import ConfigFileError

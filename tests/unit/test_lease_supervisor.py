@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from cdc_platform.config.models import InstanceConfig, SourceConfig
+from cdc_platform.config.instance import InstanceConfig
+from cdc_platform.config.source import SourceConfig
 from cdc_platform.errors import LeaseLostError, SinkError, StaleSideFileError
 from cdc_platform.events import ResumePosition
 from cdc_platform.runtime.claim import claim_change_log

@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from cdc_platform.config.leases import DatabaseLeaseConfig, LivenessConfig, ZooKeeperLeaseConfig
-from cdc_platform.config.models import PlatformConfig
+from cdc_platform.config.platform import PlatformConfig
 from cdc_platform.coordination.factory import open_lease
 from cdc_platform.ha.liveness import (
     GREETING,

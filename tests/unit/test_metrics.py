@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc_platform.config.models import MetricsConfig
+from cdc_platform.config.platform import MetricsConfig
 from cdc_platform.errors import ConfigError
 from cdc_platform.runtime.instance import RunSummary
 from cdc_platform.runtime.prometheus import PrometheusMetrics, open_metrics

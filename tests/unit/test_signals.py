@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from cdc_platform.config.instance import InstanceConfig
 from cdc_platform.config.loader import load_config
-from cdc_platform.config.models import InstanceConfig, SourceConfig
+from cdc_platform.config.source import SourceConfig
 from cdc_platform.infra.signals import stop_signals
 from cdc_platform.runtime.serve import ServeProcess
 from cdc_platform.runtime.supervisor import LeaseSupervisor

@@ -9,9 +9,9 @@ import pymysql
 import pytest
 
 from cdc_platform.backfill.segments import (
+    SegmentReader,
     SegmentStream,
     SegmentTail,
-    chunk_segment,
     touched_keys,
 )
 from cdc_platform.errors import SourceConnectionError, SourceError
@@ -140,14 +140,11 @@ def test_a_chunk_drops_the_keys_the_previous_segment_touched() -> None:
     high = BinlogPosition("b.000001", 200)
 
     def read(chunk_keys: set[str], cut: ResumePosition) -> tuple[set[str], ResumePosition]:
-        segment = chunk_segment(
-            stream,
-            tail,
+        segment = SegmentReader(stream, tail, 100).chunk_segment(
             spec,
             chunk_keys,
             high=high,
             cut=cut,
-            part_events=100,
             commit_part=lambda part, _cut: parts.append(part),
         )
         return segment.touched, segment.cut

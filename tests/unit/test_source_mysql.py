@@ -10,7 +10,7 @@ import struct
 import pymysql
 import pytest
 
-from cdc_platform.config.models import SourceConfig
+from cdc_platform.config.source import SourceConfig
 from cdc_platform.errors import (
     BinlogGapError,
     BinlogReadError,

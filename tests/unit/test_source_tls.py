@@ -11,8 +11,8 @@ import pymysql
 import pytest
 from pydantic import ValidationError
 
-from cdc_platform.config.models import SourceConfig, TlsConfig
-from cdc_platform.config.tls import is_loopback
+from cdc_platform.config.source import SourceConfig
+from cdc_platform.config.tls import TlsConfig, is_loopback
 from cdc_platform.infra.mysql_tls import named_refusal
 from cdc_platform.source import mysql
 

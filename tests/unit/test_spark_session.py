@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cdc_platform.config.lake import LakeLocation
-from cdc_platform.config.models import PlatformConfig, SparkConfig
+from cdc_platform.config.platform import PlatformConfig, SparkConfig
 from cdc_platform.errors import SparkSessionError
 from cdc_platform.spark.jars import manifest_path
 from cdc_platform.spark.session import (

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from cdc_platform.config.loader import load_destination
-from cdc_platform.config.models import StartConfig
+from cdc_platform.config.start import StartConfig
 from cdc_platform.errors import ConfigFileError
 from cdc_platform.sink.lake_files import LakeFile
 from cdc_platform.sink.snapshot_progress import progress_of_state

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from cdc_platform.config.models import IdWatchTableConfig
+from cdc_platform.config.id_watch import IdWatchTableConfig
 from cdc_platform.errors import ConfigError, SnapshotError, SourceError
 from cdc_platform.source.mysql import Connection
 from cdc_platform.source.reading.row_reader import SnapshotTable, describe_table

@@ -46,7 +46,9 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from cdc_platform.config.models import IdWatchConfig, SourceConfig, StartConfig
+from cdc_platform.config.id_watch import IdWatchConfig
+from cdc_platform.config.source import SourceConfig
+from cdc_platform.config.start import StartConfig
 from cdc_platform.errors import (
     ConfigError,
     SourceError,

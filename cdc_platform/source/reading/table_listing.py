@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from cdc_platform.config.models import SourceConfig
+from cdc_platform.config.source import SourceConfig
 from cdc_platform.source.filters import SYSTEM_SCHEMAS
 from cdc_platform.source.mysql import MYSQL_ERRORS, SourceServer
 

@@ -51,7 +51,8 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
-from cdc_platform.config.models import SourceConfig, StartConfig
+from cdc_platform.config.source import SourceConfig
+from cdc_platform.config.start import StartConfig
 from cdc_platform.errors import SourceError, SourceServerChangedError
 from cdc_platform.events import (
     ChangeEvent,

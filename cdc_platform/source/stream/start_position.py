@@ -36,7 +36,7 @@ from pymysqlreplication.event import (
     RotateEvent,
 )
 
-from cdc_platform.config.models import StartConfig
+from cdc_platform.config.start import StartConfig
 from cdc_platform.errors import SourceError, StartPositionError
 from cdc_platform.events import ResumePosition
 from cdc_platform.source.binlog_server import BinlogServer, _parse_gtids
