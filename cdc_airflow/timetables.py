@@ -1,5 +1,5 @@
 """``RandomIntervalTimetable``: each run a random 15-30 minutes (``reconcile.interval_minutes``)
-after the previous one, as the Dagster face's ``reconcile_schedule`` sensor does.
+after the previous one, as the Dagster face's ``reconcile_sensor`` sensor does.
 
 Airflow asks a timetable for the next run more than once, so the randomness is a function of
 the previous run's time (a hash), not of a random generator: the same answer each time it is
