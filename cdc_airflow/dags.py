@@ -4,7 +4,7 @@
   change-log asset, whose ``AssetWatcher`` (:class:`ChangeLogCommitTrigger`) turns each new
   commit into an asset event: mirrors run on new changes (Dagster: ``mirror_refresh``);
 * ``cdc_<destination>_reconcile``: :class:`CdcReconcileOperator` every random 15-30 minutes
-  (``reconcile.interval_minutes``; Dagster: ``reconcile_schedule``);
+  (``reconcile.interval_minutes``; Dagster: ``reconcile_sensor``);
 * ``cdc_<destination>_daily_history``: one :class:`CdcDailyHistoryOperator` per table, daily
   (each run after midnight UTC builds the day that ended) from
   ``dagster.history_start_date``; past days by ``airflow backfill create``.

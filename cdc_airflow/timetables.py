@@ -1,5 +1,5 @@
 """``RandomIntervalTimetable``: each run a random 15-30 minutes (``reconcile.interval_minutes``)
-after the previous one, as the Dagster face's ``reconcile_schedule`` sensor does.
+after the previous one, as the Dagster face's ``reconcile_sensor`` sensor does.
 
 Airflow recomputes a DAG's next run at every parse of its file (about every 30 s) and after
 each run, so the due times must not depend on the moment it asks: a next run of "now plus a

@@ -135,7 +135,7 @@ def _graphql(url: str, query: str, variables: dict[str, Any] | None = None) -> d
 
 def _cancel_runs(url: str, timeout: float = 60.0) -> None:
     """Ask Dagster to terminate every live run and wait until they ended, so a stop ends them
-    CANCELED (their in-flight commit finished) rather than killed by the process-group stop."""
+    cleanly (their in-flight commit finished) rather than killed by the process-group stop."""
     deadline = time.monotonic() + timeout
     asked: set[str] = set()
     while time.monotonic() < deadline:

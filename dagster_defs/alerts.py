@@ -9,7 +9,7 @@ Once per failure: an alerted run gets the tag ``cdc/alerted``, and a run with it
 alerted again (the sensor's cursor can go back, e.g. when its state is reset); a failure older
 than ``max_age_seconds`` when the sensor first sees it (a run that failed while the daemon was
 down) is logged at INFO and not posted. A requested stop is not a failure: the long-lived run
-ends CANCELED (docs/dagster.md).
+ends SUCCESS (docs/dagster.md).
 """
 
 import json

@@ -1,17 +1,23 @@
 """The `cdc_destination` job: the long-lived run of one destination.
 
 The engine's runtime runs in a worker thread; the op's own thread waits on it, forwards commit
-reports to Dagster as materializations of the destination's change-log asset (throttled) and
-turns Dagster's termination (DagsterExecutionInterruptedError: Terminate in the UI, or SIGTERM /
-SIGINT sent straight to the run worker) into a clean stop: the in-flight commit finishes, the
-source and store close, then the run ends as CANCELED.
+reports to Dagster as materializations of the destination's change-log asset (throttled), each
+with the change log's ``lag_within_budget`` check evaluated in the same run (so Dagster counts
+it for that materialization), and turns Dagster's termination (DagsterExecutionInterruptedError:
+Terminate in the UI, a reload, Ctrl-C, or SIGTERM / SIGINT sent straight to the run worker)
+into a clean stop: the in-flight commit finishes, the source and store close, and the op
+returns, so the run ends SUCCESS with no failure event (Dagster draws a CANCELED run in the
+same red as a failed one). While the source is idle and the run keeps up, the change log is
+materialized again every half lag budget ("current as of now"), so its freshness policy holds.
 """
 
 import os
 import queue
+import signal
 import socket
 import threading
 import time
+from types import FrameType
 
 from dagster import (
     AssetKey,
@@ -33,6 +39,7 @@ from cdc_platform.config import ConfigSet, Destination
 from cdc_platform.runtime import RunSummary
 from cdc_platform.runtime.supervisor import LeaseSupervisor
 from cdc_platform.sink.report import CommitReport
+from dagster_defs.freshness import lag_evaluation
 from dagster_defs.resources import CdcResource, PlatformResource, change_log_uri
 from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator
 
@@ -43,6 +50,7 @@ __all__ = [
     "HOST_TAG",
     "METRICS_TAG",
     "PID_TAG",
+    "STOPPED_TAG",
     "STREAM_OP",
     "DestinationRunConfig",
     "build_cdc_destination_job",
@@ -59,6 +67,8 @@ PID_TAG = "cdc/pid"
 HOST_TAG = "cdc/host"
 METRICS_TAG = "cdc/metrics"
 """The run's Prometheus endpoint (with ``metrics.port`` set; a free port per run)."""
+STOPPED_TAG = "cdc/stopped"
+"""Set on a run that ended on a requested stop (value: ``requested``); it ends SUCCESS."""
 
 
 class DestinationRunConfig(Config):
@@ -78,16 +88,22 @@ class _Reporter:
     """
 
     def __init__(
-        self, context: OpExecutionContext, asset_key: AssetKey, min_interval: float
+        self,
+        context: OpExecutionContext,
+        asset_key: AssetKey,
+        min_interval: float,
+        budget_seconds: float,
     ) -> None:
         self.context = context
         self.asset_key = asset_key
         self.min_interval = min_interval
+        self.budget_seconds = budget_seconds
         self.queue: queue.SimpleQueue[CommitReport] = queue.SimpleQueue()
         self.total_rows = 0
         self._batches = 0
         self._rows = 0
         self._last: CommitReport | None = None
+        self._newest: CommitReport | None = None
         self._reported_at = 0.0
         self._started_at = time.monotonic()
 
@@ -105,7 +121,7 @@ class _Reporter:
                 break
             self._batches += 1
             self._rows += report.rows
-            self._last = report
+            self._last = self._newest = report
         last = self._last
         if last is None or (not force and time.monotonic() - self._reported_at < self.min_interval):
             return
@@ -130,9 +146,48 @@ class _Reporter:
                 },
             )
         )
+        self.check(last.lag_seconds, "this run's commit")
         self._batches = self._rows = 0
         self._last = None
         self._reported_at = now
+
+    def check(self, lag_seconds: float | None, source: str) -> None:
+        """Evaluate the lag check in this run: Dagster counts it for the newest
+        materialization, which this run made (a runless evaluation would read "Not
+        evaluated" after the next one)."""
+        evaluation = lag_evaluation(self.asset_key, lag_seconds, self.budget_seconds, source)
+        self.context.log_event(evaluation)  # type: ignore[arg-type]  # accepted; stubs lag
+
+    def current(self, lag_seconds: float | None, refresh_after: float) -> None:
+        """Materialize again when idle: nothing committed for ``refresh_after`` while the
+        lag is within the budget means the change log is current as of now."""
+        newest = self._newest
+        if (
+            newest is None
+            or lag_seconds is None
+            or lag_seconds > self.budget_seconds
+            or time.monotonic() - self._reported_at < refresh_after
+        ):
+            return
+        self.context.log_event(
+            AssetMaterialization(
+                asset_key=self.asset_key,
+                description="no new change; current as of now",
+                metadata={
+                    "batch_seq": newest.batch_seq,
+                    "delta_version": newest.version,
+                    "rows": 0,
+                    "batches": 0,
+                    "rows_total_this_run": self.total_rows,
+                    "lag_seconds": round(lag_seconds, 3),
+                    "rows_per_second": 0.0,
+                    "epoch": newest.epoch,
+                    "position": str(newest.resume),
+                },
+            )
+        )
+        self.check(lag_seconds, "this run's status")
+        self._reported_at = time.monotonic()
 
 
 def _snapshot_metadata(progress: SnapshotProgress) -> dict[str, int | float | str]:
@@ -190,24 +245,64 @@ def _destination(
     return destination
 
 
+class _DeferredSignals:
+    """Once a stop is requested, a repeated SIGINT / SIGTERM is ignored until the op ends:
+    the in-flight commit finishes and the source and store close (only SIGKILL cuts that
+    short); Dagster's handler would raise in the op and fail the step. Dagster puts its own
+    handlers back when the op's code returns. The op runs in the run worker's main thread
+    (``in_process_executor``); elsewhere nothing changes."""
+
+    def __init__(self) -> None:
+        self.deferred = False
+
+    def defer(self) -> None:
+        """Ignore the stop signals from now on (for the rest of the op)."""
+        if self.deferred or threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _ignore)
+        self.deferred = True
+
+
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    del signum, frame
+
+
 def _supervise(
     context: OpExecutionContext,
     supervisor: LeaseSupervisor,
     reporter: _Reporter,
+    *,
     heartbeat_every: float,
+    refresh_after: float,
+    signals: _DeferredSignals,
 ) -> RunSummary | None:
-    """Run the pipeline in a worker thread; turn Dagster's termination into a clean stop."""
+    """Run the pipeline in a worker thread; turn Dagster's termination into a clean stop
+    (the op then returns normally: no step failure for a stop someone asked for)."""
     outcome: list[RunSummary] = []
-    worker = threading.Thread(
-        target=lambda: outcome.append(supervisor.run()), name=f"cdc-{supervisor.name}", daemon=True
-    )
+    crashed: list[BaseException] = []
+    # Whether the pipeline ended is this event, not Thread.join / is_alive: an interrupt
+    # raised inside join() makes CPython 3.11 mark a running thread as stopped (bpo-45274's
+    # clean-up releases the lock the live thread holds), and the op stopped waiting for the
+    # in-flight commit.
+    done = threading.Event()
+
+    def pipeline() -> None:
+        try:
+            outcome.append(supervisor.run())
+        except BaseException as exc:  # reported by the op: a thread's exception goes nowhere
+            crashed.append(exc)
+            raise
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=pipeline, name=f"cdc-{supervisor.name}", daemon=True)
     next_heartbeat = time.monotonic() + heartbeat_every
     observed: SnapshotProgress | None = None
     observed_at = 0.0
     worker.start()
     try:
-        while worker.is_alive():
-            worker.join(timeout=0.5)
+        while not done.wait(timeout=0.5):
             reporter.flush(force=False)
             progress = supervisor.snapshot_progress
             if (
@@ -223,32 +318,40 @@ def _supervise(
                     )
                 )
                 observed, observed_at = progress, time.monotonic()
+            runtime = supervisor.runtime
+            if runtime is not None:
+                reporter.current(runtime.metrics().lag_seconds, refresh_after)
             if time.monotonic() >= next_heartbeat:
                 # A materialization since the last heartbeat already showed the run alive.
                 if time.monotonic() - reporter.reported_at >= heartbeat_every:
                     context.log.info(_heartbeat(supervisor))
                 next_heartbeat = time.monotonic() + heartbeat_every
     except DagsterExecutionInterruptedError:
-        context.log.info(
-            f"{supervisor.name}: termination requested; finishing the in-flight commit"
-        )
-        supervisor.request_stop("run terminated")
+        signals.defer()  # first: a signal repeated while this logs must not fail the step
+        supervisor.request_stop("stop requested")
+        context.log.info(f"{supervisor.name}: stop requested; finishing the in-flight commit")
         _own_the_stop(context)
-        _join_through_signals(worker)
-        reporter.flush(force=True)
-        raise
+        done.wait()
     reporter.flush(force=True)
+    if crashed:
+        raise Failure(
+            description=f"{supervisor.name}: the pipeline thread failed: "
+            f"{type(crashed[0]).__name__}: {crashed[0]}"
+        ) from crashed[0]
     return outcome[0] if outcome else None
 
 
 def _own_the_stop(context: OpExecutionContext) -> None:
-    """Mark the run CANCELING when the interrupt came straight to this process.
+    """Tag the run as stopped on request, and mark it CANCELING when the interrupt came
+    straight to this process.
 
     Dagster's Terminate marks the run CANCELING before it signals the worker; a SIGTERM from
     anyone else (an operator's ``kill``, a container or machine shutdown) arrives with the run
-    still STARTED, and Dagster would end it FAILURE, "interrupted unexpectedly", and alert.
-    Either way it is a requested stop that ends cleanly: the run ends CANCELED.
+    still STARTED. The op returns normally after the stop, so the run ends SUCCESS; CANCELING
+    matters only if Dagster raises a later signal outside the op (it then ends CANCELED, not
+    FAILURE "interrupted unexpectedly").
     """
+    context.instance.add_run_tags(context.run_id, {STOPPED_TAG: "requested"})
     run = context.instance.get_run_by_id(context.run_id)
     if run is not None and run.status not in (
         DagsterRunStatus.CANCELING,
@@ -257,16 +360,6 @@ def _own_the_stop(context: OpExecutionContext) -> None:
         context.instance.report_run_canceling(
             run, message="Stop signal received by the run worker; stopping cleanly."
         )
-
-
-def _join_through_signals(worker: threading.Thread) -> None:
-    """Wait for the pipeline thread to stop; a repeated signal must not cut the in-flight
-    commit short (only SIGKILL does)."""
-    while worker.is_alive():
-        try:
-            worker.join(timeout=0.5)
-        except DagsterExecutionInterruptedError:
-            continue
 
 
 def build_cdc_destination_job(translator: CdcTranslator = DEFAULT_TRANSLATOR) -> JobDefinition:
@@ -304,8 +397,9 @@ def _stream(
     destination = _destination(context, config, configset)
     name = destination.name
     settings = configset.platform.dagster
+    budget = destination.config.lag_budget_seconds
     reporter = _Reporter(
-        context, translator.changes_key(name), settings.materialization_min_interval_seconds
+        context, translator.changes_key(name), settings.materialization_min_interval_seconds, budget
     )
     uri = change_log_uri(configset, name)
     context.log.info(f"{name}: streaming into {uri} (pid {os.getpid()})")
@@ -313,6 +407,7 @@ def _stream(
     context.instance.add_run_tags(
         context.run_id, {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
     )
+    signals = _DeferredSignals()
     with cdc.supervise(
         configset,
         destination,
@@ -322,7 +417,14 @@ def _stream(
         if metrics_url is not None:
             context.instance.add_run_tags(context.run_id, {METRICS_TAG: metrics_url})
         # The running monitor judges liveness by the run's newest event: one at least this often.
-        summary = _supervise(context, supervisor, reporter, settings.orphan_after_seconds / 2)
+        summary = _supervise(
+            context,
+            supervisor,
+            reporter,
+            heartbeat_every=settings.orphan_after_seconds / 2,
+            refresh_after=budget / 2,
+            signals=signals,
+        )
     if summary is None:
         raise Failure(description=f"{name}: the pipeline thread ended without a result")
     if summary.error is not None:

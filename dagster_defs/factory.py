@@ -40,7 +40,7 @@ from dagster_defs.history_schedule import build_history_schedule
 from dagster_defs.io_manager import MIRROR_IO_MANAGER, MirrorIOManager
 from dagster_defs.mirror_refresh import build_mirror_refresh
 from dagster_defs.reconcile import (
-    build_reconcile_schedule,
+    build_reconcile_sensor,
     check_keys,
     reconcile_checks,
     reconcile_job,
@@ -167,7 +167,7 @@ def build_definitions(
             *mirror_jobs,
         ],
         sensors=[
-            build_reconcile_schedule(
+            build_reconcile_sensor(
                 # every 30 s at most (a reconciliation is due every 15-30 min by default), but
                 # never less often than the shortest reconcile interval configured
                 minimum_interval_seconds=max(

@@ -3,15 +3,21 @@
 ``lag_within_budget`` on ``cdc/<destination>/changes`` reads the lag the lease holder last
 published (the state watch, as ``cdc-platform status`` shows it), else the newest change-log
 materialization's ``lag_seconds``, and fails (ERROR) when it exceeds ``lag_budget_seconds``
-of the destination's instance.yaml, (WARN) when no lag is known yet. The ``running_monitor``
-sensor evaluates it (:func:`lag_evaluation`) every ``LAG_REPORT_SECONDS`` and whenever its
-verdict changes, without a run; the check's own op runs it on demand from the UI. The
-mirrors' freshness is Dagster's ``FreshnessPolicy``
-(:func:`dagster_defs.table_assets.freshness_policy`).
+of the destination's instance.yaml, (WARN) when no lag is known yet.
+
+Dagster counts a check only when its newest evaluation targets the asset's newest
+materialization (otherwise the UI reads "Not evaluated"). So the long-lived run that
+materializes the change log evaluates it with every materialization, in the same run
+(:func:`lag_evaluation`, ``dagster_defs.cdc_job``); the ``running_monitor`` sensor evaluates
+it only for a destination without a live run (a runless evaluation would hide the run's:
+Dagster shows the newest evaluation), so a change log whose run is gone turns red by itself.
+The check's own op runs it on demand from the UI. The change log and the mirrors share one
+``FreshnessPolicy`` (:func:`freshness_policy`).
 """
 
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 
 from dagster import (
     AssetCheckEvaluation,
@@ -20,6 +26,7 @@ from dagster import (
     AssetChecksDefinition,
     AssetCheckSeverity,
     AssetKey,
+    FreshnessPolicy,
     asset_check,
 )
 
@@ -34,6 +41,7 @@ __all__ = [
     "LAG_REPORT_SECONDS",
     "LagVerdict",
     "change_log_lag_checks",
+    "freshness_policy",
     "judge_lag",
     "lag_evaluation",
 ]
@@ -41,6 +49,20 @@ __all__ = [
 LAG_CHECK = "lag_within_budget"
 LAG_REPORT_SECONDS = 60.0
 """How often the running monitor records the lag check when its verdict stays the same."""
+
+
+def freshness_policy(budget_seconds: float) -> FreshnessPolicy:
+    """Fail when the asset was not materialized for the lag budget (Dagster's floor: 60 s);
+    warn after half of it rounded down to whole minutes, when that is a minute or more.
+
+    Whole minutes because Dagster's UI shows a window in minutes, rounded: a 150 s window
+    read "3 minutes" while the asset turned WARN after 2.5."""
+    fail = max(60.0, budget_seconds)
+    warn = 60.0 * int(fail / 2 // 60)
+    return FreshnessPolicy.time_window(
+        fail_window=timedelta(seconds=fail),
+        warn_window=timedelta(seconds=warn) if warn >= 60 else None,
+    )
 
 
 @dataclass(frozen=True, slots=True)

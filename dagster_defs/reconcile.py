@@ -1,4 +1,4 @@
-"""Scheduled full-list reconciliation: an asset check per destination, its job and schedule.
+"""Periodic full-list reconciliation: an asset check per table, its job and its sensor.
 
 The check ``reconciled`` on each table's mirror ``cdc/<destination>/<db>/<table>`` asks
 :meth:`CdcResource.reconcile <dagster_defs.resources.CdcResource.reconcile>` for the selected
@@ -7,11 +7,12 @@ with its mirror and has the lease holder write repair events into the change log
 then converge with their next run, requested by ``mirror_refresh``). Its result says what
 was found and fixed.
 
-``reconcile_schedule`` is a sensor rather than a cron schedule because each destination's next
+``reconcile_sensor`` is a sensor rather than a cron schedule because each destination's next
 run is due after a *random* 15-30 minutes (``reconcile.interval_minutes``), like SOFARegistry's
 list loop; the due times live in the sensor's cursor. It launches a reconciliation only for a
 destination whose long-lived run is live, i.e. where the lease is held (a stopped destination
-is reconciled by hand: ``cdc-platform reconcile``).
+is reconciled by hand: ``cdc-platform reconcile``). It was called ``reconcile_schedule``
+before (a sensor named like a schedule); :data:`OLD_SENSOR_NAME` keeps that name known.
 """
 
 import random
@@ -46,6 +47,7 @@ from cdc_platform.coordination.table_catalog import Catalog
 from cdc_platform.errors import CdcError, ConfigError
 from cdc_platform.reconcile.schedule import DueState
 from cdc_platform.reconcile.service import ReconcileReport
+from dagster_defs.check_carry import RECONCILED
 from dagster_defs.resources import CdcResource, SparkResource
 from dagster_defs.sensors import LIVE_STATUSES, live_runs
 from dagster_defs.table_assets import op_name
@@ -54,16 +56,23 @@ from dagster_defs.translator import DEFAULT_TRANSLATOR, CdcTranslator
 
 __all__ = [
     "CHECK_NAME",
+    "OLD_SENSOR_NAME",
     "RECONCILE_JOB",
     "RECONCILE_TAG",
+    "SENSOR_NAME",
     "build_reconcile_schedule",
+    "build_reconcile_sensor",
     "check_keys",
     "reconcile_checks",
     "reconcile_job",
 ]
 
-CHECK_NAME = "reconciled"
+CHECK_NAME = RECONCILED
 RECONCILE_JOB = "cdc_reconcile"
+SENSOR_NAME = "reconcile_sensor"
+OLD_SENSOR_NAME = "reconcile_schedule"
+"""Its name before issue 44.7: Dagster keeps a sensor's state (cursor, stopped or running)
+by name, so the renamed sensor starts fresh (docs/dagster.md)."""
 RECONCILE_TAG = "cdc/reconcile"
 """Tag naming the destination of a reconciliation run (not `cdc/destination`: its
 concurrency limit of one belongs to the long-lived run, which must keep running)."""
@@ -212,7 +221,7 @@ def reconcile_checks(
 
 
 def reconcile_job(checks: list[AssetChecksDefinition]) -> Any:
-    """The job the schedule launches (one destination's check per run).
+    """The job the sensor launches (one destination's check per run).
 
     Typed ``Any``: Dagster's public API does not name the type of an asset job.
     """
@@ -224,26 +233,26 @@ def reconcile_job(checks: list[AssetChecksDefinition]) -> Any:
     )
 
 
-def build_reconcile_schedule(
+def build_reconcile_sensor(
     *,
     minimum_interval_seconds: int = 60,
     clock: Callable[[], float] = time.time,
     rand: Callable[[], float] = random.random,
     checks: Mapping[str, Sequence[AssetCheckKey]] | None = None,
 ) -> SensorDefinition:
-    """The `reconcile_schedule` sensor; see the module docstring. ``checks`` names each
+    """The `reconcile_sensor` sensor; see the module docstring. ``checks`` names each
     destination's check keys (a destination without any is skipped)."""
     by_destination = dict(checks or {})
 
     @sensor(
-        name="reconcile_schedule",
+        name=SENSOR_NAME,
         job_name=RECONCILE_JOB,
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=DefaultSensorStatus.RUNNING,
         description="Launches each destination's reconciliation after a random 15-30 min "
         "(reconcile.interval_minutes), where its lease is held.",
     )
-    def reconcile_schedule(
+    def reconcile_sensor(
         context: SensorEvaluationContext, platform: CdcResource
     ) -> SensorResult | SkipReason:
         try:
@@ -299,4 +308,8 @@ def build_reconcile_schedule(
             )
         return SensorResult(run_requests=requests, cursor=state.to_cursor())
 
-    return reconcile_schedule
+    return reconcile_sensor
+
+
+build_reconcile_schedule = build_reconcile_sensor
+"""The former name of :func:`build_reconcile_sensor` (kept for code that imports it)."""

@@ -132,7 +132,9 @@ def build_config_monitor(
             if not live.get(name):
                 requests.append(run_request(name, changes.seen[name], "config added"))
         for name in changes.reload:
-            requests.append(run_request(name, changes.seen[name], "config changed"))
+            # a changed file with no run to reload (e.g. a demo started again) is a start
+            reason = "config changed" if live.get(name) else "config added"
+            requests.append(run_request(name, changes.seen[name], reason))
         for name, error in changes.invalid.items():
             context.log.error(f"destination {name} not loaded: {error}")
         summary = ", ".join(
@@ -315,7 +317,10 @@ def _lease_findings(
                 asset_key=key, description=f"running_monitor: {who}, lag {lag}", metadata=metadata
             )
         )
-        observations.append(check)
+        # A live run evaluates the check with its own materializations; Dagster shows the
+        # newest evaluation, and a runless one would hide the run's ("Not evaluated").
+        if not live.get(status.destination):
+            observations.append(check)
     return notes, observations
 
 

@@ -17,7 +17,6 @@ before the next reload names them.
 """
 
 from collections.abc import Iterator, Sequence
-from datetime import timedelta
 
 from dagster import (
     AssetExecutionContext,
@@ -28,7 +27,6 @@ from dagster import (
     DagsterInvalidDefinitionError,
     DataVersion,
     Failure,
-    FreshnessPolicy,
     MaterializeResult,
     MetadataValue,
     multi_asset,
@@ -37,6 +35,8 @@ from dagster import (
 from cdc_platform.config import ConfigSet
 from cdc_platform.coordination.table_catalog import Catalog, CatalogTable
 from cdc_platform.spark import AppliedMirror
+from dagster_defs.check_carry import carry_reconciled
+from dagster_defs.freshness import freshness_policy
 from dagster_defs.io_manager import MIRROR_IO_MANAGER
 from dagster_defs.names import identifier, unique_identifiers
 from dagster_defs.resources import CdcResource, SparkResource, mirror_location
@@ -64,17 +64,6 @@ MIRRORS_JOB = "cdc_mirrors"
 """The job every mirror run belongs to (any subset of the mirrors)."""
 CHANGE_LOG_VERSION = "change_log_version"
 """Materialization metadata: the change-log Delta version the mirror has applied."""
-
-
-def freshness_policy(budget_seconds: float) -> FreshnessPolicy:
-    """Fail when a mirror was not materialized for the lag budget (Dagster's floor: 60 s);
-    warn after half of it (when that is a minute or more)."""
-    fail = max(60.0, budget_seconds)
-    warn = fail / 2 if fail / 2 >= 60 else None
-    return FreshnessPolicy.time_window(
-        fail_window=timedelta(seconds=fail),
-        warn_window=timedelta(seconds=warn) if warn is not None else None,
-    )
 
 
 def op_name(prefix: str, destination: str) -> str:
@@ -142,7 +131,7 @@ def _result(key: AssetKey, table: CatalogTable, applied: AppliedMirror) -> Mater
             if result.change_log_version is None
             else result.change_log_version,
             "seconds": float(meta["seconds"] or 0.0),
-            "dropped": result.dropped or "",
+            **({"dropped": result.dropped} if result.dropped else {}),
             "rereading": applied.held,
         },
     )
@@ -197,6 +186,7 @@ def mirror_assets(
                 without_table.append(table.name)  # nothing to read: never reported as done
                 continue
             yield _result(key, table, applied)
+            carry_reconciled(context, key)  # Dagster counts checks of the newest only
         if without_table:
             raise Failure(
                 description=(

@@ -111,7 +111,7 @@ class ReconcileConfig(ConfigModel):
     """Scheduled full-list reconciliation of sources against their mirrors (docs/reconcile.md)."""
 
     enabled: bool = True
-    """Whether the Dagster `reconcile_schedule` sensor launches reconciliations."""
+    """Whether the Dagster `reconcile_sensor` sensor launches reconciliations."""
     interval_minutes: tuple[float, float] = (15.0, 30.0)
     """Each next run is due after a random time in [min, max] (SOFARegistry's list loop)."""
     chunk_size: int = Field(default=10_000, ge=1)

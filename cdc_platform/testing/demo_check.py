@@ -36,6 +36,9 @@ MATERIALIZATIONS_QUERY = """{ assetOrError(assetKey: {path: ["cdc", "shop", "cha
     metadataEntries { label ... on IntMetadataEntry { intValue } } } } } }"""
 MIRROR_QUERY = """{ assetOrError(assetKey: {path: ["cdc", "shop", "orders"]}) {
   ... on Asset { assetMaterializations(limit: 10) { timestamp } } } }"""
+CHECKS_QUERY = """{ assetNodes(assetKeys: [{path: ["cdc", "shop", "orders"]}]) {
+  assetChecksOrError { ... on AssetChecks { checks {
+    name executionForLatestMaterialization { status } } } } } }"""
 PAGES = [
     # (file, path under the webserver, text to wait for, times it must show)
     ("asset_graph.png", "/locations/cdc_platform/asset-groups/cdc", "orders", 1),
@@ -45,6 +48,8 @@ PAGES = [
     ("runs.png", "/runs", "cdc_destination", 1),
     # the long-lived run, found with a tag filter (docs/dagster.md)
     ("runs_destination.png", "/runs?q%5B0%5D=tag%3Acdc%2Fdestination%3Dshop", "cdc_destination", 1),
+    ("mirror_checks.png", "/assets/cdc/shop/orders?view=checks", "reconciled", 1),
+    ("change_log.png", "/assets/cdc/shop/changes", "cdc_destination", 1),
     # every sensor's row rendered, not only the first ones (the rest were still skeletons)
     ("automation.png", "/automation", "Standard sensor", 4),
 ]
@@ -61,6 +66,9 @@ class DemoCheck:
     materializations: int = 0
     rows_reported: int = 0
     mirror_materializations: int = 0
+    mirror_checks: dict[str, str | None] = field(default_factory=dict)
+    """Each check of a mirror: its status for the newest materialization (None: not
+    evaluated for it)."""
     screenshots: list[Path] = field(default_factory=list)
     leftovers: list[str] = field(default_factory=list)
     log_tail: str = ""
@@ -180,9 +188,20 @@ def check_demo(
                 )
                 mirror = _graphql(result.url, MIRROR_QUERY)["data"]["assetOrError"]
                 result.mirror_materializations = len(mirror.get("assetMaterializations") or [])
+                (node,) = _graphql(result.url, CHECKS_QUERY)["data"]["assetNodes"]
+                result.mirror_checks = {
+                    c["name"]: (c["executionForLatestMaterialization"] or {}).get("status")
+                    for c in node["assetChecksOrError"]["checks"]
+                }
             except (OSError, KeyError, TypeError, ValueError):
                 pass
-            mirrors_ok = screenshots is None or result.mirror_materializations >= 2
+            # for the screenshots, also until the mirror's checks count (reconciliation is
+            # due after reconcile.interval_minutes: the timeout shoots what is there then)
+            mirrors_ok = screenshots is None or (
+                result.mirror_materializations >= 2
+                and bool(result.mirror_checks)
+                and all(v in {"SUCCEEDED", "FAILED"} for v in result.mirror_checks.values())
+            )
             if result.run_status == "STARTED" and result.materializations >= 2 and mirrors_ok:
                 break
             time.sleep(1.0)
@@ -216,6 +235,7 @@ def main() -> None:
     print(f"shop run status: {result.run_status}")
     print(f"change-log materializations: {result.materializations} ({result.rows_reported} rows)")
     print(f"mirror materializations (shop.orders): {result.mirror_materializations}")
+    print(f"mirror checks (shop.orders, newest materialization): {result.mirror_checks}")
     print(f"screenshots: {[str(p) for p in result.screenshots]}")
     print(f"left running after Ctrl-C: {result.leftovers or 'nothing'}")
     ok = result.run_status == "STARTED" and result.materializations > 0 and not result.leftovers

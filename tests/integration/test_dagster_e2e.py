@@ -3,11 +3,14 @@
 Add a destination directory -> a run starts and rows arrive; edit it -> the old run is
 cancelled and a new one continues; kill -9 the run worker -> a new run takes over from the
 checkpoint; delete it -> the run is cancelled. The change log then replays to the source.
-SIGTERM to the run worker is a stop (CANCELED, no alert), kill -9 a failure (alerted once).
+SIGTERM to the run worker is a stop (no alert), kill -9 a failure (alerted once). A requested
+stop (Terminate, a reload, Ctrl-C) ends the run SUCCESS with no step failure: Dagster's UI draws
+CANCELED in the red of a failure.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -17,6 +20,7 @@ from pathlib import Path
 import pytest
 from dagster import (
     AssetKey,
+    DagsterEventType,
     DagsterInstance,
     DagsterRun,
     DagsterRunStatus,
@@ -25,7 +29,7 @@ from dagster import (
 from cdc_platform.testing.replay import has_commits, replay
 from cdc_platform.testing.workload import Workload, source_rows
 from dagster_defs.alerts import ALERTED_TAG, WEBHOOK_ENV
-from dagster_defs.cdc_job import METRICS_TAG, PID_TAG
+from dagster_defs.cdc_job import METRICS_TAG, PID_TAG, STOPPED_TAG
 from tests.conftest import MariaDBDatabase
 from tests.integration.dagster_daemon import (
     FINISHED,
@@ -42,6 +46,68 @@ from tests.integration.dagster_daemon import (
 from tests.integration.test_dagster_alerts import Webhook
 
 pytestmark = pytest.mark.integration
+
+
+def failure_events(instance: DagsterInstance, run_id: str) -> list[str]:
+    """The run's step or run failures and its ERROR-level lines (what the UI shows red)."""
+    failures = (DagsterEventType.STEP_FAILURE, DagsterEventType.RUN_FAILURE)
+    return [
+        f"{entry.dagster_event_type or 'log'}: {entry.message[:200]}"
+        for entry in instance.all_logs(run_id)
+        if entry.dagster_event_type in failures or entry.level >= logging.ERROR
+    ]
+
+
+def test_a_requested_stop_ends_quietly(
+    daemon: tuple[DagsterInstance, Path], mariadb: MariaDBDatabase, tmp_path: Path
+) -> None:
+    """Terminate (as the UI and a reload do) and Ctrl-C (SIGINT to the run worker) finish the
+    in-flight commit and end the run SUCCESS, with no STEP_FAILURE and nothing at ERROR;
+    before, each logged a STEP_FAILURE with DagsterExecutionInterruptedError and the run
+    ended CANCELED, drawn red on the Runs page and the timeline (issue 44.2)."""
+    instance, conf = daemon
+    name = "quiet"
+    workload = Workload(mariadb.server, mariadb.name, seed=13)
+    workload.create_schema()
+    staged = stage_destination(conf, name, mariadb, tmp_path / "lake")
+    uri = str(tmp_path / "lake" / name / "changes")
+    shutil.copytree(staged, conf / "destinations" / name)
+    first = wait_for("first run STARTED", lambda: started_run(instance, name, set()))
+    assert isinstance(first, DagsterRun)
+    wait_for("change log created", lambda: has_commits(uri))
+    workload.start(rate_per_second=10)
+    try:
+        wait_for("rows in the change log", lambda: change_rows(uri) > 0)
+        instance.run_coordinator.cancel_run(first.run_id)  # the UI's Terminate
+        ended = wait_for(
+            "terminated run finished",
+            lambda: status(instance, first.run_id) in FINISHED and status(instance, first.run_id),
+        )
+        assert ended == DagsterRunStatus.SUCCESS
+        assert failure_events(instance, first.run_id) == []
+
+        second = wait_for(
+            "second run STARTED", lambda: started_run(instance, name, {first.run_id}), timeout=240
+        )
+        assert isinstance(second, DagsterRun)
+        before = change_rows(uri)
+        wait_for("rows from the second run", lambda: change_rows(uri) > before)
+        os.kill(int(second.tags[PID_TAG]), signal.SIGINT)  # Ctrl-C
+        ended = wait_for(
+            "interrupted run finished",
+            lambda: status(instance, second.run_id) in FINISHED and status(instance, second.run_id),
+        )
+        assert ended == DagsterRunStatus.SUCCESS
+        assert failure_events(instance, second.run_id) == []
+        stopped = instance.get_run_by_id(second.run_id)
+        assert stopped is not None
+        assert stopped.tags.get(STOPPED_TAG) == "requested"
+    finally:
+        workload.stop()
+    result = replay(uri)
+    assert not result.duplicates
+    assert not result.seq_gaps
+    shutil.rmtree(conf / "destinations" / name)
 
 
 def test_destination_lifecycle_under_a_real_daemon(
@@ -70,9 +136,11 @@ def test_destination_lifecycle_under_a_real_daemon(
     # Edit it: the old run is cancelled, a new one continues from the checkpoint.
     path = conf / "destinations" / name / "instance.yaml"
     path.write_text(path.read_text().replace("batch_size: 64", "batch_size: 32"))
-    wait_for(
-        "old run CANCELED", lambda: status(instance, first.run_id) == DagsterRunStatus.CANCELED
+    ended = wait_for(
+        "old run ended",
+        lambda: status(instance, first.run_id) in FINISHED and status(instance, first.run_id),
     )
+    assert ended == DagsterRunStatus.SUCCESS, failure_events(instance, first.run_id)
     second = wait_for("second run STARTED", lambda: started_run(instance, name, {first.run_id}))
     assert isinstance(second, DagsterRun)
     before = change_rows(uri)
@@ -103,10 +171,11 @@ def test_destination_lifecycle_under_a_real_daemon(
 
     # Delete it: the run is cancelled and no new one starts.
     shutil.rmtree(conf / "destinations" / name)
-    wait_for(
-        "run CANCELED after delete",
-        lambda: status(instance, third.run_id) == DagsterRunStatus.CANCELED,
+    ended = wait_for(
+        "run ended after delete",
+        lambda: status(instance, third.run_id) in FINISHED and status(instance, third.run_id),
     )
+    assert ended == DagsterRunStatus.SUCCESS, failure_events(instance, third.run_id)
     # A config_monitor tick that began after the cancel saw the directory gone; had it asked
     # for a run, the run would exist by the time the tick is marked done.
     cancelled_at = time.time()
@@ -134,7 +203,7 @@ def test_a_sigterm_to_the_run_worker_is_a_stop_not_a_failure(
     dagster_daemon: Daemon, mariadb: MariaDBDatabase, tmp_path: Path
 ) -> None:
     """SIGTERM straight to the live run's worker (an operator's kill, a host shutdown): the
-    in-flight commit finishes and the run ends CANCELED, not FAILURE, and nothing is alerted;
+    in-flight commit finishes and the run ends SUCCESS, not FAILURE, and nothing is alerted;
     a kill -9 of the next run is a real failure and is alerted, once."""
     hook = Webhook()
     dagster_daemon.env[WEBHOOK_ENV] = hook.url
@@ -158,7 +227,8 @@ def test_a_sigterm_to_the_run_worker_is_a_stop_not_a_failure(
             "SIGTERMed run finished",
             lambda: status(instance, first.run_id) in FINISHED and status(instance, first.run_id),
         )
-        assert ended == DagsterRunStatus.CANCELED
+        assert ended == DagsterRunStatus.SUCCESS
+        assert failure_events(instance, first.run_id) == []
 
         # The monitors start the destination again; a kill -9 of that run is a failure.
         second = wait_for(

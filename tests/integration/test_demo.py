@@ -37,11 +37,11 @@ def test_demo_streams_under_dagster_and_stops_cleanly(tmp_path: Path) -> None:
     assert result.materializations > 0, result.log_tail
     assert result.rows_reported > 0
     assert result.leftovers == [], f"left running after Ctrl-C: {result.leftovers}"
-    # Ctrl-C is a requested stop: the live run ends CANCELED, not FAILURE.
+    # Ctrl-C is a requested stop: the live run ends quietly (SUCCESS), not FAILURE.
     instance = DagsterInstance.from_config(str(project / "dagster_home"))
     try:
         runs = instance.get_runs(filters=RunsFilter(tags={"cdc/destination": "shop"}))
         assert runs
-        assert {r.status for r in runs} <= {DagsterRunStatus.CANCELED, DagsterRunStatus.SUCCESS}
+        assert {r.status for r in runs} == {DagsterRunStatus.SUCCESS}
     finally:
         instance.dispose()

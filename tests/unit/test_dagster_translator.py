@@ -251,14 +251,14 @@ def test_get_asset_spec_shapes_each_mirror_and_cannot_steal_its_key(
 @pytest.mark.parametrize(
     ("platform", "want"),
     [
-        ("", {"reconcile_schedule": 30, "cdc_run_failure_alert": 15, "mirror_refresh": 15}),
+        ("", {"reconcile_sensor": 30, "cdc_run_failure_alert": 15, "mirror_refresh": 15}),
         (
             "dagster: {sensor_interval_seconds: 1}\nreconcile: {interval_minutes: [0.05, 0.1]}\n",
-            {"reconcile_schedule": 3, "cdc_run_failure_alert": 1, "mirror_refresh": 5},
+            {"reconcile_sensor": 3, "cdc_run_failure_alert": 1, "mirror_refresh": 5},
         ),
         (
             "dagster: {sensor_interval_seconds: 60}\n",
-            {"reconcile_schedule": 60, "cdc_run_failure_alert": 60, "mirror_refresh": 60},
+            {"reconcile_sensor": 60, "cdc_run_failure_alert": 60, "mirror_refresh": 60},
         ),
     ],
 )

@@ -21,7 +21,7 @@ from dagster_defs.cdc_job import CDC_JOB, DESTINATION_TAG
 from dagster_defs.reconcile import (
     RECONCILE_JOB,
     RECONCILE_TAG,
-    build_reconcile_schedule,
+    build_reconcile_sensor,
     check_keys,
 )
 from dagster_defs.resources import PlatformResource
@@ -51,7 +51,7 @@ def test_sensor_requests_only_where_the_lease_is_held_after_a_random_wait(
         for name in ("a", "b")
     }
     checks = {name: check_keys(name, catalog) for name, catalog in tables.items()}
-    sensor = build_reconcile_schedule(clock=lambda: now[0], rand=lambda: 0.5, checks=checks)
+    sensor = build_reconcile_sensor(clock=lambda: now[0], rand=lambda: 0.5, checks=checks)
 
     def tick(cursor: str | None) -> SensorResult:
         context = build_sensor_context(
@@ -92,5 +92,5 @@ def test_sensor_disabled(instance: DagsterInstance, conf: Path) -> None:
     context = build_sensor_context(
         instance=instance, resources={"platform": PlatformResource(conf_dir=str(conf))}
     )
-    result = build_reconcile_schedule()(context)
+    result = build_reconcile_sensor()(context)
     assert isinstance(result, SkipReason)

@@ -206,18 +206,26 @@ def test_running_monitor_observes_each_change_log(instance: DagsterInstance, con
         f"lease: {{backend: database, url: 'sqlite:///{conf}/l.db'}}\n"
     )
     put(conf, "a", INSTANCE.format(server_id=1))
-    add_run(instance, "a", DagsterRunStatus.STARTING)
-    monitor = build_running_monitor(probe_factory=lambda _ctx: lambda *_: Liveness(True, "ok"))
+    monitor = build_running_monitor(
+        probe_factory=lambda _ctx: lambda *_: Liveness(True, "ok"), grace_seconds=3600
+    )
     result = tick(monitor, instance, conf, None)
     observation, check = result.asset_events
     assert isinstance(observation, AssetObservation)
     assert observation.asset_key == AssetKey(["cdc", "a", "changes"])
     assert observation.metadata["holder"].value == "-"  # nobody holds the lease
-    assert observation.metadata["live_runs"].value == 1
-    # ... and it evaluates the change log's lag check, without a run (no lag known: WARN)
+    assert observation.metadata["live_runs"].value == 0
+    # ... and, with no run live, it evaluates the change log's lag check itself (no lag
+    # known: WARN)
     assert isinstance(check, AssetCheckEvaluation)
     assert check.check_name == "lag_within_budget"
     assert not check.passed
     assert check.severity == AssetCheckSeverity.WARN
     # the next tick, with the same verdict within a minute, records nothing (no flood)
     assert tick(monitor, instance, conf, result.cursor).asset_events == []
+    # A live run evaluates the check with its own materializations: the monitor only
+    # observes (a runless evaluation would hide the run's, "Not evaluated", issue 44.1).
+    add_run(instance, "a", DagsterRunStatus.STARTING)
+    (live,) = tick(monitor, instance, conf, None).asset_events
+    assert isinstance(live, AssetObservation)
+    assert live.metadata["live_runs"].value == 1
