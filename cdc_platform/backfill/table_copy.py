@@ -48,7 +48,7 @@ from cdc_platform.sink.snapshot_state import PendingChunk, SnapshotState, TableC
 from cdc_platform.sink.spilled_rows import SnapshotRows
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.binlog_server import binlog_end
-from cdc_platform.source.mysql import is_missing_table
+from cdc_platform.source.mysql_errors import is_missing_table
 from cdc_platform.source.reading.row_keys import decode_key, encode_key
 from cdc_platform.source.reading.row_reader import (
     ChunkRows,

@@ -27,7 +27,8 @@ from deltalake import DeltaTable, QueryBuilder
 from cdc_platform.config import ConfigSet, SourceConfig
 from cdc_platform.errors import CdcError, SinkError
 from cdc_platform.source.filters import TableFilter
-from cdc_platform.source.mysql import MYSQL_ERRORS, SourceServer
+from cdc_platform.source.mysql import SourceServer
+from cdc_platform.source.mysql_errors import MYSQL_ERRORS
 from cdc_platform.source.table_names import choose_split, table_name_splits
 
 __all__ = [

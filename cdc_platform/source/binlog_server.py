@@ -19,12 +19,11 @@ from pydantic import SecretStr
 from cdc_platform.config.source import SourceConfig
 from cdc_platform.errors import BinlogGapError, SourceError, SourceSettingsError
 from cdc_platform.events import BinlogPosition, ResumePosition, ServerIdentity
-from cdc_platform.source.mysql import (
+from cdc_platform.source.mysql import Connection, SourceServer
+from cdc_platform.source.mysql_errors import (
     GAP_ADVICE,
     MYSQL_ERRORS,
     PARSE_ERROR,
-    Connection,
-    SourceServer,
     error_code,
     is_missing_privilege,
 )

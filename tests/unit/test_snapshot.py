@@ -23,7 +23,7 @@ from cdc_platform.events import (
     ResumePosition,
     Transaction,
 )
-from cdc_platform.source.mysql import is_missing_table, mysql_error
+from cdc_platform.source.mysql_errors import is_missing_table, mysql_error
 from cdc_platform.source.reading.row_keys import decode_key, encode_key
 from cdc_platform.source.reading.row_reader import (
     SnapshotTable,

@@ -23,14 +23,13 @@ from cdc_platform.errors import (
     SourceTableMissingError,
 )
 from cdc_platform.events import ResumePosition
-from cdc_platform.source.mysql import (
+from cdc_platform.source.mysql import SourceServer, mysql_connection
+from cdc_platform.source.mysql_errors import (
     Failure,
-    SourceServer,
     StreamLostError,
     classify,
     is_missing_privilege,
     is_missing_table,
-    mysql_connection,
     mysql_error,
     translate,
 )

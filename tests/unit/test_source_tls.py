@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from cdc_platform.config.source import SourceConfig
 from cdc_platform.config.tls import TlsConfig, is_loopback
 from cdc_platform.infra.mysql_tls import named_refusal
-from cdc_platform.source import mysql
+from cdc_platform.source import mysql, mysql_errors
 
 pytestmark = pytest.mark.unit
 
@@ -121,6 +121,6 @@ def test_a_refused_certificate_is_named_as_error_2026(code: int, message: str, c
     assert named is not None
     assert named.args[0] == 2026
     assert cause in named.args[1]
-    assert mysql.classify(named) is mysql.Failure.TLS
+    assert mysql_errors.classify(named) is mysql_errors.Failure.TLS
     refused = pymysql.err.OperationalError(2003, "Can't connect to MySQL server (timed out)")
     assert named_refusal(refused, conn) is None

@@ -79,7 +79,8 @@ from cdc_platform.source.id_watch.tables import (
     describe_watched,
     key_json,
 )
-from cdc_platform.source.mysql import MYSQL_ERRORS, Connection, SourceServer
+from cdc_platform.source.mysql import Connection, SourceServer
+from cdc_platform.source.mysql_errors import MYSQL_ERRORS
 from cdc_platform.source.reading.row_reader import SnapshotTable, read_chunk, select_rows
 from cdc_platform.source.sql import quote_identifier
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from cdc_platform.config.source import SourceConfig
 from cdc_platform.source.filters import SYSTEM_SCHEMAS
-from cdc_platform.source.mysql import MYSQL_ERRORS, SourceServer
+from cdc_platform.source.mysql import SourceServer
+from cdc_platform.source.mysql_errors import MYSQL_ERRORS
 
 __all__ = ["ListedTable", "TableListing", "list_tables"]
 

@@ -62,14 +62,8 @@ from cdc_platform.events import (
 )
 from cdc_platform.source.binlog_server import BinlogServer, SourceInfo
 from cdc_platform.source.filters import TableFilter, filter_fingerprint
-from cdc_platform.source.mysql import (
-    GAP_ADVICE,
-    STREAM_ERRORS,
-    Connection,
-    StreamLostError,
-    connection_over,
-    library_connection,
-)
+from cdc_platform.source.mysql import Connection, connection_over, library_connection
+from cdc_platform.source.mysql_errors import GAP_ADVICE, STREAM_ERRORS, StreamLostError
 from cdc_platform.source.stream.ddl_index import DUMP_WRITE_TIMEOUT, DdlIndex, LaterStatement
 from cdc_platform.source.stream.decode_pool import DecodePool, StreamHooks, ordered_events
 from cdc_platform.source.stream.rows_framing import FramingReader

@@ -25,7 +25,7 @@ from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, XidEvent
 from pymysqlreplication.row_event import TableMapEvent
 
 from cdc_platform.events import ChangeEvent
-from cdc_platform.source.mysql import StreamLostError
+from cdc_platform.source.mysql_errors import StreamLostError
 from cdc_platform.source.stream.decode_worker import (
     MAX_DECODERS,
     Decoded,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from cdc_platform.errors import ResumeMismatchError, SourceError, SourceSettingsError
 from cdc_platform.events import BinlogPosition, ResumePosition
 from cdc_platform.source.filters import Statement, TableFilter
-from cdc_platform.source.mysql import GAP_ADVICE
+from cdc_platform.source.mysql_errors import GAP_ADVICE
 
 __all__ = [
     "ANONYMOUS_GTID_EVENT",

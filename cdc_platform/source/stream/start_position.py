@@ -40,7 +40,8 @@ from cdc_platform.config.start import StartConfig
 from cdc_platform.errors import SourceError, StartPositionError
 from cdc_platform.events import ResumePosition
 from cdc_platform.source.binlog_server import BinlogServer, _parse_gtids
-from cdc_platform.source.mysql import MYSQL_ERRORS, STREAM_ERRORS, library_connection
+from cdc_platform.source.mysql import library_connection
+from cdc_platform.source.mysql_errors import MYSQL_ERRORS, STREAM_ERRORS
 
 __all__ = [
     "HEAD_EVENTS",

@@ -50,7 +50,7 @@ from cdc_platform.events import (
     Transaction,
 )
 from cdc_platform.source.filters import Statement, StatementKind, TableFilter, classify_statement
-from cdc_platform.source.mysql import GAP_ADVICE
+from cdc_platform.source.mysql_errors import GAP_ADVICE
 from cdc_platform.source.stream.refusals import (
     ANONYMOUS_GTID_EVENT,
     check_resume_filters,

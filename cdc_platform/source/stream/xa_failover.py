@@ -16,7 +16,7 @@ from dataclasses import replace
 from cdc_platform.errors import BinlogGapError
 from cdc_platform.events import PreparedXa, ResumePosition, ServerIdentity
 from cdc_platform.source.binlog_server import BinlogServer
-from cdc_platform.source.mysql import GAP_ADVICE
+from cdc_platform.source.mysql_errors import GAP_ADVICE
 from cdc_platform.source.stream.start_position import transaction_at
 from cdc_platform.source.stream.transactions import TransactionAssembler
 
