@@ -14,6 +14,7 @@ from pymysqlreplication.event import GtidEvent, QueryEvent, XidEvent
 
 from cdc_platform.events import EventKind, ResumePosition, merge_gtid
 from cdc_platform.source.filters import TableFilter
+from cdc_platform.source.stream.boundaries import AssemblySettings
 from cdc_platform.source.stream.table_maps import Catalog, TablePlans
 from cdc_platform.source.stream.transactions import TransactionAssembler
 from cdc_platform.testing.events import library_event
@@ -56,7 +57,7 @@ def test_mysql_transactions_carry_their_gtid_into_resume_positions() -> None:
     start = ResumePosition("binlog.000003", 1000, f"{UUID}:1-5")
     tables = TableFilter([r"shop\..*"], [])
     plans = TablePlans(tables, lambda db, table: Catalog(), is_mariadb=False)
-    assembler = TransactionAssembler(start, tables, plans, clock=lambda: 100.0)
+    assembler = TransactionAssembler(start, plans, AssemblySettings(tables, lambda: 100.0))
     events = []
     for event in [*_mysql_transaction(1000, 6), *_mysql_transaction(1181, 7)]:
         events.extend(assembler.feed(event))

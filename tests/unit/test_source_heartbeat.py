@@ -19,6 +19,7 @@ from pymysqlreplication.event import (
 
 from cdc_platform.events import EventKind, ResumePosition
 from cdc_platform.source.filters import TableFilter
+from cdc_platform.source.stream.boundaries import AssemblySettings
 from cdc_platform.source.stream.table_maps import Catalog, TablePlans
 from cdc_platform.source.stream.transactions import TransactionAssembler
 from cdc_platform.testing.events import library_event
@@ -33,11 +34,10 @@ def _assembler(
     plans = TablePlans(tables, lambda db, table: Catalog(), is_mariadb=True)
     return TransactionAssembler(
         start,
-        tables,
         plans,
-        clock=lambda: 100.0,
-        wall_clock=lambda: wall[0],
-        heartbeats=heartbeats,
+        AssemblySettings(
+            tables, clock=lambda: 100.0, wall_clock=lambda: wall[0], heartbeats=heartbeats
+        ),
     )
 
 

@@ -15,6 +15,7 @@ from pymysqlreplication.event import HeartbeatLogEvent, MariadbGtidEvent, QueryE
 
 from cdc_platform.events import ResumePosition, ServerIdentity
 from cdc_platform.source.filters import TableFilter
+from cdc_platform.source.stream.boundaries import AssemblySettings
 from cdc_platform.source.stream.table_maps import Catalog, TablePlans
 from cdc_platform.source.stream.transactions import TransactionAssembler
 from cdc_platform.testing.events import library_event
@@ -36,7 +37,7 @@ def _assembler() -> TransactionAssembler:
         return clock[0]
 
     start = ResumePosition(FILE, 400, "0-1-5")
-    return TransactionAssembler(start, tables, plans, clock=tick, heartbeats=True)
+    return TransactionAssembler(start, plans, AssemblySettings(tables, tick, heartbeats=True))
 
 
 def _transaction(assembler: TransactionAssembler, pos: int, gtid: str) -> Any:

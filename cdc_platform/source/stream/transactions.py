@@ -4,6 +4,9 @@ MariaDB sends a GTID event instead of BEGIN; an XidEvent or a ``COMMIT`` query e
 transaction; DDL is its own transaction. The assembler also tracks the resume position after
 every boundary, so the source can restart from the last transaction it fully emitted.
 
+The state of where assembly is (the open transaction, the last boundary, the quiet and idle
+COMMITs) lives in :mod:`.boundaries`; this module says what each event means.
+
 Only committed transactions come out. The rows of a transaction are held back until its end
 event (up to a bound, beyond which a big transaction streams so the store can commit it in
 chunks), so a group the binlog never ends is dropped rather than captured. A two-phase XA
@@ -15,7 +18,6 @@ against that transaction's identity and the table filters the skip was counted w
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -42,34 +44,27 @@ from cdc_platform.errors import SourceError
 from cdc_platform.events import (
     BinlogPosition,
     ChangeEvent,
-    EventKind,
-    Op,
     PreparedXa,
     ResumePosition,
-    ServerIdentity,
-    Transaction,
 )
-from cdc_platform.source.filters import Statement, StatementKind, TableFilter, classify_statement
-from cdc_platform.source.mysql_errors import GAP_ADVICE
+from cdc_platform.source.filters import Statement, StatementKind, classify_statement
+from cdc_platform.source.stream.boundaries import AssemblySettings, TransactionBoundaries
 from cdc_platform.source.stream.refusals import (
     ANONYMOUS_GTID_EVENT,
-    check_resume_filters,
-    check_same_transaction,
     partial_json_error,
     refuse_statement_dml,
     refuse_unknown_event,
     txn_name,
 )
-from cdc_platform.source.stream.row_changes import HeldRows, row_changes
+from cdc_platform.source.stream.row_changes import row_changes
 from cdc_platform.source.stream.rows_framing import (
     UPDATE,
     RowsFrame,
     frame_library_event,
-    header_of,
 )
 from cdc_platform.source.stream.table_maps import TablePlans
 from cdc_platform.source.stream.xa import XaState, xa_statement
-from cdc_platform.source.stream.xa_rows import XaBudget, XaRows
+from cdc_platform.source.stream.xa_rows import XaRows
 from cdc_platform.source.values import RowDecoder
 
 log = logging.getLogger("cdc_platform.source")
@@ -83,59 +78,22 @@ _MARIADB_FL_PREPARED_XA = 0x40
 _TABLE_STATEMENTS = frozenset({StatementKind.DDL, StatementKind.ADMIN, StatementKind.DML})
 """Statements after which table ids may describe other table definitions."""
 
-_QUIET_COMMIT_INTERVAL = 1.0
-"""Seconds between COMMIT events of transactions whose rows were all filtered out."""
-
-
 __all__ = ["TransactionAssembler"]
 
 
-# -- transactions -------------------------------------------------------------------------------
-
-
-class TransactionAssembler:
+class TransactionAssembler(TransactionBoundaries):
     """Turns the library's events into ChangeEvents with transaction boundaries and indices.
 
-    Keeps what a restart needs: the last boundary fully emitted (file, end position, GTID
-    state) or, inside a transaction, its start and how many of its events were emitted.
+    What each event means (GTID, query, XA, rows, heartbeat) is decided here; what a restart
+    needs and what begins and ends a transaction is kept by its base,
+    :class:`~.boundaries.TransactionBoundaries`. ``settings`` are the source's
+    (:class:`~.boundaries.AssemblySettings`), ``plans`` the table maps of this assembler's reader.
     """
 
-    def __init__(  # noqa: PLR0913 (the start and filters; clocks and fingerprint keyword-only)
-        self,
-        start: ResumePosition,
-        tables: TableFilter,
-        plans: TablePlans,
-        *,
-        clock: Callable[[], float],
-        filters: str | None = None,
-        wall_clock: Callable[[], float] = time.time,
-        heartbeats: bool = False,
-        xa_budget: XaBudget | None = None,
+    def __init__(
+        self, start: ResumePosition, plans: TablePlans, settings: AssemblySettings
     ) -> None:
-        self._tables = tables
-        self._plans = plans
-        self._clock = clock
-        self._wall_clock = wall_clock
-        self._heartbeats = heartbeats
-        self._filters = filters
-        self._file = start.file
-        self._boundary = BinlogPosition(start.file, start.pos)
-        self._gtid_state = start.gtid_set
-        self._skip = start.skip_events
-        self._expect: ResumePosition | None = start if start.skip_events else None
-        """The transaction a non-zero skip belongs to, until the stream shows it."""
-        check_resume_filters(start, filters)
-        self._xa = XaState(start.xa_prepared, xa_budget)
-        self._held = HeldRows(spill=lambda: XaRows(self._xa.budget))
-        self._txn: Transaction | None = None
-        self._index = 0
-        self._standalone = False
-        self._pending_ddl: list[tuple[list[tuple[str, str]], str]] = []
-        self._last_quiet = float("-inf")
-        self._idle_commit: ChangeEvent | None = None
-        self.server: ServerIdentity | None = None
-        """The server the library's events come from now, named in every transaction begun
-        (set by the source before the first event of each connection)."""
+        super().__init__(start, plans, settings)
         self._handlers: dict[type, Callable[[Any], list[ChangeEvent]]] = {
             WriteRowsEvent: self._library_rows,
             UpdateRowsEvent: self._library_rows,
@@ -152,46 +110,6 @@ class TransactionAssembler:
             PartialUpdateRowsEvent: self._partial_update,
             RowsFrame: self._framed_rows,
         }
-
-    def restart(self) -> ResumePosition:
-        """Where a new reader starts after a loss; resets the per-stream state.
-
-        Inside a transaction, the skip is what was emitted of it: never less than the skip
-        the stream started with (a loss while re-reading an already committed prefix).
-        """
-        txn = self._txn
-        if txn is not None:
-            first = self._held.first_index()
-            emitted = first if first is not None else self._index
-            position = ResumePosition(
-                txn.start.file,
-                txn.start.pos,
-                txn.gtid_set_before,
-                max(emitted, self._skip),
-                txn_gtid=txn.gtid,
-                filters=self._filters,
-                xa_prepared=txn.xa_prepared,
-            )
-        else:
-            expect = self._expect
-            position = ResumePosition(
-                self._boundary.file,
-                self._boundary.pos,
-                self._gtid_state,
-                self._skip,
-                txn_gtid=expect.txn_gtid if expect is not None else None,
-                filters=self._filters,
-                xa_prepared=self._xa.pending,
-            )
-        self._txn = None
-        self._index = 0
-        self._skip = position.skip_events
-        self._expect = position if position.skip_events else None
-        self._held.drop()
-        self._xa.hold = False
-        self._pending_ddl = []
-        self._plans.clear()
-        return position
 
     def adopt_prepared(self, xa: PreparedXa, rows: XaRows, prepared_at: int) -> None:
         """Rows of a prepared XA transaction read before the stream's start (after a restart
@@ -240,176 +158,6 @@ class TransactionAssembler:
 
     def _partial_update(self, event: Any) -> list[ChangeEvent]:
         raise partial_json_error(self._here(event))
-
-    def _here(self, event: Any) -> BinlogPosition:
-        return BinlogPosition(self._file, header_of(event).log_pos)
-
-    # -- transaction boundaries -----------------------------------------------------------------
-
-    def _begin(self, event: Any, gtid: str | None, standalone: bool) -> list[ChangeEvent]:
-        header = header_of(event)
-        start = BinlogPosition(self._file, header.log_pos - header.event_size)
-        if self._txn is not None:
-            self._abandon(start)
-        if self._expect is not None:
-            check_same_transaction(self._expect, start, gtid)
-            self._expect = None
-        self._txn = Transaction(
-            start=start,
-            gtid=gtid,
-            gtid_set_before=self._gtid_state,
-            server_id=header.server_id,
-            timestamp=event.timestamp,
-            filters=self._filters,
-            xa_prepared=self._xa.pending,
-            server=self.server,
-        )
-        self._index = 0
-        self._standalone = standalone
-        self._pending_ddl = []
-        self._xa.new_group()
-        return []
-
-    def _abandon(self, next_start: BinlogPosition) -> None:
-        """A group with no end event before the next one: the server never committed it in
-        its binlog (e.g. the binlog ends inside it), so none of its rows may be captured."""
-        txn = self._txn
-        assert txn is not None
-        if self._held.streaming or self._skip > 0:
-            raise SourceError(
-                f"transaction {txn_name(txn.gtid, txn.start)} has no end event before "
-                f"{next_start}, "
-                f"but it was larger than the source holds back and {max(self._index, self._skip)}"
-                " of its events were already passed on (and may be committed in chunks): the "
-                f"change log holds changes the server never committed; {GAP_ADVICE}"
-            )
-        log.warning(
-            "transaction %s has no end event before %s: the server never committed it in its "
-            "binlog; its %d captured events are dropped",
-            txn_name(txn.gtid, txn.start),
-            next_start,
-            self._held.count(),
-        )
-        self._held.drop()
-        self._xa.hold = False
-        self._txn = None
-        self._index = 0
-        self._pending_ddl = []
-
-    def _end(self, event: Any) -> list[ChangeEvent]:
-        return self._finish(self._here(event), None)
-
-    def _finish(
-        self, position: BinlogPosition, ddl: tuple[list[tuple[str, str]], str] | None
-    ) -> list[ChangeEvent]:
-        """End the open transaction at ``position`` with a DDL or COMMIT event.
-
-        A DDL naming several captured tables (``DROP TABLE a, b``, ``RENAME TABLE a TO b``)
-        is recorded once per table: op ``ddl`` rows of ROW kind for all but the last, whose
-        DDL event ends the transaction (so a resume inside the group skips what landed).
-        """
-        txn = self._txn
-        if txn is None:
-            self._boundary = position
-            return []
-        if ddl is None and self._pending_ddl:
-            names = list(dict.fromkeys(n for tables, _ in self._pending_ddl for n in tables))
-            ddl = (names, ";\n".join(sql for _, sql in self._pending_ddl))
-        out = self._held.take()
-        event: ChangeEvent | None
-        if ddl is not None:
-            tables, sql = ddl
-            for db, table in tables[:-1]:
-                if self._index >= self._skip:
-                    out.append(
-                        ChangeEvent(
-                            EventKind.ROW, txn, position, self._index, db=db, table=table,
-                            op=Op.DDL, ddl=sql,
-                        )
-                    )  # fmt: skip
-                self._index += 1
-            db, table = tables[-1]
-            event = ChangeEvent(
-                EventKind.DDL, txn, position, self._index, db=db, table=table, op=Op.DDL, ddl=sql
-            )
-        else:
-            event = ChangeEvent(EventKind.COMMIT, txn, position, self._index)
-            if self._index == 0:
-                event = self._quiet(event)
-        if event is not None and event.index >= self._skip:
-            self._idle_commit = None
-            out.append(event)
-        if out:
-            self._idle_commit = None
-        self._close(position, txn)
-        self._xa.boundary(txn)
-        return out
-
-    def _close(self, position: BinlogPosition, txn: Transaction) -> None:
-        """The open transaction ended at ``position``: the next boundary."""
-        self._boundary = position
-        self._gtid_state = txn.gtid_set_after
-        self._txn = None
-        self._index = 0
-        self._skip = 0
-        self._pending_ddl = []
-        self._held.drop()
-        self._xa.new_group()
-
-    def _quiet(self, commit: ChangeEvent) -> ChangeEvent | None:
-        """The COMMIT of a transaction with nothing captured: at most one per second, so the
-        checkpoint advances under unrelated traffic without flooding the store."""
-        now = self._clock()
-        if now - self._last_quiet >= _QUIET_COMMIT_INTERVAL:
-            self._last_quiet = now
-            return commit
-        self._idle_commit = commit
-        return None
-
-    def _idle(self, server_id: int, read_to: BinlogPosition | None) -> list[ChangeEvent]:
-        """Heartbeat at ``read_to``: all is sent. Outside a transaction a held-back quiet COMMIT
-        comes out, then (``heartbeats``) an idle COMMIT at the last boundary: the runtime and
-        the snapshot's segments take from it that all up to ``read_to`` is read."""
-        if self._txn is not None or self._expect is not None:
-            return []
-        out: list[ChangeEvent] = []
-        commit = self._idle_commit
-        if commit is not None:
-            self._idle_commit = None
-            self._last_quiet = self._clock()
-            out.append(commit)
-        boundary = self._boundary
-        idle = Transaction(
-            start=boundary,
-            gtid=None,
-            gtid_set_before=self._gtid_state,
-            server_id=server_id,
-            timestamp=int(self._wall_clock()),
-            filters=self._filters,
-            xa_prepared=self._xa.pending,
-            idle=True,
-            server=self.server,
-            read_to=read_to,
-        )
-        if self._heartbeats:
-            out.append(ChangeEvent(EventKind.COMMIT, idle, boundary, 0))
-        return out
-
-    def _rotate(self, event: Any) -> list[ChangeEvent]:
-        self._file = event.next_binlog
-        if event.timestamp != 0 and self._txn is None:
-            # A real rotation at the end of a file (not the fake one each connection starts
-            # with): the next boundary is the start of the new file.
-            self._boundary = BinlogPosition(event.next_binlog, event.position)
-        self._plans.clear()
-        return []
-
-    def _ensure_txn(self, event: Any) -> Transaction:
-        if self._txn is None:
-            # MySQL without GTIDs, or a stream that started oddly: open one here.
-            self._begin(event, None, standalone=False)
-        assert self._txn is not None
-        return self._txn
 
     # -- rows ------------------------------------------------------------------------------
 

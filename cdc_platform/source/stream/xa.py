@@ -19,7 +19,7 @@ from cdc_platform.source.stream.xa_rows import DEFAULT_XA_MEMORY_BYTES, XaBudget
 
 log = logging.getLogger("cdc_platform.source")
 
-__all__ = ["XaAge", "XaState", "aging_prepared", "xa_statement", "xid_of"]
+__all__ = ["XaAge", "XaState", "aging_prepared", "warn_aging", "xa_statement", "xid_of"]
 
 
 def xid_of(text: str) -> str:
@@ -125,6 +125,23 @@ def aging_prepared(prepared: tuple[PreparedXa, ...], logs: list[str]) -> list[Pr
     if not logs:
         return []
     return [xa for xa in prepared if xa.file == logs[0]]
+
+
+def warn_aging(prepared: tuple[PreparedXa, ...], logs: list[str], where: str) -> None:
+    """Say loudly when a prepared XA transaction's group is in the oldest retained binlog
+    (:func:`aging_prepared`) of the server at ``where``: someone must commit or roll it back
+    before it is purged."""
+    for xa in aging_prepared(prepared, logs):
+        log.warning(
+            "XA transaction %s, prepared at %s:%s and still not committed or rolled back, "
+            "is in the oldest binlog %s retains: once it is purged this destination cannot "
+            "restart (its rows are read again from there); resolve it on the server (XA "
+            "RECOVER, then XA COMMIT or XA ROLLBACK) or keep the binlogs longer",
+            xa.xid,
+            xa.file,
+            xa.pos,
+            where,
+        )
 
 
 _RETENTION_RETRY_SECONDS = 60.0
