@@ -18,7 +18,7 @@ from typing import Any
 import pymysql
 
 from cdc_platform.config.instance import DEFAULT_CHUNK_BYTES
-from cdc_platform.source.reading.row_reader import SnapshotTable
+from cdc_platform.source.reading.table_description import SnapshotTable
 from cdc_platform.source.sql import format_safe, qualified_name, quote_identifier
 
 __all__ = ["DEFAULT_CHUNK_BYTES", "keys_within", "row_bytes_bound", "rows_within"]

@@ -58,11 +58,8 @@ from cdc_platform.sink.delta import DeltaChangeLog
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.mysql import connect_source
 from cdc_platform.source.reading.row_keys import decode_key
-from cdc_platform.source.reading.row_reader import (
-    SnapshotTable,
-    describe_table,
-    read_keys,
-)
+from cdc_platform.source.reading.row_reader import read_keys
+from cdc_platform.source.reading.table_description import SnapshotTable, describe_table
 from cdc_platform.source.stream.binlog import BinlogSource
 from cdc_platform.source.values import dumps
 

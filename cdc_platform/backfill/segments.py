@@ -32,7 +32,7 @@ from cdc_platform.events import (
     ResumePosition,
     Transaction,
 )
-from cdc_platform.source.reading.row_reader import SnapshotTable
+from cdc_platform.source.reading.table_description import SnapshotTable
 from cdc_platform.source.stream.binlog import BinlogSource
 from cdc_platform.source.values import dumps
 

@@ -78,7 +78,8 @@ from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.filters import TableFilter
 from cdc_platform.source.mysql import connect_source
 from cdc_platform.source.mysql_errors import mysql_error
-from cdc_platform.source.reading.row_reader import SnapshotTable, base_tables, describe_table
+from cdc_platform.source.reading.table_description import SnapshotTable, describe_table
+from cdc_platform.source.reading.table_listing import base_tables
 from cdc_platform.source.stream.binlog import BinlogSource
 from cdc_platform.source.table_names import captured_split, choose_split
 

@@ -50,13 +50,8 @@ from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.binlog_server import binlog_end
 from cdc_platform.source.mysql_errors import is_missing_table
 from cdc_platform.source.reading.row_keys import decode_key, encode_key
-from cdc_platform.source.reading.row_reader import (
-    ChunkRows,
-    SnapshotTable,
-    describe_table,
-    estimated_rows,
-    read_chunk,
-)
+from cdc_platform.source.reading.row_reader import ChunkRows, estimated_rows, read_chunk
+from cdc_platform.source.reading.table_description import SnapshotTable, describe_table
 from cdc_platform.source.stream.binlog import BinlogSource
 
 __all__ = ["CopyHooks", "CopyRun", "TableCopy"]

@@ -18,7 +18,7 @@ from typing import Any
 import pymysql
 
 from cdc_platform.events import ChangeEvent, EventKind, Op, ResumePosition, Transaction
-from cdc_platform.source.reading.row_reader import SnapshotTable
+from cdc_platform.source.reading.table_description import SnapshotTable
 from cdc_platform.source.sql import qualified_name
 
 __all__ = ["definition_event"]

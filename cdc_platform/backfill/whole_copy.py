@@ -56,7 +56,7 @@ from cdc_platform.events import (
     Transaction,
 )
 from cdc_platform.sink.spilled_rows import RowSpill, SnapshotRows
-from cdc_platform.source.reading.row_reader import SnapshotTable, describe_table
+from cdc_platform.source.reading.table_description import SnapshotTable, describe_table
 from cdc_platform.source.sql import qualified_name
 from cdc_platform.source.values import dumps
 

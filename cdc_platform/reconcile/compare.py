@@ -49,7 +49,7 @@ from cdc_platform.reconcile.staging import (
 )
 from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.lake_files import LakeFile, join_uri
-from cdc_platform.source.reading.row_reader import SnapshotTable
+from cdc_platform.source.reading.table_description import SnapshotTable
 from cdc_platform.spark.locations import STAGING_DIR, mirror_uri, table_exists
 from cdc_platform.spark.mirror_state import read_state, schema_signature
 from cdc_platform.spark.names import col, location_name

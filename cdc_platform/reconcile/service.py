@@ -34,7 +34,8 @@ from cdc_platform.reconcile.comparison import ChunkProgress, ComparisonBounds, T
 from cdc_platform.reconcile.repair_route import repair_suspects
 from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.source.mysql import connect_source
-from cdc_platform.source.reading.row_reader import base_tables, describe_table
+from cdc_platform.source.reading.table_description import describe_table
+from cdc_platform.source.reading.table_listing import base_tables
 from cdc_platform.source.table_names import split_table_name, table_name_splits
 
 __all__ = ["ReconcileReport", "reconcile_destination"]

@@ -23,7 +23,8 @@ from cdc_platform.reconcile.comparison import ChunkProgress
 from cdc_platform.sink.lake_files import LakeFile
 from cdc_platform.source.mysql import source_errors
 from cdc_platform.source.reading.row_keys import encode_key
-from cdc_platform.source.reading.row_reader import SnapshotTable, read_chunk
+from cdc_platform.source.reading.row_reader import read_chunk
+from cdc_platform.source.reading.table_description import SnapshotTable
 from cdc_platform.source.sql import qualified_name
 from cdc_platform.source.values import dumps
 

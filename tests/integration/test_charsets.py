@@ -22,7 +22,8 @@ from cdc_platform.config.source import SourceConfig
 from cdc_platform.events import ChangeEvent, EventKind
 from cdc_platform.source import BinlogSource
 from cdc_platform.source.mysql import connect_source
-from cdc_platform.source.reading.row_reader import describe_table, read_chunk
+from cdc_platform.source.reading.row_reader import read_chunk
+from cdc_platform.source.reading.table_description import describe_table
 from cdc_platform.testing.binlog import collect_events
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
 from tests.conftest import MariaDBDatabase

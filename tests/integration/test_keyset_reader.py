@@ -27,13 +27,8 @@ from cdc_platform.errors import SourceTableChangedError, SourceTableMissingError
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.mysql import Connection, SourceServer
 from cdc_platform.source.reading.row_keys import decode_key, encode_key
-from cdc_platform.source.reading.row_reader import (
-    ChunkRows,
-    SnapshotTable,
-    describe_table,
-    read_chunk,
-    read_keys,
-)
+from cdc_platform.source.reading.row_reader import ChunkRows, read_chunk, read_keys
+from cdc_platform.source.reading.table_description import SnapshotTable, describe_table
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config
 from cdc_platform.testing.server_names import global_variable
 from tests.conftest import MariaDBDatabase

@@ -16,7 +16,7 @@ from cdc_platform.reconcile.comparison import ComparisonBounds
 from cdc_platform.reconcile.service import reconcile_destination
 from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.source.mysql import connect_source
-from cdc_platform.source.reading.row_reader import describe_table
+from cdc_platform.source.reading.table_description import describe_table
 from cdc_platform.spark.locations import mirror_root, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
 from cdc_platform.spark.target import MirrorTarget

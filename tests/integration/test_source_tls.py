@@ -19,7 +19,8 @@ from cdc_platform.events import EventKind
 from cdc_platform.infra.sqldb import Database
 from cdc_platform.source import BinlogSource
 from cdc_platform.source.mysql import SourceServer
-from cdc_platform.source.reading.row_reader import describe_table, read_chunk
+from cdc_platform.source.reading.row_reader import read_chunk
+from cdc_platform.source.reading.table_description import describe_table
 from cdc_platform.testing.destinations import PASSWORD_ENV
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
 from cdc_platform.testing.tls import Certificates, make_certificates

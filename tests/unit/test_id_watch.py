@@ -22,7 +22,7 @@ from cdc_platform.source.id_watch.watch import (
     next_list_delay,
     stable_prefix,
 )
-from cdc_platform.source.reading.row_reader import SnapshotTable
+from cdc_platform.source.reading.table_description import SnapshotTable
 from cdc_platform.testing.fakes import FakeClock
 
 pytestmark = pytest.mark.unit

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from cdc_platform.errors import SourceError
-from cdc_platform.source.reading.row_reader import _column
+from cdc_platform.source.reading.column_reads import column_read as _column
 from cdc_platform.source.values import ColumnSpec, FieldType, RowDecoder
 
 pytestmark = pytest.mark.unit

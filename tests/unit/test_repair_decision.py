@@ -6,7 +6,7 @@ import pytest
 
 from cdc_platform.backfill.repair import _COMMITTED_NOW, RepairKey, _decide, _note_committed
 from cdc_platform.events import BinlogPosition, ChangeEvent, EventKind, Op, Transaction
-from cdc_platform.source.reading.row_reader import SnapshotTable
+from cdc_platform.source.reading.table_description import SnapshotTable
 
 pytestmark = pytest.mark.unit
 

@@ -17,7 +17,7 @@ from cdc_platform.events import (
     Transaction,
 )
 from cdc_platform.sink.schema import RowsAtCut, events_to_table
-from cdc_platform.source.reading.row_reader import SnapshotTable
+from cdc_platform.source.reading.table_description import SnapshotTable
 
 pytestmark = pytest.mark.unit
 

@@ -13,7 +13,7 @@ from typing import Any
 from cdc_platform.config.id_watch import IdWatchTableConfig
 from cdc_platform.errors import ConfigError, SnapshotError, SourceError
 from cdc_platform.source.mysql import Connection
-from cdc_platform.source.reading.row_reader import SnapshotTable, describe_table
+from cdc_platform.source.reading.table_description import SnapshotTable, describe_table
 from cdc_platform.source.values import dumps
 
 __all__ = ["TIME_TYPES", "WatchedTable", "db_now", "describe_watched", "key_json", "unique_index"]

@@ -81,7 +81,8 @@ from cdc_platform.source.id_watch.tables import (
 )
 from cdc_platform.source.mysql import Connection, SourceServer
 from cdc_platform.source.mysql_errors import MYSQL_ERRORS
-from cdc_platform.source.reading.row_reader import SnapshotTable, read_chunk, select_rows
+from cdc_platform.source.reading.row_reader import read_chunk, select_rows
+from cdc_platform.source.reading.table_description import SnapshotTable
 from cdc_platform.source.sql import quote_identifier
 
 __all__ = [

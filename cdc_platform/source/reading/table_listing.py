@@ -3,19 +3,25 @@
 `cdc-platform tables` prints this before a first run, so a filter mistake (a regex that
 matches nothing, an exclude that swallows a schema, a view listed as a table) shows while it
 is still cheap to fix. It reads ``information_schema`` once, with the destination's own login.
+:func:`base_tables` is the captured base tables alone, the list the snapshot and the
+reconciliation read.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import pymysql
 
 from cdc_platform.config.source import SourceConfig
-from cdc_platform.source.filters import SYSTEM_SCHEMAS
-from cdc_platform.source.mysql import SourceServer
+from cdc_platform.source.filters import SYSTEM_SCHEMAS, TableFilter
+from cdc_platform.source.mysql import SourceServer, source_errors
 from cdc_platform.source.mysql_errors import MYSQL_ERRORS
 
-__all__ = ["ListedTable", "TableListing", "list_tables"]
+__all__ = ["ListedTable", "TableListing", "base_tables", "list_tables"]
 
 _READ_TIMEOUT_SECONDS = 60.0
 
@@ -120,3 +126,19 @@ def list_tables(source: SourceConfig) -> TableListing:
         )
     listed.sort(key=lambda t: (not t.captured, t.db, t.table))
     return TableListing(tuple(listed), system)
+
+
+def base_tables(
+    conn: pymysql.connections.Connection[Any], include: Sequence[str], exclude: Sequence[str]
+) -> list[str]:
+    """Every base table (``db.table``) outside the system schemas that the destination's
+    ``include_tables`` / ``exclude_tables`` regexes capture, sorted."""
+    filt = TableFilter(list(include), list(exclude))
+    with source_errors(conn, "listing the tables of"), conn.cursor() as cur:
+        cur.execute(
+            "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
+            "WHERE TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN "
+            "('mysql', 'information_schema', 'performance_schema', 'sys') "
+            "ORDER BY TABLE_SCHEMA, TABLE_NAME"
+        )
+        return [f"{db}.{t}" for db, t in cur.fetchall() if filt.matches(str(db), str(t))]
