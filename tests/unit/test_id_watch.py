@@ -10,18 +10,18 @@ import pytest
 from cdc_platform.config.id_watch import IdWatchTableConfig
 from cdc_platform.errors import CheckpointError
 from cdc_platform.events import EventKind, Op, ResumePosition
-from cdc_platform.source.id_watch.tables import WatchedTable
-from cdc_platform.source.id_watch.watch import (
-    ROW_FILE,
+from cdc_platform.source.id_watch.emitter import ROW_FILE
+from cdc_platform.source.id_watch.emitter import Emitter as _Emitter
+from cdc_platform.source.id_watch.state import (
     Change,
     KnownState,
     ListSchedule,
     WatchPosition,
     WatchRow,
-    _Emitter,
     next_list_delay,
     stable_prefix,
 )
+from cdc_platform.source.id_watch.tables import WatchedTable
 from cdc_platform.source.reading.table_description import SnapshotTable
 from cdc_platform.testing.fakes import FakeClock
 

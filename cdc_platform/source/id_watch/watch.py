@@ -15,7 +15,10 @@ all run by :meth:`IdWatchSource.events` in the reader thread, one after the othe
 * **cleanup** (after each list, when ``expire`` is set): rows marked deleted and not modified
   for ``after_seconds`` are deleted in batches of ``batch_size``, at most
   ``max_batches_per_round`` per round; each batch's keys are re-read at once, so its deletes
-  reach the change log in the same transaction instead of waiting for the next list.
+  reach the change log in the same transaction instead of waiting for the next list
+  (:mod:`.cleanup`).
+
+Each change goes out in a whole transaction whose COMMIT holds the position (:mod:`.emitter`).
 
 What the change log gets (docs/id_watch.md):
 
@@ -54,60 +57,34 @@ from cdc_platform.errors import (
     SourceError,
 )
 from cdc_platform.events import (
-    BinlogPosition,
     ChangeEvent,
-    EventKind,
     Op,
     ResumePosition,
-    Transaction,
 )
 from cdc_platform.infra.clock import SYSTEM_CLOCK, Clock
+from cdc_platform.source.id_watch.cleanup import ExpiredRows
+from cdc_platform.source.id_watch.emitter import Emitter
 from cdc_platform.source.id_watch.state import (
-    POSITION_FORMAT_VERSION,
     Change,
     KnownState,
     ListSchedule,
     WatchPosition,
     WatchRow,
     load_known_state,
-    next_list_delay,
     stable_prefix,
 )
-from cdc_platform.source.id_watch.tables import (
-    WatchedTable,
-    db_now,
-    describe_watched,
-    key_json,
-)
+from cdc_platform.source.id_watch.tables import WatchedTable, db_now, describe_watched
 from cdc_platform.source.mysql import Connection, SourceServer
 from cdc_platform.source.mysql_errors import MYSQL_ERRORS
 from cdc_platform.source.reading.row_reader import read_chunk, select_rows
-from cdc_platform.source.reading.table_description import SnapshotTable
 from cdc_platform.source.sql import quote_identifier
 
-__all__ = [
-    "ID_WATCH_GRANTS",
-    "POSITION_FORMAT_VERSION",
-    "ROW_FILE",
-    "Change",
-    "IdWatchInfo",
-    "IdWatchSource",
-    "KnownState",
-    "ListSchedule",
-    "WatchPosition",
-    "WatchRow",
-    "load_known_state",
-    "next_list_delay",
-    "stable_prefix",
-]
+__all__ = ["ID_WATCH_GRANTS", "IdWatchInfo", "IdWatchSource"]
 
 log = logging.getLogger("cdc_platform.source.id_watch.watch")
 
 _FAILURES: tuple[type[BaseException], ...] = (*MYSQL_ERRORS, SourceError)
 """What a round of reading may raise: library errors (translated) and the engine's own."""
-
-ROW_FILE = "id_watch"
-"""``binlog_file`` of every row this source writes (``binlog_pos`` is its transaction number)."""
 
 ID_WATCH_GRANTS = "id_watch needs SELECT on the watched tables, and DELETE on those with `expire`"
 """Advice on a missing privilege."""
@@ -119,76 +96,6 @@ class IdWatchInfo:
 
     version: str
     tables: tuple[str, ...]
-
-
-class _Emitter:
-    """Builds whole transactions of ChangeEvents and advances the position with them."""
-
-    def __init__(self, position: WatchPosition, server_id: int, wall: Clock) -> None:
-        self.last_ids = dict(position.last_ids)
-        """Where the watch is; may run ahead of :attr:`emitted` while it reads known rows."""
-        self.emitted = dict(position.last_ids)
-        """The last ids carried by the newest COMMIT emitted."""
-        self.txn = position.txn
-        self._server_id = server_id
-        self._wall = wall
-
-    def position(self) -> WatchPosition:
-        return WatchPosition(dict(self.last_ids), self.txn)
-
-    def transaction(
-        self, table: WatchedTable | None, changes: Sequence[Change], *, last_id: int | None = None
-    ) -> list[ChangeEvent]:
-        """ROW events for ``changes`` (of ``table``) then a COMMIT whose position holds the
-        state after them (``last_id`` moves the table's watch position)."""
-        before = WatchPosition(dict(self.emitted), self.txn)
-        if last_id is not None:
-            assert table is not None
-            self.last_ids[table.name] = last_id
-        self.emitted = dict(self.last_ids)
-        self.txn += 1
-        number = self.txn
-        txn = Transaction(
-            start=BinlogPosition(before.file(), number),
-            gtid=None,
-            gtid_set_before=None,
-            server_id=self._server_id,
-            timestamp=int(self._wall.time()),
-        )
-        row_position = BinlogPosition(ROW_FILE, number)
-        events: list[ChangeEvent] = []
-        if table is not None:
-            events = self._rows(table.spec, txn, row_position, changes)
-        events.append(
-            ChangeEvent(
-                kind=EventKind.COMMIT,
-                txn=txn,
-                position=BinlogPosition(self.position().file(), number),
-                index=len(events),
-            )
-        )
-        return events
-
-    @staticmethod
-    def _rows(
-        spec: SnapshotTable, txn: Transaction, position: BinlogPosition, changes: Sequence[Change]
-    ) -> list[ChangeEvent]:
-        return [
-            ChangeEvent(
-                kind=EventKind.ROW,
-                txn=txn,
-                position=position,
-                index=index,
-                db=spec.db,
-                table=spec.table,
-                op=change.op,
-                pk=change.pk,
-                before=change.pk if change.after is None else None,
-                after=change.after,
-                columns=spec.columns_json,
-            )
-            for index, change in enumerate(changes)
-        ]
 
 
 class IdWatchSource:
@@ -223,8 +130,6 @@ class IdWatchSource:
         """Watch rounds completed (for tests and metrics)."""
         self.lists = 0
         """Full lists completed (for tests and metrics)."""
-        self.expired_deleted = 0
-        """Rows deleted by the expired-row cleanup."""
         self._mysql = SourceServer(config, password, purpose="id_watch", grants=ID_WATCH_GRANTS)
         """The MySQL boundary every connection and error of this source goes through."""
         self._table_uri = table_uri
@@ -232,6 +137,12 @@ class IdWatchSource:
         self._clock = clock
         self._rng = rng or random.Random()  # noqa: S311 - a timer jitter, not a secret
         self._stop = threading.Event()
+        self._expired = ExpiredRows(self._stop)
+
+    @property
+    def expired_deleted(self) -> int:
+        """Rows deleted by the expired-row cleanup."""
+        return self._expired.deleted
 
     def _connect(self) -> Connection:
         return self._mysql.connect(max(60.0, self.config.connect_timeout_seconds))
@@ -308,7 +219,7 @@ class IdWatchSource:
             position.file(),
             sum(known.size(n) for n in names),
         )
-        emitter = _Emitter(position, self.config.server_id, self._clock)
+        emitter = Emitter(position, self.config.server_id, self._clock)
         schedule = ListSchedule(self.watch.list_interval_minutes, self._clock, self._rng)
         delay = self.config.reconnect_initial_seconds
         conn: Connection | None = None
@@ -324,7 +235,7 @@ class IdWatchSource:
                         # A list picks up added columns.
                         tables = describe_watched(conn, self.watch.tables)
                         yield from self._list(conn, tables, known, emitter)
-                        yield from self._cleanup(conn, tables, known, emitter)
+                        yield from self._expired.run(conn, tables, known, emitter)
                         wait = schedule.listed()
                         log.info("id_watch: list %d done; next in %.0f s", self.lists, wait)
                     delay = self.config.reconnect_initial_seconds
@@ -360,7 +271,7 @@ class IdWatchSource:
         conn: Connection,
         tables: Sequence[WatchedTable],
         known: KnownState,
-        emitter: _Emitter,
+        emitter: Emitter,
     ) -> Generator[ChangeEvent, None, bool]:
         """One pass over every table, each read to its stable tail; True if anything moved."""
         moved = False
@@ -421,7 +332,7 @@ class IdWatchSource:
         conn: Connection,
         tables: Sequence[WatchedTable],
         known: KnownState,
-        emitter: _Emitter,
+        emitter: Emitter,
     ) -> Iterator[ChangeEvent]:
         """Every table in key chunks against the known state: ``r`` for new or changed rows,
         then ``d`` for known keys not found (one transaction per chunk)."""
@@ -461,74 +372,6 @@ class IdWatchSource:
                 time.monotonic() - started,
             )
         self.lists += 1
-
-    # -- cleanup -------------------------------------------------------------------------------
-
-    def _cleanup(
-        self,
-        conn: Connection,
-        tables: Sequence[WatchedTable],
-        known: KnownState,
-        emitter: _Emitter,
-    ) -> Iterator[ChangeEvent]:
-        """Delete expired rows in bounded batches; each batch's keys are re-read at once and
-        the difference (normally all deletes) is one transaction."""
-        for table in tables:
-            expire = table.settings.expire
-            if expire is None:
-                continue
-            spec = table.spec
-            key_sql = ", ".join(quote_identifier(k) for k in spec.primary_key)
-            deleted_col = quote_identifier(expire.deleted_column)
-            where = f"{deleted_col} = 1 AND {quote_identifier(expire.modified_column)} < %s"
-            now_local, now_utc = db_now(conn)
-            now = now_utc if table.modified_type == "timestamp" else now_local
-            cutoff = now - timedelta(seconds=expire.after_seconds)
-            for _ in range(expire.max_batches_per_round):
-                if self._stop.is_set():
-                    return
-                target = f"{quote_identifier(spec.db)}.{quote_identifier(spec.table)}"
-                with conn.cursor() as cur:
-                    cur.execute(
-                        f"SELECT {key_sql} FROM {target} WHERE {where} "  # noqa: S608 (identifiers quoted by the source's quoting, values bound as parameters)
-                        f"ORDER BY {key_sql} LIMIT {int(expire.batch_size)}",
-                        (cutoff,),
-                    )
-                    keys = [list(r) for r in cur.fetchall()]
-                    if not keys:
-                        break
-                    marks = "(" + ", ".join(["%s"] * len(spec.primary_key)) + ")"
-                    in_list = ", ".join([marks] * len(keys))
-                    # The expiry condition again: a row refreshed since the SELECT stays.
-                    deleted = cur.execute(
-                        f"DELETE FROM {target} WHERE {where} "  # noqa: S608 (identifiers quoted by the source's quoting, values bound as parameters)
-                        f"AND ({key_sql}) IN ({in_list})",
-                        (cutoff, *(v for key in keys for v in key)),
-                    )
-                self.expired_deleted += deleted
-                present = select_rows(
-                    conn,
-                    spec,
-                    quote_identifier(table.settings.id_column),
-                    f"WHERE ({key_sql}) IN ({in_list})",
-                    tuple(v for key in keys for v in key),
-                )
-                last = emitter.last_ids[table.name]
-                here = {pk for pk, _, _ in present}
-                rows = [(pk, image) for pk, image, extra in present if int(extra[0]) <= last]
-                wanted = {key_json(spec, key) for key in keys}
-                changes = known.diff(table.name, rows, new_op=Op.SNAPSHOT)
-                changes += [
-                    Change(Op.DELETE, pk, None)
-                    for pk in sorted(wanted - here)
-                    if pk in known.table(table.name)
-                ]
-                if changes:
-                    yield from emitter.transaction(table, changes)
-                    known.apply(table.name, changes)
-                log.info("id_watch: cleanup deleted %d expired rows of %s", deleted, table.name)
-                if len(keys) < expire.batch_size:
-                    break
 
 
 def _close_quietly(conn: Connection) -> None:
