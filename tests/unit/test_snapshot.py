@@ -24,8 +24,8 @@ from cdc_platform.events import (
     Transaction,
 )
 from cdc_platform.source.mysql_errors import is_missing_table, mysql_error
+from cdc_platform.source.reading.column_reads import _bits, _float32, _labels, _set, _timestamp
 from cdc_platform.source.reading.row_keys import decode_key, encode_key
-from cdc_platform.source.reading.row_reader import _bits, _float32, _labels, _set, _timestamp
 from cdc_platform.source.reading.table_description import SnapshotTable
 from cdc_platform.source.sql import format_safe, quote_identifier
 
