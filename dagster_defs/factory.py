@@ -31,7 +31,7 @@ from dagster import (
 )
 
 from cdc_platform.config import ConfigSet, load_config
-from cdc_platform.coordination.table_catalog import Catalog, discover_tables
+from cdc_platform.coordination.table_catalog import Catalog, discover_tables, without_transient
 from dagster_defs.alerts import build_run_failure_alert
 from dagster_defs.assets import change_log_specs
 from dagster_defs.cdc_job import build_cdc_destination_job
@@ -90,6 +90,11 @@ def build_definitions(
     translator = (translator or DEFAULT_TRANSLATOR).configured(configset.platform.dagster)
     if catalogs is None:
         catalogs = discover_catalogs(configset)
+    catalogs = {  # a cached catalog may name a schema tool's transient tables: never assets
+        name: without_transient(catalog, configset.destinations[name].config.source)
+        for name, catalog in catalogs.items()
+        if name in configset.destinations
+    }
     interval = configset.platform.dagster.sensor_interval_seconds
     mirrors_of = {
         name: a

@@ -25,8 +25,10 @@ say() { printf 'setup: %s\n' "$*" >&2; }
 # maven fetches Spark's Delta and S3 jars (below).
 # postgresql: initdb/postgres for the private server of the PostgreSQL lease tests.
 # chromium: headless screenshots of the Dagster UI (`python -m cdc_platform.testing.demo_check`).
+# percona-toolkit: pt-online-schema-change, run against the private MariaDB by
+# tests/integration/test_online_schema_change.py (docs/ddl.md).
 need=()
-for pkg in mariadb-server mariadb-client zookeeper postgresql chromium; do
+for pkg in mariadb-server mariadb-client zookeeper postgresql chromium percona-toolkit; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
@@ -166,6 +168,30 @@ if [ -n "$with_airflow" ]; then
     fi
     echo "$airflow_want" > "$airflow_stamp"
   fi
+fi
+
+# --- gh-ost ------------------------------------------------------------------------------------
+# GitHub's online schema-change tool, for tests/integration/test_online_schema_change.py: built
+# once from the Go module proxy into ${CDC_PLATFORM_CACHE:-~/.cache/cdc-platform}/bin (never in
+# the work tree). Not `go install ...@version`: it also asks the proxy for the module's version
+# list (for deprecation notices), which the proxy here refuses; the exact version downloads and
+# builds in a copy, its dependencies at the versions of its go.sum. v1.1.6 is the version served.
+GH_OST_VERSION=v1.1.6
+gh_ost_dir="${CDC_PLATFORM_CACHE:-$HOME/.cache/cdc-platform}/bin"
+go_bin="$(command -v go || echo /usr/local/go/bin/go)"
+if [ "$(cat "$gh_ost_dir/gh-ost.version" 2>/dev/null)" != "$GH_OST_VERSION" ] && [ -x "$go_bin" ]; then
+  say "building gh-ost $GH_OST_VERSION into $gh_ost_dir (a few minutes, once)"
+  log=.venv/gh-ost-build.log
+  build_dir="$(mktemp -d)"
+  if module="$("$go_bin" mod download -json "github.com/github/gh-ost@$GH_OST_VERSION" 2>>"$log" \
+        | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')" && [ -n "$module" ] \
+     && cp -r "$module/." "$build_dir" && chmod -R u+w "$build_dir" && mkdir -p "$gh_ost_dir" \
+     && (cd "$build_dir" && "$go_bin" build -mod=mod -o "$gh_ost_dir/gh-ost" ./go/cmd/gh-ost) >>"$log" 2>&1; then
+    echo "$GH_OST_VERSION" > "$gh_ost_dir/gh-ost.version"
+  else
+    say "could not build gh-ost (see $log); its test fails until it is built"
+  fi
+  rm -rf "$build_dir"
 fi
 
 # --- The project's own bytecode ----------------------------------------------------------------

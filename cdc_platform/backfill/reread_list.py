@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from cdc_platform.backfill.swap_follow import followed_swaps
 from cdc_platform.errors import SnapshotError
 from cdc_platform.events import ChangeEvent
 from cdc_platform.sink.destination_lake import DestinationLake
@@ -21,6 +22,7 @@ from cdc_platform.sink.lake_files import LakeFile
 from cdc_platform.sink.report import ddl_rows
 from cdc_platform.sink.table_records import RereadList
 from cdc_platform.sink.term import WriteTerm
+from cdc_platform.source.filters import TableFilter
 from cdc_platform.source.stream.ddl_effects import ddl_effects
 
 __all__ = [
@@ -115,7 +117,11 @@ def note_rereads(term: WriteTerm, events: Sequence[ChangeEvent]) -> tuple[str, .
     """
     if term.lake is None or term.config.source.mode != "binlog":
         return ()
-    tables = tables_to_reread(ddl_rows(events))
+    source = term.config.source  # a followed shadow is never re-read, nor a swap it streamed
+    shadows = TableFilter(source.include_tables, source.exclude_tables).follows
+    tables = tables_to_reread(r for r in ddl_rows(events) if not shadows(r[0], r[1]))
+    followed = followed_swaps(term, events) if tables else set()
+    tables = [t for t in tables if t not in followed]
     if not tables:
         return ()
     RereadRecord(term.layout.reread_tables).add(tables)

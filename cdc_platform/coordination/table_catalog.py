@@ -41,6 +41,7 @@ __all__ = [
     "discover_tables",
     "read_source",
     "source_tables",
+    "without_transient",
 ]
 
 log = logging.getLogger(__name__)
@@ -279,6 +280,15 @@ def _merge(destination: str, found: Iterable[CatalogTable], problems: list[str])
     return Catalog(destination, tuple(tables[k] for k in sorted(tables)), tuple(problems))
 
 
+def without_transient(catalog: Catalog, source: SourceConfig) -> Catalog:
+    """``catalog`` without the transient tables of online schema-change tools (``_t_new``,
+    ``_t_old``, ``_t_gho``, ``_t_ghc``, ``_t_del`` beside a captured ``t``): the stream follows
+    them into ``t`` (docs/ddl.md); a catalog read while a tool ran may still name them."""
+    filt = TableFilter(source.include_tables, source.exclude_tables)
+    kept = tuple(t for t in catalog.tables if not filt.transient(t.db, t.table))
+    return replace(catalog, tables=kept)
+
+
 def discover_tables(
     configset: ConfigSet,
     destination: str,
@@ -309,7 +319,9 @@ def discover_tables(
         )
     except CdcError as exc:
         problems.append(f"change log: {exc}")
-    return replace(_merge(destination, found, problems), source_kind=kind)
+    return without_transient(
+        replace(_merge(destination, found, problems), source_kind=kind), source
+    )
 
 
 def catalog_table_name(configset: ConfigSet, destination: str, name: str) -> tuple[str, str]:

@@ -3,7 +3,10 @@
 ``TableFilter`` holds the include/exclude regexes over ``db.table``. It runs on every
 table-map event, before any row of the table is decoded, so the result is cached per name.
 System schemas are never captured: their rows (``mysql.*`` grant tables,
-``mysql.gtid_slave_pos`` on a replica) are server bookkeeping, not user data.
+``mysql.gtid_slave_pos`` on a replica) are server bookkeeping, not user data. Nor is a
+transient table of an online schema-change tool beside a captured table
+(:mod:`.online_ddl`): the stream follows the tool's copy (:meth:`TableFilter.captures`), but
+it is no table of its own (no snapshot, catalog entry, re-read or mirror).
 
 ``classify_statement`` reads the statements a ROW-format binlog still carries as text (DDL,
 transaction control, account management) well enough to filter DDL by table and to refuse
@@ -19,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from cdc_platform.source.online_ddl import transient_table
 from cdc_platform.source.sql import strip_comments
 
 __all__ = [
@@ -74,7 +78,25 @@ class TableFilter:
         name = f"{db}.{table}"
         if self._include and not any(p.fullmatch(name) for p in self._include):
             return False
-        return not any(p.fullmatch(name) for p in self._exclude)
+        if any(p.fullmatch(name) for p in self._exclude):
+            return False
+        return not self.transient(db, table)
+
+    def follows(self, db: str, table: str) -> bool:
+        """True for the shadow of a captured table (``_t_new``, ``_t_gho``): the stream records
+        its rows and DDL, which become the table's at the tool's swap (docs/ddl.md)."""
+        found = transient_table(table)
+        return found is not None and found.shadow and self.matches(db, found.target)
+
+    def transient(self, db: str, table: str) -> bool:
+        """True for any transient table of a schema-change tool beside a captured table: no
+        table of its own (no catalog entry, asset or mirror)."""
+        found = transient_table(table)
+        return found is not None and self.matches(db, found.target)
+
+    def captures(self, db: str, table: str) -> bool:
+        """What the stream records: the captured tables and the shadows it follows."""
+        return self.matches(db, table) or self.follows(db, table)
 
     def matches_database(self, db: str) -> bool:
         r"""Best-effort decision for statements that name a database but no table.

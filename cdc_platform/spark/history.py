@@ -24,6 +24,7 @@ from cdc_platform.spark.mirror_result import MirrorResult
 from cdc_platform.spark.mirror_state import MirrorState, schema_signature, state_history
 from cdc_platform.spark.names import col
 from cdc_platform.spark.plan import apply_plan, key_events, net_changes
+from cdc_platform.spark.swaps import follow_swap
 from cdc_platform.spark.target import MirrorTarget
 from cdc_platform.spark.timeline import change_rows, read_change_log, timeline
 from cdc_platform.spark.types import spark_type
@@ -189,6 +190,8 @@ def mirror_as_of(
         changes = read_change_log(spark, change_log_uri)
         bound = seq_bound(spark, change_log_uri, db, table, end_of_day)
         line = timeline(changes, db, table, lo=0, hi=bound, zero_dates=zero_dates)
+        reset = line.reset_seq  # a schema tool's swap, followed, still bounds the usable bases
+        changes, line = follow_swap(changes, line, zero_dates)
         if line.target is None:  # the table had no rows (or no known schema) by then
             logger.info("%s.%s: nothing to mirror as of %s", db, table, end_of_day)
             return MirrorResult(
@@ -212,7 +215,7 @@ def mirror_as_of(
         start = line.reset_seq or 0
         if from_mirror:
             history = state_history(spark, source.mirror_root, db, table, storage_options)
-            state = _base_version(history, bound, schema_signature(target), line.reset_seq)
+            state = _base_version(history, bound, schema_signature(target), reset)
             live = source.uri
             if state is not None and table_exists(spark, live, storage_options):
                 try:

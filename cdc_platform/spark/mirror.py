@@ -65,6 +65,7 @@ from cdc_platform.spark.mirror_state import (
 )
 from cdc_platform.spark.plan import apply_plan, key_events, net_changes
 from cdc_platform.spark.staging import remove_staging, staging_uri
+from cdc_platform.spark.swaps import follow_swap
 from cdc_platform.spark.target import MirrorTarget
 from cdc_platform.spark.timeline import Timeline, change_rows, read_change_log, timeline
 from cdc_platform.spark.types import with_zero_dates
@@ -158,15 +159,15 @@ class _Apply:
             with_zero_dates(base, zero_dates)
         ) != schema_signature(base)  # zero_dates changed: rebuild even with nothing new
         if not restyled and (line.empty or (line.target is None and line.row_changes == 0)):
-            # nothing new, or only DDL of a table none of whose rows arrived yet (the new name
-            # of a renamed table before its re-read)
-            return self._noop(state, last, change_log_version)
+            # nothing new, or only DDL of a table without rows yet (or dropped without any)
+            return self._noop(state, last, change_log_version, line.dropped)
         reason = _needs_rebuild(line, state, exists, t)
         if reason is not None:
             if last > 0:  # rebuilds need the whole history's versions and resets
                 line = timeline(
                     changes, self.db, self.table, lo=0, hi=line.hi, zero_dates=zero_dates
                 )
+            changes, line = follow_swap(changes, line, zero_dates)  # a schema tool's swap
             logger.info("%s.%s: rebuilding the mirror (%s)", self.db, self.table, reason)
             return self._rebuild(_Read(changes, line, history, change_log_version), previous=last)
         return self._merge(_Read(changes, line, history, change_log_version))
@@ -320,7 +321,7 @@ class _Apply:
         return int(self.spark.read.format("delta").load(self.uri).count())
 
     def _noop(
-        self, state: MirrorState | None, last: int, change_log_version: int | None
+        self, state: MirrorState | None, last: int, version: int | None, gone: str | None = None
     ) -> MirrorResult:
         schema = state.schema if state is not None else None
         return MirrorResult(
@@ -335,11 +336,11 @@ class _Apply:
             rows_updated=0,
             rows_deleted=0,
             mirror_rows=state.mirror_rows if state is not None else 0,
-            change_log_version=change_log_version,
+            change_log_version=version,
             mirror_version=state.mirror_version if state is not None else None,
             seconds=time.perf_counter() - self.started,
             columns=tuple(schema.names) if schema is not None else (),
-            dropped="dropped" if state is not None and state.mode == DROPPED_MODE else None,
+            dropped=gone or (None if state is None or state.mode != DROPPED_MODE else "dropped"),
         )
 
 

@@ -9,7 +9,7 @@ each face calls :class:`DestinationMirrors` in one line and takes its event meta
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date
 
@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 from cdc_platform.backfill.reread_list import pending_rereads
 from cdc_platform.config import ConfigSet
 from cdc_platform.sink.destination_lake import DestinationLake
+from cdc_platform.source.filters import TableFilter
 from cdc_platform.spark.history import DailyTableStats, daily_change_stats, mirror_as_of
 from cdc_platform.spark.locations import mirror_tables, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
@@ -89,9 +90,17 @@ class DailyHistory:
 class DestinationMirrors:
     """The mirrors of the destination ``lake`` lays out, worked on with ``session``."""
 
-    def __init__(self, lake: DestinationLake, session: SparkSession) -> None:
+    def __init__(
+        self,
+        lake: DestinationLake,
+        session: SparkSession,
+        transient: Callable[[str, str], bool] | None = None,
+    ) -> None:
+        """``transient``: the tables never mirrored as new tables of the change log (a schema
+        tool's, followed into their table: docs/ddl.md); none when not given."""
         self.lake = lake
         self.session = session
+        self.transient = transient or (lambda _db, _table: False)
 
     @classmethod
     def of(
@@ -99,7 +108,10 @@ class DestinationMirrors:
     ) -> DestinationMirrors:
         """The mirrors of a valid destination of ``configset`` (KeyError for any other)."""
         config = configset.destinations[destination].config
-        return cls(DestinationLake.of(configset.lake, destination, config), session)
+        source = TableFilter(config.source.include_tables, config.source.exclude_tables)
+        return cls(
+            DestinationLake.of(configset.lake, destination, config), session, source.transient
+        )
 
     def target(self, db: str, table: str) -> MirrorTarget:
         """The mirror of ``db.table``."""
@@ -121,7 +133,7 @@ class DestinationMirrors:
         if with_new_tables:
             known = set(todo)
             found = mirror_tables(self.session, self.lake.change_log, self.lake.storage_options)
-            todo += [t for t in found if t not in known]
+            todo += [t for t in found if t not in known and not self.transient(*t)]
         for db, table in todo:
             held = f"{db}.{table}" in rereading
             result = apply_changes(self.session, self.target(db, table), held=held)

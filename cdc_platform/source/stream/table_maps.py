@@ -194,7 +194,7 @@ class TablePlans:
     def table_map(self, event: Any) -> None:
         schema: str = event.schema
         table: str = event.table
-        if not self._tables.matches(schema, table):
+        if not self._tables.captures(schema, table):
             self._by_id[event.table_id] = None
             return
         columns = event.columns

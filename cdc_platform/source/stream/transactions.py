@@ -268,7 +268,7 @@ class TransactionAssembler(TransactionBoundaries):
         "")]`` for one naming no table), or None when filtered out."""
         tables = self._tables
         if statement.tables:
-            named = [(db, t) for db, t in dict.fromkeys(statement.tables) if tables.matches(db, t)]
+            named = [(db, t) for db, t in dict.fromkeys(statement.tables) if tables.captures(db, t)]
             return named or None
         if tables.matches_database(statement.database):
             return [(statement.database, "")]
