@@ -118,6 +118,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 SLOWEST_FILES = (
+    "integration/test_dagster_e2e_runs.py",
+    "integration/test_dagster_e2e_checks.py",
     "integration/test_s3_maintenance.py",
     "integration/test_dagster_e2e.py",
     "integration/test_dagster_e2e_freshness.py",
@@ -143,6 +145,7 @@ SLOWEST_FILES = (
     "integration/test_mirror_keys.py",
     "integration/test_snapshot_faults.py",
     "integration/test_whole_copy.py",
+    "integration/test_online_schema_change.py",
 )
 """The longest test files, longest first (summed test durations of a parallel run,
 ``--durations=0``). scripts/test.sh hands whole files to its workers in collection order
