@@ -39,10 +39,10 @@ def child(seconds: float, rate: int, workers: str) -> None:
     # throughput first: it keeps numpy out and sets the allocators before pyarrow loads, as
     # the console script does; the child's imports follow its PYTHONPATH.
     throughput = importlib.import_module("throughput")
-    import pyarrow.compute as pc  # noqa: PLC0415
-    from deltalake import DeltaTable  # noqa: PLC0415
+    import pyarrow.compute as pc  # noqa: PLC0415 (after throughput)
+    from deltalake import DeltaTable  # noqa: PLC0415 (after throughput)
 
-    from cdc_platform.testing.mariadb import MariaDBServer  # noqa: PLC0415
+    from cdc_platform.testing.mariadb import MariaDBServer  # noqa: PLC0415 (after throughput)
 
     with tempfile.TemporaryDirectory(prefix="cdc-lag-") as tmp:
         root = Path(tmp)

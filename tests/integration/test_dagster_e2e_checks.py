@@ -173,9 +173,7 @@ def test_checks_are_evaluated_for_the_latest_materialization(
 
         # A row changed behind the binlog's back: the next reconciliation repairs it and
         # fails (WARN); the mirrors materialized after it carry that: red.
-        quiet_id = int(
-            mariadb.server.query("SELECT MIN(id) FROM customers", mariadb.name)[0][0]  # type: ignore[arg-type]
-        )
+        quiet_id = int(mariadb.server.query("SELECT MIN(id) FROM customers", mariadb.name)[0][0])
         mariadb.server.execute(
             "SET sql_log_bin = 0",
             f"UPDATE customers SET name = 'changed quietly' WHERE id = {quiet_id}",

@@ -198,7 +198,7 @@ def _rows(spark: SparkSession, mariadb: MariaDBDatabase, root: str, table: str) 
 
 
 @pytest.mark.parametrize("tool", sorted(TOOLS))
-def test_schema_change_tools_leave_exact_mirrors_and_no_transient_assets(  # noqa: PLR0917
+def test_schema_change_tools_leave_exact_mirrors_and_no_transient_assets(  # noqa: PLR0917 (pytest passes each fixture as a parameter)
     tool: str,
     spark: SparkSession,
     mariadb: MariaDBDatabase,

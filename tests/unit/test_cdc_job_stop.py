@@ -91,8 +91,8 @@ def test_a_stop_signal_waits_for_the_in_flight_commit(dagster_handler: None) -> 
         threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT)).start()
     summary = _supervise(
         context,
-        supervisor,  # type: ignore[arg-type]
-        Reporter(),  # type: ignore[arg-type]
+        supervisor,
+        Reporter(),
         heartbeat_every=60.0,
         refresh_after=60.0,
         signals=_DeferredSignals(),

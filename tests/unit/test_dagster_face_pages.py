@@ -58,8 +58,8 @@ def test_the_change_log_page_says_what_produces_it(conf: Path) -> None:
 def test_the_warning_window_is_whole_minutes(budget: float, fail: int, warn: int | None) -> None:
     """Dagster's UI shows the window in rounded minutes: 150 s read "3 minutes"."""
     policy = freshness_policy(budget)
-    assert policy.fail_window.to_timedelta() == timedelta(seconds=fail)  # type: ignore[attr-defined]
-    got = policy.warn_window.to_timedelta() if policy.warn_window else None  # type: ignore[attr-defined]
+    assert policy.fail_window.to_timedelta() == timedelta(seconds=fail)
+    got = policy.warn_window.to_timedelta() if policy.warn_window else None
     assert got == (timedelta(seconds=warn) if warn else None)
 
 
