@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from cdc_platform.backfill.at_cut import cut_transaction
 from cdc_platform.errors import CdcError, SourceError
 from cdc_platform.events import (
     BinlogPosition,
@@ -30,7 +31,6 @@ from cdc_platform.events import (
     EventKind,
     Op,
     ResumePosition,
-    Transaction,
 )
 from cdc_platform.source.reading.table_description import SnapshotTable
 from cdc_platform.source.stream.binlog import BinlogSource
@@ -301,13 +301,7 @@ def events_at_cut(
     """Rows read from the table, placed at the cut (their binlog columns say where they
     belong; server_id 0, no GTID): op ``r`` for (pk, image) pairs, then op ``d`` with
     ``before`` = the key for keys the table no longer has (reconciliation repairs)."""
-    txn = Transaction(
-        start=cut.binlog_position,
-        gtid=None,
-        gtid_set_before=cut.gtid_set,
-        server_id=0,
-        timestamp=int(time.time()),
-    )
+    txn = cut_transaction(cut)
     position = cut.binlog_position
     rows: list[tuple[Op, str, str | None, str | None]] = [
         (Op.SNAPSHOT, pk, None, image) for pk, image in upserts

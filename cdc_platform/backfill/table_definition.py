@@ -12,12 +12,12 @@ re-read.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pymysql
 
-from cdc_platform.events import ChangeEvent, EventKind, Op, ResumePosition, Transaction
+from cdc_platform.backfill.at_cut import ddl_at_cut
+from cdc_platform.events import ChangeEvent, ResumePosition
 from cdc_platform.source.reading.table_description import SnapshotTable
 from cdc_platform.source.sql import qualified_name
 
@@ -35,21 +35,4 @@ def definition_event(
     statement = (
         str(row[1]) if row is not None else f"CREATE TABLE {qualified_name(spec.db, spec.table)}"
     )
-    txn = Transaction(
-        start=cut.binlog_position,
-        gtid=None,
-        gtid_set_before=cut.gtid_set,
-        server_id=0,
-        timestamp=int(time.time()),
-    )
-    return ChangeEvent(
-        EventKind.DDL,
-        txn,
-        cut.binlog_position,
-        0,
-        db=spec.db,
-        table=spec.table,
-        op=Op.DDL,
-        ddl=statement,
-        columns=spec.columns_json,
-    )
+    return ddl_at_cut(spec, cut, statement)

@@ -46,14 +46,12 @@ from typing import Any
 import pymysql
 import pymysql.cursors
 
+from cdc_platform.backfill.at_cut import ddl_at_cut
 from cdc_platform.errors import SnapshotError, SnapshotSpillError
 from cdc_platform.events import (
     BinlogPosition,
     ChangeEvent,
-    EventKind,
-    Op,
     ResumePosition,
-    Transaction,
 )
 from cdc_platform.sink.spilled_rows import RowSpill, SnapshotRows
 from cdc_platform.source.reading.table_description import SnapshotTable, describe_table
@@ -166,23 +164,8 @@ def _snapshot_place(cur: Any, spec: SnapshotTable) -> BinlogPosition:
 
 
 def _truncate(spec: SnapshotTable, cut: ResumePosition) -> ChangeEvent:
-    txn = Transaction(
-        start=cut.binlog_position,
-        gtid=None,
-        gtid_set_before=cut.gtid_set,
-        server_id=0,
-        timestamp=int(time.time()),
-    )
-    return ChangeEvent(
-        EventKind.DDL,
-        txn,
-        cut.binlog_position,
-        0,
-        db=spec.db,
-        table=spec.table,
-        op=Op.DDL,
-        ddl=f"TRUNCATE TABLE {qualified_name(spec.db, spec.table)} {COPY_MARK}",
-        columns=spec.columns_json,
+    return ddl_at_cut(
+        spec, cut, f"TRUNCATE TABLE {qualified_name(spec.db, spec.table)} {COPY_MARK}"
     )
 
 

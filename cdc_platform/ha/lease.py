@@ -29,10 +29,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import TracebackType
 from typing import ClassVar
 
 from cdc_platform.config.leases import LivenessConfig
@@ -40,6 +39,7 @@ from cdc_platform.errors import CdcError, LeaseError, LeaseLostError
 from cdc_platform.ha.liveness import LivenessListener, open_listener
 from cdc_platform.ha.members import HolderInfo, MemberInfo, default_address, new_run_id
 from cdc_platform.infra.clock import SYSTEM_CLOCK, Clock
+from cdc_platform.infra.closing import Closing
 
 __all__ = ["Lease", "LostCallback"]
 
@@ -55,7 +55,7 @@ class _Term:
     lost: LeaseLostError | None = None
 
 
-class Lease(ABC):
+class Lease(Closing):
     """A destination's HA lease held by this process; see the module docstring for the rules.
 
     Thread-safe. :meth:`start` runs the maintenance thread (renewal, loss detection);
@@ -162,10 +162,10 @@ class Lease(ABC):
         cool-down ends, the holder is gone), or None: no reason to try before the next poll."""
         return None
 
-    def _tick_extra(self) -> None:  # noqa: B027 (an optional hook, empty on purpose)
+    def _tick_extra(self) -> None:
         """Backend work for each maintenance step (membership, operator requests)."""
 
-    def _close_backend(self) -> None:  # noqa: B027 (an optional hook, empty on purpose)
+    def _close_backend(self) -> None:
         """Drop connections."""
 
     # -- term bookkeeping (backends call these) ------------------------------------------------
@@ -409,17 +409,6 @@ class Lease(ABC):
         if listener is not None:
             listener.close()
         self._close_backend()
-
-    def __enter__(self) -> Lease:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return (

@@ -14,15 +14,17 @@ import signal
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping
-from types import FrameType, TracebackType
+from types import FrameType
 from typing import Any
+
+from cdc_platform.infra.closing import Closing
 
 __all__ = ["SignalRoutes", "stop_signals"]
 
 SignalAction = Callable[[signal.Signals], None]
 
 
-class SignalRoutes:
+class SignalRoutes(Closing):
     """While entered, each signal of ``routes`` calls its action on the dispatch thread.
 
     Must be entered in the main thread (where Python installs handlers); the previous
@@ -58,12 +60,8 @@ class SignalRoutes:
             self._previous[signum] = signal.signal(signum, self._handler)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def close(self) -> None:
+        """Restore the previous handlers and end the dispatch thread (leaving ``with``)."""
         # Handlers first: the event set below must not be interrupted by our own handler.
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
