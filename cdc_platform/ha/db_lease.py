@@ -298,12 +298,9 @@ class DatabaseLease(Lease):
 
     def release(self) -> None:
         """Expire our row now (keeping its epoch), so a standby takes over at its next poll."""
-        with self._lock:
-            term = self._term
-            if term is None:
-                return
-            epoch = term.epoch
-            self._end_term()
+        epoch = self._end_term()
+        if epoch is None:
+            return
         self._schema()
         with self.db.transaction() as tx:
             now = tx.now()

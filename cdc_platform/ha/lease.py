@@ -187,11 +187,16 @@ class Lease(Closing):
             self._changed.notify_all()
             return True
 
-    def _end_term(self) -> None:
-        """The term ended on purpose (release): no callbacks."""
+    def _end_term(self) -> int | None:
+        """End the term on purpose (release): no callbacks. The epoch it had; None (and
+        nothing done) when there was no term."""
         with self._lock:
+            term = self._term
+            if term is None:
+                return None
             self._term = None
             self._changed.notify_all()
+            return term.epoch
 
     def _lose(self, reason: str, epoch: int | None = None) -> None:
         """End the current term (only if it is ``epoch``, when given) and tell the callbacks."""

@@ -23,7 +23,7 @@ from typing import Any
 
 from cdc_platform.errors import ConfigError
 from cdc_platform.ha.members import MemberInfo
-from cdc_platform.infra.sqldb import Database, Tx
+from cdc_platform.infra.sqldb import Database
 
 __all__ = ["DEFAULT_REGISTRY_TABLE", "MaintenanceReport", "NodeRegistry", "NodeRow"]
 
@@ -153,42 +153,33 @@ class NodeRegistry:
                 (self.node_id(destination, address, run_id),),
             )
 
-    def _bounded(self, tx: Tx, verb: str, where: str, params: tuple[Any, ...]) -> int:
-        """``UPDATE ... SET deleted = 1`` or ``DELETE`` of at most ``batch`` rows, oldest first."""
-        if self.db.dialect.update_limit:
+    def mark_expired(self) -> int:
+        """Mark at most ``batch`` rows whose heartbeat is older than ``expiry``; how many."""
+        return self._bounded("mark", "deleted = 0", self.expiry)
+
+    def clean(self) -> int:
+        """Delete at most ``batch`` rows marked deleted and older than ``retention``; how many."""
+        return self._bounded("delete", "deleted = 1", self.retention)
+
+    def _bounded(self, verb: str, state: str, age: float) -> int:
+        """``UPDATE ... SET deleted = 1`` (``verb`` "mark") or ``DELETE`` of at most ``batch``
+        rows in ``state`` whose heartbeat is older than ``age`` seconds, oldest first."""
+        self._schema()
+        with self.db.transaction() as tx:
+            now = tx.now()
+            where = f"{state} AND heartbeat_at < ?"
+            params = (now - age,)
             head = (
                 f"UPDATE {self.table} SET deleted = 1"
                 if verb == "mark"
                 else f"DELETE FROM {self.table}"
             )
-            return tx.execute(f"{head} WHERE {where} ORDER BY id LIMIT {self.batch}", params)
-        head = (
-            f"UPDATE {self.table} SET deleted = 1"
-            if verb == "mark"
-            else f"DELETE FROM {self.table}"
-        )
-        return tx.execute(
-            f"{head} WHERE id IN (SELECT id FROM {self.table} WHERE {where} "
-            f"ORDER BY id LIMIT {self.batch})",
-            params,
-        )
-
-    def mark_expired(self) -> int:
-        """Mark at most ``batch`` rows whose heartbeat is older than ``expiry``; how many."""
-        self._schema()
-        with self.db.transaction() as tx:
-            now = tx.now()
-            return self._bounded(
-                tx, "mark", "deleted = 0 AND heartbeat_at < ?", (now - self.expiry,)
-            )
-
-    def clean(self) -> int:
-        """Delete at most ``batch`` rows marked deleted and older than ``retention``; how many."""
-        self._schema()
-        with self.db.transaction() as tx:
-            now = tx.now()
-            return self._bounded(
-                tx, "delete", "deleted = 1 AND heartbeat_at < ?", (now - self.retention,)
+            if self.db.dialect.update_limit:
+                return tx.execute(f"{head} WHERE {where} ORDER BY id LIMIT {self.batch}", params)
+            return tx.execute(
+                f"{head} WHERE id IN (SELECT id FROM {self.table} WHERE {where} "
+                f"ORDER BY id LIMIT {self.batch})",
+                params,
             )
 
     def maintain(self) -> MaintenanceReport:

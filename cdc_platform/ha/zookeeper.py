@@ -339,12 +339,10 @@ class ZooKeeperLease(Lease):
         is removed by this process's next acquisition.
         """
         with self._lock:
-            term = self._term
-            if term is None:
-                return
-            epoch = term.epoch
-            self._end_term()
+            epoch = self._end_term()
             usable = self._usable()
+        if epoch is None:
+            return
         client = self._session.client
         if client is None:
             return
