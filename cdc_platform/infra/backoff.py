@@ -1,8 +1,9 @@
 """The delays between retries of a transient fault: doubling from a first delay up to a cap.
 
 One schedule for a source that is down when a run starts and for a lease holder whose term
-start (its claim, its snapshot side work) hit a transient fault: both use the source's
-``reconnect_initial_seconds`` / ``reconnect_max_seconds``.
+start (its claim, its snapshot side work) hit a transient fault (both use the source's
+``reconnect_initial_seconds`` / ``reconnect_max_seconds``), and for a batch commit retried
+after a transient sink fault (the runtime's commit retry delays).
 """
 
 from __future__ import annotations

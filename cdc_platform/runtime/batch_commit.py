@@ -15,6 +15,7 @@ import time
 from cdc_platform.backfill.commit import PendingCommit
 from cdc_platform.errors import CommitRefusedError, SinkError
 from cdc_platform.events import EventKind, ResumePosition
+from cdc_platform.infra.backoff import Backoff
 from cdc_platform.runtime.runtime_metrics import PipelineMetrics
 from cdc_platform.sink import Checkpoint, CommitResult, DeltaChangeLog, FencedCommitError
 from cdc_platform.sink.report import CommitReport
@@ -53,7 +54,7 @@ class BatchCommitter:
         resume = batch.resume_position()  # names the server of the batch's last transaction
         assert resume is not None
         pending = PendingCommit(self.term, self.sink, batch.events, batch_seq, resume, epoch)
-        delay = self._retry_initial
+        backoff = Backoff(self._retry_initial, self._retry_max)
         rereads: tuple[str, ...] | None = None
         while True:
             try:
@@ -80,6 +81,7 @@ class BatchCommitter:
                 raise
             except SinkError as exc:
                 self._metrics.commit_failed()
+                delay = backoff.next_delay()
                 log.warning(
                     "%s: commit of batch %d failed (%s); retrying in %.1f s",
                     name,
@@ -89,7 +91,6 @@ class BatchCommitter:
                 )
                 if self._stop.wait(delay):
                     return None
-                delay = min(delay * 2, self._retry_max)
         last = batch.last
         assert last is not None
         return pending.report_of(

@@ -18,6 +18,7 @@ from typing import TypeVar
 from cdc_platform.backfill.commit import PendingCommit
 from cdc_platform.errors import CdcError, SourceError
 from cdc_platform.events import ResumePosition
+from cdc_platform.infra.backoff import Backoff
 from cdc_platform.runtime.batch_commit import BatchCommitter
 from cdc_platform.runtime.batch_gathering import gather_batch
 from cdc_platform.runtime.idle import heartbeats_only, idle_long_enough
@@ -224,28 +225,26 @@ class DestinationRuntime:
         the address (never the password). None when a stop was requested while waiting.
         """
         source = self.config.source
-        delay = source.reconnect_initial_seconds
-        attempt = 0
+        backoff = Backoff(source.reconnect_initial_seconds, source.reconnect_max_seconds)
         while True:
             try:
                 return step()
             except CdcError as exc:
                 if not exc.transient or self._stop.is_set():
                     raise
-                attempt += 1
+                delay = backoff.next_delay()
                 self._figures.update(state="waiting for the source")
                 log.warning(
                     "%s: source %s:%d not reachable at start (attempt %d): %s; retrying in %.1f s",
                     self.name,
                     source.host,
                     source.port,
-                    attempt,
+                    backoff.attempts,
                     exc,
                     delay,
                 )
                 if self._stop.wait(delay):
                     return None
-                delay = min(delay * 2, source.reconnect_max_seconds)
 
     def _open_source(self, resume: ResumePosition | None) -> Source:
         return open_source(
