@@ -131,19 +131,23 @@ def _table_result(key: AssetCheckKey, name: str, report: ReconcileReport) -> Ass
     metadata["status"] = MetadataValue.text(report.status)
     metadata["repaired_by"] = MetadataValue.text(report.repaired_by or "-")
     if report.status == "not_repaired" and table.differences:
-        return _failed(
-            key,
-            AssetCheckSeverity.ERROR,
-            f"{table.differences} differences found, not repaired: {report.message}",
-            metadata,
+        return AssetCheckResult(
+            asset_key=key.asset_key,
+            check_name=key.name,
+            passed=False,
+            severity=AssetCheckSeverity.ERROR,
+            description=f"{table.differences} differences found, not repaired: {report.message}",
+            metadata=metadata,
         )
     if fixed:
-        return _failed(
-            key,
-            AssetCheckSeverity.WARN,
-            f"{fixed} rows differed and were repaired through the change log; "
+        return AssetCheckResult(
+            asset_key=key.asset_key,
+            check_name=key.name,
+            passed=False,
+            severity=AssetCheckSeverity.WARN,
+            description=f"{fixed} rows differed and were repaired through the change log; "
             "the mirror converges on its next materialization",
-            metadata,
+            metadata=metadata,
         )
     lagged = f" ({table.differences} rows only lagged)" if table.differences else ""
     return AssetCheckResult(
@@ -151,23 +155,6 @@ def _table_result(key: AssetCheckKey, name: str, report: ReconcileReport) -> Ass
         check_name=key.name,
         passed=True,
         description=f"source and mirror agree{lagged}",
-        metadata=metadata,
-    )
-
-
-def _failed(
-    key: AssetCheckKey,
-    severity: AssetCheckSeverity,
-    description: str,
-    metadata: Mapping[str, Any],
-) -> AssetCheckResult:
-    """The failed `reconciled` check of ``key`` (WARN: repaired; ERROR: not repaired or not run)."""
-    return AssetCheckResult(
-        asset_key=key.asset_key,
-        check_name=key.name,
-        passed=False,
-        severity=severity,
-        description=description,
         metadata=metadata,
     )
 
@@ -203,11 +190,13 @@ def _checks(destination: str, catalog: Catalog, translator: CdcTranslator) -> As
             # materialized with its checks (the CLI, the UI) still counts as materialized.
             context.log.error(f"{destination}: reconciliation not possible: {exc}")
             for key in selected:
-                yield _failed(
-                    key,
-                    AssetCheckSeverity.ERROR,
-                    f"reconciliation not possible: {exc}",
-                    {"status": MetadataValue.text("not_run")},
+                yield AssetCheckResult(
+                    asset_key=key.asset_key,
+                    check_name=key.name,
+                    passed=False,
+                    severity=AssetCheckSeverity.ERROR,
+                    description=f"reconciliation not possible: {exc}",
+                    metadata={"status": MetadataValue.text("not_run")},
                 )
             return
         for table in report.tables:
