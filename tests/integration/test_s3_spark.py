@@ -242,7 +242,8 @@ def test_dagster_mirror_and_history_assets_on_s3(
     today = datetime.now(UTC).date().isoformat()
     assert history.success
     days = {
-        e.asset_key.path[-2]: e.materialization for e in history.get_asset_materialization_events()
+        e.asset_key.path[-1].removesuffix("_daily_history"): e.materialization
+        for e in history.get_asset_materialization_events()
     }
     for table in ("customers", "orders"):
         metadata = days[table].metadata
