@@ -26,9 +26,9 @@ from pathlib import Path
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-from cdc_platform.backfill.reread import reread_path
 from cdc_platform.config import load_config
 from cdc_platform.runtime.supervised import supervised_destination
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.mariadb import MariaDBServer
 
@@ -106,7 +106,7 @@ def main() -> None:
                 )
                 writing.start()
                 time.sleep(1.0)
-                listed = reread_path(lake, "bench")
+                listed = DestinationLake.at(lake, "bench").reread_tables
                 began = time.perf_counter()
                 server.execute(
                     "ALTER TABLE items ADD COLUMN color VARCHAR(16) DEFAULT 'red'",

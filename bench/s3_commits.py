@@ -25,7 +25,6 @@ from cdc_platform.config.batch_mode import BatchMode
 from cdc_platform.config.lake import LakeLocation
 from cdc_platform.events import ResumePosition
 from cdc_platform.runtime import DestinationRuntime
-from cdc_platform.sink import DeltaChangeLog
 from cdc_platform.sink.report import CommitReport
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.destinations import instance_config
@@ -93,7 +92,7 @@ def pipeline(  # noqa: PLR0917 (one run's inputs)
     )
     run = Run(name)
     term = WriteTerm.in_lake(name, config, lake, on_commit=run.on_commit)
-    pin = DeltaChangeLog(term.table_uri, name, storage_options=lake.delta_options())
+    pin = term.layout.open_change_log()
     pin.commit((), batch_seq=1, resume=start, epoch=0)  # the start position
     pin.close()
     runtime = DestinationRuntime(term, metrics_interval_seconds=3600)

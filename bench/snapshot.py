@@ -40,10 +40,11 @@ from deltalake import DeltaTable
 import cdc_platform
 from cdc_platform.backfill.chunk_sizing import DEFAULT_CHUNK_SECONDS
 from cdc_platform.backfill.progress import SnapshotObservers
-from cdc_platform.backfill.snapshot import SnapshotProgress, SnapshotRunner, state_path
+from cdc_platform.backfill.snapshot import SnapshotProgress, SnapshotRunner
 from cdc_platform.config.instance import InstanceConfig, SnapshotSettings
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink import MaintenancePolicy
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.destinations import instance_config
 from cdc_platform.testing.mariadb import MariaDBServer
@@ -152,7 +153,7 @@ def reconcile(
     configset = load_config(conf)
     factory = SparkSessionFactory()
     spark = factory.session()
-    uri = configset.table_uri("bench")
+    uri = DestinationLake.of(configset, "bench").change_log
     mroot = mirror_root(lake, "bench")
     started = time.perf_counter()
     applied = apply_changes(spark, MirrorTarget(uri, mroot, "bench", "items"))
@@ -216,7 +217,8 @@ def main() -> None:
             print(f"filled {args.rows} rows in {time.perf_counter() - started:.1f} s")
             print(f"code: {Path(cdc_platform.__file__).parent}, load average {os.getloadavg()}")
             lake = root / "lake"
-            uri = str(lake / "bench" / "changes")
+            layout = DestinationLake.at(lake, "bench")
+            uri = layout.change_log
             stop = threading.Event()
             updates: list[int] = []
             thread = None
@@ -245,8 +247,10 @@ def main() -> None:
                     )
 
             runner = SnapshotRunner(
-                WriteTerm("bench", config(server, user.name), uri, maintenance=MaintenancePolicy()),
-                state_path(lake, "bench"),
+                WriteTerm(
+                    "bench", config(server, user.name), layout, maintenance=MaintenancePolicy()
+                ),
+                DestinationLake.at(lake, "bench").snapshot_state,
                 tables=["bench.items"],
                 settings=SnapshotSettings(
                     chunk_size=args.chunk_size,
@@ -279,7 +283,7 @@ def main() -> None:
                 )
             if args.rate > 0:
                 summary = DestinationRuntime(
-                    WriteTerm("bench", config(server, user.name), uri)
+                    WriteTerm("bench", config(server, user.name), layout)
                 ).run(exit_when_idle_seconds=1.5)
                 assert summary.error is None, summary
                 state = replay(uri).tables["bench.items"]

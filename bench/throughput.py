@@ -60,6 +60,7 @@ from cdc_platform.config.instance import InstanceConfig
 from cdc_platform.events import ResumePosition
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink import DeltaChangeLog
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.stream.decode_pool import DecodePool
 from cdc_platform.testing.destinations import instance_config
@@ -243,7 +244,12 @@ def _pipeline_child(
     sink = DeltaChangeLog(uri, "throughput")
     sink.commit((), batch_seq=1, resume=start, epoch=0)
     sink.close()
-    runtime = DestinationRuntime(WriteTerm("throughput", cfg, uri), metrics_interval_seconds=3600)
+    runtime = DestinationRuntime(
+        WriteTerm(
+            "throughput", cfg, DestinationLake.at(Path(uri).parent.parent, Path(uri).parent.name)
+        ),
+        metrics_interval_seconds=3600,
+    )
     done = threading.Event()
     began = time.perf_counter()
     finished = [0.0, 0.0]
@@ -306,9 +312,10 @@ def lag(
     rows per second the writer reached. The writer is a process of its own
     (bench/steady_writer.py): in this one it shared the interpreter lock with the pipeline it
     measures and fell short of the rate."""
-    uri = str(lake / "lag" / "changes")
+    layout = DestinationLake.at(lake, "lag")
+    uri = layout.change_log
     runtime = DestinationRuntime(
-        WriteTerm("lag", cfg, uri),
+        WriteTerm("lag", cfg, layout),
         metrics_interval_seconds=3600,
     )
     runner = threading.Thread(target=runtime.run, daemon=True)

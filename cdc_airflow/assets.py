@@ -12,6 +12,7 @@ from pathlib import Path
 from airflow.sdk import Asset
 
 from cdc_platform.config import ConfigSet
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.spark import mirror_root, mirror_uri
 
 __all__ = [
@@ -35,7 +36,7 @@ def change_log_asset(configset: ConfigSet, destination: str) -> Asset:
     """The destination's change log (``KeyError`` for an unknown or invalid destination)."""
     return Asset(
         name=f"cdc/{destination}/changes",
-        uri=lake_uri(configset.table_uri(destination)),
+        uri=lake_uri(DestinationLake.of(configset, destination).change_log),
         group="cdc",
     )
 

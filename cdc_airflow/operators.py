@@ -22,6 +22,7 @@ from cdc_platform.config import ConfigSet
 from cdc_platform.coordination.table_catalog import catalog_table_name
 from cdc_platform.errors import SnapshotError
 from cdc_platform.reconcile.service import reconcile_destination
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.spark import DestinationMirrors
 
 __all__ = [
@@ -165,10 +166,7 @@ class CdcSnapshotRequestOperator(_CdcOperator):
         configset = hook.load()
         destination = hook.destination(configset, self.destination)
         inbox = snapshot_inbox(
-            configset.lake.uri,
-            destination.name,
-            destination.config.source,
-            configset.lake.storage_options,
+            DestinationLake.of(configset, destination.name), destination.config.source
         )
         run_id = context["run_id"]
         request_id = inbox.submit(self.tables, requester=f"airflow:{run_id}")

@@ -24,6 +24,7 @@ from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 from cdc_airflow.probes import ChangeLogHead, change_log_head, lag_seconds, parse_position
 from cdc_platform.config import ConfigSet
 from cdc_platform.errors import CdcError
+from cdc_platform.sink.destination_lake import DestinationLake
 
 __all__ = ["ChangeLogCommitTrigger", "ChangeLogLagTrigger", "ChangeLogPositionTrigger"]
 
@@ -50,7 +51,7 @@ class _ChangeLogTrigger(BaseTrigger):
     def of(cls, configset: ConfigSet, destination: str, **kwargs: Any) -> Self:
         """The trigger on ``destination``'s change log of ``configset``."""
         return cls(
-            configset.table_uri(destination),
+            DestinationLake.of(configset, destination).change_log,
             destination,
             configset.lake.delta_options(),
             **kwargs,

@@ -29,6 +29,7 @@ import yaml
 from cdc_platform.config import load_config
 from cdc_platform.infra.signals import SignalRoutes
 from cdc_platform.runtime import DestinationRuntime
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.report import CommitReport
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.mariadb import MariaDBServer
@@ -220,7 +221,7 @@ def run_demo(  # noqa: PLR0913 (one keyword-only argument per demo flag)
             if destination in config.errors:
                 raise config.errors[destination]
             print(f"MariaDB (binlog on) at {server.host}:{server.port}, data in {server.datadir}")
-            print(f"change log: {config.table_uri(destination)}")
+            print(f"change log: {DestinationLake.of(config, destination).change_log}")
             workload.create_schema()
             workload.start(rate_per_second=rate)
             if with_dagster:
@@ -230,7 +231,7 @@ def run_demo(  # noqa: PLR0913 (one keyword-only argument per demo flag)
                     WriteTerm(
                         destination,
                         config.destinations[destination].config,
-                        config.table_uri(destination),
+                        DestinationLake.of(config, destination),
                         on_commit=_print_commit,
                     ),
                     metrics_interval_seconds=30,

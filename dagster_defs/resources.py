@@ -55,7 +55,7 @@ def destination_root(configset: ConfigSet, destination: str) -> str:
 
 def change_log_uri(configset: ConfigSet, destination: str) -> str:
     """The change-log table of a valid destination (KeyError for any other)."""
-    return configset.table_uri(destination)
+    return DestinationLake.of(configset, destination).change_log
 
 
 def mirrors_root(configset: ConfigSet, destination: str) -> str:

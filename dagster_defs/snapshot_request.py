@@ -21,6 +21,7 @@ from dagster import Config, Failure, OpExecutionContext, in_process_executor, jo
 
 from cdc_platform.backfill.request_inbox import snapshot_inbox
 from cdc_platform.errors import ConfigError
+from cdc_platform.sink.destination_lake import DestinationLake
 from dagster_defs.resources import PlatformResource
 
 __all__ = ["SNAPSHOT_REQUEST_JOB", "SnapshotRequestConfig", "snapshot_request_job"]
@@ -48,12 +49,7 @@ def request_snapshot(context: OpExecutionContext, config: SnapshotRequestConfig)
     if destination is None:
         problem = loaded.errors.get(config.destination, "no such destination")
         raise ConfigError(f"{config.destination}: {problem}")
-    inbox = snapshot_inbox(
-        loaded.lake.uri,
-        destination.name,
-        destination.config.source,
-        loaded.lake.storage_options,
-    )
+    inbox = snapshot_inbox(DestinationLake.of(loaded, destination.name), destination.config.source)
     request_id = inbox.submit(config.tables, requester=f"dagster:{context.run_id}")
     context.log.info(f"snapshot request {request_id} for {', '.join(config.tables)}")
     if config.wait_seconds <= 0:

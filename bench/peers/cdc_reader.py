@@ -38,6 +38,7 @@ from cdc_platform.config.source import SourceConfig
 from cdc_platform.config.start import StartConfig
 from cdc_platform.events import EventKind, ResumePosition
 from cdc_platform.runtime import DestinationRuntime
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source import BinlogSource
 
@@ -73,8 +74,8 @@ def delta(args: argparse.Namespace) -> tuple[int, float, float]:
         ),
         start=StartConfig(mode="position", file=args.file, pos=args.pos),
     )  # fmt: skip
-    uri = str(Path(args.work) / "changes")
-    runtime = DestinationRuntime(WriteTerm("peers", config, uri), metrics_interval_seconds=3600)
+    layout = DestinationLake.at(Path(args.work).parent, Path(args.work).name)  # <work>/changes
+    runtime = DestinationRuntime(WriteTerm("peers", config, layout), metrics_interval_seconds=3600)
     first, last = [0.0], [0.0]
 
     def watch() -> None:

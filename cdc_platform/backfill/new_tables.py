@@ -20,7 +20,6 @@ lease before it streams.
 from __future__ import annotations
 
 import logging
-import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 
@@ -32,10 +31,9 @@ from cdc_platform.backfill.snapshot import (
     SnapshotProgress,
     SnapshotResult,
     SnapshotRunner,
-    captured_tables_path,
-    state_path,
 )
 from cdc_platform.backfill.stop import SideWorkStop
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.lake_files import LakeFile
 from cdc_platform.sink.start_record import StartRecord
 from cdc_platform.sink.table_records import CapturedTables
@@ -60,25 +58,19 @@ _KEEPS_TABLE = re.compile(r"\s*(?:ALTER|TRUNCATE)\b", re.IGNORECASE)
 _RENAME = re.compile(r"\bRENAME\b", re.IGNORECASE)
 
 
-def current_batch(
-    table_uri: str, destination: str, storage_options: dict[str, str] | None = None
-) -> int:
+def current_batch(term: WriteTerm) -> int:
     """The change log's last batch (0 when it does not exist yet)."""
+    lake = term.layout
     try:
-        version = DeltaTable(table_uri, storage_options=storage_options).transaction_version(
-            destination
-        )
+        version = DeltaTable(
+            lake.change_log, storage_options=lake.storage_options
+        ).transaction_version(term.destination)
     except TableNotFoundError:
         return 0
     return int(version or 0)
 
 
-def created_in_log(
-    table_uri: str,
-    after_batch: int,
-    candidates: Iterable[str],
-    storage_options: dict[str, str] | None = None,
-) -> set[str]:
+def created_in_log(lake: DestinationLake, after_batch: int, candidates: Iterable[str]) -> set[str]:
     """The ``candidates`` (``db.table``) whose plain ``CREATE TABLE`` is in the change log after
     ``after_batch`` and not followed by a DROP / RENAME naming them.
 
@@ -92,7 +84,8 @@ def created_in_log(
     if not wanted:
         return set()
     try:
-        dataset = DeltaTable(table_uri, storage_options=storage_options).to_pyarrow_dataset()
+        delta = DeltaTable(lake.change_log, storage_options=lake.storage_options)
+        dataset = delta.to_pyarrow_dataset()
     except TableNotFoundError:
         return set()
     rows = (
@@ -124,14 +117,13 @@ def created_in_log(
     return created
 
 
-def ddl_logged_after(
-    table_uri: str, after_batch: int, storage_options: dict[str, str] | None = None
-) -> bool:
+def ddl_logged_after(lake: DestinationLake, after_batch: int) -> bool:
     """Whether the change log holds any DDL event in a batch after ``after_batch``."""
     import pyarrow.compute as pc  # noqa: PLC0415 (a run without side work never needs it)
 
     try:
-        dataset = DeltaTable(table_uri, storage_options=storage_options).to_pyarrow_dataset()
+        delta = DeltaTable(lake.change_log, storage_options=lake.storage_options)
+        dataset = delta.to_pyarrow_dataset()
     except TableNotFoundError:
         return False
     found = dataset.count_rows(
@@ -152,7 +144,7 @@ def _nothing_new(term: WriteTerm, record: CapturedTables, state_file: LakeFile) 
     """
     if not record.exists or record.after_batch is None or state_file.exists():
         return False
-    return not ddl_logged_after(term.table_uri, record.after_batch, term.storage_options)
+    return not ddl_logged_after(term.layout, record.after_batch)
 
 
 def _record_start_or_adopt(
@@ -165,8 +157,8 @@ def _record_start_or_adopt(
 ) -> bool:
     """At a first start, record the start; when today's tables are taken as they are (see
     :func:`snapshot_new_tables`), record them and return True: nothing to copy."""
-    name, config, storage = term.destination, term.config, term.storage_options
-    began = current_batch(term.table_uri, name, storage)
+    name, config = term.destination, term.config
+    began = current_batch(term)
     chosen_start = config.start.mode not in ("initial", "latest")
     if began == 0 and not chosen_start:
         file = term.layout.start_record
@@ -192,9 +184,8 @@ def _record_start_or_adopt(
     return True
 
 
-def snapshot_new_tables(  # noqa: PLR0913 (the term and lake; observers, stop and a flag, keyword-only)
+def snapshot_new_tables(
     term: WriteTerm,
-    lake_root: str | os.PathLike[str],
     *,
     on_progress: Callable[[SnapshotProgress], None] | None = None,
     on_runner: Callable[[SnapshotRunner | None], None] | None = None,
@@ -223,10 +214,9 @@ def snapshot_new_tables(  # noqa: PLR0913 (the term and lake; observers, stop an
 
     Returns the last snapshot's result, or None when there was nothing to copy.
     """
-    name, config, table_uri = term.destination, term.config, term.table_uri
-    storage = term.storage_options
-    state_file = state_path(lake_root, name, storage)
-    record = CapturedTables.load(captured_tables_path(lake_root, name, storage))
+    name, config = term.destination, term.config
+    state_file = term.layout.snapshot_state
+    record = CapturedTables.load(term.layout.captured_tables)
     if _record_start_or_adopt(term, record, state_file, stop, adopt_existing=adopt_existing):
         return None
     source = config.source
@@ -260,11 +250,11 @@ def snapshot_new_tables(  # noqa: PLR0913 (the term and lake; observers, stop an
                 return result  # stopped: finished at the next start
             record.tables |= set(result.tables)  # also those finished before an upgrade
             record.save()
-        listed_after = current_batch(table_uri, name, storage)
+        listed_after = current_batch(term)
         probe = runner([])
         new = sorted(set(probe.captured_tables()) - record.tables)
         if new and record.after_batch is not None:
-            created = created_in_log(table_uri, record.after_batch, new, storage)
+            created = created_in_log(term.layout, record.after_batch, new)
             if created:
                 log.info(
                     "%s: captured from their CREATE TABLE, no snapshot needed: %s",

@@ -55,6 +55,7 @@ from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.errors import CdcError, ReconcileError, SnapshotError, SourceError
 from cdc_platform.events import ChangeEvent, EventKind, Op, ResumePosition
 from cdc_platform.sink.delta import DeltaChangeLog
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.mysql import connect_source
 from cdc_platform.source.reading.row_keys import decode_key
@@ -159,12 +160,12 @@ class RepairResult:
 
 
 def _logged_states(
-    table_uri: str, storage_options: dict[str, str] | None, spec: SnapshotTable, pks: list[str]
+    lake: DestinationLake, spec: SnapshotTable, pks: list[str]
 ) -> dict[str, tuple[int, str | None]]:
     """Newest change-log row per ``pk``: (seq, after image or None when deleted)."""
     import pyarrow.compute as pc  # noqa: PLC0415 (a run without side work never needs it)
 
-    dataset = DeltaTable(table_uri, storage_options=storage_options).to_pyarrow_dataset()
+    dataset = DeltaTable(lake.change_log, storage_options=lake.storage_options).to_pyarrow_dataset()
     rows = dataset.to_table(
         columns=["seq", "pk", "op", "after"],
         filter=(pc.field("db") == spec.db)
@@ -318,8 +319,7 @@ def _repair(  # noqa: PLR0915 - one loop over batches; its context is all here
     max_backlog_bytes: int | None,
     stop: SideWorkStop,
 ) -> RepairResult:
-    name, config, table_uri = term.destination, term.config, term.table_uri
-    storage_options, password = term.storage_options, term.password
+    name, config, password = term.destination, term.config, term.password
     started = time.perf_counter()
     result = RepairResult(epoch=term.epoch)
     todo = [t for t in tables if t.keys]
@@ -352,7 +352,7 @@ def _repair(  # noqa: PLR0915 - one loop over batches; its context is all here
         for request in todo:
             spec = describe_table(conn, request.db, request.table)
             # Read once per table; what this repair commits meanwhile is noted in memory.
-            logged = _logged_states(table_uri, storage_options, spec, [k.pk for k in request.keys])
+            logged = _logged_states(term.layout, spec, [k.pk for k in request.keys])
             start = 0
             while start < len(request.keys):
                 stop.check()

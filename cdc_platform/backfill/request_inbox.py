@@ -26,7 +26,6 @@ snapshot request is never withdrawn: it waits for a holder however long that tak
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -289,72 +288,38 @@ def _filter_of(source: SourceConfig) -> Callable[[str, str], bool]:
 FolderT = TypeVar("FolderT", "RepairInbox", "SnapshotInbox")
 
 
-def _inbox(  # noqa: PLR0913 (which folder of which destination; the rest keyword-only)
+def _inbox(
     cls: type[FolderT],
-    folder: str,
+    root: LakeFile,
     *,
     kind: Literal["repair", "snapshot"],
     destination: str,
     source: SourceConfig | None,
-    storage_options: Mapping[str, str] | None,
 ) -> FolderT:
     """One request folder of ``destination``: signed with ``source``'s key for ``kind`` and
     refusing tables outside its filters, or (no ``source``) one nothing can be submitted to or
     served from."""
-    root = LakeFile(folder, storage_options)
     if source is None:
         return cls(root)
     return cls(root, key=request_key(source, destination, kind), allowed=_filter_of(source))
 
 
-def repair_inbox(
-    lake_root: str | os.PathLike[str],
-    destination: str,
-    source: SourceConfig | None = None,
-    storage_options: Mapping[str, str] | None = None,
-) -> RepairInbox:
-    """The repair requests of ``destination``; with ``source``, requests are signed and
-    checked with its key, and tables outside its filters are refused (without ``source``, or
-    with its password variable unset, no request can be submitted or served)."""
-    folder = DestinationLake.at(lake_root, destination).repair_inbox
-    return _inbox(
-        RepairInbox,
-        folder,
-        kind="repair",
-        destination=destination,
-        source=source,
-        storage_options=storage_options,
-    )
+def repair_inbox(lake: DestinationLake, source: SourceConfig | None = None) -> RepairInbox:
+    """The repair requests of the destination of ``lake``; with ``source``, requests are signed
+    and checked with its key, and tables outside its filters are refused (without ``source``,
+    or with its password variable unset, no request can be submitted or served)."""
+    root = LakeFile(lake.repair_inbox, lake.storage_options)
+    return _inbox(RepairInbox, root, kind="repair", destination=lake.destination, source=source)
 
 
-def snapshot_inbox(
-    lake_root: str | os.PathLike[str],
-    destination: str,
-    source: SourceConfig | None = None,
-    storage_options: Mapping[str, str] | None = None,
-) -> SnapshotInbox:
-    """The snapshot requests of ``destination``; with ``source``, requests are signed and
-    checked with its key, and tables outside its filters are refused (without ``source`` no
-    request can be submitted or served)."""
-    folder = DestinationLake.at(lake_root, destination).snapshot_inbox
-    return _inbox(
-        SnapshotInbox,
-        folder,
-        kind="snapshot",
-        destination=destination,
-        source=source,
-        storage_options=storage_options,
-    )
+def snapshot_inbox(lake: DestinationLake, source: SourceConfig | None = None) -> SnapshotInbox:
+    """The snapshot requests of the destination of ``lake``; with ``source``, requests are
+    signed and checked with its key, and tables outside its filters are refused (without
+    ``source`` no request can be submitted or served)."""
+    root = LakeFile(lake.snapshot_inbox, lake.storage_options)
+    return _inbox(SnapshotInbox, root, kind="snapshot", destination=lake.destination, source=source)
 
 
-def holder_inbox(
-    lake_root: str | os.PathLike[str],
-    destination: str,
-    source: SourceConfig,
-    storage_options: Mapping[str, str] | None = None,
-) -> HolderInbox:
-    """Both kinds of requests of ``destination``, as its lease holder serves them."""
-    return HolderInbox(
-        repair_inbox(lake_root, destination, source, storage_options),
-        snapshot_inbox(lake_root, destination, source, storage_options),
-    )
+def holder_inbox(lake: DestinationLake, source: SourceConfig) -> HolderInbox:
+    """Both kinds of requests of the destination of ``lake``, as its lease holder serves them."""
+    return HolderInbox(repair_inbox(lake, source), snapshot_inbox(lake, source))

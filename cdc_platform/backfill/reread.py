@@ -20,21 +20,18 @@ without a primary key is copied whole, replacing its mirror (:mod:`.whole_copy`)
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 
 from cdc_platform.backfill.progress import SnapshotObservers
 from cdc_platform.backfill.reread_list import (
     RereadRecord,
     pending_rereads,
-    reread_path,
     tables_to_reread,
 )
 from cdc_platform.backfill.snapshot import (
     SnapshotProgress,
     SnapshotResult,
     SnapshotRunner,
-    state_path,
 )
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.errors import SnapshotError
@@ -43,7 +40,6 @@ from cdc_platform.sink.term import WriteTerm
 __all__ = [
     "RereadRecord",
     "pending_rereads",
-    "reread_path",
     "reread_tables",
     "tables_to_reread",
 ]
@@ -57,7 +53,6 @@ next call, after the stream has caught up)."""
 
 def reread_tables(
     term: WriteTerm,
-    lake_root: str | os.PathLike[str],
     *,
     on_progress: Callable[[SnapshotProgress], None] | None = None,
     on_runner: Callable[[SnapshotRunner | None], None] | None = None,
@@ -72,11 +67,10 @@ def reread_tables(
     leaves the rest on the list for the next call.
     """
     name = term.destination
-    storage = term.storage_options
-    record = RereadRecord(reread_path(lake_root, name, storage))
+    record = RereadRecord(term.layout.reread_tables)
     if not record.load():
         return None
-    state_file = state_path(lake_root, name, storage)
+    state_file = term.layout.snapshot_state
 
     def runner(tables: list[str] | None) -> SnapshotRunner:
         made = SnapshotRunner(

@@ -9,7 +9,6 @@ commit protocol of :mod:`.commit`); the re-read (:mod:`.reread`) empties it.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -29,7 +28,6 @@ __all__ = [
     "RereadRecord",
     "note_rereads",
     "pending_rereads",
-    "reread_path",
     "tables_to_reread",
 ]
 
@@ -37,13 +35,6 @@ log = logging.getLogger(__name__)
 
 _LOCK = threading.Lock()
 """One writer of a list at a time in this process (the commit observer, the re-read)."""
-
-
-def reread_path(
-    lake_root: str | os.PathLike[str], destination: str, storage_options: Any = None
-) -> LakeFile:
-    """Where the tables waiting for a re-read are listed (in the lake)."""
-    return DestinationLake.at(lake_root, destination, storage_options).reread_tables
 
 
 def tables_to_reread(statements: Iterable[tuple[str, str, str]]) -> list[str]:
@@ -60,12 +51,10 @@ def tables_to_reread(statements: Iterable[tuple[str, str, str]]) -> list[str]:
     return list(wanted)
 
 
-def pending_rereads(
-    lake_root: str | os.PathLike[str], destination: str, storage_options: Any = None
-) -> set[str]:
+def pending_rereads(lake: DestinationLake) -> set[str]:
     """``db.table`` names whose re-read after DDL is not done yet (a table stays listed until
     its copy is complete): their mirrors wait before that DDL (``apply_changes(held=True)``)."""
-    return set(RereadRecord(reread_path(lake_root, destination, storage_options)).load())
+    return set(RereadRecord(lake.reread_tables).load())
 
 
 class RereadRecord:
@@ -115,7 +104,7 @@ def note_rereads(term: WriteTerm, events: Sequence[ChangeEvent]) -> tuple[str, .
     never applies that DDL without the re-read that follows it. A batch that then fails to
     commit costs at most one needless copy. Returns the tables listed (empty: none).
     """
-    if term.lake is None or term.config.source.mode != "binlog":
+    if not term.checked_lake or term.config.source.mode != "binlog":
         return ()
     source = term.config.source  # a followed shadow is never re-read, nor a swap it streamed
     shadows = TableFilter(source.include_tables, source.exclude_tables).follows

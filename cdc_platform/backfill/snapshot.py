@@ -58,7 +58,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pymysql
@@ -71,7 +71,6 @@ from cdc_platform.backfill.table_copy import CopyHooks, CopyRun, TableCopy
 from cdc_platform.config.instance import SnapshotSettings
 from cdc_platform.errors import CdcError, SnapshotError
 from cdc_platform.sink import DeltaChangeLog
-from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.lake_files import LakeFile
 from cdc_platform.sink.snapshot_state import PendingChunk, SnapshotState
 from cdc_platform.sink.term import WriteTerm
@@ -87,8 +86,6 @@ __all__ = [
     "SnapshotProgress",
     "SnapshotResult",
     "SnapshotRunner",
-    "captured_tables_path",
-    "state_path",
 ]
 
 log = logging.getLogger(__name__)
@@ -96,25 +93,6 @@ log = logging.getLogger(__name__)
 _SNAPSHOT_HEARTBEAT_SECONDS = 0.25
 """Short server heartbeat, so a held-back quiet COMMIT reaches the cut without delay, and a
 segment's end past the last transaction is known to be reached (``Transaction.read_to``)."""
-
-
-def state_path(
-    lake_root: str | os.PathLike[str],
-    destination: str,
-    storage_options: Mapping[str, str] | None = None,
-) -> LakeFile:
-    """Where a destination's snapshot progress is kept: in the lake (a local path or a URI),
-    so any node can finish a snapshot another one began."""
-    return DestinationLake.at(lake_root, destination, storage_options).snapshot_state
-
-
-def captured_tables_path(
-    lake_root: str | os.PathLike[str],
-    destination: str,
-    storage_options: Mapping[str, str] | None = None,
-) -> LakeFile:
-    """Where the tables a destination already has a copy of are recorded (in the lake)."""
-    return DestinationLake.at(lake_root, destination, storage_options).captured_tables
 
 
 class SnapshotRunner:
@@ -149,11 +127,10 @@ class SnapshotRunner:
         self.term = term
         self.name = name
         self.config = config
-        self.table_uri = term.table_uri
         self.state_file = (
             state_file
             if isinstance(state_file, LakeFile)
-            else LakeFile(os.fspath(state_file), term.storage_options)
+            else LakeFile(os.fspath(state_file), term.layout.storage_options)
         )
         self.requested = list(tables) if tables else None
         self.settings = settings

@@ -51,7 +51,7 @@ def _logged(term: WriteTerm, db: str, shadow: str) -> list[tuple[str, str | None
     """The shadow's newest ``CREATE``-bearing DDL rows and one row change after them, as
     ``(op, ddl)`` oldest first (reads only the shadow's partition of the change log)."""
     try:
-        delta = DeltaTable(term.table_uri, storage_options=term.storage_options)
+        delta = DeltaTable(term.layout.change_log, storage_options=term.layout.storage_options)
     except Exception:  # no change log yet (delta-rs raises TableNotFoundError)
         return []
     try:
@@ -65,5 +65,7 @@ def _logged(term: WriteTerm, db: str, shadow: str) -> list[tuple[str, str | None
         if data.head(1, columns=["seq"], filter=after).num_rows:
             found.append(("c", None))
     except Exception as exc:  # delta-rs / Arrow errors
-        raise SinkError(f"reading the rows of {db}.{shadow} in {term.table_uri}: {exc}") from exc
+        raise SinkError(
+            f"reading the rows of {db}.{shadow} in {term.layout.change_log}: {exc}"
+        ) from exc
     return found

@@ -71,7 +71,7 @@ def _start_drift(config: ConfigSet, dest: Destination) -> str | None:
         start_drift,
     )
 
-    file = DestinationLake.of(config.lake, dest.name, dest.config).start_record
+    file = DestinationLake.of(config, dest.name).start_record
     try:
         return start_drift(dest.config.start, StartRecord.load(file))
     except CdcError as exc:
@@ -100,7 +100,7 @@ def _connect_check(config: ConfigSet, dest: Destination) -> tuple[str, bool]:
 
     source, start = dest.config.source, dest.config.start
     where = f"source {source.host}:{source.port} ({source.mode})"
-    layout = DestinationLake.of(config.lake, dest.name, dest.config)
+    layout = DestinationLake.of(config, dest.name)
     table_uri, options = layout.change_log, layout.storage_options
     try:
         opened = open_source(source, resume=None, table_uri=table_uri, storage_options=options)

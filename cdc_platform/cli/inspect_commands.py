@@ -87,20 +87,17 @@ def release_command(args: argparse.Namespace) -> int:
 
 
 def checkpoint_show_command(args: argparse.Namespace) -> int:
-    from cdc_platform.sink import DeltaChangeLog  # noqa: PLC0415 (keep `config check` light)
+    from cdc_platform.sink.destination_lake import DestinationLake  # noqa: PLC0415 (keep `config check` light)
 
     config, destination = destination_of(args)
-    sink = DeltaChangeLog(
-        config.table_uri(destination.name),
-        destination.name,
-        storage_options=config.lake.delta_options(),
-    )
+    lake = DestinationLake.of(config, destination.name)
+    sink = lake.open_change_log()
     try:
         checkpoint = sink.recover()
     finally:
         sink.close()
     if checkpoint is None:
-        print(f"{destination.name}: no checkpoint yet ({config.table_uri(destination.name)})")
+        print(f"{destination.name}: no checkpoint yet ({lake.change_log})")
         return 0
     print(
         f"{destination.name}: batch {checkpoint.batch_seq}, epoch {checkpoint.epoch}, "

@@ -18,13 +18,12 @@ __all__ = ["reconcile_command", "snapshot_command"]
 def _snapshot_request(args: argparse.Namespace) -> int:
     """`snapshot --request`: a request in the lake, served by the running node."""
     from cdc_platform.backfill.request_inbox import snapshot_inbox  # noqa: PLC0415 (loaded by this command only: the CLI starts light)
+    from cdc_platform.sink.destination_lake import DestinationLake  # noqa: PLC0415 (keep `config check` light)
 
     config, destination = destination_of(args)
     if not args.table:
         raise ConfigError("snapshot --request needs the tables: --table db.table ...")
-    inbox = snapshot_inbox(
-        config.lake.uri, destination.name, destination.config.source, config.lake.storage_options
-    )
+    inbox = snapshot_inbox(DestinationLake.of(config, destination.name), destination.config.source)
     request_id = inbox.submit(args.table, requester="cli")
     print(f"{destination.name}: snapshot request {request_id} for {', '.join(args.table)}")
     if args.wait <= 0:

@@ -73,10 +73,6 @@ class ConfigSet:
         for a lake on object storage (see :meth:`LakeLocation.local_path`)."""
         return self.lake.local_path()
 
-    def table_uri(self, destination: str) -> str:
-        """Location of a destination's change-log table (a URI for a remote lake)."""
-        return self.lake.join(destination, self.destinations[destination].config.sink.table)
-
 
 def resolve_lake(
     conf_dir: Path, platform: PlatformConfig, environ: Mapping[str, str] | None = None

@@ -53,7 +53,9 @@ def epoch_floor(term: WriteTerm) -> int:
     A change log that cannot be read yet gives 0 (logged): the floor only saves a doomed
     term, the sink's epoch fence refuses an old epoch all the same.
     """
-    sink = DeltaChangeLog(term.table_uri, term.destination, storage_options=term.storage_options)
+    sink = DeltaChangeLog(
+        term.layout.change_log, term.destination, storage_options=term.layout.storage_options
+    )
     try:
         checkpoint = sink.recover()
     except CdcError as exc:
@@ -93,7 +95,9 @@ def take_lease(
             the change log's (the lease is released again): not trusted, see
             :func:`check_epoch`.
     """
-    check_lake_once(term.lake)  # once per process and lake: a store that is unsafe is refused
+    check_lake_once(
+        term.layout.lake if term.checked_lake else None
+    )  # once per process and lake: a store that is unsafe is refused
     floor = epoch_floor(term)
     epoch = lease.acquire(timeout=timeout, min_epoch=floor, stop=stop)
     if epoch is None:

@@ -25,7 +25,6 @@ from cdc_platform.coordination.factory import open_lease, open_registry, open_st
 from cdc_platform.errors import CdcError
 from cdc_platform.ha.members import HolderInfo, MemberInfo
 from cdc_platform.ha.registry import NodeRegistry
-from cdc_platform.sink import DeltaChangeLog
 from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.snapshot_progress import TableProgress, read_snapshot_progress
 from cdc_platform.sink.start_record import StartRecord, start_drift
@@ -85,9 +84,7 @@ def collect_status(config: ConfigSet, names: list[str]) -> list[DestinationStatu
             if name in config.errors:  # where its change log is depends on its config
                 result.append(status)
                 continue
-            sink = DeltaChangeLog(
-                config.table_uri(name), name, storage_options=config.lake.delta_options()
-            )
+            sink = DestinationLake.of(config, name).open_change_log()
             try:
                 checkpoint = sink.recover()
                 if checkpoint is not None:
@@ -137,7 +134,7 @@ def _lease_state(
 
 def _lake_state(config: ConfigSet, name: str, status: DestinationStatus) -> None:
     """The start record and a snapshot's progress, both in the destination's lake folder."""
-    layout = DestinationLake.of(config.lake, name, config.destinations[name].config)
+    layout = DestinationLake.of(config, name)
     try:
         record = StartRecord.load(layout.start_record)
         if record is not None:

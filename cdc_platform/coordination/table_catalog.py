@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -26,6 +26,7 @@ from deltalake import DeltaTable, QueryBuilder
 
 from cdc_platform.config import ConfigSet, SourceConfig
 from cdc_platform.errors import CdcError, SinkError
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.source.filters import TableFilter
 from cdc_platform.source.mysql import SourceServer
 from cdc_platform.source.mysql_errors import MYSQL_ERRORS
@@ -214,17 +215,16 @@ def _log_columns(text: Any) -> tuple[CatalogColumn, ...]:
     return tuple(out)
 
 
-def change_log_tables(
-    uri: str, storage_options: Mapping[str, str] | None = None
-) -> list[CatalogTable]:
-    """Every table with a row change or DDL in the change log at ``uri`` (none when there is
+def change_log_tables(lake: DestinationLake) -> list[CatalogTable]:
+    """Every table with a row change or DDL in the destination's change log (none when there is
     no table yet), with the columns of its newest row that carries them.
 
     Raises:
         SinkError: the table exists but could not be read (storage trouble may pass).
     """
+    uri = lake.change_log
     try:
-        delta = DeltaTable(uri, storage_options=dict(storage_options or {}) or None)
+        delta = DeltaTable(uri, storage_options=lake.storage_options)
     except Exception as exc:  # no table there yet (delta-rs raises TableNotFoundError)
         log.debug("no change log at %s: %s", uri, exc)
         return []
@@ -314,9 +314,7 @@ def discover_tables(
         except CdcError as exc:
             problems.append(f"source: {exc}")
     try:
-        found.extend(
-            change_log_tables(configset.table_uri(destination), configset.lake.storage_options)
-        )
+        found.extend(change_log_tables(DestinationLake.of(configset, destination)))
     except CdcError as exc:
         problems.append(f"change log: {exc}")
     return without_transient(

@@ -18,6 +18,7 @@ from cdc_platform.config.loader import ConfigSet
 from cdc_platform.config.platform import ReconcileConfig
 from cdc_platform.coordination.lease import take_lease
 from cdc_platform.ha.lease import Lease
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
 
 __all__ = ["OWN_LEASE_TIMEOUT_SECONDS", "RepairOutcome", "repair_suspects", "repair_with_own_lease"]
@@ -50,9 +51,8 @@ def repair_suspects(
             return repair_with_own_lease(
                 config, destination, requests, lease, OWN_LEASE_TIMEOUT_SECONDS
             )
-        lake = config.lake
         source = config.destinations[destination].config.source
-        inbox = repair_inbox(lake.uri, destination, source, lake.storage_options)
+        inbox = repair_inbox(DestinationLake.of(config, destination), source)
         request_id = inbox.submit(requests, requester=lease.address)
         log.info(
             "%s: %d suspected keys sent to the lease holder %s (epoch %d), request %s",

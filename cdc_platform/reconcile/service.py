@@ -129,7 +129,7 @@ def reconcile_destination(  # noqa: PLR0913 (the destination, Spark; what to com
     bounds = ComparisonBounds.of(settings, dest.config.snapshot)
     source = dest.config.source
     report = ReconcileReport(destination, "clean")
-    lake = DestinationLake.of(config.lake, destination, dest.config)
+    lake = DestinationLake.of(config, destination)
     conn = connect_source(source, purpose="reconciliation")
     try:
         for name in _table_names(conn, tables, source):

@@ -73,7 +73,6 @@ class DestinationRuntime:
         self.term = term
         self.name = name
         self.config = config
-        self.table_uri = term.table_uri
         self._idle_every = config.sink.idle_checkpoint_seconds
         self._last_commit = time.monotonic()
         self._epoch: int | None = term.epoch
@@ -251,8 +250,8 @@ class DestinationRuntime:
             self.config.source,
             resume=resume,
             password=self.term.password,
-            table_uri=self.table_uri,
-            storage_options=self.term.storage_options,
+            table_uri=self.term.layout.change_log,
+            storage_options=self.term.layout.storage_options,
             heartbeats=True,
         )
 

@@ -145,7 +145,6 @@ class SideWork:
         with self._snapshot_stop(term, halted) as (stop, on_runner):
             snapshot_new_tables(
                 term,
-                self.lake_root,
                 on_progress=self._progress_of(term),
                 on_runner=on_runner,
                 stop=stop,
@@ -198,7 +197,6 @@ class SideWork:
         with self._snapshot_stop(term, halted) as (stop, on_runner):
             reread_tables(
                 term,
-                self.lake_root,
                 on_progress=self._progress_of(term),
                 on_runner=on_runner,
                 stop=stop,

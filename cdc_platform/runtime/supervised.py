@@ -18,6 +18,7 @@ from cdc_platform.runtime.holder_status import StatusChannels
 from cdc_platform.runtime.instance import DestinationRuntime
 from cdc_platform.runtime.side_work import SideWork
 from cdc_platform.runtime.supervisor import LeaseSupervisor
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.lake_check import check_lake
 from cdc_platform.sink.report import CommitReport
 from cdc_platform.sink.term import WriteTerm
@@ -70,7 +71,7 @@ def supervised_destination(  # noqa: PLR0913 (the CLI's and the Dagster run's op
         # Requests (repairs, snapshots) and snapshot progress live in the lake: any node can
         # continue them.
         side_work = SideWork(
-            inbox=holder_inbox(lake.uri, name, destination.config.source, lake.storage_options),
+            inbox=holder_inbox(DestinationLake.of(config, name), destination.config.source),
             lake_root=lake.uri,
             on_snapshot_progress=on_snapshot_progress,
         )

@@ -12,8 +12,10 @@ Everything a destination writes sits under ``<lake_root>/<destination>/``:
 * ``_snapshot_requests/`` and ``_reconcile/``: the request inboxes of the lease holder.
 
 Every reader and writer builds its paths from a :class:`DestinationLake` (built once from the
-lake location and the destination's name), so the layout is spelled here only. It sits at the
-sink, the lowest layer that reads or writes these files.
+configuration with :meth:`DestinationLake.of`), so the layout is spelled here only; the value
+carries the lake's storage options and opens the change log and the side files itself. It sits
+at the sink, the lowest layer that reads or writes these files (the configuration beneath it
+only knows the lake's location).
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ from datetime import date
 
 from cdc_platform.config.instance import InstanceConfig, SinkConfig
 from cdc_platform.config.lake import LakeLocation
+from cdc_platform.config.loader import ConfigSet
+from cdc_platform.sink.delta import DeltaChangeLog
 from cdc_platform.sink.lake_files import LakeFile
+from cdc_platform.sink.maintenance import MaintenancePolicy
 
 __all__ = ["DEFAULT_CHANGE_LOG", "DestinationLake"]
 
@@ -46,7 +51,12 @@ class DestinationLake:
     change_log_table: str = DEFAULT_CHANGE_LOG
 
     @classmethod
-    def of(
+    def of(cls, configset: ConfigSet, destination: str) -> DestinationLake:
+        """The layout of a configured ``destination`` in the configured lake."""
+        return cls.in_lake(configset.lake, destination, configset.destinations[destination].config)
+
+    @classmethod
+    def in_lake(
         cls, lake: LakeLocation, destination: str, config: InstanceConfig | None = None
     ) -> DestinationLake:
         """The layout of ``destination`` in ``lake`` (``config``: where its change log is)."""
@@ -63,15 +73,6 @@ class DestinationLake:
         """The layout under a lake root given as a path or URI (no resolving: as it is)."""
         return cls(LakeLocation(os.fspath(lake_root), dict(storage_options or {})), destination)
 
-    @classmethod
-    def beside(
-        cls, change_log: str, storage_options: Mapping[str, str] | None = None
-    ) -> DestinationLake:
-        """The layout whose change log is at ``change_log`` (``<lake>/<destination>/<table>``):
-        for a writer given only its table, the destination's files are in the table's folder."""
-        lake_root, destination, table = change_log.rstrip("/").rsplit("/", 2)
-        return cls(LakeLocation(lake_root, dict(storage_options or {})), destination, table)
-
     @property
     def storage_options(self) -> dict[str, str] | None:
         """The lake's storage options as delta-rs and :class:`LakeFile` take them."""
@@ -86,6 +87,15 @@ class DestinationLake:
     def change_log(self) -> str:
         """The change-log table's URI."""
         return self.lake.join(self.destination, self.change_log_table)
+
+    def open_change_log(self, maintenance: MaintenancePolicy | None = None) -> DeltaChangeLog:
+        """The change log, with the lake's storage options (``maintenance``: None, the defaults)."""
+        return DeltaChangeLog(
+            self.change_log,
+            self.destination,
+            storage_options=self.storage_options,
+            maintenance=maintenance or MaintenancePolicy(),
+        )
 
     @property
     def mirrors_root(self) -> str:

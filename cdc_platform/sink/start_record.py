@@ -15,24 +15,17 @@ cannot replace what its successor recorded.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from cdc_platform.config.start import StartConfig
 from cdc_platform.errors import SinkError, StaleSideFileError
 from cdc_platform.events import ResumePosition
-from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.lake_files import LakeFile
 
-__all__ = ["StartRecord", "start_drift", "start_record_file"]
+__all__ = ["StartRecord", "start_drift"]
 
 RECORD_VERSION = 1
-
-
-def start_record_file(table_uri: str, storage_options: Mapping[str, str] | None = None) -> LakeFile:
-    """``_start.json`` in the destination's folder (the change log's parent)."""
-    return DestinationLake.beside(table_uri, storage_options).start_record
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """A write term: who may write a destination's change log now, and how.
 
 Every writer of a change log (the streaming runtime, the snapshot, the repair writer) needs
-the same things: the destination and its config, the table and its storage options, the
-lease epoch that fences older writers off, the commit gate that forbids a commit once the
-lease is gone, and the observer of commits. One frozen value carries them, so they pass as
+the same things: the destination and its config, its lake (:class:`DestinationLake`: the
+change log, the side files and the storage options), the lease epoch that fences older
+writers off, the commit gate that forbids a commit once the lease is gone, and the observer
+of commits. One frozen value carries them, so they pass as
 one argument instead of a clump of nine.
 """
 
@@ -40,16 +41,16 @@ class WriteTerm:
 
     destination: str
     config: InstanceConfig
-    table_uri: str
+    layout: DestinationLake
+    """Where the destination's change log and files are, with the lake's storage options."""
     epoch: int | None = None
     commit_gate: Callable[[], None] | None = None
     on_commit: Callable[[CommitReport], None] | None = None
     password: SecretStr | None = None
     """The source password (None: from the config's environment variable)."""
-    storage_options: dict[str, str] | None = None
-    lake: LakeLocation | None = None
-    """The lake the table is in, checked at the start of a run, where the destination's side
-    files live (None: not checked, no side files: no re-reads after DDL)."""
+    checked_lake: bool = False
+    """The lake is checked at the start of a run and re-reads after DDL are listed in its side
+    files (False: not checked, no re-reads after DDL)."""
     maintenance: MaintenancePolicy | None = None
     """The change log's maintenance (None: the defaults)."""
     recorder: MetricsRecorder = NULL_RECORDER
@@ -71,29 +72,20 @@ class WriteTerm:
         return cls(
             destination,
             config,
-            DestinationLake.of(lake, destination, config).change_log,
+            DestinationLake.in_lake(lake, destination, config),
             epoch=epoch,
             on_commit=on_commit,
-            storage_options=lake.delta_options(),
-            lake=lake,
+            checked_lake=True,
             maintenance=maintenance,
             recorder=recorder,
         )
 
-    @property
-    def layout(self) -> DestinationLake:
-        """Where the destination's files are: in the lake, or (a term given only its table)
-        beside the change log."""
-        if self.lake is not None:
-            return DestinationLake.of(self.lake, self.destination, self.config)
-        return DestinationLake.beside(self.table_uri, self.storage_options)
-
     def open_change_log(self) -> DeltaChangeLog:
-        """The destination's change log with this term's storage options and maintenance."""
+        """The destination's change log with the lake's storage options and this maintenance."""
         return DeltaChangeLog(
-            self.table_uri,
+            self.layout.change_log,
             self.destination,
-            storage_options=self.storage_options,
+            storage_options=self.layout.storage_options,
             maintenance=self.maintenance or MaintenancePolicy(),
         )
 

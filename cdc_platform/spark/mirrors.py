@@ -109,9 +109,7 @@ class DestinationMirrors:
         """The mirrors of a valid destination of ``configset`` (KeyError for any other)."""
         config = configset.destinations[destination].config
         source = TableFilter(config.source.include_tables, config.source.exclude_tables)
-        return cls(
-            DestinationLake.of(configset.lake, destination, config), session, source.transient
-        )
+        return cls(DestinationLake.of(configset, destination), session, source.transient)
 
     def target(self, db: str, table: str) -> MirrorTarget:
         """The mirror of ``db.table``."""
@@ -120,7 +118,7 @@ class DestinationMirrors:
     def rereading(self) -> set[str]:
         """``db.table`` names whose re-read after DDL is not done yet."""
         lake = self.lake
-        return pending_rereads(lake.lake.uri, lake.destination, lake.storage_options)
+        return pending_rereads(lake)
 
     def apply(
         self, tables: Sequence[tuple[str, str]], *, with_new_tables: bool = False

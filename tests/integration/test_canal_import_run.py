@@ -14,6 +14,7 @@ import pytest
 from cdc_platform.cli import main
 from cdc_platform.config import load_config
 from cdc_platform.runtime.supervised import supervised_destination
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.testing.replay import has_commits, replay
 from tests.conftest import MariaDBDatabase
 
@@ -60,7 +61,7 @@ def test_imported_canal_destination_runs(
             target=lambda: supervisor.run(exit_when_idle_seconds=1.5), daemon=True
         )
         runner.start()
-        uri = loaded.table_uri("example")
+        uri = DestinationLake.of(loaded, "example").change_log
         deadline = time.monotonic() + 30
         while not has_commits(uri) and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from cdc_platform.config import load_config
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.testing.spark_changes import ChangeLogWriter, SourceTable, column
 
 pytestmark = pytest.mark.integration
@@ -111,7 +112,7 @@ def test_a_users_project_materializes_a_mirror_and_its_own_asset_on_it(
     )
     # A second table: selecting one mirror of a destination materializes that one only.
     items = SourceTable("shop", "items", [column("id", "bigint", pk=True)])
-    log = ChangeLogWriter(load_config(conf).table_uri("shop"))
+    log = ChangeLogWriter(DestinationLake.of(load_config(conf), "shop").change_log)
     now = datetime.now(UTC)
     log.commit(
         [orders.insert({"id": i, "status": "open" if i % 3 else "closed"}) for i in range(1, 10)]

@@ -18,10 +18,11 @@ from dagster import materialize
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from cdc_platform.backfill.reread import RereadRecord, pending_rereads, reread_path
+from cdc_platform.backfill.reread import RereadRecord, pending_rereads
 from cdc_platform.config import load_config
 from cdc_platform.coordination.table_catalog import discover_tables
 from cdc_platform.runtime.supervised import supervised_destination
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.spark.locations import mirror_root, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
 from cdc_platform.spark.target import MirrorTarget
@@ -170,7 +171,9 @@ def test_mirrors_equal_the_source_after_each_ddl(
     run()  # pins the start position
     server.execute(*_tables(db), database=db)
     run(_ddl(db))
-    assert reread_path(lake_root, "d").read_json() is None  # every re-read done
+    assert (
+        DestinationLake.at(lake_root, "d").reread_tables.read_json() is None
+    )  # every re-read done
     rewritten = ["add_default", "add_not_null", "modify_dec", "widen", "parts", "exch", "exch_src"]
     rewritten += ["conv", "conv_p0", "cor", "ren2", "alter_ren2", "keep"]
     assert copied == {f"{db}.{t}" for t in rewritten}
@@ -240,7 +243,7 @@ def test_a_reread_left_on_the_list_is_done_at_the_next_start(
         database=db,
     )
     run()
-    record = reread_path(lake_root, "d")
+    record = DestinationLake.at(lake_root, "d").reread_tables
     # as if the holder stopped before copying them; one was dropped since: left out
     RereadRecord(record).add([f"{db}.t", f"{db}.gone"])
     run()
@@ -254,14 +257,14 @@ def test_a_reread_left_on_the_list_is_done_at_the_next_start(
 
 def test_the_reread_list_lives_in_the_bucket(s3_lake: S3Lake) -> None:
     """On S3 the list is an object in the lake (any node continues it), marks included."""
-    record = RereadRecord(reread_path(s3_lake.uri, "d"))
+    record = RereadRecord(DestinationLake.at(s3_lake.uri, "d").reread_tables)
     record.add(["s.a", "s.b"])
     taken = record.load()
     record.add(["s.b"])
     objects = s3_lake.keys()  # a listing of the bucket, not a dict
     assert objects == [f"{s3_lake.bucket}/{s3_lake.prefix}/d/_reread_tables.json"]
-    assert pending_rereads(s3_lake.uri, "d") == {"s.a", "s.b"}
+    assert pending_rereads(DestinationLake.at(s3_lake.uri, "d")) == {"s.a", "s.b"}
     record.remove(taken)
-    assert pending_rereads(s3_lake.uri, "d") == {"s.b"}
+    assert pending_rereads(DestinationLake.at(s3_lake.uri, "d")) == {"s.b"}
     record.remove(record.load())
     assert s3_lake.keys() == []

@@ -31,6 +31,7 @@ from cdc_platform.errors import SourceError
 from cdc_platform.events import ResumePosition
 from cdc_platform.runtime import DestinationRuntime, RunSummary
 from cdc_platform.sink import DeltaChangeLog
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.stream.binlog import BinlogSource
 from cdc_platform.source.stream.decode_pool import DEFAULT_INLINE_BYTES, DecodePool
@@ -128,9 +129,10 @@ def test_a_killed_decode_worker_fails_the_run_and_the_next_run_resumes_exactly_o
 
     server.execute(bulk(0), bulk(200), database=db)  # read and committed before the kill
     before = 1 + 400
-    uri = str(lake_root / "faulty" / "changes")
+    layout = DestinationLake.at(lake_root, "faulty")
+    uri = layout.change_log
     _pin(uri, start)
-    runtime = DestinationRuntime(WriteTerm("d", _config(mariadb, 2, 2711), uri))
+    runtime = DestinationRuntime(WriteTerm("d", _config(mariadb, 2, 2711), layout))
     thread, summary = _in_thread(runtime)
 
     def committed() -> bool:
@@ -176,15 +178,17 @@ def test_a_killed_decode_worker_fails_the_run_and_the_next_run_resumes_exactly_o
     partial = _rows(uri)
     assert len(partial) == before  # nothing read after the last committed batch was written
 
-    resumed = DestinationRuntime(WriteTerm("d", _config(mariadb, 2, 2712), uri))
+    resumed = DestinationRuntime(WriteTerm("d", _config(mariadb, 2, 2712), layout))
     second = resumed.run(exit_when_idle_seconds=3)
     assert second.error is None
     assert second.resume is not None
     assert second.resume != failed.resume
 
-    reference_uri = str(lake_root / "reference" / "changes")
+    reference_layout = DestinationLake.at(lake_root, "reference")
+
+    reference_uri = reference_layout.change_log
     _pin(reference_uri, start)
-    reference = DestinationRuntime(WriteTerm("d", _config(mariadb, 1, 2713), reference_uri))
+    reference = DestinationRuntime(WriteTerm("d", _config(mariadb, 1, 2713), reference_layout))
     assert reference.run(exit_when_idle_seconds=3).error is None
     one = _rows(reference_uri)
     assert len(one) == before + 3 * (200 + 201) + 100
@@ -244,11 +248,12 @@ def test_decode_workers_start_only_for_a_rows_event_above_the_inline_threshold(
     start = server.binlog_position()
     server.execute("CREATE TABLE s (id INT PRIMARY KEY, v VARCHAR(20))", database=db)
     server.execute(*(f"INSERT INTO s VALUES ({i}, 'small {i}')" for i in range(40)), database=db)
-    uri = str(lake_root / "changes")
+    layout = DestinationLake.at(lake_root.parent, lake_root.name)
+    uri = layout.change_log
     _pin(uri, start)
 
     small, started, appeared = _watched_run(
-        DestinationRuntime(WriteTerm("d", _config(mariadb, 2, 2721), uri))
+        DestinationRuntime(WriteTerm("d", _config(mariadb, 2, 2721), layout))
     )
     assert small.error is None
     assert len(_rows(uri)) == 1 + 40
@@ -259,7 +264,7 @@ def test_decode_workers_start_only_for_a_rows_event_above_the_inline_threshold(
     assert 200 * len("bulk 1000") > DEFAULT_INLINE_BYTES  # one event above the threshold
     server.execute(f"INSERT INTO s VALUES {values}", database=db)
     bulk, started, appeared = _watched_run(
-        DestinationRuntime(WriteTerm("d", _config(mariadb, 2, 2722), uri))
+        DestinationRuntime(WriteTerm("d", _config(mariadb, 2, 2722), layout))
     )
     assert bulk.error is None
     assert len(_rows(uri)) == 1 + 40 + 200

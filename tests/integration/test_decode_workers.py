@@ -21,6 +21,7 @@ from cdc_platform.config.instance import InstanceConfig
 from cdc_platform.events import ResumePosition
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink import DeltaChangeLog
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.stream.decode_pool import DEFAULT_INLINE_BYTES
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config
@@ -48,11 +49,14 @@ def _config(db: MariaDBDatabase, workers: int) -> InstanceConfig:
     return base.model_copy(update={"source": source})
 
 
-def _capture(db: MariaDBDatabase, start: ResumePosition, uri: str, workers: int) -> list[dict]:
+def _capture(
+    db: MariaDBDatabase, start: ResumePosition, layout: DestinationLake, workers: int
+) -> list[dict]:
+    uri = layout.change_log
     sink = DeltaChangeLog(uri, "d")
     sink.commit((), batch_seq=1, resume=start, epoch=0)
     sink.close()
-    summary = DestinationRuntime(WriteTerm("d", _config(db, workers), uri)).run(
+    summary = DestinationRuntime(WriteTerm("d", _config(db, workers), layout)).run(
         exit_when_idle_seconds=3
     )
     assert summary.error is None
@@ -93,8 +97,8 @@ def test_change_log_is_the_same_with_one_and_two_decode_workers(
         conn.commit()
     server.execute("ALTER TABLE t ADD COLUMN w INT", "INSERT INTO t VALUES (-1, 'x', 1, NULL, 7)",
                    database=db)  # fmt: skip
-    one = _capture(mariadb, start, str(lake_root / "one" / "changes"), workers=1)
-    two = _capture(mariadb, start, str(lake_root / "two" / "changes"), workers=2)
+    one = _capture(mariadb, start, DestinationLake.at(lake_root, "one"), workers=1)
+    two = _capture(mariadb, start, DestinationLake.at(lake_root, "two"), workers=2)
     assert len(one) == 1 + 600 + 300 + 50 + 550 + 1 + 1  # CREATE, rows, ALTER, last insert
     assert [r["seq"] for r in one] == list(range(1, len(one) + 1))
     assert one == two
@@ -135,8 +139,8 @@ def test_small_events_decoded_in_the_reader_keep_their_place_among_the_workers(
             if round_ == 2:  # a new table map (and decoder) for a, between batches in flight
                 cur.execute("ALTER TABLE a ADD COLUMN w VARCHAR(10) DEFAULT 'w'")
     server.execute("INSERT INTO a VALUES (-1, 'end', 0, 'z')", database=db)
-    one = _capture(mariadb, start, str(lake_root / "one" / "changes"), workers=1)
-    two = _capture(mariadb, start, str(lake_root / "two" / "changes"), workers=2)
+    one = _capture(mariadb, start, DestinationLake.at(lake_root, "one"), workers=1)
+    two = _capture(mariadb, start, DestinationLake.at(lake_root, "two"), workers=2)
     per_round = 100 + 1 + 1 + 100 + 1 + 61 + 1 + 1
     assert len(one) == 2 + 6 * per_round + 1 + 1  # CREATEs, rounds, ALTER, last insert
     assert [r["seq"] for r in one] == list(range(1, len(one) + 1))

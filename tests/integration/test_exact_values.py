@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 from cdc_platform.config import ConfigSet, load_config
 from cdc_platform.reconcile.service import reconcile_destination
 from cdc_platform.runtime import DestinationRuntime
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.spark.locations import mirror_root, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
@@ -54,7 +55,7 @@ def destination(
 
 def catch_up(config: ConfigSet) -> None:
     summary = DestinationRuntime(
-        WriteTerm("d", config.destinations["d"].config, config.table_uri("d"))
+        WriteTerm("d", config.destinations["d"].config, DestinationLake.of(config, "d"))
     ).run(exit_when_idle_seconds=1.5)
     assert summary.error is None, summary
 
@@ -93,7 +94,8 @@ def test_zero_and_partial_dates_round_trip_to_the_mirror(
     uri = mirror_uri(root, mariadb.name, "zd")
     assert (
         apply_changes(
-            spark, MirrorTarget(destination.table_uri("d"), root, mariadb.name, "zd")
+            spark,
+            MirrorTarget(DestinationLake.of(destination, "d").change_log, root, mariadb.name, "zd"),
         ).mode
         == "rebuild"
     )
@@ -109,7 +111,8 @@ def test_zero_and_partial_dates_round_trip_to_the_mirror(
     )
     catch_up(destination)
     result = apply_changes(
-        spark, MirrorTarget(destination.table_uri("d"), root, mariadb.name, "zd")
+        spark,
+        MirrorTarget(DestinationLake.of(destination, "d").change_log, root, mariadb.name, "zd"),
     )
     assert result.mode == "merge"
     assert mirror_values(spark, uri, columns) == source_text(mariadb, "zd", columns)
@@ -122,7 +125,13 @@ def test_zero_and_partial_dates_round_trip_to_the_mirror(
     typed_root = mirror_root(destination.lake_root, "typed")
     typed = apply_changes(
         spark,
-        MirrorTarget(destination.table_uri("d"), typed_root, mariadb.name, "zd", zero_dates="null"),
+        MirrorTarget(
+            DestinationLake.of(destination, "d").change_log,
+            typed_root,
+            mariadb.name,
+            "zd",
+            zero_dates="null",
+        ),
     )
     assert typed.mode == "rebuild"
     rows = {
@@ -162,7 +171,7 @@ def test_json_documents_are_kept_exactly(
     assert want[len(DOCUMENTS)] == (None,)
 
     # the change log: a JSON string holding the text; SQL NULL is null
-    log = DeltaTable(destination.table_uri("d")).to_pyarrow_table().to_pylist()
+    log = DeltaTable(DestinationLake.of(destination, "d").change_log).to_pyarrow_table().to_pylist()
     images = {
         json.loads(r["pk"])["id"]: json.loads(r["after"])["j"]
         for r in log
@@ -171,7 +180,10 @@ def test_json_documents_are_kept_exactly(
     assert images == {i: w[0] for i, w in want.items()}
 
     root = mirror_root(destination.lake_root, "d")
-    apply_changes(spark, MirrorTarget(destination.table_uri("d"), root, mariadb.name, "docs"))
+    apply_changes(
+        spark,
+        MirrorTarget(DestinationLake.of(destination, "d").change_log, root, mariadb.name, "docs"),
+    )
     uri = mirror_uri(root, mariadb.name, "docs")
     assert mirror_values(spark, uri, ["j"]) == want
     mariadb.server.execute(
@@ -180,7 +192,10 @@ def test_json_documents_are_kept_exactly(
         database=mariadb.name,
     )
     catch_up(destination)
-    apply_changes(spark, MirrorTarget(destination.table_uri("d"), root, mariadb.name, "docs"))
+    apply_changes(
+        spark,
+        MirrorTarget(DestinationLake.of(destination, "d").change_log, root, mariadb.name, "docs"),
+    )
     assert mirror_values(spark, uri, ["j"]) == source_text(mariadb, "docs", ["j"])
     report = reconcile_destination(destination, "d", spark)
     assert report.status == "clean", report.metadata()

@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 from cdc_platform.config import ConfigSet, load_config
 from cdc_platform.reconcile.service import reconcile_destination
 from cdc_platform.runtime import DestinationRuntime
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.spark.locations import mirror_root, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
@@ -36,7 +37,7 @@ TABLES = {
 
 
 def _run(config: ConfigSet) -> None:
-    term = WriteTerm("d", config.destinations["d"].config, config.table_uri("d"))
+    term = WriteTerm("d", config.destinations["d"].config, DestinationLake.of(config, "d"))
     summary = DestinationRuntime(term).run(exit_when_idle_seconds=1.0)
     assert summary.error is None, summary
 
@@ -44,7 +45,9 @@ def _run(config: ConfigSet) -> None:
 def _apply(spark: SparkSession, config: ConfigSet, db: str) -> None:
     root = mirror_root(config.lake_root, "d")
     for table in TABLES:
-        apply_changes(spark, MirrorTarget(config.table_uri("d"), root, db, table))
+        apply_changes(
+            spark, MirrorTarget(DestinationLake.of(config, "d").change_log, root, db, table)
+        )
 
 
 def test_float_and_double_keyed_rows_are_repaired_not_deleted(
@@ -103,7 +106,7 @@ def test_float_and_double_keyed_rows_are_repaired_not_deleted(
     _apply(spark, config, db)
     again = reconcile_destination(config, "d", spark)
     assert again.status == "clean", again.metadata()
-    replayed = replay(config.table_uri("d"))
+    replayed = replay(DestinationLake.of(config, "d").change_log)
     for table, keys in TABLES.items():
         wanted = [1, 3, *range(4, len(keys) + 1), 20]
         assert sorted(r["v"] for r in replayed.tables[f"{db}.{table}"].values()) == wanted

@@ -24,6 +24,7 @@ from cdc_platform.events import ResumePosition
 from cdc_platform.ha import ZooKeeperLease
 from cdc_platform.ha.running_node import RunningData
 from cdc_platform.sink import DeltaChangeLog
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.ha import wait_for
 from cdc_platform.testing.tcp_proxy import TcpProxy
@@ -502,12 +503,12 @@ def test_an_epoch_far_above_the_change_log_is_refused_not_trusted(
 ) -> None:
     """Someone who can write the (ACL-less) ZooKeeper sets the epoch near the integer limit:
     trusted, it would fence every later holder off for good. The holder refuses it."""
-    uri = str(tmp_path / "changes")
-    DeltaChangeLog(uri, "shop").commit((), batch_seq=1, resume=RESUME, epoch=3)
+    layout = DestinationLake.at(tmp_path, "shop")
+    DeltaChangeLog(layout.change_log, "shop").commit((), batch_seq=1, resume=RESUME, epoch=3)
     config = InstanceConfig(
         source=SourceConfig(user="cdc", password_env="CDC_TEST_PASSWORD", server_id=7)
     )
-    term = WriteTerm("shop", config, uri)
+    term = WriteTerm("shop", config, layout)
     lease = make_lease("a")
     lease.start()
     admin.ensure_path(lease.epoch_path)

@@ -24,6 +24,7 @@ from cdc_platform.config.source import SourceConfig
 from cdc_platform.errors import ConfigError, SourceError
 from cdc_platform.events import Op
 from cdc_platform.runtime import DestinationRuntime, RunSummary
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.report import CommitReport
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.id_watch.state import load_known_state
@@ -170,8 +171,9 @@ def test_out_of_order_commit_within_the_delay_is_not_missed(
     """A lower id committed after a higher one, within the delay, still comes from the watch."""
     server, db = mariadb.server, mariadb.name
     server.execute(TABLE, database=db)
-    uri = str(lake_root / "d" / "changes")
-    runtime = DestinationRuntime(WriteTerm("d", config(mariadb, delay=5.0), uri))
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
+    runtime = DestinationRuntime(WriteTerm("d", config(mariadb, delay=5.0), layout))
     with running(runtime):
         wait_for(lambda: source_of(runtime).lists >= 1, "the initial list")
         a = server.connect(db, autocommit=False)
@@ -206,9 +208,10 @@ def test_updates_and_deletes_come_from_the_list(mariadb: MariaDBDatabase, lake_r
         "INSERT INTO items (name, qty) VALUES " + ", ".join(f"('n{i}', {i})" for i in range(30)),
         database=db,
     )
-    uri = str(lake_root / "d" / "changes")
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
     runtime = DestinationRuntime(
-        WriteTerm("d", config(mariadb, delay=0.2, list_minutes=(0.01, 0.02)), uri)
+        WriteTerm("d", config(mariadb, delay=0.2, list_minutes=(0.01, 0.02)), layout)
     )
     with running(runtime):
         wait_for(lambda: len(ids_in(uri, "c")) == 30, "the 30 inserts")
@@ -258,9 +261,10 @@ def test_pipeline_under_workload_replays_to_source(
     """Concurrent inserts, updates and deletes; once quiet, a list makes the log exact."""
     server, db = mariadb.server, mariadb.name
     server.execute(TABLE, database=db)
-    uri = str(lake_root / "d" / "changes")
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
     runtime = DestinationRuntime(
-        WriteTerm("d", config(mariadb, delay=0.3, page_size=20, list_minutes=(0.02, 0.04)), uri)
+        WriteTerm("d", config(mariadb, delay=0.3, page_size=20, list_minutes=(0.02, 0.04)), layout)
     )
     stop = threading.Event()
     writer = threading.Thread(target=workload, args=(mariadb, stop, 7), daemon=True)
@@ -276,7 +280,7 @@ def test_pipeline_under_workload_replays_to_source(
     assert inserts, "the watch emitted inserts"
     assert max(inserts.values()) == 1, "no row inserted twice"
     # And a fresh run that exits when idle leaves it exact too.
-    summary = DestinationRuntime(WriteTerm("d", config(mariadb), uri)).run(
+    summary = DestinationRuntime(WriteTerm("d", config(mariadb), layout)).run(
         exit_when_idle_seconds=1.5
     )
     assert summary.error is None, summary
@@ -296,7 +300,8 @@ def test_restart_resumes_without_loss_or_duplicate_inserts(
         database=db,
     )
     server.execute("UPDATE items SET created = created - INTERVAL 1 HOUR", database=db)
-    uri = str(lake_root / "d" / "changes")
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
     partial: list[CommitReport] = []
     first: DestinationRuntime
 
@@ -308,7 +313,7 @@ def test_restart_resumes_without_loss_or_duplicate_inserts(
 
     small_store = {"buffer_size": 8, "batch_mode": "ITEMSIZE", "batch_size": 4}
     first = DestinationRuntime(
-        WriteTerm("d", config(mariadb, page_size=50, **small_store), uri, on_commit=on_commit)
+        WriteTerm("d", config(mariadb, page_size=50, **small_store), layout, on_commit=on_commit)
     )
     summary = first.run(exit_when_idle_seconds=30)
     assert summary.error is None, summary
@@ -323,7 +328,7 @@ def test_restart_resumes_without_loss_or_duplicate_inserts(
         "DELETE FROM items WHERE id = 2",
         database=db,
     )
-    second = DestinationRuntime(WriteTerm("d", config(mariadb, page_size=50), uri))
+    second = DestinationRuntime(WriteTerm("d", config(mariadb, page_size=50), layout))
     summary = second.run(exit_when_idle_seconds=2.0)
     assert summary.error is None, summary
     inserts = Counter(ids_in(uri, "c"))
@@ -352,7 +357,8 @@ def test_expired_rows_are_deleted_in_bounded_batches(
             + f", ('recently deleted', 1, {OLD}, NOW(6)), ('live', 0, {OLD}, {OLD})",
             database=db,
         )
-        uri = str(lake_root / "d" / "changes")
+        layout = DestinationLake.at(lake_root, "d")
+        uri = layout.change_log
         expire = IdWatchExpireConfig(
             deleted_column="deleted",
             modified_column="modified",
@@ -360,7 +366,9 @@ def test_expired_rows_are_deleted_in_bounded_batches(
             batch_size=10,
             max_batches_per_round=2,
         )
-        runtime = DestinationRuntime(WriteTerm("d", config(mariadb, user=user, expire=expire), uri))
+        runtime = DestinationRuntime(
+            WriteTerm("d", config(mariadb, user=user, expire=expire), layout)
+        )
         with running(runtime):
             wait_for(lambda: len(ids_in(uri, "d")) == 20, "20 deletes")
             assert source_of(runtime).expired_deleted == 20
@@ -368,7 +376,7 @@ def test_expired_rows_are_deleted_in_bounded_batches(
         assert_replay_equals_source(mariadb, uri)
         # The next round (here: the restart's list) deletes the rest.
         summary = DestinationRuntime(
-            WriteTerm("d", config(mariadb, user=user, expire=expire), uri)
+            WriteTerm("d", config(mariadb, user=user, expire=expire), layout)
         ).run(exit_when_idle_seconds=1.5)
         assert summary.error is None, summary
         names = {r[0] for r in server.query("SELECT name FROM items", db)}
@@ -460,8 +468,9 @@ def test_lost_connection_is_survived(mariadb: MariaDBDatabase, lake_root: Path) 
     which disturbs binlog tests later in the session.)"""
     server, db = mariadb.server, mariadb.name
     server.execute(TABLE, database=db)
-    uri = str(lake_root / "d" / "changes")
-    runtime = DestinationRuntime(WriteTerm("d", config(mariadb, delay=0.2), uri))
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
+    runtime = DestinationRuntime(WriteTerm("d", config(mariadb, delay=0.2), layout))
     with running(runtime):
         server.execute(f"INSERT INTO items (name, created) VALUES ('a', {OLD})", database=db)
         wait_for(lambda: ids_in(uri, "c") == [1], "the first insert")
@@ -499,8 +508,9 @@ def test_a_start_over_a_large_table_does_not_hold_its_images(
             ),
             database=db,
         )
-    uri = str(lake_root / "d" / "changes")
-    summary = DestinationRuntime(WriteTerm("d", config(mariadb, page_size=500), uri)).run(
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
+    summary = DestinationRuntime(WriteTerm("d", config(mariadb, page_size=500), layout)).run(
         exit_when_idle_seconds=1.0
     )
     assert summary.error is None, summary
@@ -521,7 +531,7 @@ def test_a_start_over_a_large_table_does_not_hold_its_images(
     assert state.diff(f"{db}.items", [(pk, image)], new_op=Op.INSERT) == []
     assert len(state.diff(f"{db}.items", [(pk, image + " ")], new_op=Op.INSERT)) == 1
 
-    second = DestinationRuntime(WriteTerm("d", config(mariadb, page_size=500), uri))
+    second = DestinationRuntime(WriteTerm("d", config(mariadb, page_size=500), layout))
     assert second.run(exit_when_idle_seconds=1.0).error is None
     assert Counter(ids_in(uri, "c")) == Counter(range(1, rows + 1)), "a restart repeats nothing"
 

@@ -16,12 +16,12 @@ import pytest
 from pyspark.sql import SparkSession
 
 from cdc_platform.backfill.new_tables import snapshot_new_tables
-from cdc_platform.backfill.reread import reread_path
 from cdc_platform.config import load_config
 from cdc_platform.config.instance import InstanceConfig
 from cdc_platform.config.start import StartConfig
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.runtime.supervised import supervised_destination
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.spark.locations import mirror_root, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
@@ -45,9 +45,12 @@ def instance(db: MariaDBDatabase) -> InstanceConfig:
 def catch_up(db: MariaDBDatabase, lake_root: Path) -> str:
     """What the lease holder does at each term's start (copy the tables it has no copy of,
     `start: initial`), then stream until idle; returns the change log's uri."""
-    uri = str(lake_root / "d" / "changes")
-    snapshot_new_tables(WriteTerm("d", instance(db), uri), lake_root)
-    summary = DestinationRuntime(WriteTerm("d", instance(db), uri)).run(exit_when_idle_seconds=1.5)
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
+    snapshot_new_tables(WriteTerm("d", instance(db), layout))
+    summary = DestinationRuntime(WriteTerm("d", instance(db), layout)).run(
+        exit_when_idle_seconds=1.5
+    )
     assert summary.error is None, summary
     return uri
 
@@ -155,7 +158,7 @@ def test_keyless_tables_are_copied_whole_and_reread_after_ddl(
         ]
     )
     root = mirror_root(lake_root, "d")
-    uri = config.table_uri("d")
+    uri = DestinationLake.of(config, "d").change_log
     for table in ("bag", "logs"):
         apply_changes(spark, MirrorTarget(uri, root, db, table))
         assert mirror_bag(spark, mirror_uri(root, db, table)) == source_bag(mariadb, table), table
@@ -167,6 +170,8 @@ def test_keyless_tables_are_copied_whole_and_reread_after_ddl(
             "UPDATE bag SET c = 8 WHERE a = 5 LIMIT 1",
         ]
     )
-    assert reread_path(lake_root, "d").read_json() is None  # the re-read is done
+    assert (
+        DestinationLake.at(lake_root, "d").reread_tables.read_json() is None
+    )  # the re-read is done
     apply_changes(spark, MirrorTarget(uri, root, db, "bag"))
     assert mirror_bag(spark, mirror_uri(root, db, "bag")) == source_bag(mariadb, "bag")

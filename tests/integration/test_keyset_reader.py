@@ -20,10 +20,11 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_platform.backfill import table_copy
-from cdc_platform.backfill.snapshot import SnapshotRunner, state_path
+from cdc_platform.backfill.snapshot import SnapshotRunner
 from cdc_platform.config.instance import SnapshotSettings
 from cdc_platform.config.source import SourceConfig
 from cdc_platform.errors import SourceTableChangedError, SourceTableMissingError
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.mysql import Connection, SourceServer
 from cdc_platform.source.reading.row_keys import decode_key, encode_key
@@ -206,13 +207,14 @@ def test_a_snapshot_copies_every_row_of_each_key_family_once(
         return read_chunk(*args)
 
     monkeypatch.setattr(table_copy, "read_chunk", bounded_read_chunk)
-    uri = str(lake_root / "d" / "changes")
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
     config = instance_config(
         mariadb.server, mariadb.user.name, [rf"{mariadb.name}\..*"], server_id=2402
     )
     result = SnapshotRunner(
-        WriteTerm("d", config, uri),
-        state_path(lake_root, "d"),
+        WriteTerm("d", config, layout),
+        DestinationLake.at(lake_root, "d").snapshot_state,
         tables=[f"{mariadb.name}.{table}"],
         settings=SnapshotSettings(chunk_size=chunk_size),
     ).run()

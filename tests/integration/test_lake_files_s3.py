@@ -21,11 +21,10 @@ from cdc_platform.backfill.request_inbox import RepairInbox, SnapshotInbox
 from cdc_platform.backfill.snapshot import (
     SnapshotProgress,
     SnapshotRunner,
-    captured_tables_path,
-    state_path,
 )
 from cdc_platform.config.instance import SnapshotSettings
 from cdc_platform.errors import ReconcileError, SinkError
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.lake_files import LakeFile
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config
@@ -80,10 +79,12 @@ def test_objects_round_trip_on_s3(seaweed_s3_local: dict[str, str]) -> None:
 
 
 def test_snapshot_state_lives_on_s3(seaweed_s3_local: dict[str, str]) -> None:
-    state = state_path("s3://lake/lake-root", "d", seaweed_s3_local)
+    state = DestinationLake.at("s3://lake/lake-root", "d", seaweed_s3_local).snapshot_state
     assert state.path == "lake/lake-root/d/_snapshot_state.json"
     state.write_json({"v": 1, "destination": "d"})
-    again = state_path("s3://lake/lake-root/", "d", seaweed_s3_local)  # another node
+    again = DestinationLake.at(
+        "s3://lake/lake-root/", "d", seaweed_s3_local
+    ).snapshot_state  # another node
     assert again.read_json() == {"v": 1, "destination": "d"}
     assert again.delete()
     assert not state.exists()
@@ -186,8 +187,7 @@ def test_a_snapshot_with_its_lake_on_s3_is_finished_by_another_node(
     ).model_copy(update={"snapshot": SnapshotSettings(new_tables=True, chunk_size=100)})
 
     def term() -> WriteTerm:
-        uri = f"{lake_root}/d/changes"
-        return WriteTerm("d", config, uri, epoch=0, storage_options=options)
+        return WriteTerm("d", config, DestinationLake.at(lake_root, "d", options), epoch=0)
 
     runners: list[SnapshotRunner | None] = []
 
@@ -196,14 +196,14 @@ def test_a_snapshot_with_its_lake_on_s3_is_finished_by_another_node(
         assert runner is not None
         runner.request_stop()
 
-    snapshot_new_tables(
-        term(), lake_root, on_progress=stop_after_first_chunk, on_runner=runners.append
+    snapshot_new_tables(term(), on_progress=stop_after_first_chunk, on_runner=runners.append)
+    assert DestinationLake.at(lake_root, "d", options).snapshot_state.exists(), (
+        "progress kept in the bucket"
     )
-    assert state_path(lake_root, "d", options).exists(), "progress kept in the bucket"
-    result = snapshot_new_tables(term(), lake_root)  # the other node
+    result = snapshot_new_tables(term())  # the other node
     assert result is not None
-    assert not state_path(lake_root, "d", options).exists()
-    record = captured_tables_path(lake_root, "d", options).read_json()
+    assert not DestinationLake.at(lake_root, "d", options).snapshot_state.exists()
+    record = DestinationLake.at(lake_root, "d", options).captured_tables.read_json()
     assert record["tables"] == [f"{mariadb.name}.t1", f"{mariadb.name}.t2"]
     rows = (
         DeltaTable(f"{lake_root}/d/changes", storage_options=options)

@@ -11,6 +11,7 @@ from deltalake import DeltaTable
 
 from cdc_platform.config import load_config
 from cdc_platform.coordination.table_catalog import Catalog, CatalogColumn, CatalogTable
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.spark.session import SparkSessionFactory
 from cdc_platform.testing.spark_changes import ChangeLogWriter, SourceTable, column
 from dagster_defs import build_definitions
@@ -30,7 +31,7 @@ def test_a_mirror_without_a_table_is_not_reported_done(
     )
     orders = SourceTable("shop", "orders", [column("id", "bigint", pk=True)])
     now = datetime.now(UTC)
-    log = ChangeLogWriter(load_config(conf).table_uri("shop"))
+    log = ChangeLogWriter(DestinationLake.of(load_config(conf), "shop").change_log)
     log.commit([orders.insert({"id": 1})], ts=now, committed_at=now)
     known = (CatalogColumn("id", "bigint", nullable=False, primary_key=True),)
     catalog = Catalog(

@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 
 from cdc_platform.config.instance import InstanceConfig
 from cdc_platform.runtime import DestinationRuntime
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.spark.locations import mirror_root, mirror_uri, state_uri
 from cdc_platform.spark.mirror import apply_changes
@@ -33,7 +34,10 @@ def instance(db: MariaDBDatabase) -> InstanceConfig:
 
 def catch_up(db: MariaDBDatabase, uri: str) -> None:
     """Run the destination until it is idle: everything committed so far is in the log."""
-    summary = DestinationRuntime(WriteTerm("d", instance(db), uri)).run(exit_when_idle_seconds=1.5)
+    layout = DestinationLake.at(Path(uri).parent.parent, "d")  # uri: <lake>/d/changes
+    summary = DestinationRuntime(WriteTerm("d", instance(db), layout)).run(
+        exit_when_idle_seconds=1.5
+    )
     assert summary.error is None, summary
 
 
@@ -59,7 +63,7 @@ def setup(
 ) -> tuple[str, str]:
     """(change-log uri, mirror root); the destination's start position is pinned."""
     monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
-    uri = str(lake_root / "d" / "changes")
+    uri = DestinationLake.at(lake_root, "d").change_log
     catch_up(mariadb, uri)
     return uri, mirror_root(lake_root, "d")
 

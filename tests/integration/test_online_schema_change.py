@@ -37,10 +37,10 @@ import pytest
 from dagster import DagsterInstance
 from pyspark.sql import SparkSession
 
-from cdc_platform.backfill.reread import reread_path
 from cdc_platform.config import ConfigSet, load_config
 from cdc_platform.coordination.table_catalog import Catalog, CatalogTable, discover_tables
 from cdc_platform.runtime.supervised import supervised_destination
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.spark.locations import mirror_root, mirror_uri
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.mariadb import MariaDBServer
@@ -245,7 +245,7 @@ def test_schema_change_tools_leave_exact_mirrors_and_no_transient_assets(  # noq
             stale += [CatalogTable(db, name.format(t=table)) for name in TRANSIENT]
         assert load.statements > 0
     assert copied == set(), "no table copied again: the tools' own copies streamed"
-    assert reread_path(lake_root, "d").read_json() is None
+    assert DestinationLake.at(lake_root, "d").reread_tables.read_json() is None
 
     catalog = discover_tables(config, "d")
     assert {t.table for t in catalog.tables} == {*TABLES, "gone"}

@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 
 from cdc_platform.backfill.repair import RepairKey, RepairTable
 from cdc_platform.backfill.request_inbox import RepairInbox, repair_inbox
-from cdc_platform.backfill.snapshot import SnapshotRunner, state_path
+from cdc_platform.backfill.snapshot import SnapshotRunner
 from cdc_platform.config import ConfigSet, load_config
 from cdc_platform.coordination.factory import open_lease
 from cdc_platform.errors import ReconcileError, SourceSettingsError
@@ -29,6 +29,7 @@ from cdc_platform.reconcile.service import ReconcileReport, reconcile_destinatio
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.runtime.supervised import supervised_destination
 from cdc_platform.runtime.supervisor import LeaseSupervisor
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.spark.locations import mirror_root, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
@@ -90,9 +91,9 @@ def destination(
         TYPED_TABLE,
         database=mariadb.name,
     )
-    DestinationRuntime(WriteTerm("d", config.destinations["d"].config, config.table_uri("d"))).run(
-        exit_when_idle_seconds=0.5
-    )
+    DestinationRuntime(
+        WriteTerm("d", config.destinations["d"].config, DestinationLake.of(config, "d"))
+    ).run(exit_when_idle_seconds=0.5)
     values = ", ".join(f"({i}, 'item {i}', {i}.25, {i % 7})" for i in range(1, 2001))
     pairs = ", ".join(f"({i // 3}, 'k{i % 3}', {i})" for i in range(600))
     mariadb.server.execute(
@@ -107,7 +108,7 @@ def destination(
 
 def catch_up(config: ConfigSet) -> None:
     summary = DestinationRuntime(
-        WriteTerm("d", config.destinations["d"].config, config.table_uri("d"))
+        WriteTerm("d", config.destinations["d"].config, DestinationLake.of(config, "d"))
     ).run(exit_when_idle_seconds=1.5)
     assert summary.error is None, summary
 
@@ -115,7 +116,9 @@ def catch_up(config: ConfigSet) -> None:
 def apply_mirrors(spark: SparkSession, config: ConfigSet, db: str) -> None:
     root = mirror_root(config.lake_root, "d")
     for table in ("items", "pairs", "typed"):
-        apply_changes(spark, MirrorTarget(config.table_uri("d"), root, db, table))
+        apply_changes(
+            spark, MirrorTarget(DestinationLake.of(config, "d").change_log, root, db, table)
+        )
 
 
 def by_table(report: ReconcileReport) -> dict[str, tuple[int, int, int]]:
@@ -142,7 +145,7 @@ def inject(spark: SparkSession, config: ConfigSet, db: MariaDBDatabase) -> None:
 
 
 def assert_change_log_replays_to_source(config: ConfigSet, db: MariaDBDatabase) -> None:
-    result = replay(config.table_uri("d"))
+    result = replay(DestinationLake.of(config, "d").change_log)
     assert result.duplicates == []
     assert result.tables[f"{db.name}.items"] == source_rows(db.server, db.name, "items")
 
@@ -178,12 +181,14 @@ def test_divergences_found_repaired_and_second_run_clean(
     }
     assert "this process" in (report.repaired_by or "")
 
-    version = DeltaTable(destination.table_uri("d")).version()
+    version = DeltaTable(DestinationLake.of(destination, "d").change_log).version()
     apply_mirrors(spark, destination, mariadb.name)
     again = reconcile_destination(destination, "d", spark)
     assert again.status == "clean", again.metadata()
     assert again.differences == 0
-    assert DeltaTable(destination.table_uri("d")).version() == version  # nothing written
+    assert (
+        DeltaTable(DestinationLake.of(destination, "d").change_log).version() == version
+    )  # nothing written
     assert_change_log_replays_to_source(destination, mariadb)
 
 
@@ -250,7 +255,7 @@ def test_repair_is_written_by_the_lease_holder_while_it_streams(
     }, report.metadata()
     assert sum(report.repair.deletes.values()) == 1
     assert report.repaired == 5
-    assert not repair_inbox(destination.lake_root, "d").requests.list(".json")
+    assert not repair_inbox(DestinationLake.of(destination, "d")).requests.list(".json")
 
     # the holder keeps streaming after the repair
     mariadb.server.execute(
@@ -258,7 +263,7 @@ def test_repair_is_written_by_the_lease_holder_while_it_streams(
     )
     deadline = threading.Event()
     for _ in range(100):
-        if (("id", 9999),) in replay(destination.table_uri("d")).tables.get(
+        if (("id", 9999),) in replay(DestinationLake.of(destination, "d").change_log).tables.get(
             f"{mariadb.name}.items", {}
         ):
             break
@@ -284,7 +289,7 @@ def test_nothing_is_written_where_the_lease_is_not_held(
     lease.start()
     try:
         assert lease.acquire(timeout=10) is not None
-        version = DeltaTable(destination.table_uri("d")).version()
+        version = DeltaTable(DestinationLake.of(destination, "d").change_log).version()
         report = reconcile_destination(
             destination,
             "d",
@@ -295,8 +300,8 @@ def test_nothing_is_written_where_the_lease_is_not_held(
         assert "other-node" in report.message
         assert report.differences == 4 + 1  # found, but not repaired
         assert report.repair is None
-        assert DeltaTable(destination.table_uri("d")).version() == version
-        inbox = repair_inbox(destination.lake_root, "d")
+        assert DeltaTable(DestinationLake.of(destination, "d").change_log).version() == version
+        inbox = repair_inbox(DestinationLake.of(destination, "d"))
         assert not inbox.requests.list(".json")  # withdrawn
     finally:
         lease.close()
@@ -404,17 +409,23 @@ def test_reconciliation_fills_in_rows_from_before_the_start(
     catch_up(config)
     root = mirror_root(config.lake_root, "d")
     for table in ("customers", "orders"):
-        apply_changes(spark, MirrorTarget(config.table_uri("d"), root, mariadb.name, table))
+        apply_changes(
+            spark,
+            MirrorTarget(DestinationLake.of(config, "d").change_log, root, mariadb.name, table),
+        )
     report = reconcile_destination(config, "d", spark)
     assert report.status == "repaired", report.metadata()
     assert sum(t.missing_in_mirror for t in report.tables) > 0
-    result = replay(config.table_uri("d"))
+    result = replay(DestinationLake.of(config, "d").change_log)
     for table in ("customers", "orders"):
         assert result.tables[f"{mariadb.name}.{table}"] == source_rows(
             mariadb.server, mariadb.name, table
         ), table
     for table in ("customers", "orders"):
-        apply_changes(spark, MirrorTarget(config.table_uri("d"), root, mariadb.name, table))
+        apply_changes(
+            spark,
+            MirrorTarget(DestinationLake.of(config, "d").change_log, root, mariadb.name, table),
+        )
     again = reconcile_destination(config, "d", spark)
     assert again.differences == 0, again.metadata()
 
@@ -444,7 +455,7 @@ def test_hand_written_repair_requests_are_refused_and_delete_nothing(
     mariadb.server.execute(
         "SET sql_log_bin = 0", "DELETE FROM items WHERE id = 13", database=mariadb.name
     )
-    inbox = repair_inbox(destination.lake_root, "d")
+    inbox = repair_inbox(DestinationLake.of(destination, "d"))
     key = {"key": [13], "pk": '{"id":13}'}
     forge_request(
         inbox, "000000000000001-forged01", [{"db": mariadb.name, "table": "items", "keys": [key]}]
@@ -460,7 +471,9 @@ def test_hand_written_repair_requests_are_refused_and_delete_nothing(
     assert "refused" in caplog.text
     deletes = [
         row
-        for row in DeltaTable(destination.table_uri("d")).to_pyarrow_table().to_pylist()
+        for row in DeltaTable(DestinationLake.of(destination, "d").change_log)
+        .to_pyarrow_table()
+        .to_pylist()
         if row["op"] == "d"
     ]
     assert deletes == [], "a hand-written request made the holder write deletes"
@@ -488,7 +501,7 @@ def test_a_lost_lease_interrupts_a_repair_blocked_on_the_source(
         "SET sql_log_bin = 0", "DELETE FROM items WHERE id = 13", database=mariadb.name
     )
     source = destination.destinations["d"].config.source
-    inbox = repair_inbox(destination.lake_root, "d", source)
+    inbox = repair_inbox(DestinationLake.of(destination, "d"), source)
     locker = mariadb.server.connect(mariadb.name)
     try:
         with locker.cursor() as cur:
@@ -517,7 +530,9 @@ def test_a_lost_lease_interrupts_a_repair_blocked_on_the_source(
     assert streaming.repairs == 0
     deletes = [
         row
-        for row in DeltaTable(destination.table_uri("d")).to_pyarrow_table().to_pylist()
+        for row in DeltaTable(DestinationLake.of(destination, "d").change_log)
+        .to_pyarrow_table()
+        .to_pylist()
         if row["op"] == "d"
     ]
     assert deletes == [], "the deposed holder wrote its repair"
@@ -566,13 +581,15 @@ def test_a_source_refusal_fails_the_checks_not_the_dagster_step(
         update={"source": full.source.model_copy(update={"user": mariadb.user.name})}
     )
     SnapshotRunner(
-        WriteTerm("d", full, config.table_uri("d")),
-        state_path(lake_root, "d"),
+        WriteTerm("d", full, DestinationLake.of(config, "d")),
+        DestinationLake.at(lake_root, "d").snapshot_state,
         tables=[f"{db}.items", f"{db}.pairs"],
     ).run()
     root = mirror_root(config.lake_root, "d")
     for table in ("items", "pairs"):
-        apply_changes(spark, MirrorTarget(config.table_uri("d"), root, db, table))
+        apply_changes(
+            spark, MirrorTarget(DestinationLake.of(config, "d").change_log, root, db, table)
+        )
 
     mariadb.server.execute(
         f"CREATE USER '{narrow.name}'@'%' IDENTIFIED BY '{narrow.password}'",

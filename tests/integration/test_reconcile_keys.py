@@ -82,7 +82,9 @@ def test_table_without_primary_key_is_compared_as_a_multiset(
     catch_up(destination)
     root = mirror_root(destination.lake_root, "d")
     apply_mirrors(spark, destination, name)
-    apply_changes(spark, MirrorTarget(destination.table_uri("d"), root, name, "bag"))
+    apply_changes(
+        spark, MirrorTarget(DestinationLake.of(destination, "d").change_log, root, name, "bag")
+    )
     clean = reconcile_destination(destination, "d", spark)
     assert f"{name}.bag" not in clean.skipped_tables, clean.skipped_tables
     bag = next(t for t in clean.tables if t.table == "bag")

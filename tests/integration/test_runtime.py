@@ -19,6 +19,7 @@ from cdc_platform.config.instance import InstanceConfig
 from cdc_platform.errors import BinlogGapError
 from cdc_platform.runtime import DestinationRuntime, RunSummary
 from cdc_platform.sink import DeltaChangeLog
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.report import CommitReport
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
@@ -83,8 +84,9 @@ def rows_of(uri: str) -> list[dict[str, object]]:
 def test_changes_land_in_order_with_positions(mariadb: MariaDBDatabase, lake_root: Path) -> None:
     server, db = mariadb.server, mariadb.name
     server.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))", database=db)
-    uri = str(lake_root / "d" / "changes")
-    running = Running(WriteTerm("d", instance(mariadb), uri))
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
+    running = Running(WriteTerm("d", instance(mariadb), layout))
     running.wait_for(lambda: has_commits(uri))
     with server.connect(db, autocommit=False) as conn, conn.cursor() as cur:
         cur.execute("INSERT INTO t VALUES (1, 'a'), (2, 'b')")
@@ -127,9 +129,10 @@ def test_transaction_larger_than_the_buffer_commits_in_chunks(
 ) -> None:
     server, db = mariadb.server, mariadb.name
     server.execute("CREATE TABLE big (id INT PRIMARY KEY, pad VARCHAR(50))", database=db)
-    uri = str(lake_root / "d" / "changes")
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
     config = instance(mariadb, buffer_size=16, batch_mode="ITEMSIZE", batch_size=8)
-    running = Running(WriteTerm("d", config, uri))
+    running = Running(WriteTerm("d", config, layout))
     running.wait_for(lambda: has_commits(uri))
     with server.connect(db, autocommit=False) as conn, conn.cursor() as cur:
         cur.executemany("INSERT INTO big VALUES (%s, 'x')", [(i,) for i in range(100)])
@@ -144,7 +147,7 @@ def test_transaction_larger_than_the_buffer_commits_in_chunks(
     assert len({r["gtid"] for r in rows}) == 1
     # A restart resumes after the last chunk: nothing is committed twice.
     server.execute("INSERT INTO big VALUES (1000, 'after')", database=db)
-    summary = DestinationRuntime(WriteTerm("d", config, uri)).run(exit_when_idle_seconds=2)
+    summary = DestinationRuntime(WriteTerm("d", config, layout)).run(exit_when_idle_seconds=2)
     assert summary.error is None
     result = replay(uri)
     assert not result.duplicates
@@ -157,8 +160,9 @@ def test_purged_binlog_fails_loudly_and_keeps_the_log(
 ) -> None:
     server, db = mariadb.server, mariadb.name
     server.execute("CREATE TABLE t (id INT PRIMARY KEY)", database=db)
-    uri = str(lake_root / "d" / "changes")
-    running = Running(WriteTerm("d", instance(mariadb), uri))
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
+    running = Running(WriteTerm("d", instance(mariadb), layout))
     running.wait_for(lambda: has_commits(uri))
     server.execute("INSERT INTO t VALUES (1)", database=db)
     running.wait_for(lambda: sum(r.rows for r in running.reports) >= 1)
@@ -183,7 +187,7 @@ def test_purged_binlog_fails_loudly_and_keeps_the_log(
             break
         time.sleep(0.2)
     assert str(summary_file(uri)) not in remaining, "test setup: the binlog was not purged"
-    summary = DestinationRuntime(WriteTerm("d", instance(mariadb), uri)).run(
+    summary = DestinationRuntime(WriteTerm("d", instance(mariadb), layout)).run(
         exit_when_idle_seconds=2
     )
     assert isinstance(summary.error, BinlogGapError)
@@ -226,8 +230,9 @@ def test_rows_describe_their_table_columns(mariadb: MariaDBDatabase, lake_root: 
         "name VARCHAR(20), at DATETIME(3), flags SET('a','b'), raw VARBINARY(8))",
         database=db,
     )
-    uri = str(lake_root / "d" / "changes")
-    running = Running(WriteTerm("d", instance(mariadb), uri))
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
+    running = Running(WriteTerm("d", instance(mariadb), layout))
     running.wait_for(lambda: has_commits(uri))
     server.execute("INSERT INTO typed VALUES (1, 2.50, 'x', NOW(3), 'a', X'00')", database=db)
     running.wait_for(lambda: sum(r.rows for r in running.reports) >= 1)
@@ -260,7 +265,7 @@ def test_a_crashing_source_thread_ends_the_run_with_an_error(
         yield  # pragma: no cover
 
     monkeypatch.setattr("cdc_platform.source.BinlogSource.event_lists", broken_lists)
-    uri = str(lake_root / "d" / "changes")
-    summary = DestinationRuntime(WriteTerm("d", instance(mariadb), uri)).run()
+    layout = DestinationLake.at(lake_root, "d")
+    summary = DestinationRuntime(WriteTerm("d", instance(mariadb), layout)).run()
     assert summary.reason == "failed"
     assert "injected bug" in str(summary.error)

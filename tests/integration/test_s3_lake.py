@@ -17,6 +17,7 @@ from cdc_platform.config import load_config
 from cdc_platform.config.lake import LakeLocation
 from cdc_platform.errors import LakeAccessError
 from cdc_platform.sink import CommitResult, DeltaChangeLog, FencedCommitError, MaintenancePolicy
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.lake_check import check_lake
 from cdc_platform.testing.crash import kill_cycle
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
@@ -69,7 +70,7 @@ def test_cli_run_streams_a_workload_into_s3_and_replays_to_the_source(
     workload.run_transactions(60)
     assert _run(conf) == 0
     config = load_config(conf)
-    uri = config.table_uri("s3d")
+    uri = DestinationLake.of(config, "s3d").change_log
     assert uri == f"{s3_lake.uri}/s3d/changes"
     result = replay(uri)
     assert result.rows > 0

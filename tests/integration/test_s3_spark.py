@@ -24,6 +24,7 @@ from cdc_platform.config import ConfigSet, load_config
 from cdc_platform.reconcile.service import reconcile_destination
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.runtime.supervised import supervised_destination
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.lake_files import join_uri
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.spark import staging
@@ -90,7 +91,7 @@ def test_mirrors_and_history_on_s3_equal_the_source(
     config, name = s3_destination, mariadb.name
     lake = config.lake
     options = lake.storage_options
-    uri = config.table_uri("d")
+    uri = DestinationLake.of(config, "d").change_log
     root = mirror_root(lake.uri, "d")
     assert root == f"{s3_lake.uri}/d/mirror"
     workload = Workload(mariadb.server, name, seed=11)
@@ -160,7 +161,7 @@ def test_reconcile_on_s3_finds_and_repairs_a_damaged_mirror_row(
         database=name,
     )
     catch_up(config)
-    uri = config.table_uri("d")
+    uri = DestinationLake.of(config, "d").change_log
     root = mirror_root(config.lake.uri, "d")
     apply_changes(spark, MirrorTarget(uri, root, name, "items", storage_options=options))
     clean = reconcile_destination(config, "d", spark)
@@ -266,7 +267,7 @@ def test_reconcile_on_s3_sends_the_repair_to_the_streaming_lease_holder(
         database=name,
     )
     catch_up(config)
-    uri = config.table_uri("d")
+    uri = DestinationLake.of(config, "d").change_log
     root = mirror_root(config.lake.uri, "d")
     apply_changes(spark, MirrorTarget(uri, root, name, "items", storage_options=options))
     spark.sql(f"DELETE FROM delta.`{mirror_uri(root, name, 'items')}` WHERE id = 5").collect()
@@ -287,7 +288,7 @@ def test_reconcile_on_s3_sends_the_repair_to_the_streaming_lease_holder(
         assert supervisor.repairs == 1
     assert report.status == "repaired", report.metadata()
     assert "lease holder" in (report.repaired_by or "")
-    inbox = repair_inbox(config.lake.uri, "d", config.destinations["d"].config.source, options)
+    inbox = repair_inbox(DestinationLake.of(config, "d"), config.destinations["d"].config.source)
     assert not inbox.requests.list(".json"), "the request was taken from the inbox on S3"
     apply_changes(spark, MirrorTarget(uri, root, name, "items", storage_options=options))
     assert_mirror_equals_source(spark, mariadb, root, "items")

@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 from cdc_platform.config import ConfigSet, load_config
 from cdc_platform.reconcile.service import reconcile_destination
 from cdc_platform.runtime.supervised import supervised_destination
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.spark.locations import mirror_root, mirror_tables
 from cdc_platform.spark.mirror import apply_changes
 from cdc_platform.spark.target import MirrorTarget
@@ -278,7 +279,7 @@ def test_sweep_every_mirror_equals_its_source(
         run([s for name in names for s in changes(name)])
 
         root = mirror_root(config.lake_root, "d")
-        uri = config.table_uri("d")
+        uri = DestinationLake.of(config, "d").change_log
         for mirror_db, table in mirror_tables(spark, uri):
             apply_changes(spark, MirrorTarget(uri, root, mirror_db, table))
         report = reconcile_destination(config, "d", spark)

@@ -18,7 +18,7 @@ from deltalake import DeltaTable
 from cdc_platform.backfill.progress import SnapshotObservers
 from cdc_platform.backfill.repair import RepairKey, RepairTable, repair_keys
 from cdc_platform.backfill.reread import pending_rereads
-from cdc_platform.backfill.snapshot import SnapshotRunner, state_path
+from cdc_platform.backfill.snapshot import SnapshotRunner
 from cdc_platform.config import ConfigSet, load_config
 from cdc_platform.config.instance import SnapshotSettings
 from cdc_platform.coordination.factory import open_lease
@@ -26,6 +26,7 @@ from cdc_platform.errors import LeaseLostError, ReconcileError
 from cdc_platform.reconcile.repair_route import repair_with_own_lease
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink import Checkpoint
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.values import dumps
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
@@ -86,7 +87,7 @@ def checkpoint(config: ConfigSet) -> Checkpoint:
 def snapshot(config: ConfigSet, db: str, **fields: object) -> SnapshotRunner:
     return SnapshotRunner(
         term(config, **fields),
-        state_path(config.lake.uri, "d"),
+        DestinationLake.at(config.lake.uri, "d").snapshot_state,
         tables=[f"{db}.t"],
         settings=SnapshotSettings(chunk_size=100),
     )
@@ -97,7 +98,11 @@ def repair_request(db: str, *ids: int) -> list[RepairTable]:
 
 
 def r_keys(config: ConfigSet) -> set[int]:
-    rows = DeltaTable(config.table_uri("d")).to_pyarrow_table(columns=["op", "pk"]).to_pylist()
+    rows = (
+        DeltaTable(DestinationLake.of(config, "d").change_log)
+        .to_pyarrow_table(columns=["op", "pk"])
+        .to_pylist()
+    )
     return {int(r["pk"].split(":")[1].rstrip("}")) for r in rows if r["op"] == "r"}
 
 
@@ -134,9 +139,13 @@ def test_the_snapshot_cli_lists_a_ddl_it_commits_for_a_reread(
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    ddl = DeltaTable(destination.table_uri("d")).to_pyarrow_table(columns=["op"]).to_pylist()
+    ddl = (
+        DeltaTable(DestinationLake.of(destination, "d").change_log)
+        .to_pyarrow_table(columns=["op"])
+        .to_pylist()
+    )
     assert {"op": "ddl"} in ddl, "the snapshot committed the ALTER"
-    assert pending_rereads(destination.lake.uri, "d") == {f"{mariadb.name}.t"}
+    assert pending_rereads(DestinationLake.of(destination, "d")) == {f"{mariadb.name}.t"}
 
 
 def test_the_own_lease_repair_lists_a_ddl_it_commits_for_a_reread(
@@ -153,7 +162,7 @@ def test_the_own_lease_repair_lists_a_ddl_it_commits_for_a_reread(
         lease.close()
     assert result is not None, said
     assert result.upserts == {f"{mariadb.name}.t": 1}
-    assert pending_rereads(destination.lake.uri, "d") == {f"{mariadb.name}.t"}
+    assert pending_rereads(DestinationLake.of(destination, "d")) == {f"{mariadb.name}.t"}
 
 
 # -- item: the server on every checkpoint ----------------------------------------------------
@@ -230,7 +239,9 @@ def test_a_repair_commits_the_backlog_since_the_checkpoint_in_bounded_parts(
     )
     result = repair_keys(term(destination, config=small), repair_request(mariadb.name, 99))
     assert len(result.batches) > 6, result.batches
-    rows = DeltaTable(destination.table_uri("d")).to_pyarrow_table(columns=["batch_seq", "op"])
+    rows = DeltaTable(DestinationLake.of(destination, "d").change_log).to_pyarrow_table(
+        columns=["batch_seq", "op"]
+    )
     per_batch: dict[int, int] = {}
     for row in rows.to_pylist():
         if row["batch_seq"] > started.batch_seq:
@@ -278,7 +289,7 @@ def test_the_resume_position_of_commits_without_rows_survives_log_cleanup(
     assert newest.batch_seq > with_row.batch_seq
     assert newest.last_seq == with_row.last_seq, "no rows since"
     assert newest.resume.file != with_row.resume.file
-    table = DeltaTable(destination.table_uri("d"))
+    table = DeltaTable(DestinationLake.of(destination, "d").change_log)
     table.alter.set_table_properties({"delta.logRetentionDuration": "interval 0 seconds"})
     table.create_checkpoint()
     table.cleanup_metadata()
@@ -289,7 +300,11 @@ def test_the_resume_position_of_commits_without_rows_survives_log_cleanup(
     assert recovered.resume.binlog_position == newest.resume.binlog_position
     summary = DestinationRuntime(term(destination)).run(exit_when_idle_seconds=1.0)
     assert summary.error is None, summary
-    pks = DeltaTable(destination.table_uri("d")).to_pyarrow_table(columns=["pk"]).to_pylist()
+    pks = (
+        DeltaTable(DestinationLake.of(destination, "d").change_log)
+        .to_pyarrow_table(columns=["pk"])
+        .to_pylist()
+    )
     assert {"pk": dumps({"id": 2002})} in pks
 
 
@@ -325,7 +340,7 @@ def test_snapshot_chunks_are_bounded_by_bytes(
     chunks: list[int] = []
     runner = SnapshotRunner(
         with_chunk_bytes(destination, 3 * BIG_ROW_BYTES),
-        state_path(destination.lake.uri, "d"),
+        DestinationLake.at(destination.lake.uri, "d").snapshot_state,
         tables=[f"{mariadb.name}.big"],
         settings=SnapshotSettings(chunk_size=100, chunk_bytes=3 * BIG_ROW_BYTES),
         observers=SnapshotObservers(on_progress=lambda p: chunks.append(p.chunk_rows)),
@@ -334,7 +349,9 @@ def test_snapshot_chunks_are_bounded_by_bytes(
     assert result.rows_written == BIG_ROWS
     assert chunks
     assert max(chunks) <= 3, chunks
-    rows = DeltaTable(destination.table_uri("d")).to_pyarrow_table(columns=["op", "table", "pk"])
+    rows = DeltaTable(DestinationLake.of(destination, "d").change_log).to_pyarrow_table(
+        columns=["op", "table", "pk"]
+    )
     assert {r["pk"] for r in rows.to_pylist() if r["op"] == "r" and r["table"] == "big"} == {
         dumps({"id": i}) for i in range(1, BIG_ROWS + 1)
     }
@@ -352,7 +369,9 @@ def test_repair_reads_are_bounded_by_bytes(
     ]
     result = repair_keys(with_chunk_bytes(destination, 3 * BIG_ROW_BYTES), request)
     assert result.upserts == {f"{mariadb.name}.big": BIG_ROWS}
-    rows = DeltaTable(destination.table_uri("d")).to_pyarrow_table(columns=["batch_seq", "op"])
+    rows = DeltaTable(DestinationLake.of(destination, "d").change_log).to_pyarrow_table(
+        columns=["batch_seq", "op"]
+    )
     per_batch: dict[int, int] = {}
     for row in rows.to_pylist():
         if row["batch_seq"] > started.batch_seq and row["op"] == "r":

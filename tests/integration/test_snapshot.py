@@ -15,9 +15,10 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_platform.backfill.progress import SnapshotObservers
-from cdc_platform.backfill.snapshot import SnapshotProgress, SnapshotRunner, state_path
+from cdc_platform.backfill.snapshot import SnapshotProgress, SnapshotRunner
 from cdc_platform.config.instance import InstanceConfig, SnapshotSettings
 from cdc_platform.runtime import DestinationRuntime
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
 from cdc_platform.testing.replay import has_commits, replay
@@ -36,9 +37,11 @@ def env_password(mariadb: MariaDBDatabase, monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
 
 
-def catch_up(db: MariaDBDatabase, uri: str) -> None:
+def catch_up(db: MariaDBDatabase, layout: DestinationLake) -> None:
     """The destination's normal run after the snapshot, until it is idle."""
-    summary = DestinationRuntime(WriteTerm("d", instance(db), uri)).run(exit_when_idle_seconds=1.5)
+    summary = DestinationRuntime(WriteTerm("d", instance(db), layout)).run(
+        exit_when_idle_seconds=1.5
+    )
     assert summary.error is None, summary
 
 
@@ -82,8 +85,9 @@ def test_snapshot_rows_equal_binlog_rows_for_every_type(
         ) CHARACTER SET utf8mb4""",
         database=db,
     )
-    uri = str(lake_root / "d" / "changes")
-    DestinationRuntime(WriteTerm("d", instance(mariadb), uri)).run(exit_when_idle_seconds=0.5)
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
+    DestinationRuntime(WriteTerm("d", instance(mariadb), layout)).run(exit_when_idle_seconds=0.5)
     server.execute(
         "SET time_zone = '+02:00'",
         """INSERT INTO t VALUES
@@ -99,10 +103,10 @@ def test_snapshot_rows_equal_binlog_rows_for_every_type(
          NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)""",
         database=db,
     )
-    catch_up(mariadb, uri)
+    catch_up(mariadb, layout)
     runner = SnapshotRunner(
-        WriteTerm("d", instance(mariadb), uri),
-        state_path(lake_root, "d"),
+        WriteTerm("d", instance(mariadb), layout),
+        DestinationLake.at(lake_root, "d").snapshot_state,
         tables=[f"{db}.t"],
         settings=SnapshotSettings(chunk_size=2),
     )
@@ -116,7 +120,7 @@ def test_snapshot_rows_equal_binlog_rows_for_every_type(
     for pk, row in snapshots.items():
         assert row["after"] == inserts[pk]["after"], pk
         assert json.loads(row["columns"]) == json.loads(inserts[pk]["columns"])
-    assert not state_path(lake_root, "d").exists()
+    assert not DestinationLake.at(lake_root, "d").snapshot_state.exists()
 
 
 @pytest.mark.usefixtures("env_password")
@@ -126,13 +130,14 @@ def test_snapshot_under_workload_replays_to_source(
     """A new destination snapshots while the workload keeps writing; replay == source."""
     workload = Workload(mariadb.server, mariadb.name, seed=7)
     fill(workload, 3000)
-    uri = str(lake_root / "d" / "changes")
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
     progress: list[SnapshotProgress] = []
     workload.start(rate_per_second=150)
     try:
         result = SnapshotRunner(
-            WriteTerm("d", instance(mariadb), uri),
-            state_path(lake_root, "d"),
+            WriteTerm("d", instance(mariadb), layout),
+            DestinationLake.at(lake_root, "d").snapshot_state,
             settings=SnapshotSettings(chunk_size=250),
             observers=SnapshotObservers(on_progress=progress.append),
         ).run()
@@ -144,7 +149,7 @@ def test_snapshot_under_workload_replays_to_source(
     assert result.streamed_events > 0, "the workload's changes were streamed in between chunks"
     assert progress
     assert progress[-1].rows_read >= progress[-1].rows_written
-    catch_up(mariadb, uri)
+    catch_up(mariadb, layout)
     assert_replay_equals_source(mariadb, uri, ["customers", "orders"])
 
 
@@ -162,8 +167,9 @@ def test_snapshot_resumes_after_kill_9(mariadb: MariaDBDatabase, lake_root: Path
         database=mariadb.name,
         lake_root=lake_root,
     )
-    uri = str(lake_root / "d" / "changes")
-    state = state_path(lake_root, "d")
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
+    state = DestinationLake.at(lake_root, "d").snapshot_state
     command = [
         sys.executable,
         "-m",
@@ -200,7 +206,7 @@ def test_snapshot_resumes_after_kill_9(mariadb: MariaDBDatabase, lake_root: Path
     assert "resumed and finished" in second.stdout
     assert "rows/s" in second.stderr, "the progress lines"
     assert not state.exists()
-    catch_up(mariadb, uri)
+    catch_up(mariadb, layout)
     assert_replay_equals_source(mariadb, uri, ["customers", "orders"])
     # Resumed, not restarted: no key was snapshotted twice (a chunk whose commit landed
     # before the progress file said so counts as done, one that did not is read again).
@@ -225,8 +231,11 @@ def test_table_without_primary_key_is_copied_whole(
         "INSERT INTO nokey VALUES (1, 'x'), (1, 'x'), (2, NULL)",
         database=mariadb.name,
     )
-    uri = str(lake_root / "d" / "changes")
-    runner = SnapshotRunner(WriteTerm("d", instance(mariadb), uri), state_path(lake_root, "d"))
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
+    runner = SnapshotRunner(
+        WriteTerm("d", instance(mariadb), layout), DestinationLake.at(lake_root, "d").snapshot_state
+    )
     result = runner.run()
     assert result.per_table == {f"{mariadb.name}.nokey": 3}
     rows = sorted(DeltaTable(uri).to_pyarrow_table().to_pylist(), key=lambda r: r["seq"])
@@ -253,10 +262,11 @@ def test_composite_key_chunks_cover_every_row_once(
         "FROM seq_1_to_500",
         database=db,
     )
-    uri = str(lake_root / "d" / "changes")
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
     result = SnapshotRunner(
-        WriteTerm("d", instance(mariadb), uri),
-        state_path(lake_root, "d"),
+        WriteTerm("d", instance(mariadb), layout),
+        DestinationLake.at(lake_root, "d").snapshot_state,
         tables=[f"{db}.ck"],
         settings=SnapshotSettings(chunk_size=37),
     ).run()
@@ -281,15 +291,16 @@ def test_ddl_during_snapshot_rereads_the_chunk(mariadb: MariaDBDatabase, lake_ro
         "INSERT INTO t SELECT seq, seq FROM seq_1_to_300",
         database=db,
     )
-    uri = str(lake_root / "d" / "changes")
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
 
     def alter_once(progress: SnapshotProgress) -> None:
         if progress.chunks == 1:
             server.execute("ALTER TABLE t ADD COLUMN w INT NOT NULL DEFAULT 7", database=db)
 
     result = SnapshotRunner(
-        WriteTerm("d", instance(mariadb), uri),
-        state_path(lake_root, "d"),
+        WriteTerm("d", instance(mariadb), layout),
+        DestinationLake.at(lake_root, "d").snapshot_state,
         tables=[f"{db}.t"],
         settings=SnapshotSettings(chunk_size=100),
         observers=SnapshotObservers(on_progress=alter_once),
@@ -313,7 +324,6 @@ def test_destination_run_snapshots_new_tables_itself(
 ) -> None:
     """`snapshot.new_tables`: the lease holder copies existing rows at its first start while
     the workload writes, and later a table the filters start to match; nothing twice."""
-    from cdc_platform.backfill.snapshot import captured_tables_path  # noqa: PLC0415 (this test's subject, imported where it is used)
     from cdc_platform.config import load_config  # noqa: PLC0415 (this test's subject, imported where it is used)
     from cdc_platform.runtime.supervised import supervised_destination  # noqa: PLC0415 (this test's subject, imported where it is used)
 
@@ -376,7 +386,7 @@ def test_destination_run_snapshots_new_tables_itself(
     uri = str(lake_root / "d" / "changes")
     assert_replay_equals_source(mariadb, uri, ["customers"])
     assert f"{mariadb.name}.orders" not in replay(uri).tables
-    recorded = captured_tables_path(lake_root, "d").read_json()["tables"]
+    recorded = DestinationLake.at(lake_root, "d").captured_tables.read_json()["tables"]
     assert recorded == [f"{mariadb.name}.customers"]
 
     # the filters now match orders too: only orders is snapshotted at the next start
@@ -402,14 +412,15 @@ def test_chunks_sized_by_time_grow_while_they_are_fast(
     )
     ticks = iter(range(10**6))
     progress: list[SnapshotProgress] = []
-    uri = str(lake_root / "d" / "changes")
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
     result = SnapshotRunner(
-        WriteTerm("d", instance(mariadb), uri),
-        state_path(lake_root, "d"),
+        WriteTerm("d", instance(mariadb), layout),
+        DestinationLake.at(lake_root, "d").snapshot_state,
         tables=[f"{db}.t"],
         observers=SnapshotObservers(on_progress=progress.append, clock=lambda: next(ticks) / 1000),
     ).run()
     assert [p.chunk_rows for p in progress] == [2000, 4000, 7000]
     assert result.rows_written == 13000
-    catch_up(mariadb, uri)
+    catch_up(mariadb, layout)
     assert_replay_equals_source(mariadb, uri, ["t"])

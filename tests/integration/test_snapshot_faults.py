@@ -20,8 +20,6 @@ from cdc_platform.backfill.snapshot import (
     SnapshotProgress,
     SnapshotResult,
     SnapshotRunner,
-    captured_tables_path,
-    state_path,
 )
 from cdc_platform.backfill.stop import SideWorkStop
 from cdc_platform.config import load_config
@@ -30,6 +28,7 @@ from cdc_platform.coordination.factory import open_lease
 from cdc_platform.coordination.lease import take_lease
 from cdc_platform.errors import LeaseLostError
 from cdc_platform.runtime import DestinationRuntime
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.report import CommitReport
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
@@ -62,9 +61,11 @@ def waiting_on_a_lock(db: MariaDBDatabase) -> bool:
     return int(rows[0][0]) > 0
 
 
-def stream(db: MariaDBDatabase, uri: str) -> None:
+def stream(db: MariaDBDatabase, layout: DestinationLake) -> None:
     """The destination's normal run until it is idle."""
-    summary = DestinationRuntime(WriteTerm("d", instance(db), uri)).run(exit_when_idle_seconds=1.5)
+    summary = DestinationRuntime(WriteTerm("d", instance(db), layout)).run(
+        exit_when_idle_seconds=1.5
+    )
     assert summary.error is None, summary
 
 
@@ -87,8 +88,7 @@ def new_tables(
             runner.request_stop()
 
     return snapshot_new_tables(
-        WriteTerm("d", instance(db), str(lake_root / "d" / "changes"), epoch=0),
-        lake_root,
+        WriteTerm("d", instance(db), DestinationLake.at(lake_root, "d"), epoch=0),
         on_progress=progress,
         on_runner=runners.append,
     )
@@ -145,23 +145,26 @@ def test_interrupted_snapshot_of_a_vanished_table_ends_and_the_stream_goes_on(
     start ends t1's snapshot with a reason, copies t2 (and the renamed table), and streams."""
     db = mariadb
     two_tables(db)
-    uri = str(lake_root / "d" / "changes")
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
     new_tables(db, lake_root, stop_after_chunks=1)
-    assert state_path(lake_root, "d").exists(), "the snapshot was interrupted"
+    assert DestinationLake.at(lake_root, "d").snapshot_state.exists(), (
+        "the snapshot was interrupted"
+    )
     statement, reason = _FAULTS[fault]
     db.server.execute(statement, database=db.name)
 
     result = new_tables(db, lake_root)  # wedged here before: SnapshotError at every start
     assert result is not None
-    assert not state_path(lake_root, "d").exists()
-    record = captured_tables_path(lake_root, "d").read_json()
+    assert not DestinationLake.at(lake_root, "d").snapshot_state.exists()
+    record = DestinationLake.at(lake_root, "d").captured_tables.read_json()
     if reason is None:  # without its key, t1 is copied in one consistent read instead
         assert f"{db.name}.t1" not in record["ended"]
         assert result.per_table[f"{db.name}.t1"] == 350
     else:
         assert reason in record["ended"][f"{db.name}.t1"]
     db.server.execute("INSERT INTO t2 VALUES (1000, 1)", database=db.name)
-    stream(db, uri)
+    stream(db, layout)
     expected = {"t2": ["id"]}
     if fault == "renamed":
         expected["t1_renamed"] = ["id"]
@@ -175,7 +178,8 @@ def test_table_dropped_between_chunks_ends_its_snapshot(
     """A table dropped while its snapshot runs: no raw driver error, the next table is copied."""
     db = mariadb
     two_tables(db)
-    uri = str(lake_root / "d" / "changes")
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
 
     def drop_t1(progress: SnapshotProgress) -> None:
         if progress.table == f"{db.name}.t1" and progress.chunks == 1:
@@ -184,7 +188,7 @@ def test_table_dropped_between_chunks_ends_its_snapshot(
     result = new_tables(db, lake_root, on_progress=drop_t1)
     assert result is not None
     assert "does not exist" in result.ended[f"{db.name}.t1"]
-    stream(db, uri)
+    stream(db, layout)
     assert_exact(db, uri, {"t2": ["id"]})
 
 
@@ -197,18 +201,19 @@ def test_table_created_while_streaming_is_not_snapshotted_at_later_terms(
     """Its CREATE TABLE and every row are in the change log already: no `r` rows later."""
     db = mariadb
     two_tables(db)
-    uri = str(lake_root / "d" / "changes")
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
     new_tables(db, lake_root)  # term 1: copies t1, t2
     db.server.execute(
         "CREATE TABLE fresh (id INT PRIMARY KEY, v INT)",
         "INSERT INTO fresh SELECT seq, seq FROM seq_1_to_120",
         database=db.name,
     )
-    stream(db, uri)  # term 1 streams: the CREATE and the rows are captured
+    stream(db, layout)  # term 1 streams: the CREATE and the rows are captured
     for _term in range(2):
         new_tables(db, lake_root)
         db.server.execute("UPDATE fresh SET v = v + 1 WHERE id < 10", database=db.name)
-        stream(db, uri)
+        stream(db, layout)
     assert r_keys(uri, "fresh") == []
     assert_exact(db, uri, {"t1": ["id"], "t2": ["id"], "fresh": ["id"]})
 
@@ -219,15 +224,16 @@ def test_tables_done_before_an_abandoned_snapshot_are_not_copied_again(
     """Each finished table is recorded when it finishes, not when the whole snapshot ends."""
     db = mariadb
     two_tables(db)
-    uri = str(lake_root / "d" / "changes")
-    snapshot_state = state_path(lake_root, "d")
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
+    snapshot_state = DestinationLake.at(lake_root, "d").snapshot_state
     assert _run_until(db, lake_root, table=f"{db.name}.t2", chunks=1), "stopped inside t2"
     assert snapshot_state.exists()
     snapshot_state.delete()  # the operator abandons the snapshot (docs/snapshot.md)
     new_tables(db, lake_root)
     keys = r_keys(uri, "t1")
     assert len(keys) == len(set(keys)) == 350, "t1 was not copied a second time"
-    stream(db, uri)
+    stream(db, layout)
     assert_exact(db, uri, {"t1": ["id"], "t2": ["id"]})
 
 
@@ -243,8 +249,7 @@ def _run_until(db: MariaDBDatabase, lake_root: Path, *, table: str, chunks: int)
             stopped.append(True)
 
     snapshot_new_tables(
-        WriteTerm("d", instance(db), str(lake_root / "d" / "changes"), epoch=0),
-        lake_root,
+        WriteTerm("d", instance(db), DestinationLake.at(lake_root, "d"), epoch=0),
         on_progress=progress,
         on_runner=runners.append,
     )
@@ -265,15 +270,16 @@ def test_backlog_larger_than_the_segment_cap_is_committed_in_bounded_parts(
         "INSERT INTO t SELECT seq, seq FROM seq_1_to_500",
         database=db.name,
     )
-    uri = str(lake_root / "d" / "changes")
-    stream(db, uri)  # the checkpoint: the backlog below is after it
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
+    stream(db, layout)  # the checkpoint: the backlog below is after it
     statements = [f"UPDATE t SET v = v + 1 WHERE id = {1 + i % 500}" for i in range(3000)]
     statements += ["INSERT INTO t SELECT seq, seq FROM seq_501_to_700"]  # one 200-row txn
     db.server.execute(*statements, database=db.name)
     commits: list[CommitReport] = []
     result = SnapshotRunner(
-        WriteTerm("d", instance(db), uri, on_commit=commits.append),
-        state_path(lake_root, "d"),
+        WriteTerm("d", instance(db), layout, on_commit=commits.append),
+        DestinationLake.at(lake_root, "d").snapshot_state,
         tables=[f"{db.name}.t"],
         settings=SnapshotSettings(chunk_size=150, segment_events=200),
     ).run()
@@ -281,7 +287,7 @@ def test_backlog_larger_than_the_segment_cap_is_committed_in_bounded_parts(
     largest_txn = 201  # 200 rows and a COMMIT, kept whole
     assert max(c.events for c in commits) <= 200 + largest_txn + 150
     assert len(commits) > 3000 * 2 // 400, "the backlog was committed in parts"
-    stream(db, uri)
+    stream(db, layout)
     keys = r_keys(uri, "t")
     assert len(keys) == len(set(keys))
     assert_exact(db, uri, {"t": ["id"]})
@@ -302,10 +308,11 @@ def test_identifiers_with_backticks_dots_and_spaces(
         "INSERT INTO `we``ird.t ab` SELECT seq, CONCAT('v', seq), seq, -seq FROM seq_1_to_95",
         database=db.name,
     )
-    uri = str(lake_root / "d" / "changes")
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
     result = SnapshotRunner(
-        WriteTerm("d", instance(db), uri),
-        state_path(lake_root, "d"),
+        WriteTerm("d", instance(db), layout),
+        DestinationLake.at(lake_root, "d").snapshot_state,
         tables=[f"{db.name}.we`ird.t ab"],
         settings=SnapshotSettings(chunk_size=20),
     ).run()
@@ -317,7 +324,7 @@ def test_identifiers_with_backticks_dots_and_spaces(
         "INSERT INTO `we``ird.t ab` VALUES (1000, 'new', 0, 0)",
         database=db.name,
     )
-    stream(db, uri)
+    stream(db, layout)
     assert_exact(db, uri, {"we`ird.t ab": ["id`x"]})
 
 
@@ -357,7 +364,7 @@ def test_a_lost_lease_interrupts_a_snapshot_blocked_on_the_source(
         "INSERT INTO t SELECT seq, seq FROM seq_1_to_500",
         database=db.name,
     )
-    uri = config.table_uri("d")
+    layout = DestinationLake.of(config, "d")
     lease = open_lease(config.platform, config.conf_dir, "d")
     lease.start()
     locker = db.server.connect(db.name)
@@ -369,7 +376,7 @@ def test_a_lost_lease_interrupts_a_snapshot_blocked_on_the_source(
     try:
         term = take_lease(
             lease,
-            WriteTerm("d", config.destinations["d"].config, uri, on_commit=commits.append),
+            WriteTerm("d", config.destinations["d"].config, layout, on_commit=commits.append),
             timeout=10,
             doing="the snapshot",
         )
@@ -399,7 +406,7 @@ def test_a_lost_lease_interrupts_a_snapshot_blocked_on_the_source(
 
         runner = SnapshotRunner(
             term,
-            state_path(lake_root, "d"),
+            DestinationLake.at(lake_root, "d").snapshot_state,
             tables=[f"{db.name}.t"],
             settings=SnapshotSettings(chunk_size=100),
             observers=SnapshotObservers(on_progress=lock_after_the_first_chunk),
@@ -439,4 +446,6 @@ def test_a_lost_lease_interrupts_a_snapshot_blocked_on_the_source(
     assert commits, "the first chunk was committed"
     assert len(passed_after_loss) >= len(commits), "every commit passed the gate"
     assert not any(passed_after_loss), "no commit passed its gate after the loss was heard"
-    assert state_path(lake_root, "d").exists(), "progress kept: a rerun continues"
+    assert DestinationLake.at(lake_root, "d").snapshot_state.exists(), (
+        "progress kept: a rerun continues"
+    )

@@ -13,12 +13,13 @@ import pytest
 
 from cdc_platform.backfill import request_folder
 from cdc_platform.backfill.request_inbox import snapshot_inbox
-from cdc_platform.backfill.snapshot import SnapshotProgress, state_path
+from cdc_platform.backfill.snapshot import SnapshotProgress
 from cdc_platform.cli import main
 from cdc_platform.config import load_config
 from cdc_platform.errors import SnapshotError
 from cdc_platform.runtime.supervised import supervised_destination
 from cdc_platform.runtime.supervisor import LeaseSupervisor
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.replay import has_commits, replay
 from cdc_platform.testing.workload import Workload, source_rows
@@ -47,7 +48,9 @@ def test_ad_hoc_snapshots_while_streaming(
     loaded = load_config(conf)
     assert not loaded.errors, loaded.errors
     uri = str(lake_root / "d" / "changes")
-    inbox = snapshot_inbox(lake_root, "d", loaded.destinations["d"].config.source)
+    inbox = snapshot_inbox(
+        DestinationLake.at(lake_root, "d"), loaded.destinations["d"].config.source
+    )
     with pytest.raises(SnapshotError, match="not captured"):
         inbox.submit(["other.table"])
 
@@ -114,7 +117,9 @@ def test_a_request_interrupted_by_a_stop_is_finished_by_the_next_run(
         extra_store="snapshot: {chunk_size: 50}\n",
     )  # fmt: skip
     loaded = load_config(conf)
-    inbox = snapshot_inbox(lake_root, "d", loaded.destinations["d"].config.source)
+    inbox = snapshot_inbox(
+        DestinationLake.at(lake_root, "d"), loaded.destinations["d"].config.source
+    )
     request_id = inbox.submit([f"{db}.customers"])
     chunks: list[int] = []
     running: list[LeaseSupervisor] = []
@@ -132,7 +137,7 @@ def test_a_request_interrupted_by_a_stop_is_finished_by_the_next_run(
     assert len(chunks) == 2
     assert inbox.pending()  # not answered: the next run finishes it
     assert inbox.result(request_id) is None
-    assert state_path(lake_root, "d").exists()
+    assert DestinationLake.at(lake_root, "d").snapshot_state.exists()
 
     with supervised_destination(
         loaded, loaded.destinations["d"], on_snapshot_progress=lambda p: chunks.append(p.chunks)
@@ -143,7 +148,7 @@ def test_a_request_interrupted_by_a_stop_is_finished_by_the_next_run(
     assert answer is not None
     assert answer.error is None
     assert chunks[2] == 3  # resumed at the third chunk, not from the start
-    assert not state_path(lake_root, "d").exists()
+    assert not DestinationLake.at(lake_root, "d").snapshot_state.exists()
     replayed = replay(str(lake_root / "d" / "changes"))
     assert replayed.duplicates == []
     assert replayed.tables[f"{db}.customers"] == source_rows(mariadb.server, db, "customers")
@@ -168,16 +173,18 @@ def test_a_request_claimed_by_a_holder_that_died_is_finished_by_the_next_run(
     )  # fmt: skip
     loaded = load_config(conf)
     source = loaded.destinations["d"].config.source
-    request_id = snapshot_inbox(lake_root, "d", source).submit([f"{db}.customers"])
-    dead_holder = snapshot_inbox(lake_root, "d", source)
+    request_id = snapshot_inbox(DestinationLake.at(lake_root, "d"), source).submit(
+        [f"{db}.customers"]
+    )
+    dead_holder = snapshot_inbox(DestinationLake.at(lake_root, "d"), source)
     claimed = dead_holder.claim()  # ... and that holder dies before its first chunk
     assert claimed is not None
-    assert not snapshot_inbox(lake_root, "d", source).waiting()
+    assert not snapshot_inbox(DestinationLake.at(lake_root, "d"), source).waiting()
 
     with supervised_destination(loaded, loaded.destinations["d"]) as supervisor:
         summary = supervisor.run(exit_when_idle_seconds=10.0)
     assert summary.error is None, summary
-    answer = snapshot_inbox(lake_root, "d", source).result(request_id)
+    answer = snapshot_inbox(DestinationLake.at(lake_root, "d"), source).result(request_id)
     assert answer is not None, "the stale claim was taken over and answered"
     assert answer.error is None
     assert answer.rows[f"{db}.customers"] > 0

@@ -25,6 +25,7 @@ from cdc_platform.errors import SourceConnectionError, SourceServerChangedError
 from cdc_platform.events import PreparedXa, ResumePosition, ServerIdentity
 from cdc_platform.runtime import DestinationRuntime, RunSummary
 from cdc_platform.sink import DeltaChangeLog
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.report import CommitReport
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source import BinlogSource
@@ -92,11 +93,12 @@ def test_a_run_started_while_the_source_is_down_waits_for_it(
     password = _shop(server)
     server.stop()
     monkeypatch.setenv(PASSWORD_ENV, password)
-    uri = str(tmp_path / "lake" / "d" / "changes")
+    layout = DestinationLake.at(tmp_path / "lake", "d")
+    uri = layout.change_log
     address = f"{server.host}:{server.port}"
     try:
         with caplog.at_level(logging.INFO):
-            running = Running(WriteTerm("d", _config(server), uri))
+            running = Running(WriteTerm("d", _config(server), layout))
 
             def retried() -> bool:
                 warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
@@ -190,20 +192,20 @@ def test_a_term_start_asks_the_source_for_new_tables_only_after_a_ddl(
     )  # fmt: skip
     argv = ["run", "--conf", str(conf), "--destination", "d", "--exit-when-idle", "1"]
     config = _config(server).model_copy(update={"start": StartConfig(mode="initial")})
-    term = WriteTerm("d", config, str(lake / "d" / "changes"))
+    term = WriteTerm("d", config, DestinationLake.at(lake, "d"))
     try:
         assert main(argv) == 0
         server.stop()
-        assert snapshot_new_tables(term, str(lake)) is None  # the source is not asked
+        assert snapshot_new_tables(term) is None  # the source is not asked
         server.start()
         server.execute("CREATE TABLE shop.u (id INT PRIMARY KEY)")
         assert main(argv) == 0  # streams the CREATE TABLE into the change log
         server.stop()
         with pytest.raises(SourceConnectionError):  # now it must list the tables again
-            snapshot_new_tables(term, str(lake))
+            snapshot_new_tables(term)
     finally:
         server.stop()
-    assert _ids_if_any(term.table_uri) == [1, 2]
+    assert _ids_if_any(term.layout.change_log) == [1, 2]
 
 
 def _ids_if_any(uri: str) -> list[int]:
@@ -301,8 +303,9 @@ def test_a_switched_primary_refuses_file_positions_and_continues_by_gtid(
         b.start()
         _replicate(b, a, password)
         monkeypatch.setenv(PASSWORD_ENV, password)
-        uri = str(tmp_path / "lake" / "d" / "changes")
-        running = Running(WriteTerm("d", _config(a), uri))
+        layout = DestinationLake.at(tmp_path / "lake", "d")
+        uri = layout.change_log
+        running = Running(WriteTerm("d", _config(a), layout))
         running.wait_for(lambda: has_commits(uri))
         a.execute("INSERT INTO shop.t VALUES (1), (2)", "INSERT INTO shop.t VALUES (3)")
         running.wait_for(lambda: running.rows() >= 3)
@@ -319,7 +322,9 @@ def test_a_switched_primary_refuses_file_positions_and_continues_by_gtid(
         assert recorded.pos <= logs_b[recorded.file], logs_b
         version = DeltaTable(uri).version()
 
-        refused = DestinationRuntime(WriteTerm("d", _config(b), uri)).run(exit_when_idle_seconds=2)
+        refused = DestinationRuntime(WriteTerm("d", _config(b), layout)).run(
+            exit_when_idle_seconds=2
+        )
         print(f"file/pos resume on B: {refused.error!r}")
         assert isinstance(refused.error, SourceServerChangedError)
         assert refused.error.transient is False
@@ -332,7 +337,7 @@ def test_a_switched_primary_refuses_file_positions_and_continues_by_gtid(
         assert DeltaTable(uri).version() == version, "a refused start must not write"
         assert recorded.server == ServerIdentity(11, gtid_domain_id=0)
 
-        running = Running(WriteTerm("d", _by_gtid(_config(b)), uri))
+        running = Running(WriteTerm("d", _by_gtid(_config(b)), layout))
         b.execute("INSERT INTO shop.t VALUES (4)")
         running.wait_for(lambda: running.rows() >= 1)
         assert running.stop().error is None
@@ -342,7 +347,7 @@ def test_a_switched_primary_refuses_file_positions_and_continues_by_gtid(
         assert moved.resume.server == ServerIdentity(12, gtid_domain_id=0)
         # From now on the checkpoint names B: file/pos resumes on B work again.
         b.execute("INSERT INTO shop.t VALUES (5)")
-        again = DestinationRuntime(WriteTerm("d", _config(b), uri)).run(exit_when_idle_seconds=2)
+        again = DestinationRuntime(WriteTerm("d", _config(b), layout)).run(exit_when_idle_seconds=2)
         assert again.error is None
         assert _ids(uri) == [1, 2, 3, 4, 5]
     finally:
@@ -362,14 +367,15 @@ def test_a_checkpoint_without_server_identity_resumes_and_records_it(
     assert here.server is not None
     old = ResumePosition(here.file, here.pos, here.gtid_set)
     assert "server" not in old.to_json()
-    uri = str(tmp_path / "lake" / "d" / "changes")
+    layout = DestinationLake.at(tmp_path / "lake", "d")
+    uri = layout.change_log
     sink = DeltaChangeLog(uri, "d")
     sink.commit((), batch_seq=1, resume=old, epoch=0)
     before = sink.recover()
     assert before is not None
     assert before.resume.server is None
     server.execute("INSERT INTO t VALUES (1)", database=db)
-    summary = DestinationRuntime(WriteTerm("d", config, uri)).run(exit_when_idle_seconds=2)
+    summary = DestinationRuntime(WriteTerm("d", config, layout)).run(exit_when_idle_seconds=2)
     assert summary.error is None
     after = sink.recover()
     assert after is not None
@@ -421,7 +427,8 @@ def _prepared_listed(uri: str, xid: str) -> tuple[ResumePosition, PreparedXa]:
 def _commit_on_b_and_resume(b: MariaDBServer, xid: str, uri: str, *ids: int) -> None:
     """XA COMMIT on B, the destination resumed on B by GTID: the XA rows come out."""
     b.execute(f"XA COMMIT '{xid}'")
-    summary = DestinationRuntime(WriteTerm("d", _by_gtid(_config(b)), uri)).run(
+    layout = DestinationLake.at(Path(uri).parent.parent, "d")  # uri: <lake>/d/changes
+    summary = DestinationRuntime(WriteTerm("d", _by_gtid(_config(b)), layout)).run(
         exit_when_idle_seconds=2
     )
     assert summary.error is None, summary.error
@@ -442,8 +449,9 @@ def test_a_prepared_xa_is_read_again_at_its_gtid_on_a_switched_primary(
     xid = "floatxa-switched-restart"
     try:
         monkeypatch.setenv(PASSWORD_ENV, _replica_of(a, b))
-        uri = str(tmp_path / "lake" / "d" / "changes")
-        running = Running(WriteTerm("d", _by_gtid(_config(a)), uri))
+        layout = DestinationLake.at(tmp_path / "lake", "d")
+        uri = layout.change_log
+        running = Running(WriteTerm("d", _by_gtid(_config(a)), layout))
         running.wait_for(lambda: has_commits(uri))
         _prepare_xa(a, xid)
         a.execute("INSERT INTO shop.t VALUES (1)")
@@ -475,11 +483,12 @@ def test_a_prepared_xa_held_while_the_stream_moves_to_a_new_primary_is_listed_at
     xid = "floatxa-switched-stream"
     try:
         monkeypatch.setenv(PASSWORD_ENV, _replica_of(a, b))
-        uri = str(tmp_path / "lake" / "d" / "changes")
+        layout = DestinationLake.at(tmp_path / "lake", "d")
+        uri = layout.change_log
         with TcpProxy((a.host, a.port)) as proxy:
             config = _by_gtid(_config(a))
             source = config.source.model_copy(update={"port": proxy.port})
-            running = Running(WriteTerm("d", config.model_copy(update={"source": source}), uri))
+            running = Running(WriteTerm("d", config.model_copy(update={"source": source}), layout))
             running.wait_for(lambda: has_commits(uri))
             _prepare_xa(a, xid)
             a.execute("INSERT INTO shop.t VALUES (1)")

@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 from cdc_platform.config import ConfigSet, load_config
 from cdc_platform.reconcile.service import reconcile_destination
 from cdc_platform.runtime import DestinationRuntime
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.spark.locations import mirror_root, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
@@ -97,7 +98,7 @@ def destination(
 
 def catch_up(config: ConfigSet) -> None:
     summary = DestinationRuntime(
-        WriteTerm("d", config.destinations["d"].config, config.table_uri("d"))
+        WriteTerm("d", config.destinations["d"].config, DestinationLake.of(config, "d"))
     ).run(exit_when_idle_seconds=1.5)
     assert summary.error is None, summary
 
@@ -121,7 +122,9 @@ def assert_mirrors_equal_sources(
 ) -> None:
     root = mirror_root(config.lake_root, "d")
     for database, table in tables:
-        apply_changes(spark, MirrorTarget(config.table_uri("d"), root, database, table))
+        apply_changes(
+            spark, MirrorTarget(DestinationLake.of(config, "d").change_log, root, database, table)
+        )
         got = mirror_bag(spark, mirror_uri(root, database, table))
         assert got == source_bag(db, database, table), (database, table)
 

@@ -26,6 +26,7 @@ from dagster import (
 from deltalake import DeltaTable
 
 from cdc_platform.config import load_config
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.spark.session import SparkSessionFactory
 from cdc_platform.testing.processes import die_with_parent, stop_process_group
 from cdc_platform.testing.spark_changes import ChangeLogWriter, SourceTable, column
@@ -72,7 +73,7 @@ def test_mirror_asset_materializes_on_each_engine(
     orders = SourceTable(
         "shop", "orders", [column("id", "bigint", pk=True), column("status", "varchar", length=16)]
     )
-    log = ChangeLogWriter(configset.table_uri("shop"))
+    log = ChangeLogWriter(DestinationLake.of(configset, "shop").change_log)
     now = datetime.now(UTC)
     log.commit(
         [orders.insert({"id": i, "status": "new"}) for i in range(1, 6)], ts=now, committed_at=now
@@ -112,7 +113,7 @@ def test_daily_partitions_and_mirrors(
     orders = SourceTable(
         "shop", "orders", [column("id", "bigint", pk=True), column("status", "varchar", length=16)]
     )
-    log = ChangeLogWriter(configset.table_uri("shop"))
+    log = ChangeLogWriter(DestinationLake.of(configset, "shop").change_log)
     expected: dict[date, dict[str, int]] = {}
     next_id = 1
     for day in DAYS:
@@ -234,7 +235,7 @@ def test_cli_backfill_of_three_days_under_a_daemon(
     env = dict(os.environ)
     configset = load_config(conf)
     orders = SourceTable("shop", "orders", [column("id", "bigint", pk=True)])
-    log = ChangeLogWriter(configset.table_uri("shop"))
+    log = ChangeLogWriter(DestinationLake.of(configset, "shop").change_log)
     for offset, day in enumerate(DAYS):
         events = [orders.insert({"id": 100 * offset + i}) for i in range(offset + 1)]
         ts = datetime(day.year, day.month, day.day, 12, tzinfo=UTC)

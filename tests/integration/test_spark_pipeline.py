@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 
 from cdc_platform.config.instance import InstanceConfig
 from cdc_platform.runtime import DestinationRuntime
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.spark.locations import mirror_root, mirror_tables, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
@@ -81,9 +82,11 @@ def instance(db: MariaDBDatabase) -> InstanceConfig:
     return instance_config(db.server, db.user.name, [rf"{db.name}\..*"], server_id=2101)
 
 
-def catch_up(db: MariaDBDatabase, uri: str) -> None:
+def catch_up(db: MariaDBDatabase, layout: DestinationLake) -> None:
     """Run the destination until it is idle: everything committed so far is in the log."""
-    summary = DestinationRuntime(WriteTerm("d", instance(db), uri)).run(exit_when_idle_seconds=1.5)
+    summary = DestinationRuntime(WriteTerm("d", instance(db), layout)).run(
+        exit_when_idle_seconds=1.5
+    )
     assert summary.error is None, summary
 
 
@@ -166,9 +169,10 @@ def test_mirrors_equal_mariadb_after_workload_and_ddl(
 ) -> None:
     monkeypatch.setenv(PASSWORD_ENV, mariadb.user.password)
     server, name = mariadb.server, mariadb.name
-    uri = str(lake_root / "d" / "changes")
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
     root = mirror_root(lake_root, "d")
-    catch_up(mariadb, uri)  # pins the start position
+    catch_up(mariadb, layout)  # pins the start position
     workload = Workload(server, name, seed=5)
     workload.create_schema()
     server.execute(TYPED, database=name)
@@ -185,7 +189,7 @@ def test_mirrors_equal_mariadb_after_workload_and_ddl(
         database=name,
     )
     workload.run_transactions(80)
-    catch_up(mariadb, uri)
+    catch_up(mariadb, layout)
 
     tables = {t for d, t in mirror_tables(spark, uri) if d == name}
     assert tables == {"customers", "orders", "typed"}
@@ -201,7 +205,7 @@ def test_mirrors_equal_mariadb_after_workload_and_ddl(
         "ALTER TABLE customers RENAME COLUMN email TO mail, ADD COLUMN score DECIMAL(6,2)",
         database=name,
     )
-    catch_up(mariadb, uri)
+    catch_up(mariadb, layout)
     for table in sorted(tables):
         apply_changes(spark, MirrorTarget(uri, root, name, table, zero_dates=TYPED))
         assert_mirror_equals_source(spark, mariadb, root, table)

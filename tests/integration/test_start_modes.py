@@ -20,9 +20,10 @@ from cdc_platform.config.instance import InstanceConfig
 from cdc_platform.config.start import StartConfig
 from cdc_platform.errors import StartPositionError
 from cdc_platform.runtime import DestinationRuntime
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.lake_files import LakeFile
 from cdc_platform.sink.snapshot_progress import TableProgress, read_snapshot_progress
-from cdc_platform.sink.start_record import StartRecord, start_drift, start_record_file
+from cdc_platform.sink.start_record import StartRecord, start_drift
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.binlog_server import BinlogServer
 from cdc_platform.source.stream.start_position import find_time, resolve_start, server_binlog
@@ -81,8 +82,9 @@ def config(db: MariaDBDatabase, start: StartConfig) -> InstanceConfig:
 
 def run(db: MariaDBDatabase, lake_root: Path, start: StartConfig) -> dict[object, object]:
     """One run until idle from a new change log; the replayed rows of table t."""
-    uri = str(lake_root / "d" / "changes")
-    summary = DestinationRuntime(WriteTerm("d", config(db, start), uri)).run(
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
+    summary = DestinationRuntime(WriteTerm("d", config(db, start), layout)).run(
         exit_when_idle_seconds=1.0
     )
     assert summary.error is None, summary
@@ -111,7 +113,7 @@ def test_latest_starts_at_the_current_end(db: MariaDBDatabase, lake_root: Path) 
     db.server.execute("CREATE TABLE t (id INT PRIMARY KEY)", database=db.name)
     insert(db, 1, 2)
     assert ids(run(db, lake_root, StartConfig(mode="latest"))) == []
-    record = StartRecord.load(start_record_file(str(lake_root / "d" / "changes")))
+    record = StartRecord.load(DestinationLake.at(lake_root, "d").start_record)
     assert record is not None
     assert record.start == StartConfig(mode="latest")
 
@@ -256,8 +258,8 @@ def test_bad_starts_are_refused_naming_the_oldest_position(
     assert f"oldest position the server has is {oldest}:4" in out.getvalue()
     assert "up to sequence" in out.getvalue()
     # through a run: the error ends it, nothing is written
-    uri = str(lake_root / "d" / "changes")
-    summary = DestinationRuntime(WriteTerm("d", config(db, bad["purged gtid"]), uri)).run()
+    layout = DestinationLake.at(lake_root, "d")
+    summary = DestinationRuntime(WriteTerm("d", config(db, bad["purged gtid"]), layout)).run()
     assert isinstance(summary.error, StartPositionError)
     assert not (lake_root / "d" / "changes").exists()
 
@@ -321,7 +323,7 @@ def test_initial_default_over_a_busy_database_then_a_changed_start_is_reported(
         expected = source_rows(db.server, db.name, table)
         assert result.tables.get(f"{db.name}.{table}", {}) == expected, table
 
-    record = StartRecord.load(start_record_file(uri))
+    record = StartRecord.load(DestinationLake.at(lake_root, "d").start_record)
     assert record is not None
     assert record.start.mode == "initial"
     changed = StartConfig(mode="latest")

@@ -11,6 +11,7 @@ import pytest
 
 from cdc_platform.config import load_config
 from cdc_platform.coordination.table_catalog import discover_tables
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.spark_changes import ChangeLogWriter, SourceTable, column
 from tests.conftest import MariaDBDatabase
@@ -49,7 +50,7 @@ def test_source_and_change_log_tables_with_their_columns(
     # A table dropped from the source lives on in the change log (and its mirror).
     gone = SourceTable(db, "gone", [column("id", "int", pk=True)])
     now = datetime.now(UTC)
-    ChangeLogWriter(configset.table_uri("shop")).commit(
+    ChangeLogWriter(DestinationLake.of(configset, "shop").change_log).commit(
         [gone.insert({"id": 1})], ts=now, committed_at=now
     )
 

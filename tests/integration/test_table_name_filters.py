@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from cdc_platform.backfill.request_inbox import snapshot_inbox
-from cdc_platform.backfill.snapshot import SnapshotRunner, state_path
+from cdc_platform.backfill.snapshot import SnapshotRunner
 from cdc_platform.cli import main
 from cdc_platform.config import load_config
 from cdc_platform.errors import SnapshotError
 from cdc_platform.runtime.supervised import supervised_destination
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
 from cdc_platform.testing.mariadb import MariaDBServer
@@ -71,7 +72,7 @@ def test_snapshot_table_refuses_a_table_outside_the_filters(
     assert "not captured by the destination's filters" in err.getvalue()
     uri = str(lake_root / "d" / "changes")
     assert not has_commits(uri) or f"{outside}.t" not in replay(uri).tables
-    assert not state_path(lake_root, "d").exists()
+    assert not DestinationLake.at(lake_root, "d").snapshot_state.exists()
 
 
 def test_a_snapshot_runner_resolves_then_checks_the_filters(
@@ -85,7 +86,8 @@ def test_a_snapshot_runner_resolves_then_checks_the_filters(
     config = instance_config(mariadb.server, mariadb.user.name, [rf"{db}.*"], server_id=2602)
     source = config.source.model_copy(update={"exclude_tables": [rf"{db}\.x\.hidden"]})
     config = config.model_copy(update={"source": source})
-    uri = str(lake_root / "d" / "changes")
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
     with other_database(mariadb.server, f"{db}.x") as dotted:
         mariadb.server.execute(
             "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))",
@@ -94,11 +96,15 @@ def test_a_snapshot_runner_resolves_then_checks_the_filters(
             "INSERT INTO hidden VALUES (1)",
             database=dotted,
         )
-        term = WriteTerm("d", config, uri)
+        term = WriteTerm("d", config, layout)
         with pytest.raises(SnapshotError, match="not captured by the destination's filters"):
-            SnapshotRunner(term, state_path(lake_root, "d"), tables=[f"{dotted}.hidden"]).run()
+            SnapshotRunner(
+                term, DestinationLake.at(lake_root, "d").snapshot_state, tables=[f"{dotted}.hidden"]
+            ).run()
         assert not has_commits(uri)
-        result = SnapshotRunner(term, state_path(lake_root, "d"), tables=[f"{dotted}.t"]).run()
+        result = SnapshotRunner(
+            term, DestinationLake.at(lake_root, "d").snapshot_state, tables=[f"{dotted}.t"]
+        ).run()
         assert result.per_table == {f"{dotted}.t": 2}
         rows = replay(uri)
         assert rows.tables[f"{dotted}.t"] == source_rows(mariadb.server, dotted, "t")
@@ -129,7 +135,7 @@ def test_a_request_for_a_dotted_database_is_served(
             "INSERT INTO t VALUES (1, 'a'), (2, 'b'), (3, 'c')",
             database=dotted,
         )
-        inbox = snapshot_inbox(lake_root, "d", source)
+        inbox = snapshot_inbox(DestinationLake.at(lake_root, "d"), source)
         request_id = inbox.submit([f"{dotted}.t"])
         with pytest.raises(SnapshotError, match="not captured"):
             inbox.submit(["mysql.user"])

@@ -21,10 +21,11 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_platform.backfill import table_copy
-from cdc_platform.backfill.snapshot import SnapshotRunner, state_path
+from cdc_platform.backfill.snapshot import SnapshotRunner
 from cdc_platform.config.instance import InstanceConfig, SnapshotSettings
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink import DeltaChangeLog
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
 from cdc_platform.testing.mariadb import MariaDBServer
@@ -41,9 +42,9 @@ def _instance(db: MariaDBDatabase, table: str, server_id: int) -> InstanceConfig
     return instance_config(db.server, db.user.name, [rf"{db.name}\.{table}"], server_id=server_id)
 
 
-def _catch_up(config: InstanceConfig, uri: str) -> None:
+def _catch_up(config: InstanceConfig, layout: DestinationLake) -> None:
     """The destination's normal run until it is idle."""
-    summary = DestinationRuntime(WriteTerm("d", config, uri)).run(exit_when_idle_seconds=1.5)
+    summary = DestinationRuntime(WriteTerm("d", config, layout)).run(exit_when_idle_seconds=1.5)
     assert summary.error is None, summary
 
 
@@ -174,8 +175,9 @@ def test_a_keyless_copy_reads_the_stream_up_to_its_place(
     config = config.model_copy(
         update={"source": config.source.model_copy(update={"reconnect_initial_seconds": 2.0})}
     )
-    uri = str(lake_root / "d" / "changes")
-    _catch_up(config, uri)
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
+    _catch_up(config, layout)
     real_copy = table_copy.copy_whole_table
     cut: list[int] = []
 
@@ -201,7 +203,9 @@ def test_a_keyless_copy_reads_the_stream_up_to_its_place(
     busy = _Writer(mariadb, "INSERT INTO busy (v) VALUES (1)", 0.0)
     try:
         result = SnapshotRunner(
-            WriteTerm("d", config, uri), state_path(lake_root, "d"), tables=[f"{db}.bag"]
+            WriteTerm("d", config, layout),
+            DestinationLake.at(lake_root, "d").snapshot_state,
+            tables=[f"{db}.bag"],
         ).run()
     finally:
         busy.stop()
@@ -211,7 +215,7 @@ def test_a_keyless_copy_reads_the_stream_up_to_its_place(
     server.execute(
         "INSERT INTO bag VALUES (8, 'after')", "DELETE FROM bag WHERE a = 0 LIMIT 1", database=db
     )
-    _catch_up(config, uri)
+    _catch_up(config, layout)
     got, expected = change_log_bag(uri, db, "bag"), source_bag(mariadb, "bag")
     assert got == expected, f"extra {got - expected}, missing {expected - got}"
 
@@ -225,11 +229,14 @@ def test_a_keyless_copy_whose_place_follows_a_binlog_rotation_ends(
     server, db = mariadb.server, mariadb.name
     server.execute("CREATE TABLE bag (a INT)", "INSERT INTO bag VALUES (1), (1), (2)", database=db)
     config = _instance(mariadb, "bag", 3665)
-    uri = str(lake_root / "d" / "changes")
-    _catch_up(config, uri)
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
+    _catch_up(config, layout)
     server.execute("FLUSH BINARY LOGS")
     runner = SnapshotRunner(
-        WriteTerm("d", config, uri), state_path(lake_root, "d"), tables=[f"{db}.bag"]
+        WriteTerm("d", config, layout),
+        DestinationLake.at(lake_root, "d").snapshot_state,
+        tables=[f"{db}.bag"],
     )
     done: list[Any] = []
     thread = threading.Thread(target=lambda: done.append(runner.run()), daemon=True)
@@ -254,11 +261,12 @@ def test_a_keyless_copy_lands_in_one_commit(mariadb: MariaDBDatabase, lake_root:
         database=db,
     )
     config = _instance(mariadb, "bag", 3662)
-    uri = str(lake_root / "d" / "changes")
-    _catch_up(config, uri)
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
+    _catch_up(config, layout)
     result = SnapshotRunner(
-        WriteTerm("d", config, uri),
-        state_path(lake_root, "d"),
+        WriteTerm("d", config, layout),
+        DestinationLake.at(lake_root, "d").snapshot_state,
         tables=[f"{db}.bag"],
         settings=SnapshotSettings(chunk_size=10),
     ).run()
@@ -282,13 +290,14 @@ def test_a_keyless_copy_killed_midway_leaves_the_old_table(
     server, db = mariadb.server, mariadb.name
     server.execute("CREATE TABLE bag (a INT, b VARCHAR(40))", database=db)
     config = _instance(mariadb, "bag", 3663)
-    uri = str(lake_root / "d" / "changes")
-    _catch_up(config, uri)
+    layout = DestinationLake.at(lake_root, "d")
+    uri = layout.change_log
+    _catch_up(config, layout)
     server.execute(
         "INSERT INTO bag SELECT seq % 97, REPEAT('x', seq % 40) FROM seq_1_to_100000",
         database=db,
     )
-    _catch_up(config, uri)  # the rows are in the change log, streamed
+    _catch_up(config, layout)  # the rows are in the change log, streamed
     expected = source_bag(mariadb, "bag")
     assert change_log_bag(uri, db, "bag") == expected
     conf = tmp_path / "conf"
@@ -330,7 +339,7 @@ def test_a_keyless_copy_killed_midway_leaves_the_old_table(
         command, env=env, capture_output=True, text=True, timeout=300, check=False
     )
     assert rerun.returncode == 0, rerun.stderr
-    assert not state_path(lake_root, "d").exists()
+    assert not DestinationLake.at(lake_root, "d").snapshot_state.exists()
     assert change_log_bag(uri, db, "bag") == expected
 
 
@@ -355,8 +364,9 @@ def test_a_keyless_copy_outlasts_a_commit_slower_than_net_write_timeout(
             database="shop",
         )
         config = instance_config(server, user.name, [r"shop\.big"], server_id=3664)
-        uri = str(tmp_path / "lake" / "d" / "changes")
-        _catch_up(config, uri)
+        layout = DestinationLake.at(tmp_path / "lake", "d")
+        uri = layout.change_log
+        _catch_up(config, layout)
         real_commit = DeltaChangeLog.commit
         slowed: list[int] = []
 
@@ -370,8 +380,8 @@ def test_a_keyless_copy_outlasts_a_commit_slower_than_net_write_timeout(
 
         monkeypatch.setattr(DeltaChangeLog, "commit", slow_commit)
         result = SnapshotRunner(
-            WriteTerm("d", config, uri),
-            state_path(tmp_path / "lake", "d"),
+            WriteTerm("d", config, layout),
+            DestinationLake.at(tmp_path / "lake", "d").snapshot_state,
             tables=["shop.big"],
             settings=SnapshotSettings(chunk_size=50),
         ).run()

@@ -19,6 +19,7 @@ from cdc_platform.config.lake import LakeLocation
 from cdc_platform.config.source import SourceConfig
 from cdc_platform.errors import LeaseLostError
 from cdc_platform.events import ChangeEvent
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.report import CommitReport, count_transactions
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.events import EventBuilder
@@ -51,7 +52,12 @@ def test_a_side_commit_gates_notes_gates_again_commits_and_reports(tmp_path: Pat
         reports.append(report)
 
     term = WriteTerm(
-        "shop", CONFIG, str(tmp_path / "changes"), commit_gate=gate, on_commit=on_commit, lake=lake
+        "shop",
+        CONFIG,
+        DestinationLake.in_lake(lake, "shop", CONFIG),
+        commit_gate=gate,
+        on_commit=on_commit,
+        checked_lake=True,
     )
     build = EventBuilder()
     events = [*build.transaction(2), _ddl(build)]
@@ -105,9 +111,9 @@ def test_a_gate_that_refuses_after_the_note_leaves_the_change_log_untouched(
     term = WriteTerm(
         "shop",
         CONFIG,
-        str(tmp_path / "changes"),
+        DestinationLake.in_lake(LakeLocation(str(tmp_path)), "shop", CONFIG),
         commit_gate=gate,
-        lake=LakeLocation(str(tmp_path)),
+        checked_lake=True,
     )
     build = EventBuilder()
     events = [_ddl(build)]

@@ -10,6 +10,7 @@ from cdc_platform.cli import main
 from cdc_platform.config import BatchMode, load_config
 from cdc_platform.config.leases import DatabaseLeaseConfig, ZooKeeperLeaseConfig
 from cdc_platform.errors import ConfigFileError
+from cdc_platform.sink.destination_lake import DestinationLake
 
 pytestmark = pytest.mark.unit
 
@@ -56,7 +57,7 @@ def test_good_destination_loads_with_defaults(conf: Path) -> None:
     assert dest.config.source.decode_workers == "auto", "as many decode workers as cores"
     assert isinstance(loaded.platform.lease, DatabaseLeaseConfig)
     assert loaded.lake_root == conf.resolve().parent / "var" / "lake"
-    assert loaded.table_uri("shop").endswith("var/lake/shop/changes")
+    assert DestinationLake.of(loaded, "shop").change_log.endswith("var/lake/shop/changes")
 
 
 def test_content_hash_follows_content_not_mtime(conf: Path) -> None:

@@ -22,6 +22,7 @@ from dagster import (
 from cdc_platform.config import ConfigSet, load_config
 from cdc_platform.coordination.table_catalog import Catalog, CatalogColumn, CatalogTable
 from cdc_platform.errors import ConfigError
+from cdc_platform.sink.destination_lake import DestinationLake
 from dagster_defs import build_definitions, resources
 from dagster_defs.assets import change_log_specs
 from dagster_defs.resources import (
@@ -107,7 +108,7 @@ def test_default_keys_paths_and_groups(configset: ConfigSet) -> None:
     ]  # fmt: skip
     (spec,) = [s for s in change_log_specs(configset) if s.key == translator.changes_key("shop")]
     assert spec.group_name == "cdc"
-    assert spec.metadata["table_uri"] == configset.table_uri("shop")
+    assert spec.metadata["table_uri"] == DestinationLake.of(configset, "shop").change_log
     (broken,) = [s for s in change_log_specs(configset) if s.key.path[1] == "broken"]
     assert broken.metadata["table_uri"] == str(configset.lake_root / "broken")
     assert mirrors_root(configset, "shop") == str(configset.lake_root / "shop/mirror")

@@ -8,12 +8,9 @@ from pathlib import Path
 import pytest
 
 from cdc_platform.backfill.request_inbox import repair_inbox, snapshot_inbox
-from cdc_platform.backfill.reread_list import reread_path
-from cdc_platform.backfill.snapshot import captured_tables_path, state_path
 from cdc_platform.config.instance import InstanceConfig
 from cdc_platform.config.lake import LakeLocation
 from cdc_platform.sink.destination_lake import DestinationLake
-from cdc_platform.sink.start_record import start_record_file
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.spark.locations import mirror_root
 
@@ -56,35 +53,45 @@ def test_every_name_of_a_destination_on_s3() -> None:
 
 def test_the_change_log_folder_comes_from_the_config() -> None:
     lake = LakeLocation("/lake")
-    assert DestinationLake.of(lake, "d", _config("events")).change_log == "/lake/d/events"
-    assert DestinationLake.of(lake, "d").change_log == "/lake/d/changes"
+    assert DestinationLake.in_lake(lake, "d", _config("events")).change_log == "/lake/d/events"
+    assert DestinationLake.in_lake(lake, "d").change_log == "/lake/d/changes"
 
 
-def test_a_layout_found_from_its_change_log_is_the_same_layout() -> None:
+def test_a_layout_opens_its_change_log_with_the_lake_options() -> None:
     layout = DestinationLake(LakeLocation(_S3, {"k": "v"}), "shop", "log")
-    assert DestinationLake.beside(layout.change_log + "/", {"k": "v"}) == layout
+    change_log = layout.open_change_log()
+    assert change_log.table_uri == layout.change_log
+    assert change_log.destination == "shop"
+    assert "1 keys: k" in repr(change_log)
+    change_log.close()
 
 
 def test_a_term_names_its_files_in_its_lake_or_beside_its_table(tmp_path: Path) -> None:
     lake = LakeLocation(str(tmp_path / "lake"))
     in_lake = WriteTerm.in_lake("d", _config("events"), lake)
     assert in_lake.layout == DestinationLake(lake, "d", "events")
-    assert in_lake.table_uri == in_lake.layout.change_log
-    table_only = WriteTerm("d", _config(), str(tmp_path / "elsewhere" / "d" / "changes"))
+    assert in_lake.checked_lake
+    table_only = WriteTerm("d", _config(), DestinationLake.at(tmp_path / "elsewhere", "d"))
     assert table_only.layout.start_record.uri == str(tmp_path / "elsewhere" / "d" / "_start.json")
 
 
-def test_the_older_helpers_name_the_same_places() -> None:
-    """Callers that still take a bare lake root get the paths they always got."""
+def test_a_bare_lake_root_names_the_same_places() -> None:
+    """A layout at a lake root given as it is (a trailing slash or not), and the inboxes and
+    mirror root built from it, name the paths they always named."""
     opts = {"aws_region": "x"}
-    assert state_path(_S3 + "/", "d", opts).uri == f"{_S3}/d/_snapshot_state.json"
-    assert captured_tables_path(_S3, "d", opts).uri == f"{_S3}/d/_captured_tables.json"
-    assert reread_path(_S3, "d", opts).uri == f"{_S3}/d/_reread_tables.json"
-    assert repair_inbox(_S3, "d", None, opts).root.uri == f"{_S3}/d/_reconcile"
-    assert snapshot_inbox(_S3, "d", None, opts).root.uri == f"{_S3}/d/_snapshot_requests"
+    assert (
+        DestinationLake.at(_S3 + "/", "d", opts).snapshot_state.uri
+        == f"{_S3}/d/_snapshot_state.json"
+    )
+    assert (
+        DestinationLake.at(_S3, "d", opts).captured_tables.uri == f"{_S3}/d/_captured_tables.json"
+    )
+    assert DestinationLake.at(_S3, "d", opts).reread_tables.uri == f"{_S3}/d/_reread_tables.json"
+    assert repair_inbox(DestinationLake.at(_S3, "d", opts)).root.uri == f"{_S3}/d/_reconcile"
+    requests = snapshot_inbox(DestinationLake.at(_S3, "d", opts))
+    assert requests.root.uri == f"{_S3}/d/_snapshot_requests"
     assert mirror_root(_S3, "d") == f"{_S3}/d/mirror"
-    assert start_record_file(f"{_S3}/d/changes", opts).uri == f"{_S3}/d/_start.json"
-    assert state_path(_S3, "d", opts).storage_options == opts
+    assert DestinationLake.at(_S3, "d", opts).snapshot_state.storage_options == opts
 
 
 def test_a_name_that_climbs_out_of_the_lake_is_refused() -> None:

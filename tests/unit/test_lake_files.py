@@ -88,13 +88,19 @@ def test_touch_and_modified(tmp_path: Path) -> None:
 
 def test_state_locations_are_uris_under_the_lake_root() -> None:
     from cdc_platform.backfill.request_inbox import repair_inbox  # noqa: PLC0415 (this test's subject, imported where it is used)
-    from cdc_platform.backfill.snapshot import captured_tables_path, state_path  # noqa: PLC0415 (this test's subject, imported where it is used)
+    from cdc_platform.sink.destination_lake import DestinationLake  # noqa: PLC0415 (this test's subject, imported where it is used)
     from cdc_platform.spark.locations import mirror_root  # noqa: PLC0415 (this test's subject, imported where it is used)
 
     root = "s3://lake/prefix"
-    assert state_path(root, "d").uri == "s3://lake/prefix/d/_snapshot_state.json"
-    assert captured_tables_path(root, "d").uri == "s3://lake/prefix/d/_captured_tables.json"
-    assert repair_inbox(root, "d").root.uri == "s3://lake/prefix/d/_reconcile"
+    assert (
+        DestinationLake.at(root, "d").snapshot_state.uri
+        == "s3://lake/prefix/d/_snapshot_state.json"
+    )
+    assert (
+        DestinationLake.at(root, "d").captured_tables.uri
+        == "s3://lake/prefix/d/_captured_tables.json"
+    )
+    assert repair_inbox(DestinationLake.at(root, "d")).root.uri == "s3://lake/prefix/d/_reconcile"
     assert mirror_root(root, "d") == "s3://lake/prefix/d/mirror"
     assert mirror_root(Path("/x/lake"), "d") == "/x/lake/d/mirror"
 

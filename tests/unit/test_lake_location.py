@@ -13,6 +13,7 @@ from cdc_platform.config.deployment import deployment_warnings
 from cdc_platform.config.lake import LakeLocation
 from cdc_platform.errors import ConfigError, ConfigFileError
 from cdc_platform.runtime.supervised import supervised_destination
+from cdc_platform.sink.destination_lake import DestinationLake
 
 pytestmark = pytest.mark.unit
 
@@ -112,7 +113,7 @@ def test_configset_builds_table_uris_in_the_bucket(tmp_path: Path) -> None:
         "source: {host: h, port: 3306, user: u, password_env: PW, server_id: 7}\n"
     )
     config = load_config(conf, environ={"PW": "x"})
-    assert config.table_uri("shop") == "s3://lake/prod/shop/changes"
+    assert DestinationLake.of(config, "shop").change_log == "s3://lake/prod/shop/changes"
     assert config.lake.storage_options["aws_conditional_put"] == "etag"
     with pytest.raises(ConfigError, match="not yet on object storage"):
         _ = config.lake_root

@@ -18,6 +18,7 @@ from cdc_platform.events import ResumePosition
 from cdc_platform.ha.db_lease import DatabaseLease
 from cdc_platform.ha.zookeeper import ZooKeeperLease
 from cdc_platform.sink import DeltaChangeLog
+from cdc_platform.sink.destination_lake import DestinationLake
 
 pytestmark = pytest.mark.unit
 
@@ -144,7 +145,7 @@ def test_status_and_release_commands(conf: Path, capsys: pytest.CaptureFixture[s
     holder = open_lease(config.platform, conf, "shop", address="node-1")
     try:
         assert holder.try_acquire() == 0
-        DeltaChangeLog(config.table_uri("shop"), "shop").commit(
+        DeltaChangeLog(DestinationLake.of(config, "shop").change_log, "shop").commit(
             (), batch_seq=1, resume=ResumePosition("mysql-bin.000007", 1234), epoch=0
         )
         assert main(["status", "--conf", str(conf), "--json"]) == 0

@@ -21,6 +21,7 @@ from cdc_platform.runtime.lease_gate import LeaseGate
 from cdc_platform.runtime.runtime_metrics import RuntimeMetrics
 from cdc_platform.runtime.supervisor import LeaseSupervisor
 from cdc_platform.sink import DeltaChangeLog, FencedCommitError
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.fakes import FakeClock, InMemoryLease, InMemoryLeaseStore
 from cdc_platform.watch import MemoryStateStore, StatePublisher
@@ -33,8 +34,8 @@ CONFIG = InstanceConfig(
 )
 
 
-def supervisor(lease: InMemoryLease, uri: str, **kwargs: Any) -> LeaseSupervisor:
-    return LeaseSupervisor(WriteTerm("shop", CONFIG, uri), lease, **kwargs)
+def supervisor(lease: InMemoryLease, layout: DestinationLake, **kwargs: Any) -> LeaseSupervisor:
+    return LeaseSupervisor(WriteTerm("shop", CONFIG, layout), lease, **kwargs)
 
 
 def test_gate_passes_while_held_and_raises_once_lost(tmp_path: Path) -> None:
@@ -49,14 +50,15 @@ def test_gate_passes_while_held_and_raises_once_lost(tmp_path: Path) -> None:
 
 
 def test_claim_fences_off_the_previous_epoch(tmp_path: Path) -> None:
-    uri = str(tmp_path / "changes")
+    layout = DestinationLake.at(tmp_path, "shop")
+    uri = layout.change_log
     old = DeltaChangeLog(uri, "shop")
     old.commit((), batch_seq=1, resume=RESUME, epoch=0)
     clock = FakeClock()
     lease = InMemoryLease(InMemoryLeaseStore(clock), "shop", address="b")
     assert lease.try_acquire(min_epoch=1) == 1
     claim_change_log(
-        WriteTerm("shop", CONFIG, uri), 1, gate=LeaseGate("shop", lease, threading.Event())
+        WriteTerm("shop", CONFIG, layout), 1, gate=LeaseGate("shop", lease, threading.Event())
     )
     checkpoint = DeltaChangeLog(uri, "shop").recover()
     assert checkpoint is not None
@@ -67,13 +69,14 @@ def test_claim_fences_off_the_previous_epoch(tmp_path: Path) -> None:
 
 
 def test_claim_refuses_an_epoch_older_than_the_table(tmp_path: Path) -> None:
-    uri = str(tmp_path / "changes")
+    layout = DestinationLake.at(tmp_path, "shop")
+    uri = layout.change_log
     DeltaChangeLog(uri, "shop").commit((), batch_seq=1, resume=RESUME, epoch=5)
     lease = InMemoryLease(InMemoryLeaseStore(FakeClock()), "shop", address="b")
     assert lease.try_acquire() == 0
     with pytest.raises(LeaseLostError, match="epoch 5"):
         claim_change_log(
-            WriteTerm("shop", CONFIG, uri), 0, gate=LeaseGate("shop", lease, threading.Event())
+            WriteTerm("shop", CONFIG, layout), 0, gate=LeaseGate("shop", lease, threading.Event())
         )
 
 
@@ -88,7 +91,7 @@ class FakeRuntime:
         self.name = term.destination
         self.epoch: int = term.epoch
         self.gate: Callable[[], None] = term.commit_gate
-        self.sink = DeltaChangeLog(term.table_uri, term.destination)
+        self.sink = DeltaChangeLog(term.layout.change_log, term.destination)
         self._stop = threading.Event()
         self.reason = "stop requested"
         self.commits = 0
@@ -127,7 +130,8 @@ def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 30.0) ->
 def test_operator_release_sends_the_holder_back_to_standby_and_epochs_grow(
     tmp_path: Path,
 ) -> None:
-    uri = str(tmp_path / "changes")
+    layout = DestinationLake.at(tmp_path, "shop")
+    uri = layout.change_log
     store = InMemoryLeaseStore()
     state = MemoryStateStore()
     publisher = StatePublisher(state, interval=0.05)
@@ -136,7 +140,7 @@ def test_operator_release_sends_the_holder_back_to_standby_and_epochs_grow(
     )
     FakeRuntime.instances.clear()
     sup = supervisor(
-        lease, uri, runtime_factory=FakeRuntime, channels=StatusChannels(publisher=publisher)
+        lease, layout, runtime_factory=FakeRuntime, channels=StatusChannels(publisher=publisher)
     )
     result: list[RunSummary] = []
     thread = threading.Thread(target=lambda: result.append(sup.run()), daemon=True)
@@ -187,7 +191,9 @@ def test_a_refused_side_file_write_sends_the_holder_back_to_standby(tmp_path: Pa
         InMemoryLeaseStore(), "shop", address="a", renew_interval=0.1, release_cooldown=0.0
     )
     FakeRuntime.instances.clear()
-    sup = supervisor(lease, str(tmp_path / "changes"), runtime_factory=RefusedSideFileRuntime)
+    sup = supervisor(
+        lease, DestinationLake.at(tmp_path, "shop"), runtime_factory=RefusedSideFileRuntime
+    )
     result: list[RunSummary] = []
     thread = threading.Thread(target=lambda: result.append(sup.run()), daemon=True)
     thread.start()
@@ -215,7 +221,7 @@ def test_a_transient_error_at_the_term_start_is_retried_while_the_lease_is_held(
 ) -> None:
     lease = InMemoryLease(InMemoryLeaseStore(), "shop", address="a", renew_interval=0.1)
     FakeRuntime.instances.clear()
-    sup = supervisor(lease, str(tmp_path / "changes"), runtime_factory=LakeDownOnce)
+    sup = supervisor(lease, DestinationLake.at(tmp_path, "shop"), runtime_factory=LakeDownOnce)
     result: list[RunSummary] = []
     thread = threading.Thread(target=lambda: result.append(sup.run()), daemon=True)
     thread.start()
@@ -240,7 +246,9 @@ def test_a_stop_ends_the_wait_of_a_retry_at_once(
     lease = InMemoryLease(InMemoryLeaseStore(), "shop", address="a", renew_interval=0.1)
     FakeRuntime.instances.clear()
     sup = LeaseSupervisor(
-        WriteTerm("shop", slow, str(tmp_path / "changes")), lease, runtime_factory=LakeDownOnce
+        WriteTerm("shop", slow, DestinationLake.at(tmp_path, "shop")),
+        lease,
+        runtime_factory=LakeDownOnce,
     )
     result: list[RunSummary] = []
     thread = threading.Thread(target=lambda: result.append(sup.run()), daemon=True)

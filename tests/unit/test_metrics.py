@@ -17,6 +17,7 @@ from cdc_platform.errors import ConfigError
 from cdc_platform.runtime.instance import RunSummary
 from cdc_platform.runtime.prometheus import PrometheusMetrics, open_metrics
 from cdc_platform.runtime.supervisor import LeaseSupervisor
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.fakes import FakeClock, InMemoryLease, InMemoryLeaseStore
 from tests.unit.test_lease_supervisor import CONFIG, FakeRuntime, wait_for
@@ -102,7 +103,7 @@ def test_forget_drops_a_destinations_series() -> None:
 
 
 def test_the_lease_gauges_follow_the_lease_from_one_node_to_the_other(tmp_path: Path) -> None:
-    uri = str(tmp_path / "changes")
+    layout = DestinationLake.at(tmp_path, "shop")
     store = InMemoryLeaseStore()
     nodes: list[tuple[LeaseSupervisor, PrometheusMetrics]] = []
     for address in ("a", "b"):
@@ -110,7 +111,7 @@ def test_the_lease_gauges_follow_the_lease_from_one_node_to_the_other(tmp_path: 
         lease = InMemoryLease(
             store, "shop", address=address, expiry=0.8, renew_interval=0.1, release_cooldown=5
         )
-        term = WriteTerm("shop", CONFIG, uri, recorder=metrics.recorder("shop"))
+        term = WriteTerm("shop", CONFIG, layout, recorder=metrics.recorder("shop"))
         nodes.append((LeaseSupervisor(term, lease, runtime_factory=FakeRuntime), metrics))
     (a, a_metrics), (b, b_metrics) = nodes
 

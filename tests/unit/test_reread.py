@@ -9,15 +9,15 @@ import pytest
 from cdc_platform.backfill.reread import (
     RereadRecord,
     pending_rereads,
-    reread_path,
     tables_to_reread,
 )
+from cdc_platform.sink.destination_lake import DestinationLake
 
 pytestmark = pytest.mark.unit
 
 
 def test_a_table_listed_again_during_its_copy_stays_listed(tmp_path: Path) -> None:
-    record = RereadRecord(reread_path(tmp_path, "d"))
+    record = RereadRecord(DestinationLake.at(tmp_path, "d").reread_tables)
     assert record.load() == {}
     record.add(["s.a", "s.b"])
     taken = record.load()
@@ -25,10 +25,10 @@ def test_a_table_listed_again_during_its_copy_stays_listed(tmp_path: Path) -> No
     record.add(["s.a"])  # a second DDL on s.a while the copy of the first runs
     record.remove(taken)
     assert list(record.load()) == ["s.a"]
-    assert pending_rereads(tmp_path, "d") == {"s.a"}
+    assert pending_rereads(DestinationLake.at(tmp_path, "d")) == {"s.a"}
     record.remove(record.load())
-    assert not reread_path(tmp_path, "d").exists()
-    assert pending_rereads(tmp_path, "d") == set()
+    assert not DestinationLake.at(tmp_path, "d").reread_tables.exists()
+    assert pending_rereads(DestinationLake.at(tmp_path, "d")) == set()
 
 
 def test_only_the_recorded_table_of_a_ddl_row_is_listed() -> None:

@@ -17,6 +17,7 @@ from cdc_platform.config.source import SourceConfig
 from cdc_platform.infra.signals import stop_signals
 from cdc_platform.runtime.serve import ServeProcess
 from cdc_platform.runtime.supervisor import LeaseSupervisor
+from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.fakes import InMemoryLease, InMemoryLeaseStore
 
@@ -35,7 +36,9 @@ def test_sigterm_while_the_main_thread_holds_the_supervisor_lock(tmp_path: Path)
         source=SourceConfig(user="cdc", password_env="CDC_TEST_PASSWORD", server_id=7)
     )
     lease = InMemoryLease(InMemoryLeaseStore(), "shop", address="a")
-    supervisor = LeaseSupervisor(WriteTerm("shop", config, str(tmp_path / "changes")), lease)
+    supervisor = LeaseSupervisor(
+        WriteTerm("shop", config, DestinationLake.at(tmp_path, "shop")), lease
+    )
     before = signal.getsignal(signal.SIGTERM)
     with stop_signals(supervisor.request_stop):
         with supervisor._lock:  # the main thread is, say, installing the term's runtime
