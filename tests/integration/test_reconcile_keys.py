@@ -58,7 +58,7 @@ def test_differences_reach_the_driver_only_up_to_max_suspects(
             spark,
             conn,
             spec,
-            lake=DestinationLake.of(destination.lake, "d", destination.destinations["d"].config),
+            lake=DestinationLake.of(destination, "d"),
             bounds=ComparisonBounds(chunk_size=400, max_suspects=10),
         )
     finally:

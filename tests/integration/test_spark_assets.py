@@ -211,8 +211,9 @@ def test_daily_partitions_and_mirrors(
         }
         assert changed == {items_key}
         policy = defs.resolve_assets_def(items_key).specs_by_key[items_key].freshness_policy
+        # the warning at half the budget, in whole minutes (150 s would read "3 minutes")
         assert policy == FreshnessPolicy.time_window(
-            fail_window=timedelta(seconds=300), warn_window=timedelta(seconds=150)
+            fail_window=timedelta(seconds=300), warn_window=timedelta(seconds=120)
         )
 
 
