@@ -167,8 +167,13 @@ def test_checks_are_evaluated_for_the_latest_materialization(
             lambda: materialized_after(instance, customers, passed_at),
             timeout=120,
         )
-        green = latest_check(graphql, customers, "reconciled")
-        assert green is not None, "reconciled reads 'Not evaluated' on the newest mirror"
+        # the run writes the carried verdict just after the materialization: wait for it
+        green = wait_for(
+            "reconciled evaluated on the newest mirror",
+            lambda: latest_check(graphql, customers, "reconciled"),
+            timeout=60,
+        )
+        assert isinstance(green, dict), "reconciled reads 'Not evaluated' on the newest mirror"
         assert green["status"] == "SUCCEEDED"
 
         # A row changed behind the binlog's back: the next reconciliation repairs it and
@@ -192,8 +197,12 @@ def test_checks_are_evaluated_for_the_latest_materialization(
             lambda: materialized_after(instance, customers, failed_at),
             timeout=120,
         )
-        red = latest_check(graphql, customers, "reconciled")
-        assert red is not None
+        red = wait_for(
+            "reconciled evaluated on the newest mirror",
+            lambda: latest_check(graphql, customers, "reconciled"),
+            timeout=60,
+        )
+        assert isinstance(red, dict)
         assert red["status"] == "FAILED"
         assert red["evaluation"]["severity"] == "WARN"
         assert len(check_evaluations(instance, name, mariadb.name, "customers")) >= 2
