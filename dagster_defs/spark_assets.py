@@ -75,19 +75,18 @@ def _history_spec(
 
 
 def _history_metadata(done: DailyHistory) -> dict[str, Any]:
-    figures = done.stats
+    """The engine's figures of the day (:meth:`DailyHistory.metadata`), under Dagster's names
+    for the table's URI, name and rows."""
+    figures = {
+        name: value
+        for name, value in done.metadata().items()
+        if name not in ("day", "uri", "row_count", "last_seq")
+    }
     return {
         "dagster/uri": MetadataValue.path(done.result.mirror_uri),
         "dagster/table_name": f"history.{done.db}.{done.table}",
         "dagster/row_count": done.result.mirror_rows,
-        "inserts": figures.inserts if figures else 0,
-        "updates": figures.updates if figures else 0,
-        "deletes": figures.deletes if figures else 0,
-        "snapshots": figures.snapshots if figures else 0,
-        "ddl": figures.ddl if figures else 0,
-        "rows": figures.rows if figures else 0,
-        "bytes": figures.bytes if figures else 0,
-        "max_lag_seconds": figures.max_lag_seconds if figures else 0.0,
+        **figures,
         "as_of_rows": done.result.mirror_rows,
     }
 
