@@ -14,8 +14,9 @@ One line a figure (``--list``: and where each one is):
 - ``duplicates`` pairs on the three packages (when the ``duplicates`` command is on PATH);
 - tests reaching into private state: ``obj._name`` on anything but ``self``/``cls``, and
   imports of ``_private`` names from the project's packages;
-- fixed waits in tests (``time.sleep`` with a constant) and home-made wait helpers beside
-  ``cdc_platform/testing/processes.py``'s;
+- fixed waits in tests (``time.sleep`` with a constant), home-made wait helpers beside
+  ``cdc_platform/testing/processes.py``'s that poll on their own (a loop that sleeps), the
+  ones built on it (counted apart), and the named waits for time itself (``let_time_pass``);
 - ``# type: ignore[...]`` without a reason after it; bare ``noqa`` comments (a rule code
   without a reason, or no rule code at all).
 """
@@ -34,7 +35,7 @@ PACKAGES = ("cdc_platform", "dagster_defs", "cdc_airflow")
 NOQA_ROOTS = ("cdc_platform", "dagster_defs", "cdc_airflow", "tests", "bench", "scripts")
 TEST_ROOTS = ("tests",)
 WAIT_HOME = Path("cdc_platform/testing/processes.py")
-"""The one wait helper of the tests (``wait_for``)."""
+"""The one wait helper of the tests (``wait_for``; ``wait_until`` for a server's start)."""
 LAYOUT_NAMES = {
     "_snapshot_state.json",
     "_captured_tables.json",
@@ -153,28 +154,54 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 
 
-def _waits() -> tuple[list[str], list[str]]:
-    """Fixed sleeps in tests, and wait helpers defined outside the one home."""
+def _waits() -> tuple[list[str], list[str], list[str], list[str]]:
+    """Fixed sleeps in tests; wait helpers beside the one home that poll on their own (a
+    loop that sleeps: a clone of it); wait helpers built on it (a condition of their own,
+    or a guard such as "the run ended first", around the one wait); and the named waits for
+    time itself (``let_time_pass``, where passing time is the point of a test)."""
     sleeps: list[str] = []
-    helpers: list[str] = []
+    clones: list[str] = []
+    built_on: list[str] = []
+    time_passing: list[str] = []
     for path in _python_files(*TEST_ROOTS, "cdc_platform/testing"):
         tree = ast.parse(path.read_text())
+        in_tests = path.parts[0] in TEST_ROOTS
         for node in ast.walk(tree):
-            if (
-                path.parts[0] in TEST_ROOTS
-                and isinstance(node, ast.Call)
-                and ast.unparse(node.func) == "time.sleep"
-                and node.args
-                and isinstance(node.args[0], ast.Constant)
-            ):
-                sleeps.append(f"{path}:{node.lineno} time.sleep({node.args[0].value})")
+            if in_tests and isinstance(node, ast.Call):
+                called = ast.unparse(node.func)
+                if called == "time.sleep" and node.args and isinstance(node.args[0], ast.Constant):
+                    sleeps.append(f"{path}:{node.lineno} time.sleep({node.args[0].value})")
+                elif called.endswith("let_time_pass"):
+                    time_passing.append(f"{path}:{node.lineno} {ast.unparse(node)[:90]}")
             if (
                 isinstance(node, ast.FunctionDef)
                 and _WAIT_NAME.match(node.name)
                 and path != WAIT_HOME
             ):
-                helpers.append(f"{path}:{node.lineno} {node.name}")
-    return sleeps, helpers
+                place = f"{path}:{node.lineno} {node.name}"
+                if _polls_itself(node):
+                    clones.append(place)
+                elif _calls_a_wait(node):
+                    built_on.append(place)
+    return sleeps, clones, built_on, time_passing
+
+
+def _polls_itself(function: ast.FunctionDef) -> bool:
+    """Whether ``function`` has a loop that sleeps (its own polling)."""
+    return any(
+        isinstance(call, ast.Call) and ast.unparse(call.func).split(".")[-1] == "sleep"
+        for loop in ast.walk(function)
+        if isinstance(loop, (ast.While, ast.For))
+        for call in ast.walk(loop)
+    )
+
+
+def _calls_a_wait(function: ast.FunctionDef) -> bool:
+    """Whether ``function`` calls a wait (``wait_for``, ``wait_until`` or one built on them)."""
+    return any(
+        isinstance(call, ast.Call) and _WAIT_NAME.match(ast.unparse(call.func).split(".")[-1])
+        for call in ast.walk(function)
+    )
 
 
 def _comments() -> tuple[list[str], list[str], int]:
@@ -229,7 +256,7 @@ def main() -> None:
     """Print the figures (``--list``: and where they are)."""
     found = _package_figures()
     uses, imports = _private_reaches()
-    sleeps, helpers = _waits()
+    sleeps, helpers, built_on, time_passing = _waits()
     unexplained, bare, ignores = _comments()
     spellings = found["spellings"]
     modules = {s.rsplit(":", 1)[0] for s in spellings}
@@ -251,9 +278,10 @@ def main() -> None:
         f"{len(imports)} imports"
     )
     print(
-        f"fixed time.sleep waits in tests: {len(sleeps)}; wait helpers beside {WAIT_HOME}: "
-        f"{len(helpers)}"
+        f"fixed time.sleep waits in tests: {len(sleeps)}; wait helpers beside {WAIT_HOME} "
+        f"polling on their own: {len(helpers)} ({len(built_on)} more built on it)"
     )
+    print(f"named waits for time itself (let_time_pass): {len(time_passing)}")
     print(f"type: ignore without a reason: {len(unexplained)} of {ignores}")
     print(f"bare noqa: {len(bare)}")
     if "--list" in sys.argv:
@@ -264,7 +292,9 @@ def main() -> None:
             ("lake path spellings", spellings),
             ("private state in tests", uses + imports),
             ("fixed waits", sleeps),
-            ("wait helpers", helpers),
+            ("wait helpers polling on their own", helpers),
+            ("wait helpers built on the one wait", built_on),
+            ("named waits for time itself", time_passing),
             ("type: ignore without a reason", unexplained),
             ("bare noqa", bare),
         ):

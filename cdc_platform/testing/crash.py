@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,10 +21,11 @@ from deltalake import DeltaTable
 
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
+from cdc_platform.testing.processes import wait_for
 from cdc_platform.testing.replay import ReplayResult, replay
 from cdc_platform.testing.workload import Workload, source_rows
 
-__all__ = ["KillReport", "kill_cycle"]
+__all__ = ["KillReport", "kill_cycle", "start_run", "wait_for_change_log", "while_running"]
 
 
 @dataclass
@@ -49,9 +51,11 @@ class KillReport:
         )
 
 
-def _start(
+def start_run(
     conf: Path, destination: str, env: dict[str, str], log: Path, *extra: str
 ) -> subprocess.Popen[bytes]:
+    """``cdc-platform run`` of ``destination`` in a session of its own (so a test can kill
+    its process group), its output appended to ``log``."""
     with log.open("ab") as out:
         return subprocess.Popen(
             [
@@ -74,19 +78,33 @@ def _start(
         )
 
 
-def _wait_for_table(uri: str, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(
-                f"cdc-platform run exited with {proc.returncode} before its first commit"
-            )
-        try:
-            DeltaTable(uri)
-            return
-        except Exception:
-            time.sleep(0.1)
-    raise RuntimeError(f"no change log at {uri} after {timeout} s")
+def while_running(
+    proc: subprocess.Popen[bytes], check: Callable[[], bool], what: str
+) -> Callable[[], bool]:
+    """A :func:`wait_for` probe: ``check()``, failing at once when ``proc`` exited first."""
+
+    def probe() -> bool:
+        if check():
+            return True
+        assert proc.poll() is None, f"cdc-platform run exited ({proc.returncode}) before {what}"
+        return False
+
+    return probe
+
+
+def wait_for_change_log(uri: str, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    """Wait until the run ``proc`` made its first commit to the change log at ``uri``."""
+    what = f"its first commit (a change log at {uri})"
+    wait_for(while_running(proc, lambda: _opens(uri), what), what, timeout=timeout, interval=0.1)
+
+
+def _opens(uri: str) -> bool:
+    """Whether the Delta table at ``uri`` (a local path or an object store's) opens."""
+    try:
+        DeltaTable(uri)
+    except Exception:
+        return False
+    return True
 
 
 def kill_cycle(
@@ -127,9 +145,9 @@ def kill_cycle(
 
     workload = Workload(server, database, seed=seed)
     workload.create_schema()
-    proc = _start(conf, destination, env, log)
+    proc = start_run(conf, destination, env, log)
     try:
-        _wait_for_table(uri, proc)
+        wait_for_change_log(uri, proc)
         workload.start()
         for _ in range(kills):
             time.sleep(rng.uniform(min_alive, max_alive))
@@ -138,12 +156,12 @@ def kill_cycle(
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             report.kills += 1
-            proc = _start(conf, destination, env, log)
+            proc = start_run(conf, destination, env, log)
         time.sleep(rng.uniform(min_alive, max_alive))
         workload.stop()
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
-        drain = _start(conf, destination, env, log, "--exit-when-idle", "3")
+        drain = start_run(conf, destination, env, log, "--exit-when-idle", "3")
         if drain.wait(timeout=300) != 0:
             raise RuntimeError(f"the draining run failed (exit {drain.returncode})")
     finally:

@@ -15,7 +15,7 @@ from cdc_platform.config.source import SourceConfig
 from cdc_platform.config.start import StartConfig
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
 
-__all__ = ["PASSWORD_ENV", "instance_config", "write_conf"]
+__all__ = ["PASSWORD_ENV", "instance_config", "sqlite_lease", "write_conf"]
 
 PASSWORD_ENV = "CDC_TEST_SOURCE_PASSWORD"
 """The environment variable test destinations read their source password from."""
@@ -86,3 +86,15 @@ store:
   batch_timeout_seconds: 0.2
 {extra_store}"""
     )
+
+
+def sqlite_lease(folder: Path | str, *, name: str = "lease.db", **settings: float | bool) -> str:
+    """platform.yaml's ``lease:`` line for a test on one machine: the database lease on a
+    SQLite file ``name`` in ``folder`` (no server to start), then ``settings`` (for example
+    ``expiry_seconds=1.5``) in the order given."""
+    values = "".join(f", {key}: {_yaml(value)}" for key, value in settings.items())
+    return f"lease: {{backend: database, url: 'sqlite:///{folder}/{name}'{values}}}\n"
+
+
+def _yaml(value: float | bool) -> str:
+    return str(value).lower() if isinstance(value, bool) else f"{value:g}"

@@ -15,7 +15,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from cdc_platform.ha.members import HolderInfo
 from cdc_platform.sink import Checkpoint, DeltaChangeLog
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
+from cdc_platform.testing.processes import wait_for
 from cdc_platform.testing.replay import replay
 from cdc_platform.testing.workload import source_rows
 
@@ -42,7 +42,6 @@ __all__ = [
     "fast_database_lease",
     "fast_zookeeper_lease",
     "row_order_problems",
-    "wait_for",
 ]
 
 
@@ -86,24 +85,6 @@ def fast_database_lease(
         "  renew_interval_seconds: 0.3\n"
         f"{off}"
     )
-
-
-def wait_for(
-    predicate: Callable[[], bool],
-    what: str,
-    *,
-    timeout: float = 60.0,
-    interval: float = 0.05,
-    diagnose: Callable[[], str] | None = None,
-) -> None:
-    """Poll ``predicate`` until True; AssertionError naming ``what`` (and diagnostics) if not."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    detail = f"\n{diagnose()}" if diagnose is not None else ""
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{detail}")
 
 
 @dataclass

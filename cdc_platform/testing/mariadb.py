@@ -13,7 +13,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import pymysql
@@ -25,7 +24,6 @@ from cdc_platform.testing.processes import (
     ServerStartError,
     child_setup,
     find_binary,
-    stop_process,
     tail_of,
     wait_until,
 )
@@ -74,6 +72,9 @@ class ReplicationUser:
 class MariaDBServer(PrivateServer):
     """One private ``mariadbd``: start, stop, kill, restart, connect, read its error log."""
 
+    STOP_TIMEOUT = 30.0
+    """InnoDB may flush for a while before it ends."""
+
     def __init__(
         self,
         base_dir: Path,
@@ -107,7 +108,6 @@ class MariaDBServer(PrivateServer):
             else []
         )
         self._args = [*binlog_args, *tls_args, *extra_args]
-        self._proc: subprocess.Popen[bytes] | None = None
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -181,41 +181,6 @@ class MariaDBServer(PrivateServer):
             raise ServerStartError(
                 "mariadb-install-db failed:\n" + result.stderr.decode(errors="replace")[-4000:]
             )
-
-    def stop(self) -> None:
-        """Stop cleanly (SIGTERM, then SIGKILL if it hangs)."""
-        if self._proc is not None:
-            stop_process(self._proc, timeout=30.0)
-            self._proc = None
-
-    def kill(self) -> None:
-        """kill -9: a crash, for failure tests."""
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()
-            self._proc.wait(timeout=30.0)
-        self._proc = None
-
-    def restart(self) -> None:
-        """Stop and start on the same port and data directory."""
-        self.stop()
-        self.start()
-
-    @property
-    def running(self) -> bool:
-        """True while the server process is alive."""
-        return self._proc is not None and self._proc.poll() is None
-
-    def __enter__(self) -> MariaDBServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- SQL ---------------------------------------------------------------------------------
 

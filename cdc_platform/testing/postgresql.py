@@ -27,7 +27,6 @@ from cdc_platform.testing.processes import (
     PrivateServer,
     ServerStartError,
     child_setup,
-    stop_process,
     tail_of,
     wait_until,
 )
@@ -73,6 +72,10 @@ def _unprivileged_account() -> pwd.struct_passwd | None:
 class PostgreSQLServer(PrivateServer):
     """One private ``postgres``: start, stop, restart, a connection URL, its log."""
 
+    STOP_SIGNAL = signal.SIGINT
+    """PostgreSQL's fast shutdown (SIGTERM would wait for every client to leave)."""
+    STOP_TIMEOUT = 30.0
+
     def __init__(self, base_dir: Path, *, port: int | None = None, database: str = "test") -> None:
         self.base_dir = base_dir
         self.log_path = base_dir / "postgresql.log"
@@ -83,7 +86,6 @@ class PostgreSQLServer(PrivateServer):
         self.database = database
         self._account = _unprivileged_account()
         self._run_dir: Path | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -212,31 +214,12 @@ class PostgreSQLServer(PrivateServer):
             for statement in statements:
                 conn.execute(statement.encode())
 
-    def stop(self) -> None:
-        """Stop the server: SIGINT is PostgreSQL's fast shutdown (SIGTERM would wait for every
-        client to leave); SIGKILL if it hangs."""
-        if self._proc is not None:
-            if self._proc.poll() is None:
-                self._proc.send_signal(signal.SIGINT)
-            stop_process(self._proc, timeout=30.0)
-            self._proc = None
-
     def remove(self) -> None:
         """Stop and delete the private directory made for the unprivileged account."""
         self.stop()
         if self._run_dir is not None:
             shutil.rmtree(self._run_dir, ignore_errors=True)
             self._run_dir = None
-
-    def restart(self) -> None:
-        """Stop and start on the same port and data directory."""
-        self.stop()
-        self.start()
-
-    @property
-    def running(self) -> bool:
-        """True while the server process is alive."""
-        return self._proc is not None and self._proc.poll() is None
 
     def log_tail(self, lines: int = 60) -> str:
         """The tail of the server log, for failure reports."""

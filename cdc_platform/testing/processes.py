@@ -13,7 +13,8 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar
+from types import TracebackType
+from typing import ClassVar, Self, TypeVar
 
 __all__ = [
     "PORT_TRIES",
@@ -24,11 +25,16 @@ __all__ = [
     "find_binary",
     "free_port",
     "group_members",
+    "let_time_pass",
     "start_on_a_free_port",
     "stop_process",
     "stop_process_group",
+    "wait_for",
     "wait_until",
 ]
+
+
+_T = TypeVar("_T")
 
 
 class ServerStartError(RuntimeError):
@@ -75,10 +81,16 @@ class PrivateServer:
 
     START_TIMEOUT: ClassVar[float] = 60.0
     """Seconds a start may take unless the caller says otherwise."""
+    STOP_SIGNAL: ClassVar[signal.Signals] = signal.SIGTERM
+    """How :meth:`stop` asks the server to end (PostgreSQL's fast shutdown is SIGINT)."""
+    STOP_TIMEOUT: ClassVar[float] = 15.0
+    """Seconds :meth:`stop` waits after each signal before the next (SIGTERM, SIGKILL)."""
 
     def __init__(self, port: int | None = None) -> None:
         self.port = port or free_port()
         self._port_may_move = port is None
+        self._proc: subprocess.Popen[bytes] | None = None
+        """The server process while started (set by :meth:`_start_once`)."""
 
     def start(self, timeout: float | None = None) -> None:
         """Start the server (:meth:`_start_once`) and wait until it serves."""
@@ -92,6 +104,44 @@ class PrivateServer:
 
     def _start_once(self, timeout: float) -> None:
         raise NotImplementedError
+
+    def stop(self) -> None:
+        """Stop cleanly: :attr:`STOP_SIGNAL`, then SIGTERM and SIGKILL if it hangs
+        (:func:`stop_process`, :attr:`STOP_TIMEOUT` seconds each); returns once it ended."""
+        if self._proc is not None:
+            if self.STOP_SIGNAL is not signal.SIGTERM and self._proc.poll() is None:
+                self._proc.send_signal(self.STOP_SIGNAL)
+            stop_process(self._proc, timeout=self.STOP_TIMEOUT)
+            self._proc = None
+
+    def kill(self) -> None:
+        """kill -9: a crash, for outage and failure tests (returns once it ended)."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait(timeout=30.0)
+        self._proc = None
+
+    def restart(self) -> None:
+        """:meth:`stop`, then :meth:`start` on the same port and data directory."""
+        self.stop()
+        self.start()
+
+    @property
+    def running(self) -> bool:
+        """True while the server process is alive."""
+        return self._proc is not None and self._proc.poll() is None
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
 
 
 _PORT_TAKEN = ("address already in use", "failed to bind to address", "port allocation failed")
@@ -119,17 +169,58 @@ def find_binary(name: str, *extra_dirs: str) -> str:
     return found
 
 
+def wait_for(
+    probe: Callable[[], _T],
+    what: str,
+    *,
+    timeout: float = 60.0,
+    interval: float = 0.05,
+    slowing_to: float | None = None,
+    diagnose: Callable[[], str] | None = None,
+) -> _T:
+    """The one wait of the tests: call ``probe`` until it returns a true value, and return it.
+
+    A slow machine makes a wait longer, never red: ``timeout`` is generous and only its
+    expiry fails, with an :class:`AssertionError` naming ``what`` and, when given,
+    ``diagnose()``'s text (log tails, the last state seen). ``probe`` may raise to end the
+    wait early (a thread or process it watches ended). Polls every ``interval`` seconds,
+    growing by half each time up to ``slowing_to`` when given (for probes that cost a read of
+    a storage)."""
+    deadline = time.monotonic() + timeout
+    pause = interval
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(pause)
+        if slowing_to is not None:
+            pause = min(pause * 1.5, slowing_to)
+    detail = f"\n{diagnose()}" if diagnose is not None else ""
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{detail}")
+
+
+def let_time_pass(seconds: float, *, because: str) -> None:
+    """Let ``seconds`` of real time pass, where time passing is the point of a test and no
+    clock can be injected (a ZooKeeper server's session clock, file ages a library compares
+    with the wall clock, a stand-in's work that must still be running when a signal comes).
+    ``because`` names the clock that must move; never use this to wait for a condition
+    (:func:`wait_for` does that)."""
+    del because  # documentation at the call site
+    time.sleep(seconds)
+
+
 def wait_until(
     probe: Callable[[], bool], *, timeout: float, what: str, log: Path | None = None
 ) -> None:
-    """Call ``probe`` until it returns True; on timeout raise with the log tail."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if probe():
-            return
-        time.sleep(0.05)
-    tail = tail_of(log) if log is not None else ""
-    raise ServerStartError(f"{what} not ready after {timeout:.0f} s\n{tail}")
+    """:func:`wait_for` a server to be ready; on timeout :class:`ServerStartError` with the
+    tail of its log (a start that lost its port says so there)."""
+    try:
+        wait_for(probe, f"{what} to be ready", timeout=timeout)
+    except AssertionError as exc:
+        tail = tail_of(log) if log is not None else ""
+        raise ServerStartError(f"{what} not ready after {timeout:.0f} s\n{tail}") from exc
 
 
 def tail_of(path: Path, lines: int = 40) -> str:

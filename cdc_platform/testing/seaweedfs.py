@@ -16,9 +16,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import suppress
 from pathlib import Path
-from types import TracebackType
 
 from pyarrow.fs import AwsStandardS3RetryStrategy, FileType, S3FileSystem
 
@@ -27,7 +25,6 @@ from cdc_platform.testing.processes import (
     ServerStartError,
     child_setup,
     free_port,
-    stop_process,
     tail_of,
     wait_until,
 )
@@ -99,7 +96,6 @@ class SeaweedFSServer(PrivateServer):
         self.host = "127.0.0.1"
         self.bucket = bucket
         self._choose_ports()
-        self._proc: subprocess.Popen[bytes] | None = None
 
     def _choose_ports(self) -> None:
         ports = _free_ports(2 * len(_PORTS) + 2)
@@ -227,37 +223,6 @@ class SeaweedFSServer(PrivateServer):
         except OSError:
             return False
 
-    def stop(self) -> None:
-        """Stop the server (SIGTERM, then SIGKILL)."""
-        if self._proc is not None:
-            stop_process(self._proc)
-            self._proc = None
-
-    def kill(self) -> None:
-        """kill -9, for outage tests."""
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()
-            with suppress(subprocess.TimeoutExpired):
-                self._proc.wait(timeout=30.0)
-        self._proc = None
-
-    @property
-    def running(self) -> bool:
-        """True while the server process is alive."""
-        return self._proc is not None and self._proc.poll() is None
-
     def log_tail(self, lines: int = 60) -> str:
         """The tail of the server log, for failure reports."""
         return tail_of(self.log_path, lines)
-
-    def __enter__(self) -> SeaweedFSServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

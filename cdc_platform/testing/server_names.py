@@ -15,12 +15,12 @@ machine). :func:`wait_until_disconnected` waits for that hand-over.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from cdc_platform.testing.mariadb import MariaDBServer
+from cdc_platform.testing.processes import wait_for
 
 __all__ = ["global_variable", "unique_name", "unique_xid", "wait_until_disconnected", "xid_text"]
 
@@ -44,12 +44,13 @@ def xid_text(xid: str) -> str:
 def wait_until_disconnected(server: MariaDBServer, thread: int, timeout: float = 30.0) -> None:
     """Return once the server has ended connection ``thread`` (its ``CONNECTION_ID()``): a
     transaction it prepared can then be committed from any connection."""
-    deadline = time.monotonic() + timeout
     sql = f"SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = {int(thread)}"
-    while server.query(sql)[0][0]:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"connection {thread} still open after {timeout:.0f} s")
-        time.sleep(0.01)
+    wait_for(
+        lambda: not server.query(sql)[0][0],
+        f"connection {thread} to end",
+        timeout=timeout,
+        interval=0.01,
+    )
 
 
 @contextmanager

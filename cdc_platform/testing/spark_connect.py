@@ -21,7 +21,6 @@ from cdc_platform.testing.processes import (
     PrivateServer,
     ServerStartError,
     child_setup,
-    stop_process,
     tail_of,
     wait_until,
 )
@@ -91,6 +90,9 @@ class SparkConnectServer(PrivateServer):
     (e.g. :func:`cdc_platform.spark.storage.s3a_conf`).
     """
 
+    STOP_TIMEOUT = 30.0
+    """A JVM takes a while to end."""
+
     def __init__(
         self,
         base_dir: Path,
@@ -108,17 +110,11 @@ class SparkConnectServer(PrivateServer):
         self.driver_memory = driver_memory
         self.conf = dict(conf or {})
         self.environment = dict(environment or {})
-        self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         """``sc://127.0.0.1:<port>``."""
         return f"sc://{self.host}:{self.port}"
-
-    @property
-    def running(self) -> bool:
-        """Whether the server process is alive."""
-        return self._proc is not None and self._proc.poll() is None
 
     @property
     def pid(self) -> int | None:
@@ -192,12 +188,6 @@ class SparkConnectServer(PrivateServer):
                 return False
 
         wait_until(ready, timeout=timeout, what="Spark Connect server", log=self.log_path)
-
-    def stop(self) -> None:
-        """Stop the server (SIGTERM, then SIGKILL)."""
-        if self._proc is not None:
-            stop_process(self._proc, timeout=30)
-            self._proc = None
 
     def log_tail(self, lines: int = 60) -> str:
         """The end of the server's log, for failure reports."""

@@ -19,7 +19,6 @@ import signal
 import socket
 import subprocess
 from pathlib import Path
-from types import TracebackType
 
 from cryptography.hazmat.primitives import serialization
 
@@ -29,7 +28,6 @@ from cdc_platform.testing.processes import (
     child_setup,
     find_binary,
     free_port,
-    stop_process,
     tail_of,
     wait_until,
 )
@@ -107,7 +105,6 @@ class ZooKeeperServer(PrivateServer):
         self.tick_time_ms = tick_time_ms
         self.tls = tls
         self.tls_port = free_port() if tls is not None else None
-        self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def hosts(self) -> str:
@@ -190,24 +187,6 @@ class ZooKeeperServer(PrivateServer):
 
         wait_until(ready, timeout=timeout, what="ZooKeeper", log=self.log_path)
 
-    def stop(self) -> None:
-        """Stop the server (SIGTERM, then SIGKILL)."""
-        if self._proc is not None:
-            stop_process(self._proc)
-            self._proc = None
-
-    def kill(self) -> None:
-        """kill -9, for outage tests."""
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()
-            self._proc.wait(timeout=30.0)
-        self._proc = None
-
-    def restart(self) -> None:
-        """Stop and start on the same port and data directory (sessions survive)."""
-        self.stop()
-        self.start()
-
     def pause(self) -> None:
         """kill -STOP: the port stays open but nothing answers (a frozen or partitioned server)."""
         if self._proc is not None and self._proc.poll() is None:
@@ -218,23 +197,6 @@ class ZooKeeperServer(PrivateServer):
         if self._proc is not None and self._proc.poll() is None:
             os.kill(self._proc.pid, signal.SIGCONT)
 
-    @property
-    def running(self) -> bool:
-        """True while the server process is alive."""
-        return self._proc is not None and self._proc.poll() is None
-
     def log_tail(self, lines: int = 60) -> str:
         """The tail of the server log, for failure reports."""
         return tail_of(self.log_path, lines)
-
-    def __enter__(self) -> ZooKeeperServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

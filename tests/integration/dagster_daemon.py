@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +27,7 @@ from deltalake import DeltaTable
 
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.processes import die_with_parent, stop_process_group
+from cdc_platform.testing.processes import wait_for as wait_until_true
 from dagster_defs.cdc_job import DESTINATION_TAG, PID_TAG
 from tests.conftest import MariaDBDatabase
 
@@ -35,19 +35,11 @@ PROJECT = Path(__file__).resolve().parents[2]
 
 
 def wait_for(what: str, predicate: Callable[[], object], timeout: float = 90.0) -> object:
-    """``predicate``'s first true value. Polled at 0.1 s, then less often, up to once a
-    second: most waits are for a daemon tick or a run taking many seconds, and each poll
-    reads the instance's storage (at 0.25 s these polls were a quarter of a test worker's
-    CPU in the Dagster tests)."""
-    deadline = time.monotonic() + timeout
-    pause = 0.1
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(pause)
-        pause = min(pause * 1.5, 1.0)
-    raise AssertionError(f"timed out waiting for: {what}")
+    """``predicate``'s first true value (:func:`cdc_platform.testing.processes.wait_for`).
+    Polled at 0.1 s, then less often, up to once a second: most waits are for a daemon tick
+    or a run taking many seconds, and each poll reads the instance's storage (at 0.25 s these
+    polls were a quarter of a test worker's CPU in the Dagster tests)."""
+    return wait_until_true(predicate, what, timeout=timeout, interval=0.1, slowing_to=1.0)
 
 
 class Daemon:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import shutil
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from cdc_platform.cli import main
 from cdc_platform.config import load_config
 from cdc_platform.runtime.supervised import supervised_destination
 from cdc_platform.sink.destination_lake import DestinationLake
+from cdc_platform.testing.processes import wait_for
 from cdc_platform.testing.replay import has_commits, replay
 from tests.conftest import MariaDBDatabase
 
@@ -62,9 +62,7 @@ def test_imported_canal_destination_runs(
         )
         runner.start()
         uri = DestinationLake.of(loaded, "example").change_log
-        deadline = time.monotonic() + 30
-        while not has_commits(uri) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: has_commits(uri), "the run's first commit")
         mariadb.server.execute("INSERT INTO t VALUES (2, 'after')", database=db)
         runner.join(timeout=60)
         assert not runner.is_alive()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,8 @@ from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.spark.locations import mirror_root, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
 from cdc_platform.spark.target import MirrorTarget
-from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
+from cdc_platform.testing.destinations import PASSWORD_ENV, sqlite_lease, write_conf
+from cdc_platform.testing.processes import let_time_pass
 from dagster_defs.assets import change_log_specs
 from dagster_defs.io_manager import MIRROR_IO_MANAGER, MirrorIOManager
 from dagster_defs.resources import PlatformResource, SparkResource
@@ -142,7 +142,7 @@ def test_mirrors_equal_the_source_after_each_ddl(
         database=db,
         lake_root=lake_root,
         server_id=2141,
-        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/l.db'}}\n",
+        extra_platform=sqlite_lease(tmp_path),
     )
     instance = conf / "destinations" / "d" / "instance.yaml"
     instance.write_text(
@@ -164,7 +164,7 @@ def test_mirrors_equal_the_source_after_each_ddl(
             done.start()
             for group in during or []:
                 server.execute(*group, database=db)
-                time.sleep(0.5)
+                let_time_pass(0.5, because="re-reads run while later groups arrive")
             done.join(timeout=180)
             assert not done.is_alive()
 
@@ -227,7 +227,7 @@ def test_a_reread_left_on_the_list_is_done_at_the_next_start(
         database=db,
         lake_root=lake_root,
         server_id=2142,
-        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/l.db'}}\n",
+        extra_platform=sqlite_lease(tmp_path),
     )
     config = load_config(conf)
 

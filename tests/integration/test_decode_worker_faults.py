@@ -18,9 +18,7 @@ import os
 import re
 import signal
 import threading
-import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -34,8 +32,13 @@ from cdc_platform.sink import DeltaChangeLog
 from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.stream.binlog import BinlogSource
-from cdc_platform.source.stream.decode_pool import DEFAULT_INLINE_BYTES, DecodePool
+from cdc_platform.source.stream.decode_pool import (
+    DEFAULT_INLINE_BYTES,
+    DecodePool,
+    WorkerPool,
+)
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config
+from cdc_platform.testing.processes import wait_for
 from tests.conftest import MariaDBDatabase
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -74,23 +77,24 @@ def _rows(uri: str) -> list[dict[str, object]]:
 
 
 def _until(what: str, check: Callable[[], bool], summary: list[RunSummary]) -> None:
-    deadline = time.monotonic() + _WAIT
-    while not check():
+    """Wait for ``check`` while the run goes on (its end first fails the test)."""
+
+    def met() -> bool:
         assert not summary, f"the run ended before {what}: {summary[0]}"
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
+        return check()
+
+    wait_for(met, what, timeout=_WAIT, interval=0.02)
 
 
 def _pool(runtime: DestinationRuntime) -> DecodePool | None:
-    source = getattr(runtime, "source", None)  # set once run() has opened it
-    if not isinstance(source, BinlogSource):
-        return None
-    return source._pool
+    source = runtime.source  # set once run() has opened it
+    return source.decode_pool if isinstance(source, BinlogSource) else None
 
 
-def _executor(runtime: DestinationRuntime) -> ProcessPoolExecutor | None:
+def _workers(runtime: DestinationRuntime) -> WorkerPool | None:
+    """The run's decode worker processes (None before they started)."""
     pool = _pool(runtime)
-    return None if pool is None else pool._executor
+    return None if pool is None else pool.worker_pool()
 
 
 def _in_thread(
@@ -138,16 +142,17 @@ def test_a_killed_decode_worker_fails_the_run_and_the_next_run_resumes_exactly_o
     def committed() -> bool:
         return len(DeltaTable(uri).to_pyarrow_table()) >= before
 
-    def started() -> bool:
-        executor = _executor(runtime)
-        return executor is not None and len(executor._processes) == 2
-
     _until("the first transactions were committed", committed, summary)
+
+    def started() -> bool:
+        workers = _workers(runtime)
+        return workers is not None and len(workers.pids()) == 2
+
     _until("the decode workers started", started, summary)
-    executor = _executor(runtime)
-    assert executor is not None
-    victim, other = list(executor._processes)
-    assert not executor._pending_work_items  # everything written so far was decoded
+    pool = _workers(runtime)
+    assert pool is not None
+    victim, other = pool.pids()
+    assert not pool.in_flight()  # everything written so far was decoded
     for pid in (victim, other):
         os.kill(pid, signal.SIGSTOP)
     try:
@@ -158,10 +163,9 @@ def test_a_killed_decode_worker_fails_the_run_and_the_next_run_resumes_exactly_o
                 conn.commit()
             cur.execute("DELETE FROM t WHERE id >= 900")
             conn.commit()
-        _until("rows sent to the stopped workers", lambda: bool(executor._pending_work_items),
-               summary)  # fmt: skip
+        _until("rows sent to the stopped workers", lambda: pool.in_flight() > 0, summary)
         os.kill(victim, signal.SIGKILL)
-        _until("the pool to be broken", lambda: bool(executor._broken), summary)
+        _until("the pool to be broken", pool.broken, summary)
     finally:
         os.kill(other, signal.SIGCONT)  # the pool ends it (SIGTERM) once broken
     _ended(runtime, thread)
@@ -230,11 +234,15 @@ def _watched_run(runtime: DestinationRuntime) -> tuple[RunSummary, bool, set[int
     before = _worker_processes()
     thread, summary = _in_thread(runtime, idle=3)
     started, appeared, pool_seen = False, set[int](), False
-    while thread.is_alive():
+
+    def ended() -> bool:  # watching the run meanwhile
+        nonlocal started, appeared, pool_seen
         pool_seen = pool_seen or _pool(runtime) is not None
-        started = started or _executor(runtime) is not None
+        started = started or _workers(runtime) is not None
         appeared |= _worker_processes() - before
-        time.sleep(0.02)
+        return not thread.is_alive()
+
+    wait_for(ended, "the run to end when idle", timeout=3 * _WAIT, interval=0.02)
     _ended(runtime, thread)
     assert pool_seen, "the run had no decode pool to watch"
     return summary[0], started, appeared

@@ -41,6 +41,7 @@ from cdc_platform.sink import (
 )
 from cdc_platform.sink.recovery import read_checkpoint
 from cdc_platform.sink.storage_errors import Redactor, StorageGuard
+from cdc_platform.testing.processes import let_time_pass
 
 pytestmark = pytest.mark.integration
 
@@ -334,7 +335,7 @@ def test_recover_after_compaction_checkpoint_and_log_cleanup(uri: Path) -> None:
         # a commit after the batches, so that the checkpoint lets cleanup drop all of theirs
         table.alter.set_table_description(f"maintained at {time.time()}")
         table.create_checkpoint()
-        time.sleep(0.05)
+        let_time_pass(0.05, because="cleanup drops log files older than now (retention 0 s)")
         table.cleanup_metadata()
         # the commits of the batches are really gone from the log
         assert all("cdc.batch_seq" not in info for info in DeltaTable(str(uri)).history())
@@ -417,7 +418,7 @@ def test_recover_refuses_when_position_is_lost(uri: Path) -> None:
     table.create_checkpoint()
     table.alter.set_table_description("touch")  # a newer commit, so batch 1's can be cleaned
     table.create_checkpoint()
-    time.sleep(0.05)
+    let_time_pass(0.05, because="cleanup drops log files older than now (retention 0 s)")
     table.cleanup_metadata()
     with pytest.raises(CheckpointError, match="resume position is lost"):
         log(uri).recover()

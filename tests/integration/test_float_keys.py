@@ -21,7 +21,7 @@ from cdc_platform.sink.term import WriteTerm
 from cdc_platform.spark.locations import mirror_root, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
 from cdc_platform.spark.target import MirrorTarget
-from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
+from cdc_platform.testing.destinations import PASSWORD_ENV, sqlite_lease, write_conf
 from cdc_platform.testing.replay import replay
 from tests.conftest import MariaDBDatabase
 
@@ -67,8 +67,7 @@ def test_float_and_double_keyed_rows_are_repaired_not_deleted(
         database=mariadb.name,
         lake_root=lake_root,
         server_id=3151,
-        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/lease.db', "
-        "renew_interval_seconds: 0.2, expiry_seconds: 1.5}\n",
+        extra_platform=sqlite_lease(tmp_path, renew_interval_seconds=0.2, expiry_seconds=1.5),
     )
     config = load_config(conf)
     assert not config.errors, config.errors

@@ -18,9 +18,9 @@ from cdc_platform.config.leases import DatabaseLeaseConfig
 from cdc_platform.errors import LeaseLostError, TooFarBehindError, WatchError
 from cdc_platform.ha import DatabaseLease, NodeRegistry
 from cdc_platform.infra.sqldb import Database
-from cdc_platform.testing.ha import wait_for
 from cdc_platform.testing.mariadb import MariaDBServer
 from cdc_platform.testing.postgresql import PostgreSQLServer
+from cdc_platform.testing.processes import wait_for
 from cdc_platform.watch import SqlStateStore
 from tests.conftest import MariaDBDatabase
 

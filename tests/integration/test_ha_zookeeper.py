@@ -26,7 +26,7 @@ from cdc_platform.ha.running_node import RunningData
 from cdc_platform.sink import DeltaChangeLog
 from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
-from cdc_platform.testing.ha import wait_for
+from cdc_platform.testing.processes import let_time_pass, wait_for
 from cdc_platform.testing.tcp_proxy import TcpProxy
 from cdc_platform.testing.zookeeper import ZooKeeperServer
 from cdc_platform.watch import EventKind, ZooKeeperStateStore
@@ -371,7 +371,7 @@ def test_a_reconnect_held_by_a_server_that_does_not_serve_yet_gives_up_within_th
             assert a.try_acquire() == 0
             proxy.refuse()  # the server is down ...
             wait_for(lambda: not a.is_held(), "SUSPENDED to close the gate", timeout=5)
-            time.sleep(1.5)  # ... for a while: the session's clock runs
+            let_time_pass(1.5, because="the session's clock runs while the server is down")
             proxy.black_hole()  # ... then binds its port before it serves
             wait_for(lambda: proxy.held >= 1, "a reconnect attempt held unanswered", timeout=5)
             proxy.forward()  # ... and serves again

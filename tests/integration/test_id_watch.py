@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 import tracemalloc
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
@@ -30,6 +29,7 @@ from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.id_watch.state import load_known_state
 from cdc_platform.source.id_watch.watch import IdWatchSource
 from cdc_platform.testing.destinations import PASSWORD_ENV
+from cdc_platform.testing.processes import wait_for
 from cdc_platform.testing.replay import RowKey, has_commits, replay
 from tests.conftest import MariaDBDatabase, S3Lake
 
@@ -121,18 +121,6 @@ def assert_replay_equals_source(db: MariaDBDatabase, uri: str) -> None:
     got = result.tables.get(f"{db.name}.items", {})
     expected = source_rows(db)
     assert got == expected, f"{len(got)} replayed rows vs {len(expected)} in the source"
-
-
-def wait_for(
-    condition: Callable[[], bool], what: str | Callable[[], str], timeout: float = 60.0
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"timed out waiting for {what if isinstance(what, str) else what()}"
-            )
-        time.sleep(0.05)
 
 
 @contextmanager
@@ -251,7 +239,7 @@ def workload(db: MariaDBDatabase, stop: threading.Event, seed: int) -> None:
                 cur.execute("UPDATE items SET qty = qty + 1 ORDER BY RAND() LIMIT 2")
             else:
                 cur.execute("DELETE FROM items ORDER BY RAND() LIMIT 1")
-            time.sleep(0.005)
+            stop.wait(0.005)  # a steady pace, ending at once when stopped
 
 
 @pytest.mark.usefixtures("env_password")
@@ -482,9 +470,9 @@ def test_lost_connection_is_survived(mariadb: MariaDBDatabase, lake_root: Path) 
         server.execute(f"INSERT INTO items (name, created) VALUES ('b', {OLD})", database=db)
         wait_for(
             lambda: ids_in(uri, "c") == [1, 2],
-            lambda: (
-                f"the insert after the reconnect; log has {ids_in(uri, 'c')}, source "
-                f"{server.query('SELECT id FROM items', db)}"
+            "the insert after the reconnect",
+            diagnose=lambda: (
+                f"log has {ids_in(uri, 'c')}, source {server.query('SELECT id FROM items', db)}"
             ),
         )
         assert source_of(runtime).reconnects >= 1

@@ -26,7 +26,12 @@ from cdc_platform.sink.term import WriteTerm
 from cdc_platform.spark.locations import mirror_root, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
 from cdc_platform.spark.target import MirrorTarget
-from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
+from cdc_platform.testing.destinations import (
+    PASSWORD_ENV,
+    instance_config,
+    sqlite_lease,
+    write_conf,
+)
 from tests.conftest import MariaDBDatabase
 
 pytestmark = pytest.mark.integration
@@ -126,7 +131,7 @@ def test_keyless_tables_are_copied_whole_and_reread_after_ddl(
         database=db,
         lake_root=lake_root,
         server_id=3402,
-        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/l.db'}}\n",
+        extra_platform=sqlite_lease(tmp_path),
         start="{mode: initial}",
     )
     config = load_config(conf)

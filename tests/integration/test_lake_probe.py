@@ -17,7 +17,7 @@ from cdc_platform.coordination.lease import take_lease
 from cdc_platform.errors import LakeAccessError
 from cdc_platform.sink.lake_check import PROBE_PARTS, SIDE_PROBE_PARTS, check_lake
 from cdc_platform.sink.term import WriteTerm
-from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
+from cdc_platform.testing.destinations import PASSWORD_ENV, sqlite_lease, write_conf
 from cdc_platform.testing.fakes import InMemoryLease, InMemoryLeaseStore
 from tests.conftest import MariaDBDatabase, S3Lake
 
@@ -80,8 +80,7 @@ def test_the_snapshot_cli_refuses_an_unsafe_store(
         lake_root=s3_lake.uri,
         extra_platform=(
             "lake_storage_options: {aws_conditional_put: disabled}\n"
-            f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/l.db', "
-            "single_machine: true}\n"
+            + sqlite_lease(tmp_path, single_machine=True)
         ),
     )
     code = main(["snapshot", "--conf", str(conf), "--destination", "d", "--lease-timeout", "5"])

@@ -22,6 +22,7 @@ from cdc_platform.infra.sqldb import Database
 from cdc_platform.source.mysql import connect_source
 from cdc_platform.spark.session import SparkSessionFactory
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
+from cdc_platform.testing.library_internals import builder_options
 from cdc_platform.testing.secrets import PLANTED_SECRET, leaked_secrets
 from tests.conftest import MariaDBDatabase
 
@@ -121,5 +122,5 @@ def test_spark_token_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv(SECRET_ENV, PLANTED_SECRET)
     config = SparkConfig(mode="connect", connect_url="sc://127.0.0.1:1", token_env=SECRET_ENV)
     factory = SparkSessionFactory(config)
-    assert f";token={PLANTED_SECRET}" in str(factory.builder()._options)
+    assert f";token={PLANTED_SECRET}" in str(builder_options(factory.builder()))
     assert not leaked_secrets(repr(config) + repr(factory.config))

@@ -42,7 +42,7 @@ from cdc_platform.coordination.table_catalog import Catalog, CatalogTable, disco
 from cdc_platform.runtime.supervised import supervised_destination
 from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.spark.locations import mirror_root, mirror_uri
-from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
+from cdc_platform.testing.destinations import PASSWORD_ENV, sqlite_lease, write_conf
 from cdc_platform.testing.mariadb import MariaDBServer
 from dagster_defs import build_definitions
 from dagster_defs.table_assets import MIRRORS_JOB
@@ -218,7 +218,7 @@ def test_schema_change_tools_leave_exact_mirrors_and_no_transient_assets(  # noq
         database=db,
         lake_root=lake_root,
         server_id=4160 if tool == "pt-osc" else 4162,
-        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/l.db'}}\n",
+        extra_platform=sqlite_lease(tmp_path),
     )
     config = load_config(conf)
     assert not config.errors, config.errors

@@ -34,9 +34,9 @@ from cdc_platform.sink.term import WriteTerm
 from cdc_platform.spark.locations import mirror_root, mirror_uri
 from cdc_platform.spark.mirror import apply_changes
 from cdc_platform.spark.target import MirrorTarget
-from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
-from cdc_platform.testing.ha import wait_for
+from cdc_platform.testing.destinations import PASSWORD_ENV, sqlite_lease, write_conf
 from cdc_platform.testing.mariadb import ReplicationUser
+from cdc_platform.testing.processes import wait_for
 from cdc_platform.testing.replay import replay
 from cdc_platform.testing.workload import source_rows
 from tests.conftest import MariaDBDatabase
@@ -79,9 +79,8 @@ def destination(
         database=mariadb.name,
         lake_root=lake_root,
         server_id=3101,
-        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/lease.db', "
-        "renew_interval_seconds: 0.2, expiry_seconds: 1.5}\n"
-        "reconcile: {chunk_size: 400}\n",
+        extra_platform=sqlite_lease(tmp_path, renew_interval_seconds=0.2, expiry_seconds=1.5)
+        + "reconcile: {chunk_size: 400}\n",
     )
     config = load_config(conf)
     assert not config.errors, config.errors
@@ -571,7 +570,7 @@ def test_a_source_refusal_fails_the_checks_not_the_dagster_step(
         database=db,
         lake_root=lake_root,
         server_id=3102,
-        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/lease.db'}}\n",
+        extra_platform=sqlite_lease(tmp_path),
     )
     config = load_config(conf)
     assert not config.errors, config.errors

@@ -14,7 +14,7 @@ import pymysql
 import pytest
 
 from cdc_platform.source.reading.result_rows import fetch_rows
-from cdc_platform.testing.ha import wait_for
+from cdc_platform.testing.processes import wait_for
 from cdc_platform.testing.server_names import global_variable
 from tests.conftest import MariaDBDatabase
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -23,6 +22,7 @@ from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.report import CommitReport
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
+from cdc_platform.testing.processes import wait_for
 from cdc_platform.testing.replay import has_commits, replay
 from tests.conftest import MariaDBDatabase
 
@@ -47,14 +47,15 @@ class Running:
         self.summary = self.runtime.run()
 
     def wait_for(self, predicate: Callable[[], bool], timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        """:func:`wait_for` ``predicate`` while the runtime runs (its end fails the wait)."""
+
+        def met() -> bool:
             if predicate():
-                return
-            if not self.thread.is_alive():
-                raise AssertionError(f"runtime ended early: {self.summary}")
-            time.sleep(0.05)
-        raise AssertionError("condition not met in time")
+                return True
+            assert self.thread.is_alive(), f"runtime ended early: {self.summary}"
+            return False
+
+        wait_for(met, "the condition", timeout=timeout)
 
     def stop(self) -> RunSummary:
         self.runtime.request_stop("test done")
@@ -174,19 +175,17 @@ def test_purged_binlog_fails_loudly_and_keeps_the_log(
     # The server never purges a file a dump thread still reads; earlier tests' killed
     # readers may leave such threads behind until their next write fails. KILL is
     # asynchronous: retry until the threads are gone and the purge took the file.
-    deadline = time.monotonic() + 30
-    while True:
+
+    def purged() -> bool:
         for (thread,) in server.query(
             "SELECT id FROM information_schema.processlist WHERE command LIKE 'Binlog Dump%'"
         ):
             with contextlib.suppress(pymysql.MySQLError):
                 server.execute(f"KILL CONNECTION {int(thread)}")
         server.execute(f"PURGE BINARY LOGS TO '{current}'")
-        remaining = {row[0] for row in server.query("SHOW BINARY LOGS")}
-        if str(summary_file(uri)) not in remaining or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    assert str(summary_file(uri)) not in remaining, "test setup: the binlog was not purged"
+        return str(summary_file(uri)) not in {row[0] for row in server.query("SHOW BINARY LOGS")}
+
+    wait_for(purged, "test setup: the binlog purged", timeout=30, interval=0.2)
     summary = DestinationRuntime(WriteTerm("d", instance(mariadb), layout)).run(
         exit_when_idle_seconds=2
     )

@@ -39,7 +39,7 @@ from cdc_platform.spark.locations import (
 from cdc_platform.spark.mirror import apply_changes
 from cdc_platform.spark.names import location_name
 from cdc_platform.spark.target import MirrorTarget
-from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
+from cdc_platform.testing.destinations import PASSWORD_ENV, sqlite_lease, write_conf
 from cdc_platform.testing.workload import Workload, source_rows
 from dagster_defs import build_definitions
 from tests.conftest import MariaDBDatabase, S3Lake
@@ -64,8 +64,9 @@ def s3_destination(
         database=mariadb.name,
         lake_root=s3_lake.uri,
         server_id=3301,
-        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/lease.db', "
-        "renew_interval_seconds: 0.2, expiry_seconds: 1.5, single_machine: true}\n",
+        extra_platform=sqlite_lease(
+            tmp_path, renew_interval_seconds=0.2, expiry_seconds=1.5, single_machine=True
+        ),
     )
     config = load_config(conf)
     assert not config.errors, config.errors

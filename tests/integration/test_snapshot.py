@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,13 @@ from cdc_platform.config.instance import InstanceConfig, SnapshotSettings
 from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
-from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
+from cdc_platform.testing.destinations import (
+    PASSWORD_ENV,
+    instance_config,
+    sqlite_lease,
+    write_conf,
+)
+from cdc_platform.testing.processes import wait_for
 from cdc_platform.testing.replay import has_commits, replay
 from cdc_platform.testing.workload import Workload, source_rows
 from tests.conftest import MariaDBDatabase
@@ -186,12 +191,14 @@ def test_snapshot_resumes_after_kill_9(mariadb: MariaDBDatabase, lake_root: Path
     workload.start(rate_per_second=100)
     try:
         proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+
+        def six_commits() -> bool:
             if has_commits(uri) and len(DeltaTable(uri).history()) >= 6:
-                break
+                return True
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            time.sleep(0.05)
+            return False
+
+        wait_for(six_commits, "six commits of the snapshot")
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
         assert state.exists(), "progress was kept"
@@ -339,7 +346,7 @@ def test_destination_run_snapshots_new_tables_itself(
         database=mariadb.name,
         lake_root=lake_root,
         server_id=2111,
-        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/l.db'}}\n",
+        extra_platform=sqlite_lease(tmp_path),
     )
     instance_file = conf / "destinations" / "d" / "instance.yaml"
     text = instance_file.read_text()
@@ -366,9 +373,7 @@ def test_destination_run_snapshots_new_tables_itself(
                         target=lambda: supervisor.run(exit_when_idle_seconds=1.5), daemon=True
                     )
                     done.start()
-                    deadline = time.monotonic() + 60
-                    while len(seen) < 3 and time.monotonic() < deadline:
-                        time.sleep(0.05)
+                    wait_for(lambda: len(seen) >= 3, "three progress reports")
                     workload.stop()
                     done.join(timeout=120)
                     assert not done.is_alive()

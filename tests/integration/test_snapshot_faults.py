@@ -31,8 +31,13 @@ from cdc_platform.runtime import DestinationRuntime
 from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.report import CommitReport
 from cdc_platform.sink.term import WriteTerm
-from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
-from cdc_platform.testing.ha import wait_for
+from cdc_platform.testing.destinations import (
+    PASSWORD_ENV,
+    instance_config,
+    sqlite_lease,
+    write_conf,
+)
+from cdc_platform.testing.processes import wait_for
 from cdc_platform.testing.replay import RowKey, replay
 from tests.conftest import MariaDBDatabase
 
@@ -354,8 +359,7 @@ def test_a_lost_lease_interrupts_a_snapshot_blocked_on_the_source(
         database=db.name,
         lake_root=lake_root,
         server_id=2133,
-        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/lease.db', "
-        f"renew_interval_seconds: 0.2, expiry_seconds: {expiry}}}\n",
+        extra_platform=sqlite_lease(tmp_path, renew_interval_seconds=0.2, expiry_seconds=expiry),
     )
     config = load_config(conf)
     assert not config.errors, config.errors

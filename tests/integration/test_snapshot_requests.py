@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import io
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,8 @@ from cdc_platform.errors import SnapshotError
 from cdc_platform.runtime.supervised import supervised_destination
 from cdc_platform.runtime.supervisor import LeaseSupervisor
 from cdc_platform.sink.destination_lake import DestinationLake
-from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
+from cdc_platform.testing.destinations import PASSWORD_ENV, sqlite_lease, write_conf
+from cdc_platform.testing.processes import wait_for
 from cdc_platform.testing.replay import has_commits, replay
 from cdc_platform.testing.workload import Workload, source_rows
 from dagster_defs.resources import PlatformResource
@@ -42,7 +42,7 @@ def test_ad_hoc_snapshots_while_streaming(
     write_conf(
         conf, destination="d", server=mariadb.server, user=mariadb.user, database=db,
         lake_root=lake_root, server_id=2501,
-        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/l.db'}}\n",
+        extra_platform=sqlite_lease(tmp_path),
         extra_store="snapshot: {chunk_size: 100}\n",
     )  # fmt: skip
     loaded = load_config(conf)
@@ -61,9 +61,7 @@ def test_ad_hoc_snapshots_while_streaming(
         workload.start(rate_per_second=80)
         runner.start()
         try:
-            deadline = time.monotonic() + 30
-            while not has_commits(uri) and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for(lambda: has_commits(uri), "the run's first commit")
             before = replay(uri).tables
             assert len(before.get(f"{db}.customers", {})) < 400  # only what streamed so far
 
@@ -113,7 +111,7 @@ def test_a_request_interrupted_by_a_stop_is_finished_by_the_next_run(
     write_conf(
         conf, destination="d", server=mariadb.server, user=mariadb.user, database=db,
         lake_root=lake_root, server_id=2502,
-        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/l.db'}}\n",
+        extra_platform=sqlite_lease(tmp_path),
         extra_store="snapshot: {chunk_size: 50}\n",
     )  # fmt: skip
     loaded = load_config(conf)
@@ -168,7 +166,7 @@ def test_a_request_claimed_by_a_holder_that_died_is_finished_by_the_next_run(
     write_conf(
         conf, destination="d", server=mariadb.server, user=mariadb.user, database=db,
         lake_root=lake_root, server_id=2503,
-        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/l.db'}}\n",
+        extra_platform=sqlite_lease(tmp_path),
         extra_store="snapshot: {chunk_size: 50}\n",
     )  # fmt: skip
     loaded = load_config(conf)

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -31,7 +30,7 @@ from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source import BinlogSource
 from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
-from cdc_platform.testing.processes import stop_process
+from cdc_platform.testing.processes import stop_process, wait_for
 from cdc_platform.testing.replay import has_commits, replay
 from cdc_platform.testing.tcp_proxy import TcpProxy
 from tests.conftest import MariaDBDatabase
@@ -53,13 +52,15 @@ class Running:
         self.summary = self.runtime.run()
 
     def wait_for(self, predicate: Callable[[], bool], timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if not self.thread.is_alive():
-                raise AssertionError(f"runtime ended early: {self.summary}")
-            if time.monotonic() > deadline:
-                raise AssertionError("condition not met in time")
-            time.sleep(0.05)
+        """:func:`wait_for` ``predicate`` while the runtime runs (its end fails the wait)."""
+
+        def met() -> bool:
+            if predicate():
+                return True
+            assert self.thread.is_alive(), f"runtime ended early: {self.summary}"
+            return False
+
+        wait_for(met, "the condition", timeout=timeout)
 
     def rows(self) -> int:
         return sum(r.rows for r in self.reports)
@@ -160,11 +161,11 @@ def test_cli_run_with_start_initial_waits_for_a_stopped_source(
             assert proc.poll() is None, log_file.read_text()[-3000:]
             return log_file.read_text().count(text) >= times
 
-        _wait(lambda: logged(address, times=2), timeout=120)
+        wait_for(lambda: logged(address, times=2), "two reconnects logged", timeout=120)
         server.start()  # the database is back (same address)
-        _wait(lambda: _ids_if_any(uri) == [1, 2], timeout=120)
+        wait_for(lambda: _ids_if_any(uri) == [1, 2], "ids 1 and 2", timeout=120)
         server.execute("INSERT INTO shop.t VALUES (3)")
-        _wait(lambda: _ids_if_any(uri) == [1, 2, 3], timeout=120)
+        wait_for(lambda: _ids_if_any(uri) == [1, 2, 3], "ids 1 to 3", timeout=120)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, log_file.read_text()[-3000:]
     finally:
@@ -272,13 +273,6 @@ def _caught_up(replica: MariaDBServer, primary: MariaDBServer) -> bool:
     return bool(replica.query("SELECT @@gtid_slave_pos")[0][0] == wanted)
 
 
-def _wait(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
-
-
 def _by_gtid(config: InstanceConfig) -> InstanceConfig:
     source = config.source.model_copy(update={"resume_by": "gtid"})
     return config.model_copy(update={"source": source})
@@ -314,7 +308,7 @@ def test_a_switched_primary_refuses_file_positions_and_continues_by_gtid(
         checkpoint = sink.recover()
         assert checkpoint is not None
         recorded = checkpoint.resume
-        _wait(lambda: _caught_up(b, a))
+        wait_for(lambda: _caught_up(b, a), "the replica to catch up")
         b.execute("STOP SLAVE")  # promoted
         # The premise: B has a binlog of the same name, long enough to hold the position.
         logs_b = {str(r[0]): int(r[1]) for r in b.query("SHOW BINARY LOGS")}
@@ -458,7 +452,7 @@ def test_a_prepared_xa_is_read_again_at_its_gtid_on_a_switched_primary(
         running.wait_for(lambda: running.rows() >= 1)
         assert running.stop().error is None
         _, prepared = _prepared_listed(uri, xid)
-        _wait(lambda: _caught_up(b, a))
+        wait_for(lambda: _caught_up(b, a), "the replica to catch up")
         b.execute("STOP SLAVE")  # promoted
         # The premise: the prepared group is somewhere else in B's binlog.
         assert prepared.gtid is not None
@@ -493,7 +487,7 @@ def test_a_prepared_xa_held_while_the_stream_moves_to_a_new_primary_is_listed_at
             _prepare_xa(a, xid)
             a.execute("INSERT INTO shop.t VALUES (1)")
             running.wait_for(lambda: running.rows() >= 1)
-            _wait(lambda: _caught_up(b, a))
+            wait_for(lambda: _caught_up(b, a), "the replica to catch up")
             b.execute("STOP SLAVE")  # promoted
             proxy.refuse()  # the old primary goes away; the address leads to B
             proxy.target = (b.host, b.port)

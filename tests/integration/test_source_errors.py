@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -23,6 +22,7 @@ from cdc_platform.errors import (
 from cdc_platform.events import ChangeEvent, ResumePosition
 from cdc_platform.source import BinlogSource
 from cdc_platform.testing.binlog import collect_events
+from cdc_platform.testing.processes import wait_for
 from tests.conftest import MariaDBDatabase
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -61,14 +61,6 @@ def _dump_threads(db: MariaDBDatabase) -> list[int]:
     ]
 
 
-def _wait(predicate: Any, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.05)
-
-
 def test_a_second_reader_with_the_same_server_id_is_a_conflict(mariadb: MariaDBDatabase) -> None:
     """MariaDB ends the older dump with error 4052 when a reader with the same server_id
     connects: reconnecting would only kick the other reader in turn, forever."""
@@ -85,7 +77,7 @@ def test_a_second_reader_with_the_same_server_id_is_a_conflict(mariadb: MariaDBD
 
     reader = threading.Thread(target=read_first)
     reader.start()
-    _wait(lambda: len(_dump_threads(mariadb)) == 1)
+    wait_for(lambda: len(_dump_threads(mariadb)) == 1, "one dump thread", timeout=30)
     second = _source(mariadb, config, start)
     stream = second.events()
     timer = threading.Timer(30, second.stop)
@@ -151,7 +143,7 @@ def test_a_binlog_purged_while_reconnecting_is_a_gap(mariadb: MariaDBDatabase) -
         # asynchronous and a dying dump thread still pins its file: retry the purge.
         for thread in _dump_threads(mariadb):
             server.execute(f"KILL CONNECTION {thread}")
-        _wait(lambda: not _dump_threads(mariadb))
+        wait_for(lambda: not _dump_threads(mariadb), "no dump thread", timeout=30)
         server.execute("FLUSH BINARY LOGS")
         newest = server.query("SHOW MASTER STATUS")[0][0]
 
@@ -159,7 +151,7 @@ def test_a_binlog_purged_while_reconnecting_is_a_gap(mariadb: MariaDBDatabase) -
             server.execute(f"PURGE BINARY LOGS TO '{newest}'")
             return start.file not in {row[0] for row in server.query("SHOW BINARY LOGS")}
 
-        _wait(purged, timeout=4.0)
+        wait_for(purged, "the purge before the source reconnects (in 5 s)", timeout=4.0)
         with pytest.raises(BinlogGapError) as caught:
             for _ in stream:
                 pass

@@ -13,9 +13,7 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -30,9 +28,9 @@ from cdc_platform.errors import ResumeMismatchError
 from cdc_platform.events import ChangeEvent, EventKind, ResumePosition
 from cdc_platform.source import BinlogSource
 from cdc_platform.testing.binlog import collect_events
-from cdc_platform.testing.crash import _start as crash_start
-from cdc_platform.testing.crash import _wait_for_table as wait_for_table
+from cdc_platform.testing.crash import start_run, wait_for_change_log, while_running
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
+from cdc_platform.testing.processes import wait_for
 from cdc_platform.testing.replay import replay
 from cdc_platform.testing.server_names import unique_xid, wait_until_disconnected, xid_text
 from cdc_platform.testing.workload import source_rows
@@ -363,18 +361,6 @@ def _checkpoint(uri: str) -> ResumePosition | None:
     return None
 
 
-def _wait_for(
-    check: Callable[[], bool], proc: subprocess.Popen[bytes], what: str, timeout: float = 180.0
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if proc.poll() is not None:
-            raise AssertionError(f"cdc-platform run exited ({proc.returncode}) before {what}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no {what} after {timeout} s")
-        time.sleep(0.05)
-
-
 @pytest.mark.timeout(400)
 def test_kill_nine_inside_a_chunked_transaction_then_losses_while_re_reading(
     mariadb: MariaDBDatabase, tmp_path: Path
@@ -399,9 +385,9 @@ def test_kill_nine_inside_a_chunked_transaction_then_losses_while_re_reading(
     uri = str(lake / destination / "changes")
     env = {**os.environ, PASSWORD_ENV: db.user.password}
     log = tmp_path / "run.log"
-    proc = crash_start(conf, destination, env, log)
+    proc = start_run(conf, destination, env, log)
     try:
-        wait_for_table(uri, proc)
+        wait_for_change_log(uri, proc)
         db.server.execute(
             f"INSERT INTO big SELECT seq, REPEAT('q', 3000) FROM seq_1_to_{total}",
             database=db.name,
@@ -411,21 +397,24 @@ def test_kill_nine_inside_a_chunked_transaction_then_losses_while_re_reading(
             resume = _checkpoint(uri)
             return resume is not None and resume.skip_events >= total // 2
 
-        _wait_for(deep_inside, proc, "a checkpoint half-way into the transaction")
+        what = "a checkpoint half-way into the transaction"
+        wait_for(while_running(proc, deep_inside, what), what, timeout=180)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         inside = _checkpoint(uri)
         assert inside is not None
         assert inside.skip_events >= total // 2
         with _killer(db, kills=3, delay=0.1) as killed:
-            proc = crash_start(conf, destination, env, log)
-            _wait_for(lambda: len(killed) == 3, proc, "three kills of the dump thread")
+            proc = start_run(conf, destination, env, log)
+            what = "three kills of the dump thread"
+            wait_for(while_running(proc, lambda: len(killed) == 3, what), what, timeout=180)
 
         def past() -> bool:
             resume = _checkpoint(uri)
             return resume is not None and resume.skip_events == 0 and resume.pos > inside.pos
 
-        _wait_for(past, proc, "the end of the transaction in the change log")
+        what = "the end of the transaction in the change log"
+        wait_for(while_running(proc, past, what), what, timeout=180)
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
     finally:

@@ -5,7 +5,6 @@ import os
 import random
 import subprocess
 import sys
-import time
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from dagster import (
     AssetSelection,
     DagsterInstance,
     Definitions,
+    EventLogRecord,
     ExecuteInProcessResult,
     FreshnessPolicy,
     MaterializeResult,
@@ -28,7 +28,7 @@ from deltalake import DeltaTable
 from cdc_platform.config import load_config
 from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.spark.session import SparkSessionFactory
-from cdc_platform.testing.processes import die_with_parent, stop_process_group
+from cdc_platform.testing.processes import die_with_parent, stop_process_group, wait_for
 from cdc_platform.testing.spark_changes import ChangeLogWriter, SourceTable, column
 from cdc_platform.testing.spark_engines import ENGINES, SparkEngine
 from dagster_defs import build_definitions
@@ -263,15 +263,18 @@ def test_cli_backfill_of_three_days_under_a_daemon(
              "--from", DAYS[0].isoformat(), "--to", DAYS[-1].isoformat(), "--noprompt"],
             cwd=PROJECT, env=env, check=True, capture_output=True, timeout=120,
         )  # fmt: skip
-        deadline = time.monotonic() + 240
         key = AssetKey(["cdc", "shop", "orders_daily_history"])
-        while time.monotonic() < deadline:
+
+        def three_partitions() -> list[EventLogRecord]:
             records = instance.fetch_materializations(key, limit=10).records
-            if len({r.partition_key for r in records}) == 3:
-                break
-            time.sleep(1)
-        else:
-            raise AssertionError("the backfill did not materialize three partitions in time")
+            return list(records) if len({r.partition_key for r in records}) == 3 else []
+
+        records = wait_for(
+            three_partitions,
+            "the backfill to materialize three partitions",
+            timeout=240,
+            interval=1,
+        )
         for record in records:
             materialization = record.asset_materialization
             assert materialization is not None

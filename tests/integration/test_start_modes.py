@@ -27,8 +27,14 @@ from cdc_platform.sink.start_record import StartRecord, start_drift
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.source.binlog_server import BinlogServer
 from cdc_platform.source.stream.start_position import find_time, resolve_start, server_binlog
-from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
+from cdc_platform.testing.destinations import (
+    PASSWORD_ENV,
+    instance_config,
+    sqlite_lease,
+    write_conf,
+)
 from cdc_platform.testing.mariadb import MariaDBServer, ReplicationUser
+from cdc_platform.testing.processes import wait_for
 from cdc_platform.testing.replay import replay
 from cdc_platform.testing.workload import Workload, source_rows
 from tests.conftest import MariaDBDatabase
@@ -65,13 +71,18 @@ def fresh_binlog(server: MariaDBServer) -> str:
     checkpointed its transactions (a Binlog_checkpoint in the next file): poll until it went."""
     server.execute("FLUSH BINARY LOGS")
     newest = str(server.query("SHOW MASTER STATUS")[0][0])
-    deadline = time.monotonic() + 10
-    while True:
+
+    def purged() -> bool:
         server.execute(f"PURGE BINARY LOGS TO '{newest}'")
-        if [str(row[0]) for row in server.query("SHOW BINARY LOGS")] == [newest]:
-            return newest
-        assert time.monotonic() < deadline, server.query("SHOW BINARY LOGS")
-        time.sleep(0.05)
+        return [str(row[0]) for row in server.query("SHOW BINARY LOGS")] == [newest]
+
+    wait_for(
+        purged,
+        f"every binlog before {newest} purged",
+        timeout=30,
+        diagnose=lambda: str(server.query("SHOW BINARY LOGS")),
+    )
+    return newest
 
 
 def config(db: MariaDBDatabase, start: StartConfig) -> InstanceConfig:
@@ -279,7 +290,7 @@ def test_initial_default_over_a_busy_database_then_a_changed_start_is_reported(
     write_conf(
         conf, destination="d", server=db.server, user=db.user, database=db.name,
         lake_root=lake_root, server_id=3302,
-        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/l.db'}}\n",
+        extra_platform=sqlite_lease(tmp_path),
     )  # fmt: skip
     instance_file = conf / "destinations" / "d" / "instance.yaml"
     text = instance_file.read_text().replace("start: {mode: latest}\n", "")
@@ -304,9 +315,7 @@ def test_initial_default_over_a_busy_database_then_a_changed_start_is_reported(
             target=lambda: supervisor.run(exit_when_idle_seconds=1.5), daemon=True
         )
         runner.start()
-        deadline = time.monotonic() + 60
-        while len(chunks) < 4 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: len(chunks) >= 4, "four snapshot chunks", diagnose=lambda: str(chunks))
         workload.stop()
         runner.join(timeout=120)
         assert not runner.is_alive()

@@ -20,7 +20,12 @@ from cdc_platform.errors import SnapshotError
 from cdc_platform.runtime.supervised import supervised_destination
 from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
-from cdc_platform.testing.destinations import PASSWORD_ENV, instance_config, write_conf
+from cdc_platform.testing.destinations import (
+    PASSWORD_ENV,
+    instance_config,
+    sqlite_lease,
+    write_conf,
+)
 from cdc_platform.testing.mariadb import MariaDBServer
 from cdc_platform.testing.replay import has_commits, replay
 from cdc_platform.testing.workload import source_rows
@@ -44,7 +49,7 @@ def _conf(mariadb: MariaDBDatabase, lake_root: Path, tmp_path: Path, server_id: 
     write_conf(
         conf, destination="d", server=mariadb.server, user=mariadb.user, database=mariadb.name,
         lake_root=lake_root, server_id=server_id,
-        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/l.db'}}\n",
+        extra_platform=sqlite_lease(tmp_path),
     )  # fmt: skip
     return conf
 
@@ -124,7 +129,7 @@ def test_a_request_for_a_dotted_database_is_served(
     write_conf(
         conf, destination="d", server=mariadb.server, user=mariadb.user,
         database=rf"mysql\.{db}", lake_root=lake_root, server_id=2603,
-        extra_platform=f"lease: {{backend: database, url: 'sqlite:///{tmp_path}/l.db'}}\n",
+        extra_platform=sqlite_lease(tmp_path),
     )  # fmt: skip
     loaded = load_config(conf)
     assert not loaded.errors, loaded.errors

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 from collections.abc import Iterator
 from types import FrameType, SimpleNamespace
 from typing import Any
@@ -20,6 +19,7 @@ import pytest
 from dagster import DagsterExecutionInterruptedError
 
 from cdc_platform.runtime import RunSummary
+from cdc_platform.testing.processes import let_time_pass
 from dagster_defs.cdc_job import _DeferredSignals, _supervise
 
 pytestmark = pytest.mark.unit
@@ -39,7 +39,7 @@ class SlowSupervisor:
 
     def run(self) -> RunSummary:
         self.stop.wait()
-        time.sleep(1.0)  # the in-flight commit
+        let_time_pass(1.0, because="the in-flight commit still runs at the second Ctrl-C")
         self.finished.set()
         return RunSummary("d", "stop requested", 1, 1, 1, None)
 

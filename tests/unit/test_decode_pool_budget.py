@@ -5,20 +5,27 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import pytest
 
-from cdc_platform.source.stream.decode_pool import PROCESS_WORKERS, DecodePool
+from cdc_platform.source.stream.decode_pool import PROCESS_WORKERS, DecodePool, WorkerPool
+from cdc_platform.testing.processes import wait_for
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(120)]
 
 
 def wait_for_processes(count: int) -> None:
-    deadline = time.monotonic() + 60
-    while PROCESS_WORKERS.processes() != count:
-        assert time.monotonic() < deadline, PROCESS_WORKERS.processes()
-        time.sleep(0.05)
+    wait_for(
+        lambda: PROCESS_WORKERS.processes() == count,
+        f"{count} decode worker processes",
+        diagnose=lambda: f"{PROCESS_WORKERS.processes()} running",
+    )
+
+
+def _workers(pool: DecodePool) -> WorkerPool:
+    workers = pool.worker_pool()
+    assert workers is not None, "the source has not joined the workers"
+    return workers
 
 
 def test_forty_sources_share_one_pool_of_workers() -> None:
@@ -26,8 +33,8 @@ def test_forty_sources_share_one_pool_of_workers() -> None:
     try:
         for pool in pools:
             pool.start()
-        assert len({id(pool._executor) for pool in pools}) == 1
         wait_for_processes(2)  # not 80
+        assert len({id(_workers(pool).executor) for pool in pools}) == 1
     finally:
         for pool in pools[:-1]:
             pool.close()
@@ -39,19 +46,14 @@ def test_forty_sources_share_one_pool_of_workers() -> None:
 def test_a_broken_pool_is_replaced_for_the_sources_that_start_after() -> None:
     first = DecodePool(2)
     first.start()
-    executor = first._executor
-    assert executor is not None
     wait_for_processes(2)
-    victim = next(iter(executor._processes))
-    os.kill(victim, signal.SIGKILL)
-    deadline = time.monotonic() + 60
-    while not getattr(executor, "_broken", False):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    workers = _workers(first)
+    os.kill(workers.pids()[0], signal.SIGKILL)
+    wait_for(workers.broken, "the pool to break after its worker was killed")
     second = DecodePool(2)
     try:
         second.start()
-        assert second._executor is not executor
+        assert _workers(second).executor is not workers.executor
     finally:
         first.close()
         second.close()

@@ -18,7 +18,7 @@ from cdc_platform.errors import ConfigError, LeaseBackendError, LeaseLostError
 from cdc_platform.ha import DatabaseLease, NodeRegistry
 from cdc_platform.infra.sqldb import Database
 from cdc_platform.testing.fakes import FakeClock
-from cdc_platform.testing.ha import wait_for
+from cdc_platform.testing.processes import wait_for
 
 pytestmark = pytest.mark.unit
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from cdc_platform.sink import DeltaChangeLog, FencedCommitError
 from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.fakes import FakeClock, InMemoryLease, InMemoryLeaseStore
+from cdc_platform.testing.processes import wait_for
 from cdc_platform.watch import MemoryStateStore, StatePublisher
 
 pytestmark = pytest.mark.unit
@@ -116,15 +116,6 @@ class FakeRuntime:
             self.sink.commit((), batch_seq=batch, resume=RESUME, epoch=self.epoch)
             self.commits += 1
         return RunSummary(self.name, self.reason, self.commits, 0, batch, RESUME)
-
-
-def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_operator_release_sends_the_holder_back_to_standby_and_epochs_grow(

@@ -11,6 +11,7 @@ from pymysqlreplication import BinLogStreamReader
 
 from cdc_platform.source import library_internals
 from cdc_platform.source.library_internals import missing_internals
+from cdc_platform.testing.library_internals import missing_internals as missing_test_internals
 
 pytestmark = pytest.mark.unit
 
@@ -53,3 +54,13 @@ def test_no_other_engine_module_names_these_internals() -> None:
         if path.name != "library_internals.py" and uses.search(path.read_text())
     )
     assert users == []
+
+
+def test_the_installed_libraries_have_every_internal_the_tests_read() -> None:
+    missing = missing_test_internals()
+    assert not missing, f"a library upgrade moved internals the tests read: {', '.join(missing)}"
+
+
+def test_a_moved_internal_the_tests_read_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(BinLogStreamReader, "_allowed_event_list")
+    assert missing_test_internals() == ["mysql-replication: BinLogStreamReader._allowed_event_list"]

@@ -22,7 +22,7 @@ from cdc_platform.ha.liveness import (
     split_address,
 )
 from cdc_platform.ha.running_node import RunningData
-from cdc_platform.testing.ha import wait_for
+from cdc_platform.testing.processes import wait_for
 
 pytestmark = pytest.mark.unit
 

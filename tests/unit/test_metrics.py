@@ -20,7 +20,8 @@ from cdc_platform.runtime.supervisor import LeaseSupervisor
 from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.fakes import FakeClock, InMemoryLease, InMemoryLeaseStore
-from tests.unit.test_lease_supervisor import CONFIG, FakeRuntime, wait_for
+from cdc_platform.testing.processes import wait_for
+from tests.unit.test_lease_supervisor import CONFIG, FakeRuntime
 
 pytestmark = pytest.mark.unit
 

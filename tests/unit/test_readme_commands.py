@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from cdc_platform.cli.parser import build_parser
+from cdc_platform.testing.library_internals import option_strings, subcommands
 
 pytestmark = pytest.mark.unit
 
@@ -20,11 +21,9 @@ def _commands(
     parser: argparse.ArgumentParser, prefix: str = ""
 ) -> dict[str, argparse.ArgumentParser]:
     found: dict[str, argparse.ArgumentParser] = {}
-    for action in parser._actions:  # argparse has no public walk over subparsers
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                nested = _commands(sub, f"{prefix}{name} ")
-                found.update(nested or {f"{prefix}{name}": sub})
+    for name, sub in subcommands(parser).items():
+        nested = _commands(sub, f"{prefix}{name} ")
+        found.update(nested or {f"{prefix}{name}": sub})
     return found
 
 
@@ -38,9 +37,8 @@ def test_every_command_and_flag_is_in_the_readme_table() -> None:
             missing.append(command)
             continue
         text = " ".join(mine)
-        for action in sub._actions:
-            for flag in action.option_strings:
-                documented = re.search(rf"{re.escape(flag)}\b", text) is not None
-                if flag.startswith("--") and flag != "--help" and not documented:
-                    missing.append(f"{command} {flag}")
+        for flag in option_strings(sub):
+            documented = re.search(rf"{re.escape(flag)}\b", text) is not None
+            if flag.startswith("--") and flag != "--help" and not documented:
+                missing.append(f"{command} {flag}")
     assert not missing, f"README's command table lacks: {missing}"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from cdc_platform.backfill.repair import RepairKey, RepairResult, RepairTable
 from cdc_platform.backfill.request_inbox import RepairInbox
 from cdc_platform.backfill.request_signing import signing_key
 from cdc_platform.errors import ReconcileError
+from cdc_platform.testing.processes import wait_for
 
 pytestmark = pytest.mark.unit
 
@@ -132,7 +132,7 @@ def test_inbox_keep_alive_touches_the_claim(tmp_path: Path) -> None:
     path = tmp_path / "_reconcile" / "claimed" / f"{request_id}.json"
     os.utime(path, (1.0, 1.0))
     with inbox.keep_alive(request_id, interval=0.01):
-        deadline = time.monotonic() + 30
-        while path.stat().st_mtime == 1.0 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(
+            lambda: path.stat().st_mtime != 1.0, "the keep-alive to touch the claim", interval=0.01
+        )
     assert path.stat().st_mtime != 1.0

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,15 +18,9 @@ from cdc_platform.runtime.supervisor import LeaseSupervisor
 from cdc_platform.sink.destination_lake import DestinationLake
 from cdc_platform.sink.term import WriteTerm
 from cdc_platform.testing.fakes import InMemoryLease, InMemoryLeaseStore
+from cdc_platform.testing.processes import wait_for
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
-
-
-def wait_for(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 30
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def test_sigterm_while_the_main_thread_holds_the_supervisor_lock(tmp_path: Path) -> None:

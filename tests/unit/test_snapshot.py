@@ -24,7 +24,7 @@ from cdc_platform.events import (
     Transaction,
 )
 from cdc_platform.source.mysql_errors import is_missing_table, mysql_error
-from cdc_platform.source.reading.column_reads import _bits, _float32, _labels, _set, _timestamp
+from cdc_platform.source.reading.column_reads import ColumnRead, column_read
 from cdc_platform.source.reading.row_keys import decode_key, encode_key
 from cdc_platform.source.reading.table_description import SnapshotTable
 from cdc_platform.source.sql import format_safe, quote_identifier
@@ -32,14 +32,23 @@ from cdc_platform.source.sql import format_safe, quote_identifier
 pytestmark = pytest.mark.unit
 
 
+def _column(data_type: str, column_type: str = "", **info: object) -> ColumnRead:
+    """How the snapshot reads a column of ``data_type`` (its information_schema row)."""
+    row = {"COLUMN_NAME": "c", "DATA_TYPE": data_type, "COLUMN_TYPE": column_type or data_type}
+    return column_read({**row, **info}, logical_json=False, pk=False)
+
+
 def test_value_conversions_match_the_binlog_representation() -> None:
-    assert _float32(1.100000023841858) == 1.1
-    assert _bits(10)(b"\x00\x05") == "0000000101"
-    assert _timestamp("2024-06-01 06:30:00.250") == "2024-06-01T06:30:00.250Z"
-    assert _timestamp("0000-00-00 00:00:00.000") == "0000-00-00 00:00:00.000"
-    assert _set("") == []
-    assert _set("x,z") == ["x", "z"]
-    assert _labels("enum('a','it''s','c,d')") == ["a", "it's", "c,d"]
+    assert _column("float").convert(1.100000023841858) == 1.1
+    assert _column("bit", "bit(10)", NUMERIC_PRECISION=10).convert(b"\x00\x05") == "0000000101"
+    timestamp = _column("timestamp", DATETIME_PRECISION=3).convert
+    assert timestamp("2024-06-01 06:30:00.250") == "2024-06-01T06:30:00.250Z"
+    assert timestamp("0000-00-00 00:00:00.000") == "0000-00-00 00:00:00.000"
+    labels = _column("set", "set('x','y','z')")
+    assert labels.convert("") == []
+    assert labels.convert("x,z") == ["x", "z"]
+    enum = _column("enum", "enum('a','it''s','c,d')")
+    assert enum.described["values"] == ["a", "it's", "c,d"]
 
 
 def test_keys_survive_the_progress_file() -> None:

@@ -33,6 +33,7 @@ from cdc_platform.source.mysql_errors import (
     mysql_error,
     translate,
 )
+from cdc_platform.testing.library_internals import ssl_required
 
 pytestmark = pytest.mark.unit
 
@@ -193,7 +194,7 @@ def test_connections_share_one_context_for_the_default_tls() -> None:
     assert not first.ctx.check_hostname
     assert not first.ctx.verify_flags & ssl.VERIFY_X509_STRICT
     assert first.ssl  # still preferred (used when the server offers it), not required
-    assert not first._ssl_required
+    assert not ssl_required(first)
     verified = mysql_connection(host="127.0.0.1", defer_connect=True, ssl_verify_cert=True)
     assert verified.ctx is not first.ctx
     assert verified.ctx.verify_mode == ssl.CERT_REQUIRED

@@ -24,6 +24,7 @@ from cdc_platform.spark.session import (
     connect_builder,
 )
 from cdc_platform.spark.storage import S3A_FILESYSTEM, s3a_conf, sail_environment
+from cdc_platform.testing.library_internals import builder_options
 
 pytestmark = pytest.mark.unit
 
@@ -57,7 +58,7 @@ def test_classic_builder_has_delta_the_installed_jars_and_utc(
         master="local[2]",
         conf={"spark.sql.shuffle.partitions": "4", "spark.jars": "/opt/extra.jar"},
     )
-    options = classic_builder(config)._options
+    options = builder_options(classic_builder(config))
     assert options["spark.master"] == "local[2]"
     assert options["spark.app.name"] == "cdc-platform"
     for key, value in DELTA_SQL_CONF.items():
@@ -77,7 +78,7 @@ def test_classic_without_installed_jars_says_to_run_setup(
 
 
 def test_classic_builder_with_maven_or_provided_jars() -> None:
-    maven = classic_builder(SparkConfig(mode="classic", jars="maven"))._options
+    maven = builder_options(classic_builder(SparkConfig(mode="classic", jars="maven")))
     assert (
         maven["spark.jars.packages"]
         == "io.delta:delta-spark_4.2_2.13:4.4.0,org.apache.hadoop:hadoop-aws:3.5.0"
@@ -85,7 +86,7 @@ def test_classic_builder_with_maven_or_provided_jars() -> None:
     config = SparkConfig(
         mode="classic", jars="provided", conf={"spark.jars": "/opt/delta/delta-spark.jar"}
     )
-    options = SparkSessionFactory(config).builder()._options
+    options = builder_options(SparkSessionFactory(config).builder())
     assert "spark.jars.packages" not in options
     assert options["spark.jars"] == "/opt/delta/delta-spark.jar"
     assert options["spark.sql.extensions"] == DELTA_SQL_CONF["spark.sql.extensions"]
@@ -106,7 +107,7 @@ def test_connect_builder_and_settings_that_cannot_be_overridden() -> None:
         connect_url="sc://spark.example:15002",
         conf={"spark.sql.session.timeZone": "Europe/Paris", "spark.x": "1"},
     )
-    options = SparkSessionFactory(config).builder()._options
+    options = builder_options(SparkSessionFactory(config).builder())
     assert options == {
         "spark.remote": "sc://spark.example:15002",
         "spark.x": "1",
@@ -145,13 +146,13 @@ def test_connect_and_classic_get_the_lakes_s3a_settings_without_secrets(
         connect_url="sc://spark.example:15002",
         conf={"spark.hadoop.fs.s3a.path.style.access": "false"},
     )
-    options = SparkSessionFactory(config, lake).builder()._options
+    options = builder_options(SparkSessionFactory(config, lake).builder())
     assert options["spark.hadoop.fs.s3.impl"] == S3A_FILESYSTEM
     assert options["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:8333"
     assert options["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
     assert options["spark.hadoop.fs.s3a.endpoint.region"] == "eu-west-3"
     assert options["spark.hadoop.fs.s3a.path.style.access"] == "false"  # the user's conf wins
-    classic = classic_builder(SparkConfig(mode="classic", jars="provided"), lake)._options
+    classic = builder_options(classic_builder(SparkConfig(mode="classic", jars="provided"), lake))
     assert classic["spark.hadoop.fs.s3a.path.style.access"] == "true"
     assert classic["spark.hadoop.fs.s3a.endpoint.region"] == "eu-west-3"
     for built in (options, classic):
@@ -159,7 +160,9 @@ def test_connect_and_classic_get_the_lakes_s3a_settings_without_secrets(
         assert not any("secret" in k or "access.key" in k for k in built)
     local = LakeLocation.resolve("/data/lake", Path("/"))
     assert s3a_conf(local) == {}
-    assert "spark.hadoop.fs.s3.impl" not in SparkSessionFactory(config, local).builder()._options
+    assert "spark.hadoop.fs.s3.impl" not in builder_options(
+        SparkSessionFactory(config, local).builder()
+    )
 
 
 def test_embedded_mode_takes_the_lake_overrides_through_the_environment() -> None:

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 from pymysql.protocol import MysqlPacket
-from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.packet import BinLogPacketWrapper
 
 from cdc_platform.events import ResumePosition
@@ -28,6 +27,7 @@ from cdc_platform.source.stream.start_position import (
     find_time,
     transaction_heads,
 )
+from cdc_platform.testing.library_internals import library_event_filter
 
 pytestmark = pytest.mark.unit
 
@@ -87,8 +87,7 @@ class _Binlog:
 
 def _library_events(packets: list[bytes]) -> list[Any]:
     """The packets through the library's parser, with the events the header scan allows."""
-    # The reader's own filter (its method uses no state of the reader).
-    allowed = BinLogStreamReader._allowed_event_list(None, HEAD_EVENTS, None, False)
+    allowed = library_event_filter(HEAD_EVENTS)  # the reader's own filter
     out = []
     for packet in packets:
         wrapped = BinLogPacketWrapper(

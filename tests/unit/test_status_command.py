@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from cdc_platform.cli import main
+from cdc_platform.testing.destinations import sqlite_lease
 
 pytestmark = pytest.mark.unit
 
@@ -21,8 +22,7 @@ def test_status_needs_no_source_password_and_lists_broken_destinations(
     conf = tmp_path / "conf"
     (conf / "platform.yaml").parent.mkdir(parents=True)
     (conf / "platform.yaml").write_text(
-        f"lake_root: {tmp_path / 'lake'}\n"
-        f"lease: {{backend: database, url: 'sqlite:///{tmp_path / 'lease.db'}'}}\n"
+        f"lake_root: {tmp_path / 'lake'}\n" + sqlite_lease(tmp_path)
     )
     for name, text in {
         "good": "source: {user: cdc, password_env: CDC_UNSET_PASSWORD, server_id: 7}\n",

@@ -124,6 +124,11 @@ class BinlogSource:
         """Frame the rows events of known tables from the raw packets (:mod:`.rows_framing`);
         False leaves every event to the library (the reference the lean path is tested on)."""
 
+    @property
+    def decode_pool(self) -> DecodePool | None:
+        """The worker processes this source decodes rows events in (None: in its thread)."""
+        return self._pool
+
     # -- the server ----------------------------------------------------------------------------
 
     def _where(self) -> str:

@@ -112,6 +112,25 @@ def _broken(executor: ProcessPoolExecutor) -> bool:
     return bool(getattr(executor, "_broken", False))
 
 
+@dataclass(frozen=True)
+class WorkerPool:
+    """A look at one pool of decode worker processes, also after its sources left it."""
+
+    executor: ProcessPoolExecutor
+
+    def pids(self) -> list[int]:
+        """Pids of its worker processes (none once it stopped)."""
+        return list(getattr(self.executor, "_processes", None) or ())
+
+    def in_flight(self) -> int:
+        """Batches sent to its workers and not decoded yet."""
+        return len(getattr(self.executor, "_pending_work_items", None) or ())
+
+    def broken(self) -> bool:
+        """Whether it broke (a worker died): the runs that use it end."""
+        return _broken(self.executor)
+
+
 PROCESS_WORKERS = _ProcessWorkers()
 """The one decode worker pool of this process."""
 
@@ -170,6 +189,10 @@ class DecodePool:
         self.start()
         assert self._executor is not None
         return self._executor.submit(decode_in_worker, specs, batch)
+
+    def worker_pool(self) -> WorkerPool | None:
+        """The pool of worker processes this source uses now (None before :meth:`start`)."""
+        return None if self._executor is None else WorkerPool(self._executor)
 
     def close(self) -> None:
         """Leave the workers (the last source to leave stops them, pending work cancelled)."""
