@@ -36,15 +36,17 @@ from cdc_platform.testing.mariadb import MariaDBServer
 from cdc_platform.testing.processes import free_port
 from cdc_platform.testing.workload import Workload
 
-__all__ = ["run_demo"]
+__all__ = ["demo_conf_dir", "run_demo"]
 
 log = logging.getLogger("cdc_platform.demo")
 DEMO_PASSWORD = "demo-cdc-password"  # noqa: S105 (a private, local demo server)
 
 
-def _demo_conf(
+def demo_conf_dir(
     conf: Path, work: Path, server: MariaDBServer, destination: str, spark_mode: str | None
 ) -> Path:
+    """A copy of the conf directory ``conf`` in ``work`` pointed at the demo's ``server`` and
+    a lake in ``work`` (and Spark's ``spark_mode`` when given); its path."""
     demo_conf = work / "conf"
     if demo_conf.exists():
         shutil.rmtree(demo_conf)
@@ -216,7 +218,7 @@ def run_demo(  # noqa: PLR0913 (one keyword-only argument per demo flag)
                 (conf / "destinations" / destination / "instance.yaml").read_text()
             )
             os.environ[instance["source"]["password_env"]] = user.password
-            demo_conf = _demo_conf(conf, work, server, destination, spark_mode)
+            demo_conf = demo_conf_dir(conf, work, server, destination, spark_mode)
             config = load_config(demo_conf)
             if destination in config.errors:
                 raise config.errors[destination]

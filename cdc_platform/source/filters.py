@@ -72,6 +72,10 @@ class TableFilter:
             self._cache[key] = hit
         return hit
 
+    def decided(self, db: str, table: str) -> bool:
+        """Whether the decision for ``db.table`` is kept (the stream asks for every event)."""
+        return (db, table) in self._cache
+
     def _decide(self, db: str, table: str) -> bool:
         if db.lower() in SYSTEM_SCHEMAS:
             return False

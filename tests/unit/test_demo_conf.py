@@ -11,7 +11,7 @@ from typing import Any, cast
 import pytest
 
 from cdc_platform.config import load_config
-from cdc_platform.demo import _demo_conf
+from cdc_platform.demo import demo_conf_dir
 from cdc_platform.testing.mariadb import MariaDBServer
 
 pytestmark = pytest.mark.unit
@@ -28,7 +28,7 @@ def _server() -> MariaDBServer:
 def test_the_spark_flag_sets_only_the_spark_mode(tmp_path: Path, mode: str | None) -> None:
     conf = tmp_path / "conf"
     shutil.copytree(REPO / "conf", conf)
-    demo_conf = _demo_conf(conf, tmp_path / "work", _server(), "shop", mode)
+    demo_conf = demo_conf_dir(conf, tmp_path / "work", _server(), "shop", mode)
     loaded = load_config(demo_conf)
     assert loaded.platform.spark.mode == (mode or load_config(conf).platform.spark.mode)
     assert loaded.platform.lake_root == str(tmp_path / "work" / "lake")

@@ -10,11 +10,11 @@ import pytest
 from cdc_platform.errors import SourceError
 from cdc_platform.source.stream.table_maps import (
     Catalog,
-    _charsets,
-    _labels_in,
     catalog_mismatch,
     changed_after,
+    column_charsets,
     definition_differs,
+    labels_in_charset,
 )
 from cdc_platform.source.values import FieldType
 
@@ -35,23 +35,23 @@ def test_uca1400_ids_give_their_charset_not_utf8() -> None:
         [2816, 3072, 26],
         [2560],
     )
-    assert _charsets(event, True, "db", "t") == [None, "utf16", "utf32", "ucs2", "cp1250"]
+    assert column_charsets(event, True, "db", "t") == [None, "utf16", "utf32", "ucs2", "cp1250"]
 
 
 def test_an_unknown_collation_id_is_refused() -> None:
     event = _event([FieldType.VARCHAR], [4000], [])
     with pytest.raises(SourceError, match=r"db\.t\.c0 has collation id 4000"):
-        _charsets(event, True, "db", "t")
+        column_charsets(event, True, "db", "t")
 
 
 def test_enum_labels_are_decoded_in_their_charset() -> None:
     # The library decodes label bytes as UTF-8: latin1 'Ã©' arrives as 'é', utf16 'y' as '\0y'.
-    assert _labels_in("latin1", ["é", "a"]) == ("Ã©", "a")
-    assert _labels_in("utf16", ["\x00y"]) == ("y",)
-    assert _labels_in("utf8mb4", ["é"]) == ("é",)
+    assert labels_in_charset("latin1", ["é", "a"]) == ("Ã©", "a")
+    assert labels_in_charset("utf16", ["\x00y"]) == ("y",)
+    assert labels_in_charset("utf8mb4", ["é"]) == ("é",)
     # cp1250 X'C281' (valid UTF-8, so the library hands it over) has the undefined byte 0x81:
     # '' so the label comes from information_schema, as the snapshot reads it.
-    assert _labels_in("cp1250", ["\x81"]) == ("",)
+    assert labels_in_charset("cp1250", ["\x81"]) == ("",)
 
 
 def test_a_catalog_without_a_needed_column_is_another_definition() -> None:

@@ -37,8 +37,10 @@ __all__ = [
     "TablePlans",
     "catalog_mismatch",
     "changed_after",
+    "column_charsets",
     "definition_differs",
     "enum_labels",
+    "labels_in_charset",
 ]
 
 
@@ -273,7 +275,7 @@ class TablePlans:
 
     def _build(self, event: Any, schema: str, table: str) -> RowDecoder:
         catalog = Catalog()
-        charsets = _charsets(event, self._mariadb, schema, table)
+        charsets = column_charsets(event, self._mariadb, schema, table)
         needed = tuple(
             str(c.name)
             for i, c in enumerate(event.columns)
@@ -319,7 +321,7 @@ _COLLATED_TEXT = frozenset(
 """Column types the table map lists in its charset metadata (plus GEOMETRY on MariaDB)."""
 
 
-def _charsets(event: Any, mariadb: bool, schema: str, table: str) -> list[str | None]:
+def column_charsets(event: Any, mariadb: bool, schema: str, table: str) -> list[str | None]:
     """Each column's charset name, from the collation ids of the table map's metadata.
 
     The library resolves the ids itself but falls back to utf8 for ids it does not know
@@ -354,7 +356,7 @@ def _may_be_logical(column: Any) -> bool:
     return column.type == FieldType.BLOB and getattr(column, "length_size", 0) == 4
 
 
-def _labels_in(charset: str | None, labels: list[str]) -> tuple[str, ...]:
+def labels_in_charset(charset: str | None, labels: list[str]) -> tuple[str, ...]:
     """ENUM/SET labels in the column's charset. The library decodes the table map's label
     bytes as UTF-8 whatever the charset ('' when that fails, see _labels_lost): re-encoding
     gives back the bytes, which are then decoded with the right charset. A label with a byte
@@ -375,7 +377,9 @@ _UTF8 = frozenset({"utf8", "utf8mb3", "utf8mb4"})
 
 def _labels_lost(column: Any, charset: str | None) -> bool:
     """ENUM/SET labels that were not UTF-8 in the table map come out of the library as ''."""
-    labels = _labels_in(charset, (column.enum_values or [""])[1:] + list(column.set_values or []))
+    labels = labels_in_charset(
+        charset, (column.enum_values or [""])[1:] + list(column.set_values or [])
+    )
     return column.type in (FieldType.ENUM, FieldType.SET) and "" in labels
 
 
@@ -396,8 +400,8 @@ def _column_spec(
                 "decoded; convert the column to utf8mb4 or exclude the table"
             )
         encoding = None if name == "binary" else name
-    enum_values = _labels_in(charset, column.enum_values[1:] if column.enum_values else [])
-    set_values = _labels_in(charset, column.set_values or [])
+    enum_values = labels_in_charset(charset, column.enum_values[1:] if column.enum_values else [])
+    set_values = labels_in_charset(charset, column.set_values or [])
     labels = catalog.labels.get(column.name)
     if labels is not None and _labels_lost(column, charset):
         count = len(enum_values or set_values)
