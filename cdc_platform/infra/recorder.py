@@ -40,6 +40,10 @@ class MetricsRecorder:
         """The oldest prepared, not yet committed XA transaction held has waited
         ``age_seconds`` (None: none is held)."""
 
+    def retention_headroom(self, seconds: float | None) -> None:
+        """The checkpoint's binlog may be purged ``seconds`` from now at the latest (``inf``:
+        the server keeps binlogs for ever; None: not known)."""
+
     def snapshot(self, progress: float) -> None:
         """A running snapshot's progress, 0..1 (tables done plus the current table's share
         of its estimated rows); 1 when it finished."""

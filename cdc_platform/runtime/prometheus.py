@@ -111,6 +111,14 @@ class PrometheusMetrics:
             by_destination,
             registry=r,
         )
+        self.retention_headroom = Gauge(
+            "cdc_binlog_retention_headroom_seconds",
+            "Seconds before the binlog a restart from the checkpoint needs may be purged at the "
+            "latest: the server's binlog retention minus the lag (+Inf: kept for ever; NaN: "
+            "not known yet)",
+            by_destination,
+            registry=r,
+        )
         self._lock = threading.Lock()
         self._recorders: dict[str, PrometheusRecorder] = {}
         self._server: WSGIServer | None = None
@@ -211,6 +219,8 @@ class PrometheusRecorder(MetricsRecorder):
         self._snapshot = metrics.snapshot.labels(destination)
         self._snapshot.set(1.0)
         self._xa_age = metrics.xa_prepared_age.labels(destination)
+        self._headroom = metrics.retention_headroom.labels(destination)
+        self._headroom.set(math.nan)
         metrics.lag.labels(destination).set_function(self.lag_seconds)
 
     def lag_seconds(self) -> float:
@@ -256,6 +266,9 @@ class PrometheusRecorder(MetricsRecorder):
 
     def xa_prepared(self, age_seconds: float | None) -> None:
         self._xa_age.set(age_seconds or 0.0)
+
+    def retention_headroom(self, seconds: float | None) -> None:
+        self._headroom.set(math.nan if seconds is None else seconds)
 
 
 def open_metrics(

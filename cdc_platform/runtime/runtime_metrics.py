@@ -51,6 +51,9 @@ class RuntimeMetrics:
     source_reconnects: int = 0
     xa_prepared_age_seconds: float | None = None
     """How long the oldest prepared, uncommitted XA transaction held has waited."""
+    binlog_retention_headroom_seconds: float | None = None
+    """The server's binlog retention minus the lag: the time left at least before the binlog
+    a restart needs may be purged (``inf``: kept for ever)."""
     commit_failures: int = 0
     idle_checkpoints: int = 0
     """Empty commits that moved the checkpoint to where an idle server's heartbeat was."""
@@ -96,6 +99,9 @@ class PipelineMetrics:
                     source.oldest_prepared_xa_age() if source is not None else None
                 ),
                 lag_seconds=None if source_time is None else max(0.0, time.time() - source_time),
+                binlog_retention_headroom_seconds=(
+                    source.binlog_retention_headroom(source_time) if source is not None else None
+                ),
             )
 
     def observe(self, source: Source | None) -> None:
@@ -103,6 +109,7 @@ class PipelineMetrics:
         m = self.live(source)
         self._recorder.buffer(m.buffer_fill)
         self._recorder.xa_prepared(m.xa_prepared_age_seconds)
+        self._recorder.retention_headroom(m.binlog_retention_headroom_seconds)
         if m.source_reconnects > self._reconnects_seen:
             self._recorder.reconnected(m.source_reconnects - self._reconnects_seen)
             self._reconnects_seen = m.source_reconnects

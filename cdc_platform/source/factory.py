@@ -57,6 +57,11 @@ class Source(Protocol):
         """Seconds the longest-prepared XA transaction held has waited (None: none held)."""
         ...
 
+    def binlog_retention_headroom(self, committed_source_time: float | None) -> float | None:
+        """Seconds before the server may purge the log a restart from ``committed_source_time``
+        needs (``inf``: kept for ever; None: not known or not a log-reading source)."""
+        ...
+
 
 def open_source(  # noqa: PLR0913 (the config; the rest keyword-only, as each source needs)
     config: SourceConfig,

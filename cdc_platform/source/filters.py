@@ -32,6 +32,7 @@ __all__ = [
     "TableFilter",
     "classify_statement",
     "filter_fingerprint",
+    "statement_label",
 ]
 
 SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
@@ -243,7 +244,14 @@ _ADMIN_WORDS = frozenset(
         "SHOW", "USE", "HANDLER", "LOCK", "UNLOCK", "BINLOG",
     }
 )  # fmt: skip
-_ADMIN_OBJECTS = frozenset({"USER", "ROLE", "SERVER"})
+_ADMIN_OBJECTS = frozenset(
+    {
+        "USER", "ROLE", "SERVER", "TRIGGER", "PROCEDURE", "FUNCTION", "EVENT", "VIEW",
+        "PACKAGE", "TABLESPACE", "LOGFILE", "RESOURCE",
+    }
+)  # fmt: skip
+"""Objects that hold no rows: their CREATE/ALTER/DROP changes no captured table (a trigger
+changes what later statements write, and those writes come as rows of their own)."""
 _DML_WORDS = frozenset({"INSERT", "UPDATE", "DELETE", "REPLACE", "LOAD"})
 
 
@@ -334,13 +342,35 @@ def _first_names(
     return ()
 
 
+_OBJECT_MODIFIERS = frozenset(
+    {
+        "OR", "REPLACE", "IF", "NOT", "EXISTS", "DEFINER", "SQL", "SECURITY", "INVOKER",
+        "AGGREGATE", "ALGORITHM", "MERGE", "UNDEFINED", "TEMPTABLE",
+    }
+)  # fmt: skip
+
+
 def _object_word(text: str) -> str:
-    """The object type after CREATE/ALTER/DROP, skipping OR REPLACE and IF [NOT] EXISTS."""
-    skip = {"OR", "REPLACE", "IF", "NOT", "EXISTS"}
-    for word in text.upper().split()[1:6]:
-        if word not in skip:
+    """The object type after CREATE/ALTER/DROP, skipping OR REPLACE, IF [NOT] EXISTS and the
+    view and routine options the server writes before it (``DEFINER=`u`@`h```)."""
+    for word in text.upper().split()[1:14]:
+        if word not in _OBJECT_MODIFIERS and "=" not in word and "@" not in word:
             return word
     return ""
+
+
+def statement_label(sql: str) -> str:
+    """The statement's verb and object type (``CREATE TRIGGER``, ``FLUSH``): all a log line
+    says of a statement, whose text may carry a password (``CREATE USER ... IDENTIFIED BY``)."""
+    text = strip_comments(sql) if _MAY_COMMENT.search(sql) else sql.strip()
+    words = text.split(None, 1)
+    verb = words[0].upper().rstrip(";") if words else ""
+    if not verb.isalpha():
+        return "a statement"
+    if verb in ("CREATE", "ALTER", "DROP", "RENAME"):
+        kind = _object_word(text).rstrip(";")
+        return f"{verb} {kind}" if kind.isalpha() else verb
+    return verb
 
 
 def filter_fingerprint(include: Sequence[str], exclude: Sequence[str]) -> str:

@@ -32,7 +32,12 @@ from cdc_platform.testing.crash import start_run, wait_for_change_log, while_run
 from cdc_platform.testing.destinations import PASSWORD_ENV, write_conf
 from cdc_platform.testing.processes import wait_for
 from cdc_platform.testing.replay import replay
-from cdc_platform.testing.server_names import unique_xid, wait_until_disconnected, xid_text
+from cdc_platform.testing.server_names import (
+    global_variable,
+    unique_xid,
+    wait_until_disconnected,
+    xid_text,
+)
 from cdc_platform.testing.workload import source_rows
 from tests.conftest import MariaDBDatabase
 
@@ -512,3 +517,14 @@ def test_the_binlog_retention_is_read_from_the_server(mariadb: MariaDBDatabase) 
         assert source.binlog_server.retention_seconds() == 0  # kept for ever
     finally:
         server.execute(f"SET GLOBAL binlog_expire_logs_seconds = {int(before)}")
+
+
+def test_the_retention_headroom_is_the_retention_minus_the_lag(mariadb: MariaDBDatabase) -> None:
+    """The gauge before a binlog gap (``cdc_binlog_retention_headroom_seconds``): a checkpoint
+    committed at a source time 100 s ago has a day's retention less those 100 s left."""
+    source = _source(mariadb, _config(mariadb), ResumePosition("x", 4))
+    with global_variable(mariadb.server, "binlog_expire_logs_seconds", "86400"):
+        left = source.binlog_retention_headroom(time.time() - 100)
+    assert left is not None
+    assert 86290 <= left <= 86300, left
+    assert source.binlog_retention_headroom(None) is None  # nothing committed yet

@@ -181,6 +181,10 @@ class IdWatchSource:
         """Tables read by id hold no XA transactions."""
         return None
 
+    def binlog_retention_headroom(self, committed_source_time: float | None) -> float | None:
+        """Tables read by id need no binlog."""
+        return None
+
     def stop(self) -> None:
         """End :meth:`events` promptly (after the statement in flight), from any thread."""
         self._stop.set()

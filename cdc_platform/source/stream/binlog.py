@@ -46,6 +46,7 @@ from cdc_platform.source.stream.control_connection import ControlConnection
 from cdc_platform.source.stream.ddl_index import LaterStatement
 from cdc_platform.source.stream.decode_pool import DecodePool, StreamHooks, ordered_events
 from cdc_platform.source.stream.dump_connection import DumpConnection
+from cdc_platform.source.stream.retention import RetentionHeadroom
 from cdc_platform.source.stream.server_switch import check_same_server
 from cdc_platform.source.stream.start_position import resolve_start
 from cdc_platform.source.stream.table_maps import TablePlans
@@ -114,6 +115,7 @@ class BinlogSource:
         """What the stream's transaction assembler assembles by."""
         self._assembling: TransactionAssembler | None = None
         self._xa_age = XaAge(self.binlog_server.retention_seconds, self._where)
+        self._headroom = RetentionHeadroom(self.binlog_server.retention_seconds, self._where)
         workers = config.decode_processes()
         if decode_pool is None and workers > 1:
             decode_pool = DecodePool(workers)
@@ -287,6 +289,11 @@ class BinlogSource:
         (:class:`.xa.XaAge`)."""
         assembler = self._assembling
         return self._xa_age.age(assembler.oldest_prepared() if assembler else None, time.time())
+
+    def binlog_retention_headroom(self, committed_source_time: float | None) -> float | None:
+        """Seconds before the binlog of ``committed_source_time`` may be purged at the latest
+        (:class:`.retention.RetentionHeadroom`, which also warns)."""
+        return self._headroom.headroom(committed_source_time, time.time())
 
     def _until_reachable(self, step: Callable[[], _R]) -> _R | None:
         """``step`` (queries before a binlog read), retried with the reconnect backoff while

@@ -47,7 +47,12 @@ from cdc_platform.events import (
     PreparedXa,
     ResumePosition,
 )
-from cdc_platform.source.filters import Statement, StatementKind, classify_statement
+from cdc_platform.source.filters import (
+    Statement,
+    StatementKind,
+    classify_statement,
+    statement_label,
+)
 from cdc_platform.source.stream.boundaries import AssemblySettings, TransactionBoundaries
 from cdc_platform.source.stream.refusals import (
     ANONYMOUS_GTID_EVENT,
@@ -237,7 +242,17 @@ class TransactionAssembler(TransactionBoundaries):
             refuse_statement_dml(statement, sql, self._tables, self._here(event))
         if kind is StatementKind.COMMIT or kind is StatementKind.ROLLBACK:
             return self._end(event)
+        if kind is StatementKind.ADMIN:
+            self._passed_over(event, sql)
         return self._statement_done(event)  # DML on tables not captured, ADMIN
+
+    def _passed_over(self, event: Any, sql: str) -> None:
+        """Say (once per statement, by its verb only) what the stream read and let pass."""
+        log.info(
+            "passed over %s at %s: it changes no captured table",
+            statement_label(sql),
+            self._here(event),
+        )
 
     def _statement_done(self, event: Any) -> list[ChangeEvent]:
         """A statement that emits nothing; it ends its group if the group is that statement."""
@@ -249,6 +264,7 @@ class TransactionAssembler(TransactionBoundaries):
     def _ddl(self, event: Any, statement: Statement, sql: str) -> list[ChangeEvent]:
         tables = self._captured(statement)
         if tables is None:
+            self._passed_over(event, sql)
             return self._statement_done(event)
         txn_open = self._txn is not None
         self._ensure_txn(event)
